@@ -2,7 +2,6 @@
 
 #include <string>
 
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 

@@ -3,9 +3,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace shardd::core {
 

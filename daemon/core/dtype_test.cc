@@ -31,8 +31,8 @@ TEST(DTypeTest, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
   // 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6: rounds up.
   EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
-  EXPECT_TRUE(std::isnan(
-      BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(
+      FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(-2.5f)), -2.5f);
 }
 

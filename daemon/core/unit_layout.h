@@ -53,7 +53,7 @@ struct TensorView {
 // A half-open element range [offset, offset + numel) of the flat buffer.
 struct ShardRange {
   int64_t offset = 0;
-  int64_t numel = 0;  // Real elements of the unit in this shard.
+  int64_t numel = 0;    // Real elements of the unit in this shard.
   int64_t padding = 0;  // Padding elements stored after them (kElement only).
   int64_t end() const { return offset + numel; }
   int64_t stored() const { return numel + padding; }
@@ -84,7 +84,9 @@ class UnitLayout {
 
   const std::string& name() const { return name_; }
   DType dtype() const { return dtype_; }
-  int64_t sharding_factor() const { return static_cast<int64_t>(shards_.size()); }
+  int64_t sharding_factor() const {
+    return static_cast<int64_t>(shards_.size());
+  }
   const AlignmentSpec& alignment() const { return alignment_; }
 
   // Real elements of the unit (Σ tensor numel).

@@ -1,0 +1,79 @@
+#ifndef SHARDD_DAEMON_CORE_MEMORY_PLAN_H_
+#define SHARDD_DAEMON_CORE_MEMORY_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/core/dtype.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/core/unit_layout.h"
+
+namespace shardd::core {
+
+enum class OptimizerKind : int {
+  kSgd = 1,          // No state.
+  kSgdMomentum = 2,  // One fp32 momentum buffer.
+  kAdamW = 3,        // Two fp32 moments.
+};
+
+// fp32 state bytes the optimizer keeps per parameter element.
+int64_t OptimizerStateBytesPerElement(OptimizerKind kind);
+
+struct MemoryOptions {
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // dtype of the unsharded gradient the trainer hands over for reduction.
+  DType reduce_dtype = DType::kFloat32;
+  // Units gathered at once (FSDP's all-gather rate limit; 1 = no prefetch,
+  // 2 = the next unit is prefetched while the current one is in use).
+  int64_t max_gathered_units = 1;
+};
+
+// Bytes a rank holds, by category. Every figure is what the daemon
+// allocates, so the daemon's resident buffers must add up to `total_bytes`
+// exactly.
+struct MemoryBreakdown {
+  // fp32 master copy of this rank's parameter shards (padding included).
+  int64_t parameter_shard_bytes = 0;
+  // bf16/fp16 copies of the shards, produced by the optimizer for gathering;
+  // 0 when units are fp32 (the master copy is gathered directly).
+  int64_t lowp_parameter_shard_bytes = 0;
+  // fp32 gradient shards (reduce-scatter output, accumulated across
+  // micro-batches).
+  int64_t gradient_shard_bytes = 0;
+  // Optimizer state of the shards (fp32).
+  int64_t optimizer_state_bytes = 0;
+  // Buffers gathered parameters land in: max_gathered_units slots sized for
+  // the largest unit (all units for SHARD_GRAD_OP, which keeps them from
+  // forward to backward; none when F = 1, where a shard is the whole unit).
+  int64_t gathered_parameter_bytes = 0;
+  // One slot, sized for the largest unit in the reduce dtype, that the
+  // trainer writes a unit's full gradient into before it is reduced.
+  int64_t unsharded_gradient_bytes = 0;
+  // Of the shard categories above, the bytes that are layout padding.
+  int64_t shard_padding_bytes = 0;
+  // parameter_shard + lowp_parameter_shard + gathered_parameter: with fp32
+  // units and one unit gathered at a time this is Σψᵢ/F + maxᵢψᵢ plus the
+  // layout's padding.
+  int64_t peak_parameter_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Memory accounting for one rank of a plan.
+//
+// A pure function object: stateless and thread-safe. Inputs are borrowed for
+// the call only.
+class MemoryPlan {
+ public:
+  // `units` must all be laid out for plan.sharding_factor(). Errors are
+  // INVALID_ARGUMENT naming the field: no units, a unit laid out for another
+  // F, rank outside the plan, max_gathered_units < 1, an unknown optimizer or
+  // reduce dtype, a total that overflows 64 bits.
+  static absl::StatusOr<MemoryBreakdown> ForRank(
+      const std::vector<UnitLayout>& units, const ShardPlan& plan, int64_t rank,
+      const MemoryOptions& options);
+};
+
+}  // namespace shardd::core
+
+#endif  // SHARDD_DAEMON_CORE_MEMORY_PLAN_H_
