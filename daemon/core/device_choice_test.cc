@@ -1,0 +1,66 @@
+#include "daemon/core/device_choice.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardd::core {
+namespace {
+
+const DeviceInventory kNoDriver{true, 0,
+                                "CUDA driver version is insufficient for CUDA "
+                                "runtime version"};
+const DeviceInventory kTwoGpus{true, 2, ""};
+const DeviceInventory kCpuBuild{false, 0, ""};
+
+TEST(DeviceChoiceTest, AutoUsesTheFirstGpuWhenOneIsUsable) {
+  auto choice = ResolveDevice("auto", kTwoGpus);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->kind, DeviceKind::kCuda);
+  EXPECT_EQ(choice->cuda_index, 0);
+}
+
+TEST(DeviceChoiceTest, AutoFallsBackToCpuWhenTheDriverIsInsufficient) {
+  auto choice = ResolveDevice("auto", kNoDriver);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->kind, DeviceKind::kCpu);
+  EXPECT_NE(choice->reason.find("insufficient"), std::string::npos);
+  auto cpu_build = ResolveDevice("auto", kCpuBuild);
+  ASSERT_TRUE(cpu_build.ok());
+  EXPECT_EQ(cpu_build->kind, DeviceKind::kCpu);
+  EXPECT_NE(cpu_build->reason.find("built without CUDA"), std::string::npos);
+}
+
+TEST(DeviceChoiceTest, ExplicitCudaIndexIsHonoured) {
+  auto choice = ResolveDevice("cuda:1", kTwoGpus);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->kind, DeviceKind::kCuda);
+  EXPECT_EQ(choice->cuda_index, 1);
+}
+
+TEST(DeviceChoiceTest, ExplicitCudaWithoutADeviceIsAFailedPrecondition) {
+  EXPECT_EQ(ResolveDevice("cuda:0", kNoDriver).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ResolveDevice("cuda:2", kTwoGpus).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto cpu_build = ResolveDevice("cuda:0", kCpuBuild);
+  EXPECT_EQ(cpu_build.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cpu_build.status().message().find("--config=cuda"),
+            std::string::npos);
+}
+
+TEST(DeviceChoiceTest, RejectsMalformedDeviceNames) {
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "CPU", ""}) {
+    auto choice = ResolveDevice(bad, kTwoGpus);
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(DeviceChoiceTest, CpuIsAlwaysAvailable) {
+  auto choice = ResolveDevice("cpu", kTwoGpus);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->kind, DeviceKind::kCpu);
+}
+
+}  // namespace
+}  // namespace shardd::core
