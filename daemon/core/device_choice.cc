@@ -9,7 +9,8 @@ namespace shardd::core {
 
 absl::StatusOr<DeviceChoice> ResolveDevice(absl::string_view requested,
                                            const DeviceInventory& inventory) {
-  const bool usable = inventory.cuda_compiled && inventory.cuda_device_count > 0;
+  const bool usable =
+      inventory.cuda_compiled && inventory.cuda_device_count > 0;
   if (requested == "cpu") {
     return DeviceChoice{DeviceKind::kCpu, -1, "cpu: requested"};
   }
@@ -30,14 +31,15 @@ absl::StatusOr<DeviceChoice> ResolveDevice(absl::string_view requested,
   if (absl::StartsWith(requested, "cuda:")) {
     int64_t index = -1;
     if (!absl::SimpleAtoi(requested.substr(5), &index) || index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device: malformed \"", requested, "\" (expected cpu, cuda:N or auto)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device: malformed \"", requested,
+                       "\" (expected cpu, cuda:N or auto)"));
     }
     if (!inventory.cuda_compiled) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "device: ", requested,
-          " requested, but this binary was built without CUDA "
-          "(rebuild with --config=cuda)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("device: ", requested,
+                       " requested, but this binary was built without CUDA "
+                       "(rebuild with --config=cuda)"));
     }
     if (index >= inventory.cuda_device_count) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -52,7 +52,8 @@ TEST(DeviceChoiceTest, ExplicitCudaWithoutADeviceIsAFailedPrecondition) {
 TEST(DeviceChoiceTest, RejectsMalformedDeviceNames) {
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "CPU", ""}) {
     auto choice = ResolveDevice(bad, kTwoGpus);
-    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
   }
 }
 
