@@ -1,0 +1,185 @@
+#include "daemon/core/grad_clip.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardd::core {
+namespace {
+
+// Values spread over many binades, subnormals and near-FLT_MAX included.
+std::vector<float> WideRandom(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 60);
+  std::vector<float> out(n);
+  for (float& x : out) x = std::ldexp(mantissa(rng), exponent(rng));
+  return out;
+}
+
+GradNormPartial PartialOf(const float* data, int64_t n) {
+  absl::StatusOr<GradNormPartial> partial = GradClipper::ShardPartial(data, n);
+  EXPECT_TRUE(partial.ok()) << partial.status();
+  return *partial;
+}
+
+TEST(GradClipTest, ExactNormOfAPythagoreanTriple) {
+  const float g[2] = {3.0f, -4.0f};
+  const GradClipper clipper = *GradClipper::Create(1.0);
+  const absl::StatusOr<ClipResult> result = clipper.Finish({PartialOf(g, 2)});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->total_norm, 5.0);
+  EXPECT_TRUE(result->clipped);
+  EXPECT_EQ(result->scale, static_cast<float>(1.0 / (5.0 + 1e-6)));
+}
+
+TEST(GradClipTest, PaddingDoesNotCountTowardsNorm) {
+  // A shard of 3 real elements stored with 5 elements of padding, poisoned.
+  std::vector<float> shard = {1.0f, 2.0f, 2.0f};
+  shard.push_back(std::numeric_limits<float>::quiet_NaN());
+  shard.push_back(std::numeric_limits<float>::infinity());
+  shard.push_back(1e30f);
+  shard.push_back(-3.0e38f);
+  shard.push_back(7.0f);
+  const GradNormPartial partial = PartialOf(shard.data(), 3);
+  EXPECT_EQ(partial.elements, 3);
+  EXPECT_EQ(partial.nonfinite, 0);
+  const GradClipper clipper = *GradClipper::Create(10.0);
+  const absl::StatusOr<ClipResult> result = clipper.Finish({partial});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->total_norm, 3.0);
+  EXPECT_FALSE(result->clipped);
+  EXPECT_EQ(result->scale, 1.0f);
+}
+
+TEST(GradClipTest, ResultIsIndependentOfTheSplitBitForBit) {
+  constexpr int64_t kN = 200003;  // Crosses the internal flush boundary.
+  const std::vector<float> g = WideRandom(kN, 1);
+  const GradNormPartial whole = PartialOf(g.data(), kN);
+  const GradClipper clipper = *GradClipper::Create(1e-3);
+  const ClipResult want = *clipper.Finish({whole});
+
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 20; ++trial) {
+    // Random cut points -> shards, some of them empty.
+    std::uniform_int_distribution<int64_t> cut(0, kN);
+    std::vector<int64_t> cuts = {0, kN};
+    for (int i = 0; i < 1 + trial % 7; ++i) cuts.push_back(cut(rng));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<GradNormPartial> partials;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      partials.push_back(PartialOf(g.data() + cuts[i], cuts[i + 1] - cuts[i]));
+    }
+    GradNormPartial merged;
+    for (auto it = partials.rbegin(); it != partials.rend(); ++it) {
+      ASSERT_TRUE(GradClipper::Merge(*it, &merged).ok());  // Reverse order.
+    }
+    EXPECT_EQ(merged.limbs, whole.limbs);
+    EXPECT_EQ(merged.elements, kN);
+    const ClipResult got = *clipper.Finish(partials);
+    EXPECT_EQ(std::memcmp(&got.total_norm, &want.total_norm, sizeof(double)),
+              0);
+    EXPECT_EQ(got.scale, want.scale);
+  }
+}
+
+TEST(GradClipTest, MatchesALongDoubleReference) {
+  constexpr int64_t kN = 100000;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1e-2f);
+  std::vector<float> g(kN);
+  long double ref = 0.0L;
+  for (float& x : g) {
+    x = dist(rng);
+    ref += static_cast<long double>(x) * x;
+  }
+  const GradNormPartial partial = PartialOf(g.data(), kN);
+  EXPECT_NEAR(partial.SumOfSquares(), static_cast<double>(ref),
+              1e-14 * static_cast<double>(ref));
+}
+
+TEST(GradClipTest, ExtremeMagnitudesAreExact) {
+  const float max = std::numeric_limits<float>::max();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  // FLT_MAX^2 does not overflow the accumulator (nor double).
+  std::vector<float> big(1000, max);
+  const double big_sum = PartialOf(big.data(), 1000).SumOfSquares();
+  EXPECT_TRUE(std::isfinite(big_sum));
+  EXPECT_NEAR(big_sum, 1000.0 * double{max} * max, 1e-12 * big_sum);
+  // The smallest subnormal squared (2^-298) is still counted exactly.
+  const float small[2] = {tiny, -tiny};
+  EXPECT_EQ(PartialOf(small, 2).SumOfSquares(), std::ldexp(2.0, -298));
+  // A huge and a tiny square do not absorb each other in the integer.
+  const float mixed[2] = {max, tiny};
+  const GradNormPartial m = PartialOf(mixed, 2);
+  EXPECT_EQ(m.limbs[0], 4u);  // 2^-298 in units of 2^-300.
+}
+
+TEST(GradClipTest, NoClippingBelowMaxNormOrWhenDisabled) {
+  const float g[1] = {0.5f};
+  const absl::StatusOr<ClipResult> below =
+      GradClipper::Create(1.0)->Finish({PartialOf(g, 1)});
+  ASSERT_TRUE(below.ok());
+  EXPECT_FALSE(below->clipped);
+  EXPECT_EQ(below->scale, 1.0f);
+
+  const float big[1] = {1e6f};
+  for (double disabled : {0.0, -1.0}) {
+    const absl::StatusOr<ClipResult> off =
+        GradClipper::Create(disabled)->Finish({PartialOf(big, 1)});
+    ASSERT_TRUE(off.ok());
+    EXPECT_FALSE(off->clipped);
+    EXPECT_EQ(off->scale, 1.0f);
+    EXPECT_EQ(off->total_norm, 1e6);  // Still reported.
+  }
+  // No partials at all: norm 0, nothing to clip.
+  const absl::StatusOr<ClipResult> empty = GradClipper::Create(1.0)->Finish({});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->total_norm, 0.0);
+  EXPECT_EQ(empty->scale, 1.0f);
+}
+
+TEST(GradClipTest, NonFiniteGradientIsAnError) {
+  const GradClipper clipper = *GradClipper::Create(1.0);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    -std::numeric_limits<float>::infinity()}) {
+    const float g[3] = {1.0f, bad, 2.0f};
+    const GradNormPartial partial = PartialOf(g, 3);
+    EXPECT_EQ(partial.nonfinite, 1);
+    const absl::StatusOr<ClipResult> result =
+        clipper.Finish({PartialOf(g, 1), partial});
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(result.status().message().find("1 of 4"), std::string::npos)
+        << result.status();
+  }
+}
+
+TEST(GradClipTest, RejectsBadArguments) {
+  const absl::StatusOr<GradClipper> nan =
+      GradClipper::Create(std::numeric_limits<double>::quiet_NaN());
+  ASSERT_FALSE(nan.ok());
+  EXPECT_EQ(nan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nan.status().message().find("grad_clip.max_norm"),
+            std::string::npos);
+  const float g = 1.0f;
+  EXPECT_EQ(GradClipper::ShardPartial(&g, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GradClipper::ShardPartial(nullptr, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(GradClipper::ShardPartial(nullptr, 0).ok());
+  GradNormPartial huge;
+  huge.elements = INT64_MAX;
+  GradNormPartial one = PartialOf(&g, 1);
+  EXPECT_EQ(GradClipper::Merge(one, &huge).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace shardd::core
