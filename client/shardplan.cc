@@ -132,8 +132,8 @@ int Run() {
               plan->has_replica()
                   ? " (a lost rank is rebuilt from a replica)"
                   : " (NO REPLICA: a lost rank needs a checkpoint)");
-  std::printf("\n%-6s %-12s %-14s %s\n", "rank", "shard group",
-              "shard index", "replica group");
+  std::printf("\n%-6s %-12s %-14s %s\n", "rank", "shard group", "shard index",
+              "replica group");
   for (int64_t r = 0; r < plan->world_size(); ++r) {
     auto p = plan->Placement(r);
     std::string replicas;
