@@ -9,18 +9,6 @@ namespace shardd::core {
 namespace {
 
 // Per-call scalars, rounded to float once so every element sees the same.
-struct AdamWScalars {
-  float grad_scale;
-  float decay;  // 1 - lr*wd
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float sqrt_bc2;   // sqrt(1 - beta2^t)
-  float step_size;  // lr / (1 - beta1^t)
-  float eps;
-};
-
 // Elements per chunk: the low-precision copy of a chunk is written while the
 // chunk's parameters are still in L1 (4 KiB per array).
 constexpr int64_t kChunk = 1024;
@@ -133,6 +121,23 @@ absl::Status AdamW::set_lr(double lr) {
   return absl::OkStatus();
 }
 
+AdamWScalars AdamW::ScalarsFor(int64_t step, float grad_scale) const {
+  const double t = static_cast<double>(step);
+  const double bc1 = 1.0 - std::pow(options_.beta1, t);
+  const double bc2 = 1.0 - std::pow(options_.beta2, t);
+  AdamWScalars s;
+  s.grad_scale = grad_scale;
+  s.decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
+  s.beta1 = static_cast<float>(options_.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+  s.beta2 = static_cast<float>(options_.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+  s.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  s.step_size = static_cast<float>(options_.lr / bc1);
+  s.eps = static_cast<float>(options_.eps);
+  return s;
+}
+
 absl::Status AdamW::Update(int64_t step, float grad_scale, const float* grad,
                            float* param_master, float* exp_avg,
                            float* exp_avg_sq, int64_t n, DType lowp_dtype,
@@ -160,19 +165,7 @@ absl::Status AdamW::Update(int64_t step, float grad_scale, const float* grad,
     return s;
   }
 
-  const double t = static_cast<double>(step);
-  const double bc1 = 1.0 - std::pow(options_.beta1, t);
-  const double bc2 = 1.0 - std::pow(options_.beta2, t);
-  AdamWScalars s;
-  s.grad_scale = grad_scale;
-  s.decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
-  s.beta1 = static_cast<float>(options_.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
-  s.beta2 = static_cast<float>(options_.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
-  s.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-  s.step_size = static_cast<float>(options_.lr / bc1);
-  s.eps = static_cast<float>(options_.eps);
+  const AdamWScalars s = ScalarsFor(step, grad_scale);
 
   const AdamWKernel kernel = SelectKernel(isa_);
   if (lowp_out == nullptr) {

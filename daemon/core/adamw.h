@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/core/adamw_scalars.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/kernel_dispatch.h"
 
@@ -61,6 +62,9 @@ class AdamW {
                       float* param_master, float* exp_avg, float* exp_avg_sq,
                       int64_t n, DType lowp_dtype = DType::kBFloat16,
                       void* lowp_out = nullptr) const;
+
+  // The scalars Update uses for (step, grad_scale); step >= 1.
+  AdamWScalars ScalarsFor(int64_t step, float grad_scale) const;
 
   // Learning-rate schedules change lr between steps. Same rule as Create.
   absl::Status set_lr(double lr);
