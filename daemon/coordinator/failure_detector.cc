@@ -1,0 +1,122 @@
+#include "daemon/coordinator/failure_detector.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardd::coordinator {
+namespace {
+
+int64_t Ms(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+const MemberLiveness* Find(const std::vector<MemberLiveness>& live, int rank) {
+  for (const MemberLiveness& m : live) {
+    if (m.rank == rank) return &m;
+  }
+  return nullptr;
+}
+
+// Alive by heartbeats alone: lease running and a heartbeat within one
+// heartbeat period. A process that just died still has a running lease, but
+// its last heartbeat ages past the period quickly, and a stopped one the
+// same.
+bool HeartbeatingAt(const MemberLiveness& m, absl::Time now,
+                    const DetectorOptions& options) {
+  return now < m.lease_expiry && now - m.last_heartbeat <= options.lease / 3;
+}
+
+ReportDecision Remove(int rank, std::string reason) {
+  ReportDecision d;
+  d.reason = reason;
+  d.removals.push_back({rank, std::move(reason)});
+  return d;
+}
+
+}  // namespace
+
+std::vector<Removal> DecideLeaseExpiry(absl::Time now,
+                                       const std::vector<MemberLiveness>& live,
+                                       const DetectorOptions& options) {
+  std::vector<Removal> removals;
+  for (const MemberLiveness& m : live) {
+    if (now < m.lease_expiry) continue;
+    removals.push_back(
+        {m.rank,
+         absl::StrCat("rank ", m.rank, " lease expired ",
+                      Ms(now - m.lease_expiry), " ms ago (last heartbeat ",
+                      Ms(now - m.last_heartbeat), " ms ago, lease ",
+                      Ms(options.lease), " ms)")});
+  }
+  return removals;
+}
+
+ReportDecision DecideReport(absl::Time now, const Accusation& report,
+                            const std::vector<MemberLiveness>& live,
+                            const std::vector<Accusation>& recent,
+                            ProbeResult probe, const DetectorOptions& options) {
+  const std::string who =
+      absl::StrCat("rank ", report.reporter, " reported rank ", report.suspect);
+  const MemberLiveness* suspect = Find(live, report.suspect);
+  if (suspect == nullptr) {
+    return {{},
+            absl::StrCat(who,
+                         "; dismissed: the suspect is no longer a "
+                         "member")};
+  }
+  if (now >= suspect->lease_expiry) {
+    return Remove(report.suspect,
+                  absl::StrCat(who, "; removed: its lease expired ",
+                               Ms(now - suspect->lease_expiry), " ms ago"));
+  }
+  if (probe == ProbeResult::kUnreachable) {
+    return Remove(report.suspect,
+                  absl::StrCat(who, "; removed: it did not answer a probe"));
+  }
+
+  // Is the reporter the odd one out? Count the live members it accused
+  // within the window (this report included) and the accusations against
+  // it.
+  std::set<int> accused_alive;
+  bool reporter_accused = false;
+  for (const Accusation& a : recent) {
+    if (now - a.time > options.accusation_window) continue;
+    if (a.suspect == report.reporter) reporter_accused = true;
+    if (a.reporter != report.reporter) continue;
+    const MemberLiveness* m = Find(live, a.suspect);
+    if (m != nullptr &&
+        (probe == ProbeResult::kAlive || HeartbeatingAt(*m, now, options))) {
+      accused_alive.insert(a.suspect);
+    }
+  }
+  const bool suspect_alive =
+      probe == ProbeResult::kAlive || HeartbeatingAt(*suspect, now, options);
+  if (suspect_alive) accused_alive.insert(report.suspect);
+  const bool odd_one_out = accused_alive.size() >= 2 || reporter_accused;
+
+  if (suspect_alive && odd_one_out) {
+    if (accused_alive.size() >= 2) {
+      return Remove(
+          report.reporter,
+          absl::StrCat(who, "; the reporter is the odd one out: it accused ",
+                       accused_alive.size(),
+                       " live members within the window; removed instead"));
+    }
+    return {{},
+            absl::StrCat(who,
+                         "; dismissed: the suspect is alive and the "
+                         "reporter was itself accused within the window")};
+  }
+  if (probe == ProbeResult::kAlive) {
+    // Both answer: the link between them failed, not a member. Nobody is
+    // removed; the next epoch rebuilds communicators with the same members.
+    return {{},
+            absl::StrCat(who,
+                         "; dismissed: both alive (probe answered); "
+                         "communicators are rebuilt")};
+  }
+  return Remove(report.suspect,
+                absl::StrCat(who, "; removed at once (fast path)"));
+}
+
+}  // namespace shardd::coordinator

@@ -1,0 +1,86 @@
+#ifndef SHARDD_DAEMON_COORDINATOR_FAILURE_DETECTOR_H_
+#define SHARDD_DAEMON_COORDINATOR_FAILURE_DETECTOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace shardd::coordinator {
+
+// What the detector needs to know about one live member.
+struct MemberLiveness {
+  int rank = 0;
+  absl::Time last_heartbeat;
+  absl::Time lease_expiry;
+};
+
+// One failure report, kept for the accusation window.
+struct Accusation {
+  int reporter = 0;
+  int suspect = 0;
+  absl::Time time;
+};
+
+struct DetectorOptions {
+  // A member that does not renew within this is removed. Members renew
+  // every lease / 3, so two lost heartbeats in a row are tolerated.
+  absl::Duration lease = absl::Milliseconds(1500);
+  // Reports older than this no longer count towards "odd one out".
+  absl::Duration accusation_window = absl::Seconds(30);
+};
+
+// Result of asking the suspect directly (Peer.Probe with a short deadline),
+// done by the caller before deciding; the detector itself does no I/O.
+enum class ProbeResult {
+  kNotProbed,    // No probe was possible: decide on reports and leases.
+  kAlive,        // The suspect answered.
+  kUnreachable,  // Refused, reset or timed out.
+};
+
+struct Removal {
+  int rank = 0;
+  std::string reason;
+};
+
+// Members whose lease ran out by `now`, with a reason each
+// ("rank 2 lease expired 150 ms ago (last heartbeat 1650 ms ago)").
+// Pure: a function of its arguments only.
+std::vector<Removal> DecideLeaseExpiry(absl::Time now,
+                                       const std::vector<MemberLiveness>& live,
+                                       const DetectorOptions& options);
+
+struct ReportDecision {
+  // Members to remove now (the suspect, or a reporter found to be the odd
+  // one out); empty when the report is dismissed.
+  std::vector<Removal> removals;
+  // Why, for the decisions log and the reply.
+  std::string reason;
+};
+
+// The fast path: a survivor reports that a collective with `suspect` failed.
+//
+// The suspect is removed at once, unless it is demonstrably alive and the
+// reporter is the odd one out. A reporter is the odd one out when, within
+// the accusation window, it has accused two or more different members that
+// are still alive, or another member has accused it: one sick node (a bad
+// NIC, a stuck process) then fails every collective it takes part in and
+// would otherwise evict healthy members one by one. Such a reporter is
+// removed instead when it has accused two or more live members.
+//
+// "Alive" means: the probe answered, or, when not probed, the lease is
+// still running and the last heartbeat is within a heartbeat period
+// (lease / 3) of the report. A suspect whose probe failed or whose lease ran
+// out is removed regardless.
+//
+// `live` holds the live members (reporter and suspect included);
+// `recent` holds earlier reports within the window (this one excluded).
+// Pure.
+ReportDecision DecideReport(absl::Time now, const Accusation& report,
+                            const std::vector<MemberLiveness>& live,
+                            const std::vector<Accusation>& recent,
+                            ProbeResult probe, const DetectorOptions& options);
+
+}  // namespace shardd::coordinator
+
+#endif  // SHARDD_DAEMON_COORDINATOR_FAILURE_DETECTOR_H_
