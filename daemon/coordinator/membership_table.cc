@@ -1,0 +1,419 @@
+#include "daemon/coordinator/membership_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/host_port.h"
+
+namespace shardd::coordinator {
+
+absl::string_view MemberPhaseName(MemberPhase phase) {
+  switch (phase) {
+    case MemberPhase::kEmpty:
+      return "EMPTY";
+    case MemberPhase::kJoining:
+      return "JOINING";
+    case MemberPhase::kRecovering:
+      return "RECOVERING";
+    case MemberPhase::kReady:
+      return "READY";
+    case MemberPhase::kFailed:
+      return "FAILED";
+    case MemberPhase::kLeft:
+      return "LEFT";
+  }
+  return "UNKNOWN";
+}
+
+absl::string_view DecisionKindName(DecisionKind kind) {
+  switch (kind) {
+    case DecisionKind::kMemberJoined:
+      return "MEMBER_JOINED";
+    case DecisionKind::kJoinRejected:
+      return "JOIN_REJECTED";
+    case DecisionKind::kMemberRemoved:
+      return "MEMBER_REMOVED";
+    case DecisionKind::kMemberLeft:
+      return "MEMBER_LEFT";
+    case DecisionKind::kEpochStarted:
+      return "EPOCH_STARTED";
+    case DecisionKind::kEpochReady:
+      return "EPOCH_READY";
+    case DecisionKind::kRecoveryPlanned:
+      return "RECOVERY_PLANNED";
+    case DecisionKind::kFailureReportDismissed:
+      return "FAILURE_REPORT_DISMISSED";
+    case DecisionKind::kUnrecoverable:
+      return "UNRECOVERABLE";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<MembershipTable> MembershipTable::Create(
+    const MembershipOptions& options) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size must be >= 1, got ", options.world_size));
+  }
+  if (options.sharding_factor < 1 ||
+      options.world_size % options.sharding_factor != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharding_factor (", options.sharding_factor,
+        ") must be >= 1 and divide world_size (", options.world_size, ")"));
+  }
+  if (options.detector.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease must be positive");
+  }
+  return MembershipTable(options);
+}
+
+MembershipTable::MembershipTable(const MembershipOptions& options)
+    : options_(options), slots_(options.world_size) {
+  for (int r = 0; r < options.world_size; ++r) slots_[r].rank = r;
+}
+
+void MembershipTable::Log(absl::Time now, DecisionKind kind,
+                          std::vector<int> ranks, std::string reason) {
+  decisions_.push_back(
+      {now, epoch_, kind, std::move(ranks), std::move(reason)});
+  while (decisions_.size() > options_.max_decisions) decisions_.pop_front();
+}
+
+void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
+                                 absl::string_view why) {
+  epoch_ = std::max(epoch_ + 1, at_least);
+  was_ready_ = false;
+  Log(now, DecisionKind::kEpochStarted, {},
+      absl::StrCat("epoch ", epoch_, ": ", why));
+}
+
+void MembershipTable::Remove(int rank, MemberPhase phase, absl::Time now,
+                             const std::string& reason) {
+  SlotRecord& slot = slots_[rank];
+  slot.phase = phase;
+  slot.lease_token.clear();
+  Log(now,
+      phase == MemberPhase::kLeft ? DecisionKind::kMemberLeft
+                                  : DecisionKind::kMemberRemoved,
+      {rank}, reason);
+}
+
+bool MembershipTable::ready() const {
+  for (const SlotRecord& s : slots_) {
+    if (s.phase != MemberPhase::kReady || s.ready_epoch != epoch_) return false;
+  }
+  return true;
+}
+
+void MembershipTable::NoteReadiness(absl::Time now) {
+  if (!was_ready_ && ready()) {
+    was_ready_ = true;
+    Log(now, DecisionKind::kEpochReady, {},
+        absl::StrCat("epoch ", epoch_, " ready: all ", options_.world_size,
+                     " members READY at step ", committed_step_));
+  }
+}
+
+std::vector<MemberLiveness> MembershipTable::Liveness() const {
+  std::vector<MemberLiveness> live;
+  for (const SlotRecord& s : slots_) {
+    if (s.live()) live.push_back({s.rank, s.last_heartbeat, s.lease_expiry});
+  }
+  return live;
+}
+
+absl::Time MembershipTable::next_expiry() const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const SlotRecord& s : slots_) {
+    if (s.live()) next = std::min(next, s.lease_expiry);
+  }
+  return next;
+}
+
+absl::StatusOr<JoinOutcome> MembershipTable::Join(
+    const JoinRequestInfo& request, absl::Time now,
+    const std::string& lease_token) {
+  const int w = options_.world_size;
+  if (request.identity.empty()) {
+    return absl::InvalidArgumentError("identity must not be empty");
+  }
+  if (auto hp = core::ParseHostPort(request.peer_address, "peer_address");
+      !hp.ok()) {
+    return hp.status();
+  }
+  if (request.rank < -1 || request.rank >= w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank must be -1 (any) or in [0, ", w, "), got ", request.rank));
+  }
+  if (lease_token.empty()) {
+    return absl::InvalidArgumentError("lease_token must not be empty");
+  }
+
+  // Where is this identity now?
+  int live_slot = -1;
+  int previous_slot = -1;
+  for (const SlotRecord& s : slots_) {
+    if (s.identity != request.identity) continue;
+    if (s.live()) live_slot = s.rank;
+    if (previous_slot < 0) previous_slot = s.rank;
+  }
+  if (live_slot >= 0) {
+    if (request.rank >= 0 && request.rank != live_slot) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "identity '", request.identity, "' is live in slot ", live_slot,
+          "; it cannot also claim slot ", request.rank));
+    }
+    SlotRecord& s = slots_[live_slot];
+    if (s.incarnation == request.incarnation) {
+      // A retried Join of the same process: answer as before.
+      JoinOutcome same;
+      same.rank = live_slot;
+      same.epoch = epoch_;
+      same.lease_token = s.lease_token;
+      same.committed_step = committed_step_;
+      return same;
+    }
+  }
+
+  int rank = request.rank;
+  if (rank >= 0) {
+    const SlotRecord& s = slots_[rank];
+    if (s.live() && s.identity != request.identity) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "slot ", rank, " is held by live member '", s.identity, "'"));
+    }
+  } else if (live_slot >= 0) {
+    rank = live_slot;
+  } else if (previous_slot >= 0 && !slots_[previous_slot].live()) {
+    rank = previous_slot;  // A stable identity maps to its old slot.
+  } else {
+    // A failed or departed member's slot first (a replacement), then a
+    // never-used one; the lowest rank within each.
+    for (bool want_used : {true, false}) {
+      for (const SlotRecord& s : slots_) {
+        if (!s.live() && (s.phase != MemberPhase::kEmpty) == want_used) {
+          rank = s.rank;
+          break;
+        }
+      }
+      if (rank >= 0) break;
+    }
+    if (rank < 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no free slot: all ", w, " slots are held by live members"));
+    }
+  }
+
+  if (request.holds_shard && request.model_fingerprint != 0) {
+    for (const SlotRecord& s : slots_) {
+      if (s.live() && s.rank != rank && s.holds_shard &&
+          s.model_fingerprint != 0 &&
+          s.model_fingerprint != request.model_fingerprint) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model_fingerprint ", request.model_fingerprint,
+            " differs from live member ", s.rank, "'s ", s.model_fingerprint,
+            ": this daemon holds a shard of another model"));
+      }
+    }
+  }
+
+  // Accepted: from here on the table changes.
+  SlotRecord& slot = slots_[rank];
+  const bool replaced_live = slot.live();
+  if (replaced_live) {
+    Remove(rank, MemberPhase::kFailed, now,
+           absl::StrCat("rank ", rank, " '", slot.identity,
+                        "' replaced by a new incarnation"));
+  }
+  bool training_started = false;
+  for (const SlotRecord& s : slots_) {
+    if (s.live() && s.holds_shard) training_started = true;
+  }
+  if (request.holds_shard) {
+    committed_step_ = std::max(committed_step_, request.last_committed_step);
+  }
+  slot.phase = MemberPhase::kJoining;
+  slot.identity = request.identity;
+  slot.peer_address = request.peer_address;
+  slot.incarnation = request.incarnation;
+  slot.lease_token = lease_token;
+  slot.joined = now;
+  slot.last_heartbeat = now;
+  slot.lease_expiry = now + options_.detector.lease;
+  slot.committed_step =
+      request.holds_shard ? request.last_committed_step : committed_step_;
+  slot.ready_epoch = -1;
+  slot.holds_shard = request.holds_shard;
+  slot.model_fingerprint = request.model_fingerprint;
+  Log(now, DecisionKind::kMemberJoined, {rank},
+      absl::StrCat("rank ", rank, " joined: '", request.identity, "' at ",
+                   request.peer_address,
+                   request.holds_shard
+                       ? absl::StrCat(" holding its shard at step ",
+                                      request.last_committed_step)
+                       : std::string()));
+  StartEpoch(now, request.last_epoch + 1,
+             absl::StrCat("rank ", rank, " joined"));
+
+  JoinOutcome out;
+  out.rank = rank;
+  out.epoch = epoch_;
+  out.lease_token = lease_token;
+  out.committed_step = committed_step_;
+  if (!request.holds_shard && training_started) {
+    const int f = options_.sharding_factor;
+    const int shard_index = rank % f;
+    std::vector<int> sources;
+    for (const SlotRecord& s : slots_) {
+      if (s.rank != rank && s.live() && s.holds_shard &&
+          s.rank % f == shard_index) {
+        sources.push_back(s.rank);
+      }
+    }
+    if (sources.empty()) {
+      out.unrecoverable = true;
+      Log(now, DecisionKind::kUnrecoverable, {rank},
+          absl::StrCat("shard ", shard_index, " of rank ", rank,
+                       " has no live replica (W/F = ", w / f,
+                       "): it cannot be rebuilt from replicas; only a "
+                       "checkpoint can restore it"));
+    } else {
+      // Rotate so that replacements of different groups start at different
+      // sources and the copy load spreads over the replicas.
+      std::rotate(sources.begin(),
+                  sources.begin() + (rank / f) % sources.size(), sources.end());
+      slot.phase = MemberPhase::kRecovering;
+      out.recovery =
+          RecoveryAssignment{rank, shard_index, sources, committed_step_};
+      std::string list;
+      for (int r : sources) absl::StrAppend(&list, list.empty() ? "" : ",", r);
+      Log(now, DecisionKind::kRecoveryPlanned, {rank},
+          absl::StrCat("rank ", rank, " copies shard ", shard_index,
+                       " at step ", committed_step_, " from rank(s) ", list));
+    }
+  }
+  return out;
+}
+
+absl::Status MembershipTable::Heartbeat(int rank, absl::string_view lease_token,
+                                        int64_t epoch, int64_t committed_step,
+                                        MemberPhase state, absl::Time now) {
+  if (state != MemberPhase::kJoining && state != MemberPhase::kRecovering &&
+      state != MemberPhase::kReady) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state must be JOINING, RECOVERING or READY, got ",
+                     MemberPhaseName(state)));
+  }
+  if (rank < 0 || rank >= options_.world_size || !slots_[rank].live() ||
+      slots_[rank].lease_token != lease_token) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", rank,
+        " is not held by a live member with this lease_token (lease expired "
+        "or replaced): stop and Join again"));
+  }
+  SlotRecord& slot = slots_[rank];
+  slot.last_heartbeat = now;
+  slot.lease_expiry = now + options_.detector.lease;
+  if (epoch != epoch_) return absl::OkStatus();
+  slot.committed_step = committed_step;
+  slot.phase = state;
+  if (state == MemberPhase::kReady) {
+    slot.ready_epoch = epoch_;
+    slot.holds_shard = true;
+    // A READY member holds its shard at its committed step; the cluster's
+    // committed step is the highest such step (the commit vote raises it
+    // too), and replacements recover to it.
+    committed_step_ = std::max(committed_step_, committed_step);
+  }
+  NoteReadiness(now);
+  return absl::OkStatus();
+}
+
+absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
+                                    absl::string_view reason, absl::Time now) {
+  if (rank < 0 || rank >= options_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be in [0, ", options_.world_size, ")"));
+  }
+  SlotRecord& slot = slots_[rank];
+  if (!slot.live()) return absl::OkStatus();  // Already gone: idempotent.
+  if (slot.lease_token != lease_token) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", rank, " is held by another member (lease_token differs)"));
+  }
+  Remove(rank, MemberPhase::kLeft, now,
+         absl::StrCat("rank ", rank, " left: ", reason));
+  StartEpoch(now, 0, absl::StrCat("rank ", rank, " left"));
+  return absl::OkStatus();
+}
+
+std::vector<int> MembershipTable::ExpireLeases(absl::Time now) {
+  std::vector<int> removed;
+  for (const Removal& r :
+       DecideLeaseExpiry(now, Liveness(), options_.detector)) {
+    Remove(r.rank, MemberPhase::kFailed, now, r.reason);
+    removed.push_back(r.rank);
+  }
+  if (!removed.empty()) {
+    std::string list;
+    for (int r : removed) absl::StrAppend(&list, list.empty() ? "" : ",", r);
+    StartEpoch(now, 0, absl::StrCat("lease expired: rank(s) ", list));
+  }
+  return removed;
+}
+
+absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
+    int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
+    absl::string_view detail, ProbeResult probe, absl::Time now) {
+  const int w = options_.world_size;
+  if (suspect < 0 || suspect >= w || suspect == reporter) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("suspect_rank must be in [0, ", w,
+                     ") and differ from the reporter, got ", suspect));
+  }
+  if (reporter < 0 || reporter >= w || !slots_[reporter].live() ||
+      slots_[reporter].lease_token != lease_token) {
+    return absl::NotFoundError(
+        absl::StrCat("reporter rank ", reporter, " is not a live member"));
+  }
+  if (epoch < epoch_) {
+    return absl::AbortedError(
+        absl::StrCat("epoch ", epoch,
+                     " is stale: the failure was handled by epoch ", epoch_));
+  }
+  if (epoch > epoch_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch ", epoch, " has not begun (current ", epoch_, ")"));
+  }
+  const Accusation report{reporter, suspect, now};
+  const ReportDecision d = DecideReport(now, report, Liveness(), accusations_,
+                                        probe, options_.detector);
+  // Keep the window's accusations only.
+  accusations_.erase(
+      std::remove_if(accusations_.begin(), accusations_.end(),
+                     [&](const Accusation& a) {
+                       return now - a.time >
+                              options_.detector.accusation_window;
+                     }),
+      accusations_.end());
+  accusations_.push_back(report);
+
+  ReportOutcome out;
+  const std::string full = absl::StrCat(d.reason, " [", detail, "]");
+  if (d.removals.empty()) {
+    Log(now, DecisionKind::kFailureReportDismissed, {reporter, suspect}, full);
+  }
+  for (const Removal& r : d.removals) {
+    Remove(r.rank, MemberPhase::kFailed, now,
+           absl::StrCat(r.reason, " [", detail, "]"));
+    out.removed.push_back(r.rank);
+  }
+  StartEpoch(now, 0,
+             absl::StrCat("collective failure reported by rank ", reporter));
+  out.epoch = epoch_;
+  out.decision = full;
+  return out;
+}
+
+}  // namespace shardd::coordinator

@@ -1,0 +1,209 @@
+#ifndef SHARDD_DAEMON_COORDINATOR_MEMBERSHIP_TABLE_H_
+#define SHARDD_DAEMON_COORDINATOR_MEMBERSHIP_TABLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator/failure_detector.h"
+
+namespace shardd::coordinator {
+
+enum class MemberPhase {
+  kEmpty,       // No member has held the slot.
+  kJoining,     // Joined this epoch; building communicators.
+  kRecovering,  // A replacement copying its shard from a replica.
+  kReady,       // Reported READY for the current epoch.
+  kFailed,      // Removed: lease expired or failure confirmed.
+  kLeft,        // Left gracefully.
+};
+
+absl::string_view MemberPhaseName(MemberPhase phase);
+
+enum class DecisionKind {
+  kMemberJoined,
+  kJoinRejected,
+  kMemberRemoved,
+  kMemberLeft,
+  kEpochStarted,
+  kEpochReady,
+  kRecoveryPlanned,
+  kFailureReportDismissed,
+  kUnrecoverable,
+};
+
+absl::string_view DecisionKindName(DecisionKind kind);
+
+// One entry of the decisions log: what the coordinator decided and why.
+struct Decision {
+  absl::Time time;
+  int64_t epoch = 0;
+  DecisionKind kind = DecisionKind::kEpochStarted;
+  std::vector<int> ranks;
+  std::string reason;
+};
+
+// One slot (rank).
+struct SlotRecord {
+  int rank = 0;
+  MemberPhase phase = MemberPhase::kEmpty;
+  std::string identity;
+  std::string peer_address;
+  std::string incarnation;
+  std::string lease_token;
+  absl::Time joined = absl::InfinitePast();
+  absl::Time last_heartbeat = absl::InfinitePast();
+  absl::Time lease_expiry = absl::InfinitePast();
+  int64_t committed_step = 0;
+  // The epoch for which the member last reported READY.
+  int64_t ready_epoch = -1;
+  // The member holds its shard of a registered model.
+  bool holds_shard = false;
+  uint64_t model_fingerprint = 0;
+
+  bool live() const {
+    return phase == MemberPhase::kJoining ||
+           phase == MemberPhase::kRecovering || phase == MemberPhase::kReady;
+  }
+};
+
+struct MembershipOptions {
+  int world_size = 1;       // W
+  int sharding_factor = 1;  // F; must divide W.
+  DetectorOptions detector;
+  // Oldest decisions are dropped beyond this.
+  size_t max_decisions = 1000;
+};
+
+struct JoinRequestInfo {
+  int rank = -1;  // -1: any empty slot.
+  std::string identity;
+  std::string peer_address;  // host:port
+  std::string incarnation;
+  // For a coordinator restart: what the daemon had before.
+  int64_t last_epoch = 0;
+  bool holds_shard = false;
+  int64_t last_committed_step = 0;
+  uint64_t model_fingerprint = 0;
+};
+
+// A replacement's shard copy, as planned at its join.
+struct RecoveryAssignment {
+  int target_rank = 0;
+  int shard_index = 0;
+  // Live members holding the shard, in order of preference (rotated by the
+  // target so that several replacements spread over the replicas).
+  std::vector<int> source_ranks;
+  int64_t step = 0;
+};
+
+struct JoinOutcome {
+  int rank = 0;
+  int64_t epoch = 0;
+  std::string lease_token;
+  // Set when the member must copy its shard before reporting READY.
+  std::optional<RecoveryAssignment> recovery;
+  // True when the shard has no live replica: only a checkpoint can help.
+  bool unrecoverable = false;
+  int64_t committed_step = 0;
+};
+
+struct ReportOutcome {
+  int64_t epoch = 0;
+  std::vector<int> removed;
+  std::string decision;
+};
+
+// The coordinator's membership state and every decision that changes it.
+//
+// Deterministic and free of I/O: time comes in as an argument and lease
+// tokens are chosen by the caller, so every rule is unit-tested with an
+// injected clock. The epoch advances whenever the set of members changes and
+// whenever a failure report declares the epoch's communicators dead (they
+// are never mended in place). The cluster is ready when all W slots are held
+// by live members that reported READY for the current epoch.
+//
+// Not thread-safe: the coordinator service serialises calls under its lock.
+class MembershipTable {
+ public:
+  // INVALID_ARGUMENT naming the field for W < 1, F < 1, F not dividing W, or
+  // a non-positive lease.
+  static absl::StatusOr<MembershipTable> Create(
+      const MembershipOptions& options);
+
+  // Claims a slot (see JoinRequestInfo). Errors change nothing:
+  // INVALID_ARGUMENT (identity empty, peer_address malformed, rank out of
+  // range), ALREADY_EXISTS (slot held by another live identity, or the
+  // identity live in another slot), RESOURCE_EXHAUSTED (no free slot),
+  // FAILED_PRECONDITION (a shard of another model). The same identity and
+  // incarnation joining its own live slot again (a retried call) is
+  // idempotent.
+  absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request,
+                                   absl::Time now,
+                                   const std::string& lease_token);
+
+  // Renews the lease of `rank`. NOT_FOUND unless a live member holds the
+  // slot with this token; INVALID_ARGUMENT for a state other than JOINING,
+  // RECOVERING or READY. A heartbeat for an older epoch renews the lease but
+  // its state is ignored.
+  absl::Status Heartbeat(int rank, absl::string_view lease_token, int64_t epoch,
+                         int64_t committed_step, MemberPhase state,
+                         absl::Time now);
+
+  // The member leaves; NOT_FOUND when the token does not match a live
+  // member of the slot.
+  absl::Status Leave(int rank, absl::string_view lease_token,
+                     absl::string_view reason, absl::Time now);
+
+  // Removes the members whose lease ran out by `now`; returns their ranks.
+  std::vector<int> ExpireLeases(absl::Time now);
+
+  // A survivor's fast-path report (see DecideReport). INVALID_ARGUMENT for a
+  // suspect out of range or equal to the reporter; NOT_FOUND when the
+  // reporter is not live with this token; ABORTED for an epoch older than
+  // the current one (already handled); FAILED_PRECONDITION for a future
+  // epoch. Always starts a new epoch otherwise.
+  absl::StatusOr<ReportOutcome> ReportFailure(
+      int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
+      absl::string_view detail, ProbeResult probe, absl::Time now);
+
+  int64_t epoch() const { return epoch_; }
+  bool ready() const;
+  int64_t committed_step() const { return committed_step_; }
+  const MembershipOptions& options() const { return options_; }
+  const std::vector<SlotRecord>& slots() const { return slots_; }
+  // Oldest first.
+  const std::deque<Decision>& decisions() const { return decisions_; }
+  // The earliest lease expiry among live members (InfiniteFuture if none):
+  // when ExpireLeases next has work.
+  absl::Time next_expiry() const;
+
+ private:
+  explicit MembershipTable(const MembershipOptions& options);
+
+  void Log(absl::Time now, DecisionKind kind, std::vector<int> ranks,
+           std::string reason);
+  void StartEpoch(absl::Time now, int64_t at_least, absl::string_view why);
+  void Remove(int rank, MemberPhase phase, absl::Time now,
+              const std::string& reason);
+  void NoteReadiness(absl::Time now);
+  std::vector<MemberLiveness> Liveness() const;
+
+  MembershipOptions options_;
+  int64_t epoch_ = 0;
+  int64_t committed_step_ = 0;
+  bool was_ready_ = false;
+  std::vector<SlotRecord> slots_;
+  std::deque<Decision> decisions_;
+  std::vector<Accusation> accusations_;
+};
+
+}  // namespace shardd::coordinator
+
+#endif  // SHARDD_DAEMON_COORDINATOR_MEMBERSHIP_TABLE_H_

@@ -1,0 +1,337 @@
+#include "daemon/coordinator/membership_table.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace shardd::coordinator {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(2'000'000);
+const absl::Duration kLease = absl::Milliseconds(1500);
+
+class MembershipTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MembershipOptions options;
+    options.world_size = 4;
+    options.sharding_factor = 2;
+    options.detector.lease = kLease;
+    auto table = MembershipTable::Create(options);
+    ASSERT_TRUE(table.ok());
+    table_.emplace(*std::move(table));
+  }
+
+  static JoinRequestInfo Request(int rank, const std::string& identity) {
+    JoinRequestInfo r;
+    r.rank = rank;
+    r.identity = identity;
+    r.peer_address = absl::StrCat("127.0.0.1:", 7000 + rank + 1);
+    r.incarnation = identity + "-inc1";
+    return r;
+  }
+
+  // Joins ranks 0..3 and makes every one READY with a shard.
+  void JoinAllReady(absl::Time now) {
+    for (int r = 0; r < 4; ++r) {
+      auto out = table_->Join(Request(r, absl::StrCat("pod-", r)), now,
+                              absl::StrCat("token-", r));
+      ASSERT_TRUE(out.ok()) << out.status();
+    }
+    for (int r = 0; r < 4; ++r) ReadyHeartbeat(r, now);
+  }
+
+  void ReadyHeartbeat(int r, absl::Time now) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                7, MemberPhase::kReady, now)
+                    .ok());
+  }
+
+  // Everything a rejected call must leave untouched.
+  std::string Snapshot() const {
+    std::string s =
+        absl::StrCat(table_->epoch(), "/", table_->decisions().size(), "/");
+    for (const SlotRecord& slot : table_->slots()) {
+      absl::StrAppend(&s, MemberPhaseName(slot.phase), ":", slot.identity, ":",
+                      slot.lease_token, ";");
+    }
+    return s;
+  }
+
+  std::optional<MembershipTable> table_;
+};
+
+TEST_F(MembershipTableTest, RejectsInvalidOptionsNamingTheField) {
+  MembershipOptions o;
+  o.world_size = 6;
+  o.sharding_factor = 4;
+  auto t = MembershipTable::Create(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("sharding_factor"), std::string::npos);
+  o.world_size = 0;
+  EXPECT_FALSE(MembershipTable::Create(o).ok());
+}
+
+TEST_F(MembershipTableTest, JoinAssignsSlotAndAdvancesEpoch) {
+  auto out = table_->Join(Request(2, "pod-2"), kT0, "token-2");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->rank, 2);
+  EXPECT_EQ(out->epoch, 1);
+  EXPECT_EQ(table_->slots()[2].phase, MemberPhase::kJoining);
+  EXPECT_FALSE(out->recovery.has_value());  // Nothing to recover yet.
+  auto any = table_->Join(Request(-1, "pod-x"), kT0, "token-x");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->rank, 0);  // Lowest empty slot.
+  EXPECT_EQ(any->epoch, 2);
+}
+
+TEST_F(MembershipTableTest, ReadyOnlyWhenAllSlotsReportReadyForTheEpoch) {
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(table_
+                    ->Join(Request(r, absl::StrCat("pod-", r)), kT0,
+                           absl::StrCat("token-", r))
+                    .ok());
+  }
+  for (int r = 0; r < 3; ++r) ReadyHeartbeat(r, kT0);
+  EXPECT_FALSE(table_->ready());
+  // A READY for an older epoch does not count.
+  ASSERT_TRUE(table_
+                  ->Heartbeat(3, "token-3", table_->epoch() - 1, 0,
+                              MemberPhase::kReady, kT0)
+                  .ok());
+  EXPECT_FALSE(table_->ready());
+  ReadyHeartbeat(3, kT0);
+  EXPECT_TRUE(table_->ready());
+  EXPECT_EQ(table_->decisions().back().kind, DecisionKind::kEpochReady);
+}
+
+TEST_F(MembershipTableTest, DuplicateSlotClaimIsRejectedAndChangesNothing) {
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1"), kT0, "token-1").ok());
+  const std::string before = Snapshot();
+  auto dup = table_->Join(Request(1, "pod-other"), kT0, "token-o");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.status().message().find("pod-1"), std::string::npos);
+  // The same identity claiming a second slot.
+  auto second = table_->Join(Request(3, "pod-1"), kT0, "token-z");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(MembershipTableTest, RetriedJoinOfTheSameProcessIsIdempotent) {
+  auto first = table_->Join(Request(1, "pod-1"), kT0, "token-1");
+  ASSERT_TRUE(first.ok());
+  const std::string before = Snapshot();
+  auto again = table_->Join(Request(1, "pod-1"), kT0, "token-new");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->lease_token, "token-1");
+  EXPECT_EQ(again->epoch, first->epoch);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(MembershipTableTest, RejectsMalformedJoinsNamingTheField) {
+  const std::string before = Snapshot();
+  JoinRequestInfo r = Request(0, "pod-0");
+  r.identity = "";
+  EXPECT_NE(table_->Join(r, kT0, "t").status().message().find("identity"),
+            std::string::npos);
+  r = Request(0, "pod-0");
+  r.peer_address = "no-port";
+  EXPECT_NE(table_->Join(r, kT0, "t").status().message().find("peer_address"),
+            std::string::npos);
+  r = Request(4, "pod-0");
+  EXPECT_NE(table_->Join(r, kT0, "t").status().message().find("rank"),
+            std::string::npos);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(MembershipTableTest, NoFreeSlotIsResourceExhausted) {
+  JoinAllReady(kT0);
+  auto fifth = table_->Join(Request(-1, "pod-4"), kT0, "token-4");
+  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(MembershipTableTest, MissedLeaseRemovesMemberAndStartsEpoch) {
+  JoinAllReady(kT0);
+  const int64_t epoch = table_->epoch();
+  // Ranks 0..2 keep heartbeating; rank 3 goes silent.
+  const absl::Time later = kT0 + absl::Milliseconds(1000);
+  for (int r = 0; r < 3; ++r) ReadyHeartbeat(r, later);
+  EXPECT_TRUE(table_->ExpireLeases(kT0 + absl::Milliseconds(1499)).empty());
+  EXPECT_EQ(table_->next_expiry(), kT0 + kLease);
+  const auto removed = table_->ExpireLeases(kT0 + kLease);
+  ASSERT_EQ(removed, std::vector<int>{3});
+  EXPECT_EQ(table_->slots()[3].phase, MemberPhase::kFailed);
+  EXPECT_EQ(table_->epoch(), epoch + 1);
+  EXPECT_FALSE(table_->ready());
+  bool logged = false;
+  for (const Decision& d : table_->decisions()) {
+    logged |= d.kind == DecisionKind::kMemberRemoved &&
+              d.reason.find("lease expired") != std::string::npos;
+  }
+  EXPECT_TRUE(logged);
+  // The removed member's heartbeats are refused: it must re-join.
+  EXPECT_EQ(
+      table_
+          ->Heartbeat(3, "token-3", epoch, 7, MemberPhase::kReady, kT0 + kLease)
+          .code(),
+      absl::StatusCode::kNotFound);
+}
+
+TEST_F(MembershipTableTest, ReplacementTakesTheSlotAndCopiesFromAReplica) {
+  JoinAllReady(kT0);
+  const absl::Time t1 = kT0 + absl::Milliseconds(1000);
+  for (int r : {0, 1, 2}) ReadyHeartbeat(r, t1);
+  ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), std::vector<int>{3});
+  auto replacement = table_->Join(Request(-1, "pod-3b"), t1, "token-3b");
+  ASSERT_TRUE(replacement.ok());
+  EXPECT_EQ(replacement->rank, 3);  // The failed slot is reused.
+  ASSERT_TRUE(replacement->recovery.has_value());
+  EXPECT_EQ(replacement->recovery->shard_index, 1);
+  EXPECT_EQ(replacement->recovery->source_ranks, std::vector<int>{1});
+  EXPECT_EQ(replacement->recovery->step, 7);
+  EXPECT_EQ(table_->slots()[3].phase, MemberPhase::kRecovering);
+}
+
+TEST_F(MembershipTableTest, WithoutReplicasTheLossIsUnrecoverable) {
+  MembershipOptions o;
+  o.world_size = 2;
+  o.sharding_factor = 2;
+  auto table = MembershipTable::Create(o);
+  ASSERT_TRUE(table.ok());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(table
+                    ->Join(Request(r, absl::StrCat("pod-", r)), kT0,
+                           absl::StrCat("token-", r))
+                    .ok());
+    ASSERT_TRUE(table
+                    ->Heartbeat(r, absl::StrCat("token-", r), table->epoch(), 3,
+                                MemberPhase::kReady, kT0)
+                    .ok());
+  }
+  ASSERT_TRUE(table
+                  ->Heartbeat(0, "token-0", table->epoch(), 3,
+                              MemberPhase::kReady, kT0 + absl::Seconds(1))
+                  .ok());
+  ASSERT_EQ(table->ExpireLeases(kT0 + kLease), std::vector<int>{1});
+  auto replacement = table->Join(Request(1, "pod-1b"), kT0 + kLease, "t");
+  ASSERT_TRUE(replacement.ok());
+  EXPECT_TRUE(replacement->unrecoverable);
+  EXPECT_FALSE(replacement->recovery.has_value());
+  EXPECT_EQ(table->decisions().back().kind, DecisionKind::kUnrecoverable);
+  EXPECT_NE(table->decisions().back().reason.find("checkpoint"),
+            std::string::npos);
+}
+
+TEST_F(MembershipTableTest, FastPathReportRemovesSuspectAtOnce) {
+  JoinAllReady(kT0);
+  const int64_t epoch = table_->epoch();
+  auto out = table_->ReportFailure(
+      1, "token-1", epoch, 3, "allgather: connection reset",
+      ProbeResult::kNotProbed, kT0 + absl::Milliseconds(10));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->removed, std::vector<int>{3});
+  EXPECT_EQ(out->epoch, epoch + 1);
+  EXPECT_EQ(table_->slots()[3].phase, MemberPhase::kFailed);
+  EXPECT_NE(out->decision.find("connection reset"), std::string::npos);
+  // A second survivor reporting the same failure for the old epoch: ABORTED.
+  auto late = table_->ReportFailure(0, "token-0", epoch, 3, "same",
+                                    ProbeResult::kNotProbed,
+                                    kT0 + absl::Milliseconds(11));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(MembershipTableTest, FalseAccusationsDoNotEvictHealthyMembers) {
+  JoinAllReady(kT0);
+  // Rank 0 is sick: its collectives fail with everyone. Its first report is
+  // answered by a probe: the suspect is alive, nobody is removed.
+  absl::Time now = kT0 + absl::Milliseconds(100);
+  auto first = table_->ReportFailure(0, "token-0", table_->epoch(), 2, "x",
+                                     ProbeResult::kAlive, now);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->removed.empty());
+  // Everyone re-forms the next epoch; rank 0 accuses someone else.
+  for (int r = 0; r < 4; ++r) ReadyHeartbeat(r, now);
+  auto second = table_->ReportFailure(0, "token-0", table_->epoch(), 3, "y",
+                                      ProbeResult::kNotProbed,
+                                      now + absl::Milliseconds(50));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->removed, std::vector<int>{0});  // The odd one out.
+  for (int r : {1, 2, 3}) EXPECT_TRUE(table_->slots()[r].live());
+}
+
+TEST_F(MembershipTableTest, RejectsBadReportsWithoutChangingState) {
+  JoinAllReady(kT0);
+  const std::string before = Snapshot();
+  EXPECT_EQ(table_
+                ->ReportFailure(1, "token-1", table_->epoch(), 1, "",
+                                ProbeResult::kNotProbed, kT0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_
+                ->ReportFailure(1, "wrong", table_->epoch(), 2, "",
+                                ProbeResult::kNotProbed, kT0)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_
+                ->ReportFailure(1, "token-1", table_->epoch() + 5, 2, "",
+                                ProbeResult::kNotProbed, kT0)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(MembershipTableTest, RestartedCoordinatorRebuildsFromRejoiningDaemons) {
+  // A fresh table (the restarted coordinator) and daemons that were in epoch
+  // 9 at step 42, holding their shards.
+  for (int r = 0; r < 4; ++r) {
+    JoinRequestInfo req = Request(r, absl::StrCat("pod-", r));
+    req.last_epoch = 9;
+    req.holds_shard = true;
+    req.last_committed_step = 42;
+    req.model_fingerprint = 0xabc;
+    auto out = table_->Join(req, kT0, absl::StrCat("token-", r));
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->rank, r);
+    EXPECT_GT(out->epoch, 9);
+    EXPECT_FALSE(out->recovery.has_value());  // Nothing lost, nothing copied.
+  }
+  EXPECT_EQ(table_->committed_step(), 42);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                42, MemberPhase::kReady, kT0)
+                    .ok());
+  }
+  EXPECT_TRUE(table_->ready());
+}
+
+TEST_F(MembershipTableTest, RejectsAShardOfAnotherModel) {
+  JoinRequestInfo a = Request(0, "pod-0");
+  a.holds_shard = true;
+  a.model_fingerprint = 1;
+  ASSERT_TRUE(table_->Join(a, kT0, "t0").ok());
+  JoinRequestInfo b = Request(1, "pod-1");
+  b.holds_shard = true;
+  b.model_fingerprint = 2;
+  EXPECT_EQ(table_->Join(b, kT0, "t1").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MembershipTableTest, LeaveEmptiesTheSlotAndIsIdempotent) {
+  JoinAllReady(kT0);
+  const int64_t epoch = table_->epoch();
+  ASSERT_TRUE(table_->Leave(2, "token-2", "drain", kT0).ok());
+  EXPECT_EQ(table_->slots()[2].phase, MemberPhase::kLeft);
+  EXPECT_EQ(table_->epoch(), epoch + 1);
+  EXPECT_TRUE(table_->Leave(2, "token-2", "again", kT0).ok());
+  EXPECT_EQ(table_->epoch(), epoch + 1);
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
