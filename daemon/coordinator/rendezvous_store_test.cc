@@ -1,0 +1,107 @@
+#include "daemon/coordinator/rendezvous_store.h"
+
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace shardd::coordinator {
+namespace {
+
+TEST(RendezvousStoreTest, SetGetWithinTheCurrentEpoch) {
+  RendezvousStore store;
+  store.AdvanceEpoch(3);
+  ASSERT_TRUE(store.Set(3, "gloo/0", "addr0", false).ok());
+  EXPECT_EQ(*store.Get(3, "gloo/0"), "addr0");
+  EXPECT_EQ(store.Get(3, "gloo/1").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Set(3, "gloo/0", "x", true).code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(store.Set(3, "gloo/0", "addr0b", false).ok());
+  EXPECT_EQ(*store.Get(3, "gloo/0"), "addr0b");
+}
+
+TEST(RendezvousStoreTest, StaleAndFutureEpochsAreRejected) {
+  RendezvousStore store;
+  store.AdvanceEpoch(5);
+  EXPECT_EQ(store.Set(4, "k", "v", false).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store.Set(6, "k", "v", false).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Get(4, "k").status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(RendezvousStoreTest, AdvancingTheEpochDropsOldKeys) {
+  RendezvousStore store;
+  store.AdvanceEpoch(1);
+  ASSERT_TRUE(store.Set(1, "k", "v", false).ok());
+  store.AdvanceEpoch(2);
+  EXPECT_EQ(store.Get(2, "k").status().code(), absl::StatusCode::kNotFound);
+  store.AdvanceEpoch(1);  // Never goes back.
+  EXPECT_EQ(store.epoch(), 2);
+}
+
+TEST(RendezvousStoreTest, RejectsOversizedKeysAndValues) {
+  RendezvousStore store({8, 16, 2});
+  store.AdvanceEpoch(1);
+  EXPECT_EQ(store.Set(1, "", "v", false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Set(1, "123456789", "v", false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Set(1, "k", std::string(17, 'x'), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store.Set(1, "a", "v", false).ok());
+  ASSERT_TRUE(store.Set(1, "b", "v", false).ok());
+  EXPECT_EQ(store.Set(1, "c", "v", false).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(RendezvousStoreTest, WaitReturnsOnceEveryKeyIsSet) {
+  RendezvousStore store;
+  store.AdvanceEpoch(1);
+  std::thread setter([&] {
+    // Set from another thread while the main thread waits.
+    ASSERT_TRUE(store.Set(1, "b", "vb", false).ok());
+    ASSERT_TRUE(store.Set(1, "a", "va", false).ok());
+  });
+  auto values = store.Wait(1, {"a", "b"}, absl::Now() + absl::Seconds(30));
+  setter.join();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"va", "vb"}));
+}
+
+TEST(RendezvousStoreTest, WaitTimesOutNamingTheMissingKeys) {
+  RendezvousStore store;
+  store.AdvanceEpoch(1);
+  ASSERT_TRUE(store.Set(1, "a", "va", false).ok());
+  auto values = store.Wait(1, {"a", "b"}, absl::Now() + absl::Milliseconds(50));
+  ASSERT_EQ(values.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(values.status().message().find("\"b\""), std::string::npos);
+  EXPECT_EQ(values.status().message().find("\"a\""), std::string::npos);
+}
+
+TEST(RendezvousStoreTest, NewEpochAbortsWaitersOfTheOldOne) {
+  RendezvousStore store;
+  store.AdvanceEpoch(1);
+  absl::StatusOr<std::vector<std::string>> result;
+  std::thread waiter([&] {
+    result = store.Wait(1, {"never"}, absl::Now() + absl::Seconds(60));
+  });
+  store.AdvanceEpoch(2);
+  waiter.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(RendezvousStoreTest, ShutdownCancelsWaiters) {
+  RendezvousStore store;
+  store.AdvanceEpoch(1);
+  absl::StatusOr<std::vector<std::string>> result;
+  std::thread waiter([&] {
+    result = store.Wait(1, {"never"}, absl::Now() + absl::Seconds(60));
+  });
+  store.Shutdown();
+  waiter.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
