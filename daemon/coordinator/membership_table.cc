@@ -46,6 +46,8 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "FAILURE_REPORT_DISMISSED";
     case DecisionKind::kUnrecoverable:
       return "UNRECOVERABLE";
+    case DecisionKind::kJoinTimeout:
+      return "JOIN_TIMEOUT";
   }
   return "UNKNOWN";
 }
@@ -121,6 +123,24 @@ std::vector<MemberLiveness> MembershipTable::Liveness() const {
     if (s.live()) live.push_back({s.rank, s.last_heartbeat, s.lease_expiry});
   }
   return live;
+}
+
+std::string MembershipTable::NoteJoinTimeout(absl::Time now,
+                                             absl::Duration waited) {
+  std::vector<int> missing;
+  std::string list;
+  for (const SlotRecord& s : slots_) {
+    if (s.phase == MemberPhase::kReady && s.ready_epoch == epoch_) continue;
+    missing.push_back(s.rank);
+    absl::StrAppend(&list, list.empty() ? "" : ", ", s.rank, " (",
+                    MemberPhaseName(s.phase), ")");
+  }
+  std::string reason =
+      absl::StrCat("job not ready ", absl::FormatDuration(waited),
+                   " after start: ", missing.size(), " of ",
+                   options_.world_size, " slots not READY: ", list);
+  Log(now, DecisionKind::kJoinTimeout, std::move(missing), reason);
+  return reason;
 }
 
 absl::Time MembershipTable::next_expiry() const {

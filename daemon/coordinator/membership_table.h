@@ -36,6 +36,7 @@ enum class DecisionKind {
   kRecoveryPlanned,
   kFailureReportDismissed,
   kUnrecoverable,
+  kJoinTimeout,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -178,8 +179,14 @@ class MembershipTable {
   int64_t committed_step() const { return committed_step_; }
   const MembershipOptions& options() const { return options_; }
   const std::vector<SlotRecord>& slots() const { return slots_; }
-  // Oldest first.
+  // Oldest first; at most options().max_decisions.
   const std::deque<Decision>& decisions() const { return decisions_; }
+  // Decisions ever logged (the deque drops the oldest).
+  int64_t decisions_total() const { return decisions_total_; }
+
+  // Records that the job was not ready join_timeout after start, naming
+  // the empty or unready slots. Returns the reason.
+  std::string NoteJoinTimeout(absl::Time now, absl::Duration waited);
   // The earliest lease expiry among live members (InfiniteFuture if none):
   // when ExpireLeases next has work.
   absl::Time next_expiry() const;
@@ -201,6 +208,7 @@ class MembershipTable {
   bool was_ready_ = false;
   std::vector<SlotRecord> slots_;
   std::deque<Decision> decisions_;
+  int64_t decisions_total_ = 0;
   std::vector<Accusation> accusations_;
 };
 

@@ -1,0 +1,209 @@
+#include "daemon/coordinator/coordinator_manager.h"
+
+#include <cstdio>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace shardd::coordinator {
+namespace {
+
+// One line per decision on stderr: the log operators read next to the
+// cluster state.
+void LogDecision(const Decision& d) {
+  std::fprintf(
+      stderr, "%s coordinator: epoch %lld %s: %s\n",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", d.time, absl::UTCTimeZone())
+          .c_str(),
+      static_cast<long long>(d.epoch),
+      std::string(DecisionKindName(d.kind)).c_str(), d.reason.c_str());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorManager>> CoordinatorManager::Create(
+    const CoordinatorOptions& options, std::unique_ptr<Clock> clock,
+    Prober prober) {
+  if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
+  if (options.join_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("join_timeout must be positive");
+  }
+  absl::StatusOr<MembershipTable> table =
+      MembershipTable::Create(options.membership);
+  if (!table.ok()) return table.status();
+  return std::unique_ptr<CoordinatorManager>(new CoordinatorManager(
+      options, *std::move(table), std::move(clock), std::move(prober)));
+}
+
+CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
+                                       MembershipTable table,
+                                       std::unique_ptr<Clock> clock,
+                                       Prober prober)
+    : options_(options),
+      clock_(std::move(clock)),
+      prober_(std::move(prober)),
+      started_(clock_->Now()),
+      table_(std::move(table)) {
+  std::random_device seed;
+  token_salt_ = (static_cast<uint64_t>(seed()) << 32) ^ seed();
+}
+
+std::string CoordinatorManager::NewLeaseToken() {
+  // Unique per join within this coordinator's life, unguessable across
+  // restarts: a member of a previous coordinator cannot reuse its token.
+  ++token_counter_;
+  return absl::StrFormat("%016x-%d", token_salt_, token_counter_);
+}
+
+void CoordinatorManager::Changed(int64_t epoch_before,
+                                 size_t decisions_before) {
+  const int64_t fresh = table_.decisions_total() - decisions_before;
+  const auto& log = table_.decisions();
+  for (int64_t i =
+           std::max<int64_t>(0, static_cast<int64_t>(log.size()) - fresh);
+       i < static_cast<int64_t>(log.size()); ++i) {
+    LogDecision(log[i]);
+  }
+  if (table_.epoch() != epoch_before) rendezvous_.AdvanceEpoch(table_.epoch());
+  if (fresh > 0 || table_.epoch() != epoch_before) ++version_;
+}
+
+absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
+    const JoinRequestInfo& request) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_)
+    return absl::UnavailableError("the coordinator is shutting down");
+  const int64_t epoch = table_.epoch();
+  const int64_t logged = table_.decisions_total();
+  absl::StatusOr<JoinOutcome> out =
+      table_.Join(request, clock_->Now(), NewLeaseToken());
+  Changed(epoch, logged);
+  return out;
+}
+
+absl::Status CoordinatorManager::Heartbeat(int rank,
+                                           const std::string& lease_token,
+                                           int64_t epoch,
+                                           int64_t committed_step,
+                                           MemberPhase state) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_)
+    return absl::UnavailableError("the coordinator is shutting down");
+  const int64_t before = table_.epoch();
+  const int64_t logged = table_.decisions_total();
+  const bool was_ready = table_.ready();
+  absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
+                                    state, clock_->Now());
+  Changed(before, logged);
+  if (table_.ready() != was_ready) ++version_;
+  return s;
+}
+
+absl::Status CoordinatorManager::Leave(int rank, const std::string& lease_token,
+                                       const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  const int64_t before = table_.epoch();
+  const int64_t logged = table_.decisions_total();
+  absl::Status s = table_.Leave(rank, lease_token, reason, clock_->Now());
+  Changed(before, logged);
+  return s;
+}
+
+absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
+    int reporter, const std::string& lease_token, int64_t epoch, int suspect,
+    const std::string& detail) {
+  std::string suspect_address;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) {
+      return absl::UnavailableError("the coordinator is shutting down");
+    }
+    if (suspect >= 0 && suspect < static_cast<int>(table_.slots().size()) &&
+        table_.slots()[suspect].live()) {
+      suspect_address = table_.slots()[suspect].peer_address;
+    }
+  }
+  // The probe is I/O: done without the lock, its result fed to the pure
+  // decision.
+  const ProbeResult probe = (prober_ && !suspect_address.empty())
+                                ? prober_(suspect_address)
+                                : ProbeResult::kNotProbed;
+  absl::MutexLock lock(&mu_);
+  const int64_t before = table_.epoch();
+  const int64_t logged = table_.decisions_total();
+  absl::StatusOr<ReportOutcome> out = table_.ReportFailure(
+      reporter, lease_token, epoch, suspect, detail, probe, clock_->Now());
+  Changed(before, logged);
+  return out;
+}
+
+absl::Time CoordinatorManager::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  const int64_t before = table_.epoch();
+  const int64_t logged = table_.decisions_total();
+  table_.ExpireLeases(now);
+  if (!join_timeout_reported_ && !table_.ready() &&
+      now - started_ >= options_.join_timeout) {
+    join_timeout_reported_ = true;
+    table_.NoteJoinTimeout(now, now - started_);
+  }
+  if (table_.ready()) join_timeout_reported_ = true;
+  Changed(before, logged);
+  absl::Time next = table_.next_expiry();
+  if (!join_timeout_reported_) {
+    next = std::min(next, started_ + options_.join_timeout);
+  }
+  return next;
+}
+
+ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
+  absl::MutexLock lock(&mu_);
+  ClusterSnapshot s;
+  s.version = version_;
+  s.epoch = table_.epoch();
+  s.ready = table_.ready();
+  s.committed_step = table_.committed_step();
+  s.world_size = table_.options().world_size;
+  s.sharding_factor = table_.options().sharding_factor;
+  s.lease = table_.options().detector.lease;
+  s.slots = table_.slots();
+  s.started = started_;
+  const auto& log = table_.decisions();
+  for (auto it = log.rbegin();
+       it != log.rend() && static_cast<int>(s.decisions.size()) < max_decisions;
+       ++it) {
+    s.decisions.push_back(*it);
+  }
+  if (!log.empty()) s.last_reason = log.back().reason;
+  return s;
+}
+
+ClusterSnapshot CoordinatorManager::AwaitChange(int64_t seen_version,
+                                                absl::Time deadline) const {
+  {
+    absl::MutexLock lock(&mu_);
+    auto moved = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || version_ > seen_version;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&moved), deadline);
+  }
+  return Snapshot();
+}
+
+void CoordinatorManager::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  rendezvous_.Shutdown();
+}
+
+bool CoordinatorManager::shut_down() const {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+}  // namespace shardd::coordinator

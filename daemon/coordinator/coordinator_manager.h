@@ -1,0 +1,131 @@
+#ifndef SHARDD_DAEMON_COORDINATOR_COORDINATOR_MANAGER_H_
+#define SHARDD_DAEMON_COORDINATOR_COORDINATOR_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator/membership_table.h"
+#include "daemon/coordinator/rendezvous_store.h"
+
+namespace shardd::coordinator {
+
+// Where the manager reads the time; tests inject a fake.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+};
+
+class RealClock : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+};
+
+// Asks a member directly whether it is alive (Peer.Probe with a short
+// deadline). Called without the manager's lock held.
+using Prober = std::function<ProbeResult(const std::string& peer_address)>;
+
+// A consistent copy of the cluster for watchers, tools and tests.
+struct ClusterSnapshot {
+  // Increases with every change; watchers wait for it to move.
+  int64_t version = 0;
+  int64_t epoch = 0;
+  bool ready = false;
+  int64_t committed_step = 0;
+  int world_size = 0;
+  int sharding_factor = 0;
+  absl::Duration lease;
+  std::vector<SlotRecord> slots;
+  // Most recent first, at most the number asked for.
+  std::vector<Decision> decisions;
+  // Why the last change happened ("rank 3 lease expired ...").
+  std::string last_reason;
+  absl::Time started;
+};
+
+struct CoordinatorOptions {
+  MembershipOptions membership;
+  // The job is expected to be ready within this of the coordinator starting;
+  // past it, a decision records who is missing.
+  absl::Duration join_timeout = absl::Minutes(5);
+};
+
+// Owns the coordinator's state: the membership table, the rendezvous store
+// and the watchers of both. The gRPC service is a thin adapter over it.
+//
+// Every membership decision is delegated to MembershipTable (pure); this
+// class adds locking, the clock, the probe for failure reports, keeping the
+// rendezvous store on the current epoch and waking watchers.
+//
+// Thread-safe. Borrows nothing: the clock and prober are owned.
+class CoordinatorManager {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorManager>> Create(
+      const CoordinatorOptions& options, std::unique_ptr<Clock> clock,
+      Prober prober);
+
+  absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request);
+  absl::Status Heartbeat(int rank, const std::string& lease_token,
+                         int64_t epoch, int64_t committed_step,
+                         MemberPhase state);
+  absl::Status Leave(int rank, const std::string& lease_token,
+                     const std::string& reason);
+  absl::StatusOr<ReportOutcome> ReportFailure(int reporter,
+                                              const std::string& lease_token,
+                                              int64_t epoch, int suspect,
+                                              const std::string& detail);
+
+  // Expires leases due by now; returns when the next one is due. The
+  // coordinator's lease thread calls it; tests call it with a fake clock.
+  absl::Time Tick();
+
+  ClusterSnapshot Snapshot(int max_decisions = 100) const;
+
+  // Blocks until the snapshot's version exceeds `seen_version`, the
+  // deadline passes, or Shutdown(); returns the current snapshot either way
+  // (the caller compares versions to tell a change from a keepalive).
+  ClusterSnapshot AwaitChange(int64_t seen_version, absl::Time deadline) const;
+
+  RendezvousStore& rendezvous() { return rendezvous_; }
+
+  // Wakes every watcher and waiter; later calls fail with UNAVAILABLE.
+  void Shutdown();
+  bool shut_down() const;
+
+  absl::Time Now() { return clock_->Now(); }
+
+ private:
+  CoordinatorManager(const CoordinatorOptions& options, MembershipTable table,
+                     std::unique_ptr<Clock> clock, Prober prober);
+
+  // After any call that may have changed the table.
+  void Changed(int64_t epoch_before, size_t decisions_before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewLeaseToken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  const std::unique_ptr<Clock> clock_;
+  const Prober prober_;
+  const absl::Time started_;
+  RendezvousStore rendezvous_;
+
+  mutable absl::Mutex mu_;
+  MembershipTable table_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t decisions_logged_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t token_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t token_salt_ ABSL_GUARDED_BY(mu_) = 0;
+  bool join_timeout_reported_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shardd::coordinator
+
+#endif  // SHARDD_DAEMON_COORDINATOR_COORDINATOR_MANAGER_H_

@@ -1,0 +1,160 @@
+#include "daemon/coordinator/coordinator_manager.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace shardd::coordinator {
+namespace {
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ = absl::FromUnixSeconds(3'000'000);
+};
+
+class CoordinatorManagerTest : public ::testing::Test {
+ protected:
+  void Make(Prober prober = nullptr) {
+    CoordinatorOptions options;
+    options.membership.world_size = 4;
+    options.membership.sharding_factor = 2;
+    options.membership.detector.lease = absl::Milliseconds(1500);
+    options.join_timeout = absl::Seconds(60);
+    auto clock = std::make_unique<FakeClock>();
+    clock_ = clock.get();
+    auto m = CoordinatorManager::Create(options, std::move(clock),
+                                        std::move(prober));
+    ASSERT_TRUE(m.ok()) << m.status();
+    manager_ = *std::move(m);
+  }
+
+  JoinOutcome JoinRank(int r) {
+    JoinRequestInfo req;
+    req.rank = r;
+    req.identity = absl::StrCat("pod-", r);
+    req.peer_address = absl::StrCat("127.0.0.1:", 9000 + r);
+    req.incarnation = "i1";
+    auto out = manager_->Join(req);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return *out;
+  }
+
+  FakeClock* clock_ = nullptr;
+  std::unique_ptr<CoordinatorManager> manager_;
+};
+
+TEST_F(CoordinatorManagerTest, LeaseTokensAreDistinctAndStoreFollowsEpoch) {
+  Make();
+  const JoinOutcome a = JoinRank(0);
+  const JoinOutcome b = JoinRank(1);
+  EXPECT_NE(a.lease_token, b.lease_token);
+  EXPECT_EQ(manager_->rendezvous().epoch(), b.epoch);
+  EXPECT_EQ(manager_->Snapshot().epoch, b.epoch);
+}
+
+TEST_F(CoordinatorManagerTest, TickExpiresSilentMembersAndWakesWatchers) {
+  Make();
+  std::vector<JoinOutcome> joined;
+  for (int r = 0; r < 4; ++r) joined.push_back(JoinRank(r));
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(manager_
+                    ->Heartbeat(r, joined[r].lease_token,
+                                manager_->Snapshot().epoch, 0,
+                                MemberPhase::kReady)
+                    .ok());
+  }
+  const ClusterSnapshot ready = manager_->Snapshot();
+  ASSERT_TRUE(ready.ready);
+  EXPECT_EQ(manager_->Tick(), clock_->Now() + absl::Milliseconds(1500));
+
+  std::atomic<int64_t> woke_epoch{-1};
+  std::thread watcher([&] {
+    woke_epoch =
+        manager_->AwaitChange(ready.version, absl::InfiniteFuture()).epoch;
+  });
+  clock_->Advance(absl::Milliseconds(1000));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(manager_
+                    ->Heartbeat(r, joined[r].lease_token, ready.epoch, 0,
+                                MemberPhase::kReady)
+                    .ok());
+  }
+  clock_->Advance(absl::Milliseconds(500));
+  manager_->Tick();  // Rank 3 is 1500 ms silent: removed.
+  watcher.join();
+  EXPECT_EQ(woke_epoch, ready.epoch + 1);
+  const ClusterSnapshot after = manager_->Snapshot();
+  EXPECT_FALSE(after.ready);
+  EXPECT_EQ(after.slots[3].phase, MemberPhase::kFailed);
+  EXPECT_NE(after.last_reason.find("lease expired"), std::string::npos);
+}
+
+TEST_F(CoordinatorManagerTest, ReportFailureProbesTheSuspectOutsideTheLock) {
+  std::atomic<int> probes{0};
+  std::string probed;
+  Make([&](const std::string& address) {
+    ++probes;
+    probed = address;
+    // The manager must not hold its lock while probing.
+    manager_->Snapshot();
+    return ProbeResult::kUnreachable;
+  });
+  std::vector<JoinOutcome> joined;
+  for (int r = 0; r < 4; ++r) joined.push_back(JoinRank(r));
+  const int64_t epoch = manager_->Snapshot().epoch;
+  auto out = manager_->ReportFailure(0, joined[0].lease_token, epoch, 2,
+                                     "reduce-scatter timed out");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(probes, 1);
+  EXPECT_EQ(probed, "127.0.0.1:9002");
+  EXPECT_EQ(out->removed, std::vector<int>{2});
+  EXPECT_EQ(manager_->rendezvous().epoch(), out->epoch);
+}
+
+TEST_F(CoordinatorManagerTest, JoinTimeoutIsRecordedOnce) {
+  Make();
+  JoinRank(0);
+  clock_->Advance(absl::Seconds(61));
+  manager_->Tick();
+  manager_->Tick();
+  int timeouts = 0;
+  for (const Decision& d : manager_->Snapshot().decisions) {
+    if (d.kind == DecisionKind::kJoinTimeout) {
+      ++timeouts;
+      EXPECT_NE(d.reason.find("4 of 4 slots not READY"), std::string::npos)
+          << d.reason;
+      EXPECT_NE(d.reason.find("1 (EMPTY)"), std::string::npos) << d.reason;
+    }
+  }
+  EXPECT_EQ(timeouts, 1);
+}
+
+TEST_F(CoordinatorManagerTest, ShutdownWakesWatchersAndRefusesJoins) {
+  Make();
+  std::thread watcher(
+      [&] { manager_->AwaitChange(1'000'000, absl::InfiniteFuture()); });
+  manager_->Shutdown();
+  watcher.join();
+  JoinRequestInfo req;
+  req.identity = "late";
+  req.peer_address = "127.0.0.1:1";
+  EXPECT_EQ(manager_->Join(req).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
