@@ -1,0 +1,148 @@
+// coordinator: owns rank membership, leases, failure detection and the
+// rendezvous store of one shardd job.
+//
+//   coordinator --listen=0.0.0.0:7070 --world_size=4 --sharding_factor=2
+//
+// Prints "coordinator listening on HOST:PORT" once it serves (with
+// --listen=HOST:0 the port is the one the kernel chose). SIGTERM or SIGINT
+// shut it down cleanly: watchers and waiters are released, in-flight calls
+// get a grace period.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator/coordinator_manager.h"
+#include "daemon/coordinator/coordinator_service.h"
+#include "daemon/coordinator/peer_prober.h"
+#include "daemon/core/host_port.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to serve the Coordinator API on (port 0: any)");
+ABSL_FLAG(int, world_size, 0, "W: the number of ranks of the job (required)");
+ABSL_FLAG(int, sharding_factor, 0,
+          "F: ranks per shard group; must divide W (required)");
+ABSL_FLAG(int64_t, lease_ms, 1500,
+          "a member that does not renew its lease within this is removed "
+          "(bounds failure detection)");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 500,
+          "how often members renew (must be at most half the lease)");
+ABSL_FLAG(int64_t, join_timeout_s, 300,
+          "record which slots are missing if the job is not ready by then");
+ABSL_FLAG(int64_t, probe_timeout_ms, 300,
+          "deadline of the Peer.Probe that confirms a reported failure");
+ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
+          "longest a RendezvousWait may block");
+
+namespace shardd::coordinator {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "coordinator: %s\n", message.c_str());
+  return 2;
+}
+
+int Run() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (auto hp = core::ParseHostPort(listen, "--listen");
+      !hp.ok() && listen.substr(listen.rfind(':') + 1) != "0") {
+    return Fail(std::string(hp.status().message()));
+  }
+  const absl::Duration lease =
+      absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  const absl::Duration heartbeat =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  if (lease <= absl::ZeroDuration()) return Fail("--lease_ms must be positive");
+  if (heartbeat <= absl::ZeroDuration() || heartbeat * 2 > lease) {
+    return Fail(absl::StrCat(
+        "--heartbeat_interval_ms must be positive and at most half of "
+        "--lease_ms (",
+        absl::FormatDuration(lease), ")"));
+  }
+  CoordinatorOptions options;
+  options.membership.world_size = absl::GetFlag(FLAGS_world_size);
+  options.membership.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
+  options.membership.detector.lease = lease;
+  options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  auto manager = CoordinatorManager::Create(
+      options, std::make_unique<RealClock>(),
+      MakePeerProber(
+          absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms))));
+  if (!manager.ok()) {
+    return Fail(absl::StrCat("--", manager.status().message()));
+  }
+
+  CoordinatorService service(
+      manager->get(), heartbeat,
+      absl::Seconds(absl::GetFlag(FLAGS_max_rendezvous_wait_s)));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::StrCat("cannot listen on ", listen));
+  }
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  std::printf("coordinator listening on %s:%d (W=%d F=%d lease=%s)\n",
+              host.c_str(), port, options.membership.world_size,
+              options.membership.sharding_factor,
+              absl::FormatDuration(lease).c_str());
+  std::fflush(stdout);
+
+  // Lease timer: expire leases when they are due, at least every lease/4.
+  absl::Notification stop;
+  std::thread ticker([&] {
+    while (!stop.HasBeenNotified()) {
+      const absl::Time next = (*manager)->Tick();
+      stop.WaitForNotificationWithDeadline(
+          std::min(next, absl::Now() + lease / 4));
+    }
+  });
+
+  // Signals are blocked in every thread (see main); wait for one here.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
+               signal_number);
+  (*manager)->Shutdown();
+  stop.Notify();
+  ticker.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::fprintf(stderr, "coordinator: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
+
+int main(int argc, char** argv) {
+  // Block the shutdown signals before any thread starts, so only sigwait
+  // sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::SetProgramUsageMessage(
+      "shardd coordinator: membership, leases, failure detection, rendezvous");
+  absl::ParseCommandLine(argc, argv);
+  return shardd::coordinator::Run();
+}

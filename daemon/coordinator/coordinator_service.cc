@@ -1,0 +1,326 @@
+#include "daemon/coordinator/coordinator_service.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/rpc/grpc_status.h"
+
+namespace shardd::coordinator {
+namespace {
+
+namespace pb = ::shardd::v1;
+
+int64_t UnixMs(absl::Time t) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return 0;
+  return absl::ToUnixMillis(t);
+}
+
+pb::MemberState ToProto(MemberPhase phase) {
+  switch (phase) {
+    case MemberPhase::kEmpty:
+      return pb::MEMBER_STATE_EMPTY;
+    case MemberPhase::kJoining:
+      return pb::MEMBER_STATE_JOINING;
+    case MemberPhase::kRecovering:
+      return pb::MEMBER_STATE_RECOVERING;
+    case MemberPhase::kReady:
+      return pb::MEMBER_STATE_READY;
+    case MemberPhase::kFailed:
+      return pb::MEMBER_STATE_FAILED;
+    case MemberPhase::kLeft:
+      return pb::MEMBER_STATE_LEFT;
+  }
+  return pb::MEMBER_STATE_UNSPECIFIED;
+}
+
+pb::DecisionKind ToProto(DecisionKind kind) {
+  switch (kind) {
+    case DecisionKind::kMemberJoined:
+      return pb::DECISION_KIND_MEMBER_JOINED;
+    case DecisionKind::kJoinRejected:
+      return pb::DECISION_KIND_JOIN_REJECTED;
+    case DecisionKind::kMemberRemoved:
+      return pb::DECISION_KIND_MEMBER_REMOVED;
+    case DecisionKind::kMemberLeft:
+      return pb::DECISION_KIND_MEMBER_LEFT;
+    case DecisionKind::kEpochStarted:
+      return pb::DECISION_KIND_EPOCH_STARTED;
+    case DecisionKind::kEpochReady:
+      return pb::DECISION_KIND_EPOCH_READY;
+    case DecisionKind::kRecoveryPlanned:
+      return pb::DECISION_KIND_RECOVERY_PLANNED;
+    case DecisionKind::kFailureReportDismissed:
+      return pb::DECISION_KIND_FAILURE_REPORT_DISMISSED;
+    case DecisionKind::kUnrecoverable:
+      return pb::DECISION_KIND_UNRECOVERABLE;
+    case DecisionKind::kJoinTimeout:
+      return pb::DECISION_KIND_JOIN_TIMEOUT;
+  }
+  return pb::DECISION_KIND_UNSPECIFIED;
+}
+
+void FillMember(const SlotRecord& s, pb::MemberInfo* m) {
+  m->set_rank(s.rank);
+  m->set_identity(s.identity);
+  m->set_peer_address(s.peer_address);
+  m->set_incarnation(s.incarnation);
+  m->set_state(ToProto(s.phase));
+  m->set_committed_step(s.committed_step);
+  m->set_lease_expiry_unix_ms(UnixMs(s.lease_expiry));
+  m->set_joined_unix_ms(UnixMs(s.joined));
+}
+
+void FillTopology(int world_size, int sharding_factor, int rank,
+                  pb::Topology* t) {
+  t->set_world_size(world_size);
+  t->set_sharding_factor(sharding_factor);
+  t->set_rank(rank);
+  // The same placement rule as the daemons use (daemon/core/shard_plan).
+  auto plan = core::ShardPlan::Create(
+      world_size, core::ShardingStrategy::kHybridShard, sharding_factor);
+  if (!plan.ok()) return;
+  auto p = plan->Placement(rank);
+  if (!p.ok()) return;
+  t->set_shard_index(static_cast<int32_t>(p->shard_index));
+  t->set_shard_group(static_cast<int32_t>(p->shard_group));
+  for (int64_t r : p->shard_group_ranks) t->add_shard_group_ranks(r);
+  for (int64_t r : p->replica_group_ranks) t->add_replica_group_ranks(r);
+}
+
+void FillUpdate(const ClusterSnapshot& s, bool keepalive,
+                pb::MembershipUpdate* u) {
+  u->set_epoch(s.epoch);
+  u->set_ready(s.ready);
+  u->set_reason(keepalive ? "keepalive" : s.last_reason);
+  u->set_world_size(s.world_size);
+  u->set_sharding_factor(s.sharding_factor);
+  u->set_committed_step(s.committed_step);
+  u->set_keepalive(keepalive);
+  for (const SlotRecord& slot : s.slots) {
+    if (slot.live()) FillMember(slot, u->add_members());
+  }
+}
+
+absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
+  switch (state) {
+    case pb::MEMBER_STATE_JOINING:
+      return MemberPhase::kJoining;
+    case pb::MEMBER_STATE_RECOVERING:
+      return MemberPhase::kRecovering;
+    case pb::MEMBER_STATE_READY:
+      return MemberPhase::kReady;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("state must be JOINING, RECOVERING or READY, got ",
+                       pb::MemberState_Name(state)));
+  }
+}
+
+// The time left before the client's deadline, capped.
+absl::Time Deadline(grpc::ServerContext* context, absl::Duration cap) {
+  const absl::Time cap_time = absl::Now() + cap;
+  const auto client = context->deadline();
+  if (client == std::chrono::system_clock::time_point::max()) return cap_time;
+  return std::min(cap_time, absl::FromChrono(client));
+}
+
+}  // namespace
+
+grpc::Status CoordinatorService::Join(grpc::ServerContext*,
+                                      const pb::JoinRequest* request,
+                                      pb::JoinResponse* response) {
+  JoinRequestInfo info;
+  info.rank = request->has_rank() ? request->rank() : -1;
+  info.identity = request->identity();
+  info.peer_address = request->peer_address();
+  info.incarnation = request->incarnation();
+  info.last_epoch = request->last_epoch();
+  info.holds_shard = request->holds_shard();
+  info.last_committed_step = request->last_committed_step();
+  info.model_fingerprint = request->model_fingerprint();
+  absl::StatusOr<JoinOutcome> out = manager_->Join(info);
+  if (!out.ok()) return rpc::ToGrpc(out.status());
+  const ClusterSnapshot s = manager_->Snapshot(0);
+  FillMember(s.slots[out->rank], response->mutable_member());
+  response->set_epoch(out->epoch);
+  FillTopology(s.world_size, s.sharding_factor, out->rank,
+               response->mutable_topology());
+  for (const SlotRecord& slot : s.slots) {
+    if (slot.live()) FillMember(slot, response->add_members());
+  }
+  response->set_lease_token(out->lease_token);
+  response->set_lease_ms(absl::ToInt64Milliseconds(s.lease));
+  response->set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(heartbeat_interval_));
+  response->set_committed_step(out->committed_step);
+  response->set_ready(s.ready);
+  if (out->recovery.has_value()) {
+    pb::ShardTransfer* t = response->mutable_recovery();
+    t->set_target_rank(out->recovery->target_rank);
+    t->set_shard_index(out->recovery->shard_index);
+    for (int r : out->recovery->source_ranks) t->add_source_ranks(r);
+    t->set_step(out->recovery->step);
+    t->set_phase(pb::RECOVERY_PHASE_TRANSFERRING_STATE);
+  } else if (out->unrecoverable) {
+    pb::ShardTransfer* t = response->mutable_recovery();
+    t->set_target_rank(out->rank);
+    t->set_shard_index(out->rank % s.sharding_factor);
+    t->set_step(out->committed_step);
+    t->set_phase(pb::RECOVERY_PHASE_UNRECOVERABLE);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+                                           const pb::HeartbeatRequest* request,
+                                           pb::HeartbeatResponse* response) {
+  absl::StatusOr<MemberPhase> state = FromProto(request->state());
+  if (!state.ok()) return rpc::ToGrpc(state.status());
+  absl::Status s =
+      manager_->Heartbeat(request->rank(), request->lease_token(),
+                          request->epoch(), request->committed_step(), *state);
+  if (!s.ok()) return rpc::ToGrpc(s);
+  const ClusterSnapshot snap = manager_->Snapshot(0);
+  response->set_lease_expiry_unix_ms(
+      UnixMs(snap.slots[request->rank()].lease_expiry));
+  response->set_lease_ms(absl::ToInt64Milliseconds(snap.lease));
+  response->set_epoch(snap.epoch);
+  response->set_ready(snap.ready);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
+                                       const pb::LeaveRequest* request,
+                                       pb::LeaveResponse* response) {
+  absl::Status s = manager_->Leave(request->rank(), request->lease_token(),
+                                   request->reason());
+  if (!s.ok()) return rpc::ToGrpc(s);
+  response->set_epoch(manager_->Snapshot(0).epoch);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WatchMembership(
+    grpc::ServerContext* context, const pb::WatchMembershipRequest*,
+    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
+  ClusterSnapshot snap = manager_->Snapshot(0);
+  const absl::Duration keepalive = snap.lease / 3;
+  bool is_keepalive = false;
+  while (true) {
+    pb::MembershipUpdate update;
+    FillUpdate(snap, is_keepalive, &update);
+    if (!writer->Write(update)) return grpc::Status::CANCELLED;
+    const int64_t seen = snap.version;
+    // Wake for a change, a keepalive, the client's deadline or shutdown.
+    snap = manager_->AwaitChange(seen, Deadline(context, keepalive));
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    if (manager_->shut_down()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator is shutting down");
+    }
+    if (context->deadline() != std::chrono::system_clock::time_point::max() &&
+        absl::Now() >= absl::FromChrono(context->deadline())) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "watch deadline reached");
+    }
+    is_keepalive = snap.version == seen;
+  }
+}
+
+grpc::Status CoordinatorService::ReportFailure(
+    grpc::ServerContext*, const pb::ReportFailureRequest* request,
+    pb::ReportFailureResponse* response) {
+  if (request->kind() == pb::FAILURE_KIND_UNSPECIFIED) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "kind must be set");
+  }
+  absl::StatusOr<ReportOutcome> out = manager_->ReportFailure(
+      request->reporter_rank(), request->lease_token(), request->epoch(),
+      request->suspect_rank(),
+      absl::StrCat(pb::FailureKind_Name(request->kind()), ": ",
+                   request->detail()));
+  if (!out.ok()) return rpc::ToGrpc(out.status());
+  response->set_epoch(out->epoch);
+  response->set_suspect_removed(
+      std::find(out->removed.begin(), out->removed.end(),
+                request->suspect_rank()) != out->removed.end());
+  response->set_decision(out->decision);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ShouldCommit(grpc::ServerContext*,
+                                              const pb::ShouldCommitRequest*,
+                                              pb::ShouldCommitResponse*) {
+  // The commit vote belongs to step commit and recovery, which build on the
+  // node daemon; until then no daemon can call it.
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "ShouldCommit: the commit vote is not served by this "
+                      "coordinator version yet");
+}
+
+grpc::Status CoordinatorService::RendezvousSet(
+    grpc::ServerContext*, const pb::RendezvousSetRequest* request,
+    pb::RendezvousSetResponse*) {
+  return rpc::ToGrpc(
+      manager_->rendezvous().Set(request->epoch(), request->key(),
+                                 request->value(), request->if_absent()));
+}
+
+grpc::Status CoordinatorService::RendezvousGet(
+    grpc::ServerContext*, const pb::RendezvousGetRequest* request,
+    pb::RendezvousGetResponse* response) {
+  absl::StatusOr<std::string> value =
+      manager_->rendezvous().Get(request->epoch(), request->key());
+  if (!value.ok()) return rpc::ToGrpc(value.status());
+  response->set_value(*std::move(value));
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::RendezvousWait(
+    grpc::ServerContext* context, const pb::RendezvousWaitRequest* request,
+    pb::RendezvousWaitResponse* response) {
+  const std::vector<std::string> keys(request->keys().begin(),
+                                      request->keys().end());
+  absl::StatusOr<std::vector<std::string>> values = manager_->rendezvous().Wait(
+      request->epoch(), keys, Deadline(context, max_rendezvous_wait_));
+  if (!values.ok()) return rpc::ToGrpc(values.status());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    pb::KeyValue* kv = response->add_entries();
+    kv->set_key(keys[i]);
+    kv->set_value((*values)[i]);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetClusterState(
+    grpc::ServerContext*, const pb::GetClusterStateRequest* request,
+    pb::ClusterState* response) {
+  const int max = request->max_decisions() > 0 ? request->max_decisions() : 100;
+  const ClusterSnapshot s = manager_->Snapshot(max);
+  response->set_epoch(s.epoch);
+  response->set_ready(s.ready);
+  response->set_world_size(s.world_size);
+  response->set_sharding_factor(s.sharding_factor);
+  response->set_committed_step(s.committed_step);
+  for (const SlotRecord& slot : s.slots) {
+    pb::SlotState* out = response->add_slots();
+    out->set_rank(slot.rank);
+    out->set_state(ToProto(slot.phase));
+    if (slot.phase != MemberPhase::kEmpty)
+      FillMember(slot, out->mutable_member());
+  }
+  for (const Decision& d : s.decisions) {
+    pb::Decision* out = response->add_decisions();
+    out->set_time_unix_ms(UnixMs(d.time));
+    out->set_epoch(d.epoch);
+    out->set_kind(ToProto(d.kind));
+    for (int r : d.ranks) out->add_ranks(r);
+    out->set_reason(d.reason);
+  }
+  response->set_lease_ms(absl::ToInt64Milliseconds(s.lease));
+  response->set_coordinator_started_unix_ms(UnixMs(s.started));
+  return grpc::Status::OK;
+}
+
+}  // namespace shardd::coordinator

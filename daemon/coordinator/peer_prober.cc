@@ -1,0 +1,26 @@
+#include "daemon/coordinator/peer_prober.h"
+
+#include <memory>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/peer.grpc.pb.h"
+
+namespace shardd::coordinator {
+
+Prober MakePeerProber(absl::Duration timeout) {
+  return [timeout](const std::string& address) {
+    auto channel =
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    auto stub = shardd::v1::Peer::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    shardd::v1::ProbeRequest request;
+    request.set_from_rank(-1);
+    shardd::v1::ProbeResponse response;
+    const grpc::Status status = stub->Probe(&context, request, &response);
+    return status.ok() ? ProbeResult::kAlive : ProbeResult::kUnreachable;
+  };
+}
+
+}  // namespace shardd::coordinator
