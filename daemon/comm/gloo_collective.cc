@@ -47,9 +47,20 @@ uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
   return (static_cast<uint64_t>(prefix) << 56) | tag;
 }
 
-// Ring reduce-scatter segment: large enough for full bandwidth over TCP,
-// small enough that reducing one overlaps receiving the next.
-constexpr int64_t kSegmentBytes = int64_t{1} << 20;
+// Ring reduce-scatter segments: at most 1 MiB (large enough for full
+// bandwidth over TCP, small enough that reducing one overlaps receiving the
+// next), and a quarter of the largest block down to 64 KiB, so that blocks
+// of a few MiB still pipeline.
+constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
+constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
+constexpr int64_t kSegmentsPerBlock = 4;
+
+int64_t SegmentElements(int64_t max_count) {
+  const int64_t max_elements = kMaxSegmentBytes / sizeof(float);
+  const int64_t min_elements = kMinSegmentBytes / sizeof(float);
+  return std::clamp((max_count + kSegmentsPerBlock - 1) / kSegmentsPerBlock,
+                    min_elements, max_elements);
+}
 
 std::chrono::milliseconds MillisecondsLeft(absl::Time deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
@@ -682,7 +693,7 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   args.counts = counts;
   args.scratch[0] = Scratch(ring_[0], max_count);
   args.scratch[1] = Scratch(ring_[1], max_count);
-  args.segment_elements = kSegmentBytes / static_cast<int64_t>(sizeof(float));
+  args.segment_elements = SegmentElements(max_count);
   args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
   GlooRingReduceScatter(
       *context_,
