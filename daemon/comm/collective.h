@@ -132,7 +132,11 @@ class Collective {
                                           core::DType dtype, int root,
                                           const OpOptions& options = {}) = 0;
 
-  // Point to point, matched by (peer, tag) and issue order.
+  // Point to point, matched by (peer, tag) and issue order. Operations run
+  // one at a time, and a Send completes only once the peer's matching Recv
+  // runs, so two ranks that both Send to each other first wait for each
+  // other until the deadline: one side sends first, the other receives
+  // first.
   virtual std::shared_ptr<Work> Send(const void* buffer, int64_t bytes,
                                      int peer, uint32_t tag,
                                      const OpOptions& options = {}) = 0;

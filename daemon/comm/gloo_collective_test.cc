@@ -1,0 +1,696 @@
+#include "daemon/comm/gloo_collective.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/comm/collective.h"
+#include "daemon/comm/in_memory_store.h"
+#include "daemon/core/dtype.h"
+#include "gtest/gtest.h"
+
+namespace shardd::comm {
+namespace {
+
+using core::DType;
+
+using Comms = std::vector<std::unique_ptr<Collective>>;
+
+// Runs fn(rank) on one thread per rank and joins them.
+void ForEachRank(int world, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&fn, r] { fn(r); });
+  for (std::thread& t : threads) t.join();
+}
+
+GlooCollectiveOptions Options(int rank, int world) {
+  GlooCollectiveOptions options;
+  options.rank = rank;
+  options.size = world;
+  options.epoch = 1;
+  options.group = "world";
+  options.connect_timeout = absl::Seconds(30);
+  options.default_op_timeout = absl::Seconds(30);
+  return options;
+}
+
+// Connects `world` ranks (threads) over Gloo TCP on 127.0.0.1.
+Comms Connect(int world, absl::Duration op_timeout = absl::Seconds(30)) {
+  InMemoryStore store;
+  Comms comms(world);
+  ForEachRank(world, [&](int r) {
+    GlooCollectiveOptions options = Options(r, world);
+    options.default_op_timeout = op_timeout;
+    auto comm = CreateGlooCollective(options, store);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    comms[r] = std::move(*comm);
+  });
+  for (const auto& comm : comms) EXPECT_NE(comm, nullptr);
+  return comms;
+}
+
+// Element encoding helpers: a buffer of `n` elements of `dtype` as bytes.
+std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& values) {
+  const int64_t size = core::DTypeSize(dtype);
+  std::vector<uint8_t> bytes(values.size() * size);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&bytes[i * 4], &values[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::kBFloat16
+                             ? core::FloatToBFloat16(values[i])
+                             : core::FloatToHalf(values[i]);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// Small integers: sums over <= 4 ranks are exact in fp32, bf16 and fp16,
+// so the reference does not depend on the order of addition.
+std::vector<float> IntegerValues(int64_t n, int seed) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(((seed * 7 + i * 3) % 17) - 8);
+  }
+  return v;
+}
+
+std::vector<int64_t> CountsFor(int world, int pattern) {
+  std::vector<int64_t> counts(world);
+  for (int r = 0; r < world; ++r) {
+    switch (pattern) {
+      case 0:  // Equal.
+        counts[r] = 37;
+        break;
+      case 1:  // Uneven, with zero counts when world > 1.
+        counts[r] = (r % 2 == 1) ? 0 : 11 + 5 * r;
+        break;
+      default:  // Large enough for several 1 MiB ring segments.
+        counts[r] = 300000 + 12345 * r;
+        break;
+    }
+  }
+  return counts;
+}
+
+std::vector<DType> AllDTypes() {
+  return {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+}
+
+class GlooCollectiveTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectiveTest, AllGatherMatchesConcatenationForEveryDtypeAndCount) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  for (DType dtype : AllDTypes()) {
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const std::vector<int64_t> counts = CountsFor(world, pattern);
+      std::vector<uint8_t> expected;
+      std::vector<std::vector<uint8_t>> inputs(world);
+      for (int r = 0; r < world; ++r) {
+        inputs[r] = Encode(dtype, IntegerValues(counts[r], r + 1));
+        expected.insert(expected.end(), inputs[r].begin(), inputs[r].end());
+      }
+      std::vector<std::vector<uint8_t>> outputs(
+          world, std::vector<uint8_t>(expected.size(), 0xAB));
+      ForEachRank(world, [&](int r) {
+        absl::Status s =
+            comms[r]
+                ->AllGather(inputs[r].data(), outputs[r].data(), counts, dtype)
+                ->Wait();
+        EXPECT_TRUE(s.ok()) << s;
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(outputs[r], expected)
+            << "rank " << r << " dtype " << core::DTypeName(dtype)
+            << " pattern " << pattern;
+      }
+    }
+  }
+}
+
+TEST_P(GlooCollectiveTest, AllGatherInPlaceLeavesOwnShardAndFillsTheRest) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  const std::vector<int64_t> counts = CountsFor(world, 1);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), 0L);
+  std::vector<float> expected;
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> part = IntegerValues(counts[r], r);
+    expected.insert(expected.end(), part.begin(), part.end());
+  }
+  std::vector<std::vector<float>> buffers(world,
+                                          std::vector<float>(total, -99.0f));
+  ForEachRank(world, [&](int r) {
+    int64_t offset = 0;
+    for (int q = 0; q < r; ++q) offset += counts[q];
+    std::vector<float> mine = IntegerValues(counts[r], r);
+    std::copy(mine.begin(), mine.end(), buffers[r].begin() + offset);
+    absl::Status s = comms[r]
+                         ->AllGather(buffers[r].data() + offset,
+                                     buffers[r].data(), counts, DType::kFloat32)
+                         ->Wait();
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(buffers[r], expected) << r;
+}
+
+TEST_P(GlooCollectiveTest, ReduceScatterSumsAndAveragesInFp32AndRoundsOnce) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  for (DType dtype : AllDTypes()) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        const std::vector<int64_t> counts = CountsFor(world, pattern);
+        const int64_t total = std::accumulate(counts.begin(), counts.end(), 0L);
+        std::vector<std::vector<float>> values(world);
+        std::vector<std::vector<uint8_t>> inputs(world);
+        for (int r = 0; r < world; ++r) {
+          values[r] = IntegerValues(total, r + 3);
+          inputs[r] = Encode(dtype, values[r]);
+        }
+        std::vector<std::vector<uint8_t>> outputs(world);
+        std::vector<std::vector<uint8_t>> expected(world);
+        int64_t offset = 0;
+        for (int r = 0; r < world; ++r) {
+          std::vector<float> ref(counts[r]);
+          for (int64_t i = 0; i < counts[r]; ++i) {
+            float sum = 0;
+            for (int q = 0; q < world; ++q) sum += values[q][offset + i];
+            ref[i] = op == ReduceOp::kAverage ? sum / world : sum;
+          }
+          expected[r] = Encode(dtype, ref);
+          outputs[r].assign(expected[r].size(), 0xCD);
+          offset += counts[r];
+        }
+        ForEachRank(world, [&](int r) {
+          absl::Status s =
+              comms[r]
+                  ->ReduceScatter(inputs[r].data(), outputs[r].data(), counts,
+                                  dtype, op)
+                  ->Wait();
+          EXPECT_TRUE(s.ok()) << s;
+        });
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(outputs[r], expected[r])
+              << "rank " << r << " dtype " << core::DTypeName(dtype) << " avg "
+              << (op == ReduceOp::kAverage) << " pattern " << pattern;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GlooCollectiveTest, ReduceScatterInPlaceWritesTheOwnShardOfTheInput) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  const std::vector<int64_t> counts = CountsFor(world, 2);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), 0L);
+  std::vector<std::vector<float>> buffers(world);
+  for (int r = 0; r < world; ++r) buffers[r] = IntegerValues(total, r);
+  std::vector<float> sums(total, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < total; ++i) sums[i] += buffers[r][i];
+  }
+  ForEachRank(world, [&](int r) {
+    int64_t offset = 0;
+    for (int q = 0; q < r; ++q) offset += counts[q];
+    absl::Status s =
+        comms[r]
+            ->ReduceScatter(buffers[r].data(), buffers[r].data() + offset,
+                            counts, DType::kFloat32, ReduceOp::kSum)
+            ->Wait();
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  int64_t offset = 0;
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < counts[r]; ++i) {
+      ASSERT_EQ(buffers[r][offset + i], sums[offset + i]) << r << " " << i;
+    }
+    offset += counts[r];
+  }
+}
+
+TEST_P(GlooCollectiveTest, AllReduceGivesEveryRankTheSameReduction) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  for (DType dtype : AllDTypes()) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      for (int64_t count : {0L, 1L, 13L, 600001L}) {
+        std::vector<std::vector<float>> values(world);
+        std::vector<std::vector<uint8_t>> buffers(world);
+        for (int r = 0; r < world; ++r) {
+          values[r] = IntegerValues(count, 5 * r + 1);
+          buffers[r] = Encode(dtype, values[r]);
+        }
+        std::vector<float> ref(count);
+        for (int64_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int q = 0; q < world; ++q) sum += values[q][i];
+          ref[i] = op == ReduceOp::kAverage ? sum / world : sum;
+        }
+        const std::vector<uint8_t> expected = Encode(dtype, ref);
+        ForEachRank(world, [&](int r) {
+          absl::Status s =
+              comms[r]->AllReduce(buffers[r].data(), count, dtype, op)->Wait();
+          EXPECT_TRUE(s.ok()) << s;
+        });
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(buffers[r], expected)
+              << "rank " << r << " dtype " << core::DTypeName(dtype)
+              << " count " << count;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GlooCollectiveTest, BroadcastCopiesTheRootBufferToEveryRank) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  for (DType dtype : AllDTypes()) {
+    for (int root = 0; root < world; ++root) {
+      const int64_t count = 1000 + root;
+      const std::vector<uint8_t> expected =
+          Encode(dtype, IntegerValues(count, root + 11));
+      std::vector<std::vector<uint8_t>> buffers(world);
+      for (int r = 0; r < world; ++r) {
+        buffers[r] =
+            r == root ? expected : std::vector<uint8_t>(expected.size(), 0);
+      }
+      ForEachRank(world, [&](int r) {
+        absl::Status s =
+            comms[r]->Broadcast(buffers[r].data(), count, dtype, root)->Wait();
+        EXPECT_TRUE(s.ok()) << s;
+      });
+      for (int r = 0; r < world; ++r) EXPECT_EQ(buffers[r], expected) << r;
+    }
+  }
+}
+
+TEST_P(GlooCollectiveTest, SendAndRecvExchangeBytesBetweenPairedRanks) {
+  const int world = GetParam();
+  if (world < 2) GTEST_SKIP() << "needs a peer";
+  Comms comms = Connect(world);
+  // Ranks 2k and 2k+1 exchange: the even one sends first, the odd one
+  // receives first (operations run one at a time, in issue order).
+  std::vector<std::vector<uint8_t>> got(world, std::vector<uint8_t>(4096));
+  std::vector<uint8_t> empty_got(world, 1);
+  ForEachRank(world, [&](int r) {
+    const int peer = r ^ 1;
+    if (peer >= world) return;
+    std::vector<uint8_t> mine(4096);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = (i * 31 + r) & 0xff;
+    Collective& c = *comms[r];
+    if (r % 2 == 0) {
+      EXPECT_TRUE(c.Send(mine.data(), mine.size(), peer, 7)->Wait().ok());
+      EXPECT_TRUE(c.Recv(got[r].data(), got[r].size(), peer, 9)->Wait().ok());
+      EXPECT_TRUE(c.Send(nullptr, 0, peer, 11)->Wait().ok());
+    } else {
+      EXPECT_TRUE(c.Recv(got[r].data(), got[r].size(), peer, 7)->Wait().ok());
+      EXPECT_TRUE(c.Send(mine.data(), mine.size(), peer, 9)->Wait().ok());
+      EXPECT_TRUE(c.Recv(nullptr, 0, peer, 11)->Wait().ok());
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    const int peer = r ^ 1;
+    if (peer >= world) continue;
+    for (size_t i = 0; i < got[r].size(); ++i) {
+      ASSERT_EQ(got[r][i], (i * 31 + peer) & 0xff) << r << " " << i;
+    }
+  }
+  const CollectiveStats stats = comms[0]->Stats();
+  EXPECT_EQ(stats.of(OpKind::kSend).calls, 2);
+  EXPECT_EQ(stats.of(OpKind::kSend).bytes, 4096);
+  EXPECT_EQ(stats.of(OpKind::kRecv).bytes, 4096);
+}
+
+TEST_P(GlooCollectiveTest, BarrierHoldsEveryRankUntilTheLastArrives) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  std::vector<absl::Duration> waited(world);
+  ForEachRank(world, [&](int r) {
+    if (r == world - 1) absl::SleepFor(absl::Milliseconds(300));
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(comms[r]->Barrier()->Wait().ok());
+    waited[r] = absl::Now() - start;
+  });
+  if (world > 1) {
+    for (int r = 0; r < world - 1; ++r) {
+      EXPECT_GE(waited[r], absl::Milliseconds(200)) << r;
+    }
+  }
+}
+
+TEST_P(GlooCollectiveTest, OperationsIssuedTogetherRunInIssueOrder) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  const std::vector<int64_t> counts = CountsFor(world, 1);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), 0L);
+  std::vector<std::vector<float>> gathered(world, std::vector<float>(total));
+  std::vector<std::vector<float>> reduced(world, std::vector<float>(64));
+  std::vector<std::vector<float>> mine(world);
+  ForEachRank(world, [&](int r) {
+    Collective& c = *comms[r];
+    mine[r] = IntegerValues(counts[r], r);
+    reduced[r].assign(64, static_cast<float>(r + 1));
+    std::vector<std::shared_ptr<Work>> works;
+    works.push_back(c.AllGather(mine[r].data(), gathered[r].data(), counts,
+                                DType::kFloat32));
+    works.push_back(
+        c.AllReduce(reduced[r].data(), 64, DType::kFloat32, ReduceOp::kSum));
+    works.push_back(c.Barrier());
+    works.push_back(
+        c.AllReduce(reduced[r].data(), 64, DType::kFloat32, ReduceOp::kSum));
+    // Waiting in reverse order: the last one done means all are done.
+    for (auto it = works.rbegin(); it != works.rend(); ++it) {
+      EXPECT_TRUE((*it)->Wait().ok());
+    }
+    for (const auto& w : works) EXPECT_TRUE(w->Done());
+  });
+  const float once = world * (world + 1) / 2.0f;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(reduced[r], std::vector<float>(64, once * world)) << r;
+  }
+  const CollectiveStats stats = comms[0]->Stats();
+  EXPECT_EQ(stats.of(OpKind::kAllReduce).calls, 2);
+  EXPECT_EQ(stats.of(OpKind::kAllReduce).bytes, 2 * 64 * 4);
+  EXPECT_EQ(stats.of(OpKind::kAllGather).bytes, total * 4);
+  EXPECT_EQ(stats.of(OpKind::kBarrier).calls, 1);
+  EXPECT_EQ(stats.of(OpKind::kAllGather).failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooCollectiveTest,
+                         ::testing::Values(1, 2, 3, 4), [](const auto& info) {
+                           return absl::StrCat("W", info.param);
+                         });
+
+TEST(GlooCollectiveFixedTest, ReduceScatterGivesTheSameBitsOnEveryRun) {
+  constexpr int kWorld = 3;
+  const std::vector<int64_t> counts = {300001, 70000, 500000};
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), 0L);
+  std::vector<std::vector<float>> inputs(kWorld, std::vector<float>(total));
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& input : inputs) {
+    for (float& x : input) x = dist(rng) * 1e3f;
+  }
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Comms comms = Connect(kWorld);
+    std::vector<std::vector<float>> out(kWorld);
+    ForEachRank(kWorld, [&](int r) {
+      out[r].assign(counts[r], 0.0f);
+      EXPECT_TRUE(comms[r]
+                      ->ReduceScatter(inputs[r].data(), out[r].data(), counts,
+                                      DType::kFloat32, ReduceOp::kAverage)
+                      ->Wait()
+                      .ok());
+    });
+    runs.push_back(out);
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(runs[0][r].size(), runs[1][r].size());
+    EXPECT_EQ(std::memcmp(runs[0][r].data(), runs[1][r].data(),
+                          runs[0][r].size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
+  // And close to the exact average.
+  int64_t offset = 0;
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t i = 0; i < counts[r]; i += 997) {
+      double sum = 0;
+      for (int q = 0; q < kWorld; ++q) sum += inputs[q][offset + i];
+      EXPECT_NEAR(runs[0][r][i], sum / kWorld, 1e-3) << r << " " << i;
+    }
+    offset += counts[r];
+  }
+}
+
+TEST(GlooCollectiveFixedTest, RejectsInvalidArgumentsWithoutBreaking) {
+  constexpr int kWorld = 2;
+  Comms comms = Connect(kWorld);
+  ForEachRank(kWorld, [&](int r) {
+    Collective& c = *comms[r];
+    float buf[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    auto expect_invalid = [](const std::shared_ptr<Work>& work,
+                             absl::string_view needle) {
+      ASSERT_TRUE(work->Done());
+      absl::Status s = work->Wait();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find(needle), absl::string_view::npos) << s;
+    };
+    expect_invalid(c.AllGather(buf, buf, {4}, DType::kFloat32), "counts");
+    expect_invalid(c.AllGather(buf, buf, {4, -1}, DType::kFloat32),
+                   "counts[1]");
+    expect_invalid(c.AllGather(nullptr, buf, {4, 4}, DType::kFloat32), "input");
+    expect_invalid(
+        c.ReduceScatter(buf, nullptr, {4, 4}, DType::kFloat32, ReduceOp::kSum),
+        "output");
+    expect_invalid(c.AllReduce(buf, 8, static_cast<DType>(9), ReduceOp::kSum),
+                   "dtype");
+    expect_invalid(c.AllReduce(buf, -1, DType::kFloat32, ReduceOp::kSum),
+                   "count");
+    expect_invalid(c.Broadcast(buf, 8, DType::kFloat32, 2), "root");
+    expect_invalid(c.Broadcast(buf, 8, DType::kFloat32, -1), "root");
+    expect_invalid(c.Send(buf, 4, r, 0), "peer");
+    expect_invalid(c.Recv(buf, 4, 5, 0), "peer");
+    expect_invalid(c.Send(nullptr, 4, 1 - r, 0), "buffer");
+    OpOptions negative;
+    negative.timeout = absl::Seconds(-1);
+    expect_invalid(c.Barrier(negative), "timeout");
+    EXPECT_TRUE(c.AsyncError().ok());
+    // Still healthy: a real operation works.
+    absl::Status s =
+        c.AllReduce(buf, 8, DType::kFloat32, ReduceOp::kSum)->Wait();
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(buf[0], 2.0f);
+    EXPECT_TRUE(c.AsyncError().ok());
+    EXPECT_EQ(c.Stats().of(OpKind::kAllGather).failures, 3);
+    EXPECT_EQ(c.Stats().of(OpKind::kAllGather).calls, 0);
+  });
+}
+
+TEST(GlooCollectiveFixedTest, CreateRejectsBadOptionsNamingTheField) {
+  InMemoryStore store;
+  struct Case {
+    std::function<void(GlooCollectiveOptions&)> mutate;
+    const char* field;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& o) { o.size = 0; }, "size"},
+      {[](auto& o) { o.rank = 2; }, "rank"},
+      {[](auto& o) { o.rank = -1; }, "rank"},
+      {[](auto& o) { o.group = ""; }, "group"},
+      {[](auto& o) { o.connect_timeout = absl::ZeroDuration(); },
+       "connect_timeout"},
+      {[](auto& o) { o.default_op_timeout = absl::Seconds(-1); },
+       "default_op_timeout"},
+  };
+  for (const Case& c : cases) {
+    GlooCollectiveOptions options = Options(0, 2);
+    c.mutate(options);
+    auto comm = CreateGlooCollective(options, store);
+    ASSERT_FALSE(comm.ok());
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(comm.status().message().find(c.field), absl::string_view::npos)
+        << comm.status();
+  }
+}
+
+TEST(GlooCollectiveFixedTest, CreateTimesOutWhenARankNeverJoins) {
+  InMemoryStore store;
+  GlooCollectiveOptions options = Options(0, 2);
+  options.connect_timeout = absl::Milliseconds(500);
+  const absl::Time start = absl::Now();
+  auto comm = CreateGlooCollective(options, store);
+  const absl::Duration elapsed = absl::Now() - start;
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << comm.status();
+  EXPECT_NE(comm.status().message().find("epoch/1/world/1"),
+            absl::string_view::npos)
+      << comm.status();
+  EXPECT_LT(elapsed, absl::Seconds(3));
+}
+
+// The operation each abort test leaves in flight on rank 0 (rank 1 never
+// issues it).
+enum class InFlight {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kRecv,
+  kBarrier
+};
+
+class GlooCollectiveAbortTest : public ::testing::TestWithParam<InFlight> {};
+
+std::shared_ptr<Work> IssueInFlight(Collective& c, InFlight which,
+                                    std::vector<float>& buf) {
+  const std::vector<int64_t> counts = {1 << 16, 1 << 16};
+  switch (which) {
+    case InFlight::kAllGather:
+      return c.AllGather(buf.data(), buf.data(), counts, DType::kFloat32);
+    case InFlight::kReduceScatter:
+      return c.ReduceScatter(buf.data(), buf.data(), counts, DType::kFloat32,
+                             ReduceOp::kSum);
+    case InFlight::kAllReduce:
+      return c.AllReduce(buf.data(), 1 << 17, DType::kFloat32, ReduceOp::kSum);
+    case InFlight::kBroadcast:
+      return c.Broadcast(buf.data(), 1 << 17, DType::kFloat32, 1);
+    case InFlight::kRecv:
+      return c.Recv(buf.data(), 1024, 1, 3);
+    case InFlight::kBarrier:
+      return c.Barrier();
+  }
+  return nullptr;
+}
+
+TEST_P(GlooCollectiveAbortTest, AbortEndsRunningAndQueuedWorkPromptly) {
+  Comms comms = Connect(2);  // 30 s operation deadline.
+  Collective& c = *comms[0];
+  std::vector<float> buf(1 << 17, 1.0f);
+  std::vector<float> other(64, 1.0f);
+  std::shared_ptr<Work> running = IssueInFlight(c, GetParam(), buf);
+  std::shared_ptr<Work> queued1 =
+      c.AllReduce(other.data(), 64, DType::kFloat32, ReduceOp::kSum);
+  std::shared_ptr<Work> queued2 = c.Barrier();
+  // Wait until the first operation is running.
+  const OpKind kinds[] = {OpKind::kAllGather, OpKind::kReduceScatter,
+                          OpKind::kAllReduce, OpKind::kBroadcast,
+                          OpKind::kRecv,      OpKind::kBarrier};
+  const OpKind kind = kinds[static_cast<int>(GetParam())];
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (c.Stats().of(kind).calls == 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(c.Stats().of(kind).calls, 1);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(running->Done());
+
+  const absl::Time start = absl::Now();
+  c.Abort("test abort");
+  c.Abort("second abort");  // Idempotent.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_TRUE(queued1->Done());
+  EXPECT_TRUE(queued2->Done());
+  EXPECT_EQ(queued1->Wait().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(queued2->Wait().code(), absl::StatusCode::kAborted);
+  absl::Status s = running->Wait();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("test abort"), absl::string_view::npos) << s;
+  EXPECT_EQ(c.AsyncError().code(), absl::StatusCode::kAborted);
+  // Later work fails at once.
+  std::shared_ptr<Work> later = c.Barrier();
+  EXPECT_TRUE(later->Done());
+  EXPECT_EQ(later->Wait().code(), absl::StatusCode::kAborted);
+  // The peer learns that the connection is gone on its next operation.
+  absl::Status peer = comms[1]->Barrier()->Wait();
+  EXPECT_FALSE(peer.ok());
+  // Destroying an aborted communicator returns at once.
+  const absl::Time destroy = absl::Now();
+  comms.clear();
+  EXPECT_LT(absl::Now() - destroy, absl::Seconds(2));
+}
+
+std::string InFlightName(const ::testing::TestParamInfo<InFlight>& info) {
+  static const char* const kNames[] = {"AllGather", "ReduceScatter",
+                                       "AllReduce", "Broadcast",
+                                       "Recv",      "Barrier"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GlooCollectiveAbortTest,
+                         ::testing::Values(InFlight::kAllGather,
+                                           InFlight::kReduceScatter,
+                                           InFlight::kAllReduce,
+                                           InFlight::kBroadcast,
+                                           InFlight::kRecv, InFlight::kBarrier),
+                         InFlightName);
+
+// How a peer leaves the group while the others run an operation.
+enum class Departure { kDestroyed, kAborted, kSilent };
+
+class GlooCollectivePeerLossTest : public ::testing::TestWithParam<Departure> {
+};
+
+TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
+  constexpr int kWorld = 3;
+  const absl::Duration timeout = absl::Seconds(2);
+  Comms comms = Connect(kWorld, timeout);
+  const std::vector<int64_t> counts = {1 << 18, 1 << 18, 1 << 18};
+  std::vector<std::vector<float>> bufs(kWorld,
+                                       std::vector<float>(3 << 18, 1.0f));
+  std::vector<absl::Status> results(kWorld);
+  std::vector<absl::Duration> elapsed(kWorld);
+  ForEachRank(kWorld, [&](int r) {
+    if (r == kWorld - 1) {
+      absl::SleepFor(absl::Milliseconds(200));
+      switch (GetParam()) {
+        case Departure::kDestroyed:
+          comms[r].reset();
+          break;
+        case Departure::kAborted:
+          comms[r]->Abort("leaving");
+          break;
+        case Departure::kSilent:
+          break;  // Alive, connected, never issues the operation.
+      }
+      return;
+    }
+    const absl::Time start = absl::Now();
+    results[r] = comms[r]
+                     ->ReduceScatter(bufs[r].data(), bufs[r].data(), counts,
+                                     DType::kFloat32, ReduceOp::kSum)
+                     ->Wait();
+    elapsed[r] = absl::Now() - start;
+  });
+  for (int r = 0; r < kWorld - 1; ++r) {
+    EXPECT_TRUE(results[r].code() == absl::StatusCode::kUnavailable ||
+                results[r].code() == absl::StatusCode::kDeadlineExceeded)
+        << r << ": " << results[r];
+    EXPECT_LT(elapsed[r], timeout + absl::Milliseconds(1500)) << r;
+    const absl::Status error = comms[r]->AsyncError();
+    EXPECT_FALSE(error.ok());
+    EXPECT_NE(error.message().find("epoch 1 is broken"),
+              absl::string_view::npos)
+        << error;
+    std::shared_ptr<Work> later = comms[r]->Barrier();
+    EXPECT_TRUE(later->Done());
+    EXPECT_EQ(later->Wait().code(), error.code());
+    EXPECT_EQ(comms[r]->Stats().of(OpKind::kReduceScatter).failures, 1);
+  }
+  const absl::Time destroy = absl::Now();
+  comms.clear();
+  EXPECT_LT(absl::Now() - destroy, absl::Seconds(3));
+}
+
+std::string DepartureName(const ::testing::TestParamInfo<Departure>& info) {
+  static const char* const kNames[] = {"Destroyed", "Aborted", "Silent"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Departures, GlooCollectivePeerLossTest,
+                         ::testing::Values(Departure::kDestroyed,
+                                           Departure::kAborted,
+                                           Departure::kSilent),
+                         DepartureName);
+
+}  // namespace
+}  // namespace shardd::comm
