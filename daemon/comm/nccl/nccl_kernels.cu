@@ -1,0 +1,107 @@
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "daemon/comm/nccl/nccl_kernels.h"
+
+namespace shardd::comm::nccl::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) {
+  const int64_t wanted = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(wanted < 65536 ? wanted : 65536);
+}
+
+// The bit-level twin of core::FloatToBFloat16.
+__device__ uint16_t FloatToBFloat16Bits(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  }
+  const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+__global__ void UpcastBf16(const uint16_t* __restrict__ src,
+                           float* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+  }
+}
+
+__global__ void UpcastFp16(const __half* __restrict__ src,
+                           float* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    dst[i] = __half2float(src[i]);
+  }
+}
+
+__global__ void DowncastBf16(const float* __restrict__ src,
+                             uint16_t* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    dst[i] = FloatToBFloat16Bits(src[i]);
+  }
+}
+
+__global__ void DowncastFp16(const float* __restrict__ src,
+                             __half* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    dst[i] = __float2half_rn(src[i]);
+  }
+}
+
+__global__ void Divide(float* __restrict__ data, float divisor, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    data[i] = data[i] / divisor;
+  }
+}
+
+}  // namespace
+
+int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
+                 void* stream) {
+  if (n <= 0) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    UpcastBf16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src),
+                                              dst, n);
+  } else {
+    UpcastFp16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const __half*>(src),
+                                              dst, n);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
+                   void* stream) {
+  if (n <= 0) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    DowncastBf16<<<Blocks(n), kThreads, 0, s>>>(src,
+                                                static_cast<uint16_t*>(dst), n);
+  } else {
+    DowncastFp16<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst),
+                                                n);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
+  if (n <= 0) return 0;
+  Divide<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      data, static_cast<float>(divisor), n);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace shardd::comm::nccl::cuda

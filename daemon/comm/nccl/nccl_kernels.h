@@ -1,0 +1,35 @@
+#ifndef SHARDD_DAEMON_COMM_NCCL_NCCL_KERNELS_H_
+#define SHARDD_DAEMON_COMM_NCCL_NCCL_KERNELS_H_
+
+#include <cstdint>
+
+// The CUDA kernels the NCCL backend runs around its reductions, so that
+// bf16/fp16 reductions accumulate in fp32 and round once, and averages are
+// "sum, then divide by the group size" in fp32 (see nccl_plan.h).
+//
+// Conversions round like the CPU twins in daemon/core/dtype.h: fp32 -> bf16
+// with round-to-nearest-even (NaN stays a quiet NaN with its payload, as
+// core::FloatToBFloat16), fp32 -> fp16 with the hardware's
+// round-to-nearest-even conversion. Division is IEEE (the nvcc flags in
+// bazel/cuda.bzl).
+//
+// Pointers are device pointers; `stream` is a cudaStream_t. Each function
+// enqueues one kernel (nothing for n == 0) and returns 0, or the
+// cudaError_t of the launch. Stateless and thread-safe.
+namespace shardd::comm::nccl::cuda {
+
+enum class HalfType : int {
+  kBFloat16 = 0,
+  kFloat16 = 1,
+};
+
+int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
+                 void* stream);
+int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
+                   void* stream);
+// data[i] = data[i] / divisor.
+int LaunchDivide(float* data, int divisor, int64_t n, void* stream);
+
+}  // namespace shardd::comm::nccl::cuda
+
+#endif  // SHARDD_DAEMON_COMM_NCCL_NCCL_KERNELS_H_
