@@ -451,6 +451,18 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
   return out;
 }
 
+// Binary-unit tick labels at the measured sizes.
+std::string XTics(const std::vector<FsdpRow>& rows) {
+  std::string tics = "set xtics (";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    absl::StrAppend(&tics, i == 0 ? "" : ", ", "\"",
+                    HumanBytes(rows[i].per_gather), "\" ", rows[i].per_gather);
+  }
+  // Some margin so that the end ticks are labelled too.
+  return absl::StrCat(tics, ")\nset xrange [", rows.back().per_gather / 1.5,
+                      ":", rows.front().per_gather * 1.5, "]\n");
+}
+
 void Plot(const std::vector<FsdpRow>& rows, int world, int64_t total,
           double flat_gbps, const std::string& png) {
   std::string script = absl::StrCat(
@@ -458,8 +470,7 @@ void Plot(const std::vector<FsdpRow>& rows, int world, int64_t total,
       "set title 'All-gather of ", HumanBytes(total), " at W = ", world,
       ": one flat buffer vs N per-tensor gathers'\n",
       "set xlabel 'bytes per gather (output)'\n", "set ylabel 'algbw (GB/s)'\n",
-      "set logscale x 2\n", "set grid\n", "set key bottom right\n",
-      "set format x '%.0s%cB'\n",
+      "set logscale x 2\n", "set grid\n", "set key bottom right\n", XTics(rows),
       "plot '-' using 1:2 with linespoints title 'ours, N per-tensor "
       "gathers', ",
       "'-' using 1:2 with linespoints title 'raw Gloo, N per-tensor gathers', ",

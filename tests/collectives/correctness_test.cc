@@ -95,9 +95,9 @@ TEST(CollectivesCorrectnessTest, FourProcesses) {
            absl::Seconds(300));
 }
 
-// 8 processes on 2 cores: small sizes only.
+// 8 processes on 2 cores: up to 1 MiB only.
 TEST(CollectivesCorrectnessTest, EightProcesses) {
-  RunWorld(8, "correctness_w8", CorrectnessArgs("1,7,1001,64KiB", ""),
+  RunWorld(8, "correctness_w8", CorrectnessArgs("1,7,1001,64KiB,1MiB", ""),
            absl::Seconds(200));
 }
 

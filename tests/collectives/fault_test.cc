@@ -96,8 +96,15 @@ void RunFault(const std::string& op, const std::string& signal,
                                                 /*stop_on_failure=*/true);
   std::string logs;
   for (const Worker& w : workers) logs += w.Logs();
-  ASSERT_TRUE(waited.ok()) << label << ": survivors hung: " << waited << "\n"
-                           << logs;
+  ASSERT_TRUE(waited.ok())
+      << label << ": a survivor hung or crashed: " << waited
+      << (waited.message().find("signal 13") != absl::string_view::npos
+              ? " (SIGPIPE: a write to the dead peer's socket killed the "
+                "survivor; the communicator must not raise SIGPIPE: "
+                "MSG_NOSIGNAL, or SIGPIPE ignored in the process)"
+              : "")
+      << "\n"
+      << logs;
 
   // The victim died by SIGKILL, or is still stopped (then we kill it).
   if (signal == "kill") {
