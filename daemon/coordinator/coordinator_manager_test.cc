@@ -80,6 +80,20 @@ TEST_F(CoordinatorManagerTest, LeaseReportsTheRenewedExpiryAndTheEpoch) {
   EXPECT_FALSE(lease.ready);
 }
 
+TEST_F(CoordinatorManagerTest, DecisionWithoutNewEpochStillWakesWatchers) {
+  Make();
+  const ClusterSnapshot before = manager_->Snapshot();
+  clock_->Advance(absl::Seconds(61));
+  manager_->Tick();  // Nobody joined within the join timeout: a decision.
+  const ClusterSnapshot after =
+      manager_->AwaitChange(before.version, absl::Now() + absl::Seconds(5));
+  EXPECT_GT(after.version, before.version);
+  EXPECT_EQ(after.epoch, before.epoch);
+  ASSERT_FALSE(after.decisions.empty());
+  EXPECT_EQ(after.decisions.front().kind, DecisionKind::kJoinTimeout);
+  EXPECT_EQ(after.last_reason, after.decisions.front().reason);
+}
+
 TEST_F(CoordinatorManagerTest, TickExpiresSilentMembersAndWakesWatchers) {
   Make();
   std::vector<JoinOutcome> joined;
