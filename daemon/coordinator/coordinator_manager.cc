@@ -181,6 +181,16 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   return s;
 }
 
+LeaseView CoordinatorManager::Lease(int rank) const {
+  absl::MutexLock lock(&mu_);
+  LeaseView v;
+  v.lease_expiry = table_.slots()[rank].lease_expiry;
+  v.lease = table_.options().detector.lease;
+  v.epoch = table_.epoch();
+  v.ready = table_.ready();
+  return v;
+}
+
 ClusterSnapshot CoordinatorManager::AwaitChange(int64_t seen_version,
                                                 absl::Time deadline) const {
   {

@@ -50,6 +50,14 @@ struct ClusterSnapshot {
   absl::Time started;
 };
 
+// What a heartbeat reply carries, without copying the whole cluster.
+struct LeaseView {
+  absl::Time lease_expiry;
+  absl::Duration lease;
+  int64_t epoch = 0;
+  bool ready = false;
+};
+
 struct CoordinatorOptions {
   MembershipOptions membership;
   // The job is expected to be ready within this of the coordinator starting;
@@ -87,6 +95,10 @@ class CoordinatorManager {
   absl::Time Tick();
 
   ClusterSnapshot Snapshot(int max_decisions = 100) const;
+
+  // The lease of `rank` (which must be in range) and the epoch: O(W) reads,
+  // no copies, for the heartbeat path (Snapshot copies every slot).
+  LeaseView Lease(int rank) const;
 
   // Blocks until the snapshot's version exceeds `seen_version`, the
   // deadline passes, or Shutdown(); returns the current snapshot either way

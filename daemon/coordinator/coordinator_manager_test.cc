@@ -66,6 +66,34 @@ TEST_F(CoordinatorManagerTest, LeaseTokensAreDistinctAndStoreFollowsEpoch) {
   EXPECT_EQ(manager_->Snapshot().epoch, b.epoch);
 }
 
+TEST_F(CoordinatorManagerTest, LeaseReportsTheRenewedExpiryAndTheEpoch) {
+  Make();
+  const JoinOutcome a = JoinRank(0);
+  clock_->Advance(absl::Milliseconds(400));
+  ASSERT_TRUE(
+      manager_->Heartbeat(0, a.lease_token, a.epoch, 0, MemberPhase::kJoining)
+          .ok());
+  const LeaseView lease = manager_->Lease(0);
+  EXPECT_EQ(lease.lease_expiry, clock_->Now() + absl::Milliseconds(1500));
+  EXPECT_EQ(lease.lease, absl::Milliseconds(1500));
+  EXPECT_EQ(lease.epoch, a.epoch);
+  EXPECT_FALSE(lease.ready);
+}
+
+TEST_F(CoordinatorManagerTest, DecisionWithoutNewEpochStillWakesWatchers) {
+  Make();
+  const ClusterSnapshot before = manager_->Snapshot();
+  clock_->Advance(absl::Seconds(61));
+  manager_->Tick();  // Nobody joined within the join timeout: a decision.
+  const ClusterSnapshot after =
+      manager_->AwaitChange(before.version, absl::Now() + absl::Seconds(5));
+  EXPECT_GT(after.version, before.version);
+  EXPECT_EQ(after.epoch, before.epoch);
+  ASSERT_FALSE(after.decisions.empty());
+  EXPECT_EQ(after.decisions.front().kind, DecisionKind::kJoinTimeout);
+  EXPECT_EQ(after.last_reason, after.decisions.front().reason);
+}
+
 TEST_F(CoordinatorManagerTest, TickExpiresSilentMembersAndWakesWatchers) {
   Make();
   std::vector<JoinOutcome> joined;

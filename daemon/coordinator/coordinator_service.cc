@@ -183,12 +183,12 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
       manager_->Heartbeat(request->rank(), request->lease_token(),
                           request->epoch(), request->committed_step(), *state);
   if (!s.ok()) return rpc::ToGrpc(s);
-  const ClusterSnapshot snap = manager_->Snapshot(0);
-  response->set_lease_expiry_unix_ms(
-      UnixMs(snap.slots[request->rank()].lease_expiry));
-  response->set_lease_ms(absl::ToInt64Milliseconds(snap.lease));
-  response->set_epoch(snap.epoch);
-  response->set_ready(snap.ready);
+  // Rank is valid: the heartbeat was accepted.
+  const LeaseView lease = manager_->Lease(request->rank());
+  response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry));
+  response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));
+  response->set_epoch(lease.epoch);
+  response->set_ready(lease.ready);
   return grpc::Status::OK;
 }
 

@@ -79,6 +79,7 @@ void MembershipTable::Log(absl::Time now, DecisionKind kind,
                           std::vector<int> ranks, std::string reason) {
   decisions_.push_back(
       {now, epoch_, kind, std::move(ranks), std::move(reason)});
+  ++decisions_total_;
   while (decisions_.size() > options_.max_decisions) decisions_.pop_front();
 }
 

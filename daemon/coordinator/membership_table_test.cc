@@ -87,6 +87,25 @@ TEST_F(MembershipTableTest, JoinAssignsSlotAndAdvancesEpoch) {
   EXPECT_EQ(any->epoch, 2);
 }
 
+TEST_F(MembershipTableTest, DecisionsTotalCountsEveryDecisionEverLogged) {
+  EXPECT_EQ(table_->decisions_total(), 0);
+  JoinAllReady(kT0);
+  EXPECT_GT(table_->decisions_total(), 0);
+  EXPECT_EQ(table_->decisions_total(),
+            static_cast<int64_t>(table_->decisions().size()));
+
+  MembershipOptions small;
+  small.world_size = 2;
+  small.max_decisions = 3;
+  auto t = MembershipTable::Create(small);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(t->Join(Request(0, "a"), kT0, "t0").ok());
+  ASSERT_TRUE(t->Join(Request(1, "b"), kT0, "t1").ok());
+  // Each join logs MEMBER_JOINED and EPOCH_STARTED; the deque keeps 3.
+  EXPECT_EQ(t->decisions().size(), 3u);
+  EXPECT_EQ(t->decisions_total(), 4);
+}
+
 TEST_F(MembershipTableTest, ReadyOnlyWhenAllSlotsReportReadyForTheEpoch) {
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(table_

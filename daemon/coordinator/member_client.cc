@@ -1,0 +1,415 @@
+#include "daemon/coordinator/member_client.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/rpc/grpc_status.h"
+
+namespace shardd::coordinator {
+namespace {
+
+namespace pb = ::shardd::v1;
+
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+
+bool Transient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+std::string RandomIncarnation() {
+  std::random_device seed;
+  return absl::StrFormat("%08x%08x", seed(), seed());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // A restarted coordinator is found again within a second, not after
+  // gRPC's default backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemberClient>> MemberClient::Join(
+    MemberClientOptions options) {
+  if (options.channel == nullptr && options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator_address must be set (or a channel given)");
+  }
+  if (options.incarnation.empty()) options.incarnation = RandomIncarnation();
+  std::unique_ptr<MemberClient> client(new MemberClient(std::move(options)));
+  const absl::Time deadline =
+      absl::Now() + client->options_.initial_join_timeout;
+  absl::Duration backoff = kFirstBackoff;
+  while (true) {
+    absl::Status s;
+    {
+      absl::MutexLock session(&client->session_mu_);
+      s = client->DoJoin(/*rejoin=*/false);
+    }
+    if (s.ok()) break;
+    if (!Transient(s) || absl::Now() + backoff > deadline) return s;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  client->heartbeat_thread_ =
+      std::thread([c = client.get()] { c->HeartbeatLoop(); });
+  client->watch_thread_ = std::thread([c = client.get()] { c->WatchLoop(); });
+  return client;
+}
+
+MemberClient::MemberClient(MemberClientOptions options)
+    : options_(std::move(options)),
+      channel_(options_.channel != nullptr
+                   ? options_.channel
+                   : MakeChannel(options_.coordinator_address)),
+      stub_(pb::Coordinator::NewStub(channel_)) {}
+
+MemberClient::~MemberClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+bool MemberClient::Register(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  in_flight_.insert(context);
+  return true;
+}
+
+void MemberClient::Unregister(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(context);
+}
+
+void MemberClient::NoteContact() {
+  absl::MutexLock lock(&mu_);
+  view_.last_contact = absl::Now();
+}
+
+bool MemberClient::SleepUntil(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  mu_.AwaitWithDeadline(absl::Condition(&stopping), deadline);
+  return stopping_;
+}
+
+absl::Status MemberClient::DoJoin(bool rejoin) {
+  // Asked without mu_ held: the provider may take the daemon's own locks.
+  const MemberShardStatus shard =
+      options_.shard_status ? options_.shard_status() : MemberShardStatus{};
+  pb::JoinRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    if (rejoin) {
+      request.set_rank(rank_);
+      request.set_last_epoch(known_epoch_);
+    } else if (options_.rank >= 0) {
+      request.set_rank(options_.rank);
+    }
+  }
+  request.set_identity(options_.identity);
+  request.set_peer_address(options_.peer_address);
+  request.set_incarnation(options_.incarnation);
+  request.set_device(options_.device);
+  for (const auto& [key, value] : options_.info) {
+    (*request.mutable_info())[key] = value;
+  }
+  request.set_holds_shard(shard.holds_shard);
+  request.set_last_committed_step(shard.committed_step);
+  request.set_model_fingerprint(shard.model_fingerprint);
+
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  if (!Register(&context)) {
+    return absl::CancelledError("the member client is stopping");
+  }
+  pb::JoinResponse response;
+  const grpc::Status status = stub_->Join(&context, request, &response);
+  Unregister(&context);
+  if (!status.ok()) {
+    const absl::Status s = rpc::FromGrpc(status);
+    return absl::Status(
+        s.code(), absl::StrCat(rejoin ? "re-join" : "join", ": ", s.message()));
+  }
+
+  absl::MutexLock lock(&mu_);
+  join_ = response;
+  lease_token_ = response.lease_token();
+  rank_ = response.member().rank();
+  lease_ =
+      absl::Milliseconds(response.lease_ms() > 0 ? response.lease_ms() : 1500);
+  heartbeat_interval_ =
+      response.heartbeat_interval_ms() > 0
+          ? absl::Milliseconds(response.heartbeat_interval_ms())
+          : lease_ / 3;
+  known_epoch_ = std::max(known_epoch_, response.epoch());
+  recovering_ =
+      response.has_recovery() &&
+      response.recovery().phase() == pb::RECOVERY_PHASE_TRANSFERRING_STATE;
+  committed_step_ =
+      shard.holds_shard ? shard.committed_step : response.committed_step();
+  view_.rank = rank_;
+  ++view_.joins;
+  view_.last_contact = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status MemberClient::HeartbeatOnce() {
+  absl::MutexLock session(&session_mu_);
+  pb::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::CancelledError("the member client is stopping");
+    if (left_) return absl::FailedPreconditionError("the member has left");
+    if (!view_.error.ok()) return view_.error;
+    request.set_rank(rank_);
+    request.set_lease_token(lease_token_);
+    request.set_epoch(known_epoch_);
+    request.set_committed_step(committed_step_);
+    request.set_state(ready_epoch_ == known_epoch_ ? pb::MEMBER_STATE_READY
+                      : recovering_                ? pb::MEMBER_STATE_RECOVERING
+                                                   : pb::MEMBER_STATE_JOINING);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  if (!Register(&context)) {
+    return absl::CancelledError("the member client is stopping");
+  }
+  pb::HeartbeatResponse response;
+  const grpc::Status status = stub_->Heartbeat(&context, request, &response);
+  Unregister(&context);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    known_epoch_ = std::max(known_epoch_, response.epoch());
+    view_.last_contact = absl::Now();
+    return absl::OkStatus();
+  }
+  const absl::Status s = rpc::FromGrpc(status);
+  if (!absl::IsNotFound(s)) return s;
+  // The coordinator does not know this lease: it restarted, or the lease
+  // ran out. Claim the same slot again with what the member still holds.
+  const absl::Status joined = DoJoin(/*rejoin=*/true);
+  if (!joined.ok() && !Transient(joined) && !absl::IsCancelled(joined)) {
+    absl::MutexLock lock(&mu_);
+    view_.error = joined;
+  }
+  return joined;
+}
+
+void MemberClient::HeartbeatLoop() {
+  absl::Duration backoff = kFirstBackoff;
+  absl::Time next;
+  {
+    absl::MutexLock lock(&mu_);
+    next = absl::Now() + heartbeat_interval_;
+  }
+  while (true) {
+    absl::Duration interval;
+    bool idle = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&stopping), next);
+      if (stopping_) return;
+      interval = heartbeat_interval_;
+      // Watchdog: a watch stream without even a keepalive for two leases
+      // is reopened (the coordinator may be gone without a reset).
+      if (watch_context_ != nullptr &&
+          absl::Now() - last_watch_message_ > 2 * lease_) {
+        watch_context_->TryCancel();
+        last_watch_message_ = absl::Now();
+      }
+      idle = left_ || !view_.error.ok();
+    }
+    if (idle) {
+      next = absl::Now() + interval;
+      continue;
+    }
+    const absl::Status s = HeartbeatOnce();
+    if (s.ok() || !Transient(s)) {
+      backoff = kFirstBackoff;
+      next = absl::Now() + interval;
+    } else {
+      next = absl::Now() + backoff;
+      backoff = std::min(backoff * 2, interval);
+    }
+  }
+}
+
+void MemberClient::WatchLoop() {
+  absl::Duration backoff = kFirstBackoff;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.watch_stream_lifetime));
+    pb::WatchMembershipRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      watch_context_ = &context;
+      last_watch_message_ = absl::Now();
+      request.set_rank(rank_);
+    }
+    std::unique_ptr<grpc::ClientReader<pb::MembershipUpdate>> reader =
+        stub_->WatchMembership(&context, request);
+    pb::MembershipUpdate update;
+    bool received = false;
+    while (reader->Read(&update)) {
+      ApplyUpdate(update);
+      received = true;
+    }
+    const grpc::Status status = reader->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+      if (stopping_) return;
+    }
+    if (received) {
+      backoff = kFirstBackoff;
+      // The stream reached its lifetime: reopen at once.
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
+    }
+    if (SleepUntil(absl::Now() + backoff)) return;
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  last_watch_message_ = now;
+  view_.last_contact = now;
+  known_epoch_ = std::max(known_epoch_, update.epoch());
+  if (update.epoch() < view_.epoch) return;
+  view_.epoch = update.epoch();
+  view_.ready = update.ready();
+  view_.world_size = update.world_size();
+  view_.sharding_factor = update.sharding_factor();
+  view_.committed_step = update.committed_step();
+  view_.members.assign(update.members().begin(), update.members().end());
+  if (!update.keepalive()) {
+    view_.reason = update.reason();
+    ++view_.updates;
+  }
+}
+
+pb::JoinResponse MemberClient::join_response() const {
+  absl::MutexLock lock(&mu_);
+  return join_;
+}
+
+int MemberClient::rank() const {
+  absl::MutexLock lock(&mu_);
+  return rank_;
+}
+
+MembershipView MemberClient::view() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+absl::StatusOr<MembershipView> MemberClient::WaitFor(
+    std::function<bool(const MembershipView&)> predicate,
+    absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !view_.error.ok() || predicate(view_);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  if (predicate(view_)) return view_;
+  if (stopping_) return absl::CancelledError("the member client is stopping");
+  if (!view_.error.ok()) return view_.error;
+  return absl::DeadlineExceededError(absl::StrCat(
+      "membership condition not met by the deadline (epoch ", view_.epoch, ", ",
+      view_.members.size(), " of ", view_.world_size, " members live, ready ",
+      view_.ready ? "yes" : "no", ")"));
+}
+
+absl::StatusOr<MembershipView> MemberClient::WaitForEpochReady(
+    int64_t min_epoch, absl::Time deadline) const {
+  return WaitFor(
+      [min_epoch](const MembershipView& v) {
+        return v.epoch >= min_epoch && v.ready;
+      },
+      deadline);
+}
+
+absl::Status MemberClient::SetReady(int64_t epoch, int64_t committed_step) {
+  {
+    absl::MutexLock lock(&mu_);
+    ready_epoch_ = epoch;
+    committed_step_ = committed_step;
+    recovering_ = false;
+  }
+  return HeartbeatOnce();
+}
+
+absl::StatusOr<pb::ReportFailureResponse> MemberClient::ReportFailure(
+    int suspect, pb::FailureKind kind, absl::string_view detail,
+    int64_t epoch) {
+  pb::ReportFailureRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_reporter_rank(rank_);
+    request.set_lease_token(lease_token_);
+    request.set_epoch(epoch >= 0 ? epoch : known_epoch_);
+  }
+  request.set_suspect_rank(suspect);
+  request.set_kind(kind);
+  request.set_detail(std::string(detail));
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + options_.report_timeout));
+  if (!Register(&context)) {
+    return absl::CancelledError("the member client is stopping");
+  }
+  pb::ReportFailureResponse response;
+  const grpc::Status status =
+      stub_->ReportFailure(&context, request, &response);
+  Unregister(&context);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  NoteContact();
+  return response;
+}
+
+absl::Status MemberClient::Leave(absl::string_view reason) {
+  absl::MutexLock session(&session_mu_);
+  pb::LeaveRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    // Heartbeats stop even if the call fails: the lease then runs out.
+    left_ = true;
+    request.set_rank(rank_);
+    request.set_lease_token(lease_token_);
+  }
+  request.set_reason(std::string(reason));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  if (!Register(&context)) {
+    return absl::CancelledError("the member client is stopping");
+  }
+  pb::LeaveResponse response;
+  const grpc::Status status = stub_->Leave(&context, request, &response);
+  Unregister(&context);
+  return rpc::FromGrpc(status);
+}
+
+}  // namespace shardd::coordinator

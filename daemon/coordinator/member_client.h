@@ -1,0 +1,230 @@
+#ifndef SHARDD_DAEMON_COORDINATOR_MEMBER_CLIENT_H_
+#define SHARDD_DAEMON_COORDINATOR_MEMBER_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/coordinator.grpc.pb.h"
+
+namespace shardd::coordinator {
+
+// What a member holds, asked for at every (re-)join so that a restarted
+// coordinator can rebuild membership from the members.
+struct MemberShardStatus {
+  bool holds_shard = false;
+  int64_t committed_step = 0;
+  uint64_t model_fingerprint = 0;
+};
+
+struct MemberClientOptions {
+  // host:port of the coordinator. Ignored when `channel` is set.
+  std::string coordinator_address;
+  // A channel to use instead of creating one (shared by simulated members
+  // in benchmarks). Created channels reconnect quickly (100 ms .. 1 s
+  // backoff) so that a restarted coordinator is found again at once.
+  std::shared_ptr<grpc::Channel> channel;
+  // The slot to claim; -1: any empty slot. Re-joins always claim the slot
+  // the member holds.
+  int rank = -1;
+  // Stable identity (e.g. the pod name). Required.
+  std::string identity;
+  // host:port of this member's Peer service. Required.
+  std::string peer_address;
+  // Random per process; empty: a random one is chosen.
+  std::string incarnation;
+  shardd::v1::DeviceKind device = shardd::v1::DEVICE_KIND_CPU;
+  std::map<std::string, std::string> info;
+  // Called at every join and re-join (on the calling or the heartbeat
+  // thread; it must not call the client). Null: holds nothing, step 0.
+  std::function<MemberShardStatus()> shard_status;
+  // Deadline of every unary RPC (Join, Heartbeat, Leave).
+  absl::Duration rpc_timeout = absl::Seconds(2);
+  // Deadline of ReportFailure (the coordinator probes the suspect first).
+  absl::Duration report_timeout = absl::Seconds(5);
+  // How long the first Join keeps retrying while the coordinator is
+  // UNAVAILABLE (not yet started, restarting).
+  absl::Duration initial_join_timeout = absl::Seconds(30);
+  // Longest a watch stream stays open before it is reopened (the first
+  // message of a new stream is the current state, so nothing is lost).
+  absl::Duration watch_stream_lifetime = absl::Seconds(60);
+};
+
+// The member's picture of the cluster, from the WatchMembership stream.
+struct MembershipView {
+  // Never decreases: updates of an older epoch (e.g. the empty state of a
+  // just-restarted coordinator before anyone re-joined) are not applied.
+  int64_t epoch = 0;
+  bool ready = false;
+  int world_size = 0;
+  int sharding_factor = 0;
+  int64_t committed_step = 0;
+  // Live members of `epoch`, by rank.
+  std::vector<shardd::v1::MemberInfo> members;
+  // Why the last change happened.
+  std::string reason;
+  // Watch messages applied that were not keepalives.
+  int64_t updates = 0;
+
+  // This member: its slot, how often it joined (1 + re-joins), when it last
+  // heard from the coordinator.
+  int rank = -1;
+  int64_t joins = 0;
+  absl::Time last_contact = absl::InfinitePast();
+  // Set when the member can no longer take part (a re-join was rejected,
+  // or it left): the status that ended it.
+  absl::Status error;
+
+  // True when every one of the W slots is held by a live member.
+  bool AllLive() const {
+    return world_size > 0 && static_cast<int>(members.size()) == world_size;
+  }
+};
+
+// The daemon side of the Coordinator protocol, without decisions of its
+// own: it joins, renews the lease, keeps a view of the membership, reports
+// READY and failures when told to, and re-joins when the coordinator no
+// longer knows it.
+//
+// Responsibility:
+//  - Join (retrying UNAVAILABLE up to initial_join_timeout).
+//  - A heartbeat thread: every heartbeat_interval_ms of the JoinResponse it
+//    sends the member's state for the newest epoch it knows: READY if
+//    SetReady was called for that epoch, RECOVERING if the join planned a
+//    shard copy that is not done, JOINING otherwise. UNAVAILABLE and
+//    DEADLINE_EXCEEDED are retried with exponential backoff from 50 ms,
+//    capped at the heartbeat interval. NOT_FOUND (the coordinator
+//    restarted, or the lease expired) triggers a re-join with the same
+//    rank, identity and incarnation, the last epoch and the current shard
+//    status; a re-join rejected for any reason but UNAVAILABLE ends the
+//    membership (view().error). The thread also reopens a watch stream
+//    that has been silent for two leases.
+//  - A watch thread: WatchMembership, reconnecting with backoff, keeping
+//    the MembershipView.
+//  - WaitFor: block until a predicate over the view holds, with a deadline.
+//
+// Every RPC has a deadline except the watch stream, which is bounded by
+// watch_stream_lifetime and the keepalive watchdog.
+//
+// Thread-safe: every method may be called from any thread. Heartbeats are
+// serialised (one in flight at a time), so a READY heartbeat is never
+// overtaken by an older JOINING one.
+//
+// Ownership: owns its threads and (unless given one) its channel. The
+// destructor stops both threads promptly (cancelling in-flight calls and the
+// watch stream) without leaving: a destroyed client looks to the
+// coordinator like a crashed daemon, its lease runs out.
+class MemberClient {
+ public:
+  // Joins and starts the heartbeat and watch threads. Errors are the Join's
+  // (INVALID_ARGUMENT, ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...), or
+  // UNAVAILABLE / DEADLINE_EXCEEDED when the coordinator could not be
+  // reached within initial_join_timeout.
+  static absl::StatusOr<std::unique_ptr<MemberClient>> Join(
+      MemberClientOptions options);
+
+  ~MemberClient();
+  MemberClient(const MemberClient&) = delete;
+  MemberClient& operator=(const MemberClient&) = delete;
+
+  // The reply to the latest (re-)join.
+  shardd::v1::JoinResponse join_response() const;
+  int rank() const;
+  const std::string& incarnation() const { return options_.incarnation; }
+
+  MembershipView view() const;
+
+  // Blocks until `predicate(view)` holds, returning that view. The
+  // predicate runs under the client's lock on any thread: it must be cheap
+  // and must not call the client. DEADLINE_EXCEEDED at `deadline`;
+  // view().error if the membership ended; CANCELLED when the client is
+  // being destroyed.
+  absl::StatusOr<MembershipView> WaitFor(
+      std::function<bool(const MembershipView&)> predicate,
+      absl::Time deadline) const;
+
+  // WaitFor(epoch >= min_epoch && ready).
+  absl::StatusOr<MembershipView> WaitForEpochReady(int64_t min_epoch,
+                                                   absl::Time deadline) const;
+
+  // Records that this member is READY in `epoch` at `committed_step` (its
+  // communicators of that epoch are up, its shard is at that step) and
+  // sends a heartbeat at once; returns that heartbeat's status (after a
+  // re-join if the coordinator answered NOT_FOUND).
+  absl::Status SetReady(int64_t epoch, int64_t committed_step);
+
+  // Fast-path failure report about `suspect`, seen in `epoch` (-1: the
+  // newest epoch this member knows). The coordinator's reply or status
+  // (ABORTED: already handled by a later epoch).
+  absl::StatusOr<shardd::v1::ReportFailureResponse> ReportFailure(
+      int suspect, shardd::v1::FailureKind kind, absl::string_view detail,
+      int64_t epoch = -1);
+
+  // Leaves gracefully and stops heartbeating (the threads keep running
+  // until destruction, the watch keeps the view current).
+  absl::Status Leave(absl::string_view reason);
+
+ private:
+  explicit MemberClient(MemberClientOptions options);
+
+  // Sends a Join with the member's identity and (on re-join) its slot and
+  // last epoch; on success records the lease. Serialised by session_mu_.
+  absl::Status DoJoin(bool rejoin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session_mu_);
+  // One heartbeat with the current state; re-joins on NOT_FOUND.
+  absl::Status HeartbeatOnce() ABSL_LOCKS_EXCLUDED(session_mu_);
+  void HeartbeatLoop();
+  void WatchLoop();
+  void ApplyUpdate(const shardd::v1::MembershipUpdate& update);
+  void NoteContact();
+  // Registers a call's context so that the destructor can cancel it; false
+  // when the client is stopping (the call must not start).
+  bool Register(grpc::ClientContext* context);
+  void Unregister(grpc::ClientContext* context);
+  // Sleeps until `deadline` or Stop; true when stopping.
+  bool SleepUntil(absl::Time deadline);
+
+  MemberClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<shardd::v1::Coordinator::Stub> stub_;
+
+  // Serialises Join/Heartbeat/Leave so that heartbeats reach the
+  // coordinator in the order their state was decided.
+  absl::Mutex session_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;
+  shardd::v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);
+  std::string lease_token_ ABSL_GUARDED_BY(mu_);
+  int rank_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) =
+      absl::Milliseconds(500);
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1500);
+  // Newest epoch heard of (join, heartbeat replies, watch).
+  int64_t known_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_watch_message_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  MembershipView view_ ABSL_GUARDED_BY(mu_);
+
+  std::thread heartbeat_thread_;
+  std::thread watch_thread_;
+};
+
+}  // namespace shardd::coordinator
+
+#endif  // SHARDD_DAEMON_COORDINATOR_MEMBER_CLIENT_H_

@@ -1,0 +1,224 @@
+#include "daemon/coordinator/member_client.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator/in_process_coordinator.h"
+#include "gtest/gtest.h"
+#include "shardd/v1/coordinator.grpc.pb.h"
+
+namespace shardd::coordinator {
+namespace {
+
+namespace pb = ::shardd::v1;
+
+constexpr int kWorld = 4;
+
+InProcessCoordinatorOptions Options(absl::Duration lease,
+                                    absl::Duration heartbeat) {
+  InProcessCoordinatorOptions o;
+  o.coordinator.membership.world_size = kWorld;
+  o.coordinator.membership.sharding_factor = 2;
+  o.coordinator.membership.detector.lease = lease;
+  o.heartbeat_interval = heartbeat;
+  return o;
+}
+
+MemberClientOptions Member(const std::string& address, int rank) {
+  MemberClientOptions o;
+  o.coordinator_address = address;
+  o.rank = rank;
+  o.identity = absl::StrCat("node-", rank);
+  // Nothing listens there: no test here needs the Peer service.
+  o.peer_address = absl::StrCat("127.0.0.1:", 20000 + rank);
+  o.initial_join_timeout = absl::Seconds(10);
+  return o;
+}
+
+absl::Time Deadline() { return absl::Now() + absl::Seconds(15); }
+
+// Every client waits until all W slots are live in one epoch, reports READY
+// for it, and the epoch becomes ready. Returns that epoch.
+int64_t MakeReady(const std::vector<std::unique_ptr<MemberClient>>& clients,
+                  int64_t min_epoch) {
+  int64_t epoch = 0;
+  for (const auto& c : clients) {
+    auto v = c->WaitFor(
+        [&](const MembershipView& v) {
+          return v.AllLive() && v.epoch >= min_epoch;
+        },
+        Deadline());
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (v.ok()) epoch = std::max(epoch, v->epoch);
+  }
+  for (const auto& c : clients) EXPECT_TRUE(c->SetReady(epoch, 0).ok());
+  for (const auto& c : clients) {
+    auto v = c->WaitForEpochReady(epoch, Deadline());
+    EXPECT_TRUE(v.ok()) << v.status();
+  }
+  return epoch;
+}
+
+TEST(MemberClientTest, FourMembersJoinReportReadyAndTheEpochBecomesReady) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < kWorld; ++r) {
+    auto c = MemberClient::Join(Member((*coord)->address(), r));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->rank(), r);
+    EXPECT_EQ((*c)->join_response().heartbeat_interval_ms(), 500);
+    clients.push_back(*std::move(c));
+  }
+  const int64_t epoch = MakeReady(clients, 1);
+  EXPECT_EQ(epoch, kWorld);  // One epoch per join, none since.
+  const ClusterSnapshot s = (*coord)->manager().Snapshot();
+  EXPECT_TRUE(s.ready);
+  EXPECT_EQ(s.epoch, epoch);
+  for (const SlotRecord& slot : s.slots) {
+    EXPECT_EQ(slot.phase, MemberPhase::kReady) << slot.rank;
+  }
+}
+
+TEST(MemberClientTest, DestroyedMemberLosesItsLeaseAndTheOthersSeeIt) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(600), absl::Milliseconds(200)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < kWorld; ++r) {
+    auto c = MemberClient::Join(Member((*coord)->address(), r));
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(*std::move(c));
+  }
+  const int64_t epoch = MakeReady(clients, 1);
+  const absl::Time killed = absl::Now();
+  clients[3].reset();  // No Leave: looks like a crash.
+  auto v = clients[0]->WaitFor(
+      [&](const MembershipView& v) {
+        return v.epoch > epoch && v.members.size() == kWorld - 1;
+      },
+      Deadline());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->ready);
+  EXPECT_LE(absl::Now() - killed, absl::Milliseconds(600 + 200 + 500));
+  EXPECT_EQ((*coord)->manager().Snapshot().slots[3].phase,
+            MemberPhase::kFailed);
+  // The others kept their leases all along.
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(clients[r]->view().joins, 1);
+}
+
+TEST(MemberClientTest, MembersRejoinARestartedCoordinatorAndBecomeReadyAgain) {
+  auto opts = Options(absl::Milliseconds(1500), absl::Milliseconds(300));
+  auto coord = InProcessCoordinator::Start(opts);
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < kWorld; ++r) {
+    auto o = Member((*coord)->address(), r);
+    o.shard_status = [] { return MemberShardStatus{true, 7, 0}; };
+    auto c = MemberClient::Join(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(*std::move(c));
+  }
+  const int64_t old_epoch = MakeReady(clients, 1);
+
+  opts.listen = (*coord)->address();
+  coord->reset();  // The coordinator goes away with all its state.
+  auto restarted = InProcessCoordinator::Start(opts);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+
+  const int64_t new_epoch = MakeReady(clients, old_epoch + 1);
+  EXPECT_GT(new_epoch, old_epoch);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(clients[r]->rank(), r);
+    EXPECT_EQ(clients[r]->view().joins, 2) << r;
+  }
+  const ClusterSnapshot s = (*restarted)->manager().Snapshot();
+  EXPECT_TRUE(s.ready);
+  // Rebuilt from what the members gave back.
+  EXPECT_EQ(s.committed_step, 7);
+  for (const SlotRecord& slot : s.slots) {
+    EXPECT_EQ(slot.identity, absl::StrCat("node-", slot.rank));
+    EXPECT_TRUE(slot.holds_shard);
+  }
+}
+
+TEST(MemberClientTest, JoinOfAHeldSlotFailsWithAlreadyExists) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  auto first = MemberClient::Join(Member((*coord)->address(), 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto other = Member((*coord)->address(), 1);
+  other.identity = "intruder";
+  auto second = MemberClient::Join(other);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists)
+      << second.status();
+}
+
+TEST(MemberClientTest, LeaveEmptiesTheSlotAndStartsAnEpoch) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  auto a = MemberClient::Join(Member((*coord)->address(), 0));
+  auto b = MemberClient::Join(Member((*coord)->address(), 1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  const int64_t before = (*coord)->manager().Snapshot().epoch;
+  ASSERT_TRUE((*b)->Leave("test").ok());
+  auto v = (*a)->WaitFor(
+      [&](const MembershipView& v) {
+        return v.epoch > before && v.members.size() == 1;
+      },
+      Deadline());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*coord)->manager().Snapshot().slots[1].phase, MemberPhase::kLeft);
+}
+
+TEST(MemberClientTest, StaleEpochFailureReportIsAborted) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  auto a = MemberClient::Join(Member((*coord)->address(), 0));
+  auto b = MemberClient::Join(Member((*coord)->address(), 1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto out = (*a)->ReportFailure(1, pb::FAILURE_KIND_COLLECTIVE_FAILED, "test",
+                                 /*epoch=*/1);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted) << out.status();
+}
+
+TEST(MemberClientTest, WaitForTimesOutAtItsDeadline) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  auto a = MemberClient::Join(Member((*coord)->address(), 0));
+  ASSERT_TRUE(a.ok());
+  const absl::Time start = absl::Now();
+  auto v = (*a)->WaitForEpochReady(1, start + absl::Milliseconds(200));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(MemberClientTest, DestructorReturnsPromptlyWhileTheCoordinatorIsGone) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  auto a = MemberClient::Join(Member((*coord)->address(), 0));
+  ASSERT_TRUE(a.ok());
+  coord->reset();
+  // Let the heartbeat thread run into the outage.
+  auto v = (*a)->WaitFor(
+      [](const MembershipView& v) {
+        return absl::Now() - v.last_contact > absl::Milliseconds(700);
+      },
+      absl::Now() + absl::Seconds(3));
+  (void)v;  // Either way, destruction must be prompt.
+  const absl::Time start = absl::Now();
+  a->reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+}  // namespace
+}  // namespace shardd::coordinator

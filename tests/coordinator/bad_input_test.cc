@@ -1,0 +1,211 @@
+// Bad input over the wire to a real coordinator process: each request gets
+// a clear status and changes nothing (invariant 3).
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/process_cluster.h"
+#include "tests/coordinator/test_main.h"
+
+namespace shardd::tests {
+namespace {
+
+namespace pb = ::shardd::v1;
+
+// The parts of the cluster state a rejected request must not change (lease
+// expiry moves with heartbeats; there are none here, but it is not compared).
+std::string Essence(const pb::ClusterState& s) {
+  std::string out = absl::StrCat("epoch=", s.epoch(), " ready=", s.ready(),
+                                 " step=", s.committed_step(),
+                                 " decisions=", s.decisions_size(), ";");
+  for (const pb::SlotState& slot : s.slots()) {
+    absl::StrAppend(&out, " [", slot.rank(), " ",
+                    pb::MemberState_Name(slot.state()), " ",
+                    slot.member().identity(), " ", slot.member().peer_address(),
+                    " ", slot.member().incarnation(), "]");
+  }
+  return out;
+}
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  BadInputTest()
+      // A long lease: the hand-made member below sends no heartbeats.
+      : cluster_({TestBinaries().coordinator, TestBinaries().member, 4, 2,
+                  60000, 20000}) {}
+
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartCoordinator().ok());
+    pb::JoinRequest join;
+    join.set_rank(0);
+    join.set_identity("node-0");
+    join.set_peer_address("127.0.0.1:1");
+    join.set_incarnation("inc-0");
+    pb::JoinResponse response;
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return cluster_.stub().Join(c, join, &response);
+                }).ok());
+    token_ = response.lease_token();
+    epoch_ = response.epoch();
+    auto s = cluster_.State();
+    ASSERT_TRUE(s.ok());
+    before_ = Essence(*s);
+  }
+
+  template <typename F>
+  grpc::Status Call(F f) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    return f(&context);
+  }
+
+  void ExpectUnchanged(absl::string_view after_what) {
+    auto s = cluster_.State();
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(Essence(*s), before_) << "changed by " << after_what;
+  }
+
+  ProcessCluster cluster_;
+  std::string token_;
+  int64_t epoch_ = 0;
+  std::string before_;
+};
+
+TEST_F(BadInputTest, SecondIdentityClaimingAHeldSlotIsAlreadyExists) {
+  pb::JoinRequest join;
+  join.set_rank(0);
+  join.set_identity("intruder");
+  join.set_peer_address("127.0.0.1:2");
+  join.set_incarnation("inc-x");
+  pb::JoinResponse response;
+  const grpc::Status s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().Join(c, join, &response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
+      << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "slot 0"))
+      << s.error_message();
+  ExpectUnchanged("duplicate slot");
+}
+
+TEST_F(BadInputTest, MalformedPeerAddressIsInvalidArgumentNamingTheField) {
+  for (const char* address : {"no-port", "127.0.0.1:99999", ":80", ""}) {
+    pb::JoinRequest join;
+    join.set_rank(1);
+    join.set_identity("node-1");
+    join.set_peer_address(address);
+    pb::JoinResponse response;
+    const grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().Join(c, join, &response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << address;
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "peer_address"))
+        << address << ": " << s.error_message();
+    ExpectUnchanged(absl::StrCat("peer_address '", address, "'"));
+  }
+}
+
+TEST_F(BadInputTest, RankOutOfRangeIsInvalidArgument) {
+  pb::JoinRequest join;
+  join.set_rank(4);
+  join.set_identity("node-4");
+  join.set_peer_address("127.0.0.1:4");
+  pb::JoinResponse response;
+  const grpc::Status s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().Join(c, join, &response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "rank"));
+  ExpectUnchanged("rank out of range");
+}
+
+TEST_F(BadInputTest, HeartbeatForAnUnknownSlotOrTokenIsNotFound) {
+  struct Case {
+    int rank;
+    std::string token;
+  };
+  for (const Case& c :
+       {Case{3, "no-such-token"}, Case{0, "wrong-token"}, Case{0, ""}}) {
+    pb::HeartbeatRequest hb;
+    hb.set_rank(c.rank);
+    hb.set_lease_token(c.token);
+    hb.set_epoch(epoch_);
+    hb.set_state(pb::MEMBER_STATE_READY);
+    pb::HeartbeatResponse response;
+    const grpc::Status s = Call([&](grpc::ClientContext* ctx) {
+      return cluster_.stub().Heartbeat(ctx, hb, &response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND)
+        << c.rank << " " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "Join again"))
+        << s.error_message();
+    ExpectUnchanged(absl::StrCat("heartbeat rank ", c.rank));
+  }
+}
+
+TEST_F(BadInputTest, HeartbeatOutOfRangeRankIsNotFoundAndChangesNothing) {
+  pb::HeartbeatRequest hb;
+  hb.set_rank(77);
+  hb.set_lease_token(token_);
+  hb.set_epoch(epoch_);
+  hb.set_state(pb::MEMBER_STATE_READY);
+  pb::HeartbeatResponse response;
+  const grpc::Status s = Call([&](grpc::ClientContext* ctx) {
+    return cluster_.stub().Heartbeat(ctx, hb, &response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  ExpectUnchanged("heartbeat rank 77");
+}
+
+TEST_F(BadInputTest, StaleEpochRendezvousIsAborted) {
+  ASSERT_GE(epoch_, 1);
+  pb::RendezvousSetRequest set;
+  set.set_epoch(epoch_ - 1);
+  set.set_key("k");
+  set.set_value("v");
+  pb::RendezvousSetResponse set_response;
+  grpc::Status s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().RendezvousSet(c, set, &set_response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  ExpectUnchanged("stale RendezvousSet");
+
+  pb::RendezvousWaitRequest wait;
+  wait.set_epoch(epoch_ - 1);
+  wait.add_keys("k");
+  pb::RendezvousWaitResponse wait_response;
+  s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().RendezvousWait(c, wait, &wait_response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  ExpectUnchanged("stale RendezvousWait");
+
+  // The current epoch still works, and holds nothing from the stale calls.
+  pb::RendezvousGetRequest get;
+  get.set_epoch(epoch_);
+  get.set_key("k");
+  pb::RendezvousGetResponse get_response;
+  s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().RendezvousGet(c, get, &get_response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+}
+
+TEST_F(BadInputTest, HeartbeatWithAnInvalidStateIsInvalidArgument) {
+  pb::HeartbeatRequest hb;
+  hb.set_rank(0);
+  hb.set_lease_token(token_);
+  hb.set_epoch(epoch_);
+  hb.set_state(pb::MEMBER_STATE_FAILED);
+  pb::HeartbeatResponse response;
+  const grpc::Status s = Call([&](grpc::ClientContext* ctx) {
+    return cluster_.stub().Heartbeat(ctx, hb, &response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectUnchanged("heartbeat state FAILED");
+}
+
+}  // namespace
+}  // namespace shardd::tests

@@ -1,0 +1,114 @@
+#include "tests/coordinator/process_cluster.h"
+
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/rpc/grpc_status.h"
+
+namespace shardd::tests {
+
+namespace pb = ::shardd::v1;
+
+std::string ProcessCluster::address() const {
+  return absl::StrCat("127.0.0.1:", port_);
+}
+
+absl::Status ProcessCluster::StartCoordinator(int port) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(
+      {options_.coordinator_binary, absl::StrCat("--listen=127.0.0.1:", port),
+       absl::StrCat("--world_size=", options_.world_size),
+       absl::StrCat("--sharding_factor=", options_.sharding_factor),
+       absl::StrCat("--lease_ms=", options_.lease_ms),
+       absl::StrCat("--heartbeat_interval_ms=",
+                    options_.heartbeat_interval_ms)},
+      "coordinator");
+  if (!p.ok()) return p.status();
+  coordinator_ = *std::move(p);
+  absl::StatusOr<std::string> line = coordinator_->WaitForLine(
+      "coordinator listening on ", absl::Now() + absl::Seconds(20));
+  if (!line.ok()) return line.status();
+  // "coordinator listening on 127.0.0.1:PORT (W=...)"
+  const size_t colon = line->find(':', line->find("listening on "));
+  const size_t space = line->find(' ', colon);
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(line->substr(colon + 1, space - colon - 1), &port_)) {
+    return absl::InternalError(absl::StrCat("cannot parse port: ", *line));
+  }
+  channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+  stub_ = pb::Coordinator::NewStub(channel_);
+  return absl::OkStatus();
+}
+
+absl::Status ProcessCluster::KillCoordinator() {
+  coordinator_->Signal(SIGKILL);
+  return coordinator_->Wait(absl::Now() + absl::Seconds(10)).status();
+}
+
+absl::StatusOr<int> ProcessCluster::StartMember(int rank,
+                                                const std::string& identity,
+                                                bool gloo,
+                                                absl::Time deadline) {
+  std::vector<std::string> argv = {
+      options_.member_binary, absl::StrCat("--coordinator=", address()),
+      absl::StrCat("--rank=", rank), absl::StrCat("--identity=", identity)};
+  if (gloo) argv.push_back("--gloo");
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Spawn(std::move(argv), identity);
+  if (!p.ok()) return p.status();
+  members_.push_back(*std::move(p));
+  absl::StatusOr<std::string> line =
+      members_.back()->WaitForLine("joined rank=", deadline);
+  if (!line.ok()) return line.status();
+  return static_cast<int>(members_.size()) - 1;
+}
+
+absl::StatusOr<pb::ClusterState> ProcessCluster::State() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  pb::GetClusterStateRequest request;
+  pb::ClusterState state;
+  const grpc::Status s = stub_->GetClusterState(&context, request, &state);
+  if (!s.ok()) return rpc::FromGrpc(s);
+  return state;
+}
+
+absl::StatusOr<pb::ClusterState> ProcessCluster::WaitForState(
+    const std::function<bool(const pb::ClusterState&)>& done,
+    absl::Time deadline, absl::string_view what) {
+  absl::Status last = absl::OkStatus();
+  pb::ClusterState state;
+  while (true) {
+    absl::StatusOr<pb::ClusterState> s = State();
+    if (s.ok()) {
+      if (done(*s)) return s;
+      state = *std::move(s);
+    } else {
+      last = s.status();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "cluster not ", what, " by the deadline; last error: ",
+          last.ToString(), "; last state: ", state.ShortDebugString()));
+    }
+    // Polling a server at a fixed rate, not synchronising by sleeping.
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::StatusOr<pb::ClusterState> ProcessCluster::WaitForReady(
+    int64_t above_epoch, absl::Time deadline) {
+  return WaitForState(
+      [above_epoch](const pb::ClusterState& s) {
+        if (!s.ready() || s.epoch() <= above_epoch) return false;
+        for (const pb::SlotState& slot : s.slots()) {
+          if (slot.state() != pb::MEMBER_STATE_READY) return false;
+        }
+        return true;
+      },
+      deadline, absl::StrCat("ready above epoch ", above_epoch));
+}
+
+}  // namespace shardd::tests
