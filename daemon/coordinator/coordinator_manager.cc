@@ -94,10 +94,19 @@ absl::Status CoordinatorManager::Heartbeat(int rank,
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
   const bool was_ready = table_.ready();
+  const bool known =
+      rank >= 0 && rank < static_cast<int>(table_.slots().size());
+  const MemberPhase phase_before =
+      known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
   absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
                                     state, clock_->Now());
   Changed(before, logged);
-  if (table_.ready() != was_ready) ++version_;
+  // A member's state change (JOINING -> READY, say) is a membership change
+  // for watchers too, not only a new epoch or readiness.
+  if (table_.ready() != was_ready ||
+      (known && table_.slots()[rank].phase != phase_before)) {
+    ++version_;
+  }
   return s;
 }
 

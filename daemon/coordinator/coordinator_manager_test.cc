@@ -153,6 +153,27 @@ TEST_F(CoordinatorManagerTest, ReportFailureProbesTheSuspectOutsideTheLock) {
   EXPECT_EQ(manager_->rendezvous().epoch(), out->epoch);
 }
 
+TEST_F(CoordinatorManagerTest, MemberStateChangeWakesWatchers) {
+  Make();
+  const JoinOutcome a = JoinRank(0);
+  const ClusterSnapshot before = manager_->Snapshot();
+  ASSERT_TRUE(
+      manager_
+          ->Heartbeat(0, a.lease_token, before.epoch, 0, MemberPhase::kReady)
+          .ok());
+  // Not ready (3 slots empty) and no new epoch, but rank 0 changed state.
+  const ClusterSnapshot after =
+      manager_->AwaitChange(before.version, absl::Now() + absl::Seconds(30));
+  EXPECT_GT(after.version, before.version);
+  EXPECT_EQ(after.slots[0].phase, MemberPhase::kReady);
+  // A heartbeat that changes nothing does not wake watchers.
+  ASSERT_TRUE(
+      manager_
+          ->Heartbeat(0, a.lease_token, before.epoch, 0, MemberPhase::kReady)
+          .ok());
+  EXPECT_EQ(manager_->Snapshot().version, after.version);
+}
+
 TEST_F(CoordinatorManagerTest, JoinTimeoutIsRecordedOnce) {
   Make();
   JoinRank(0);
