@@ -1,0 +1,477 @@
+#include "daemon/node/step_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardd::node {
+namespace {
+
+using core::DType;
+
+// Adds n elements of `src` (dtype) into the fp32 `acc`, or copies them
+// when `first`.
+void AccumulateInto(float* acc, const void* src, DType dtype, int64_t n,
+                    bool first) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float* s = static_cast<const float*>(src);
+      if (first) {
+        std::memcpy(acc, s, static_cast<size_t>(n) * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < n; ++i) acc[i] += s[i];
+      }
+      return;
+    }
+    case DType::kBFloat16:
+    case DType::kFloat16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      const bool bf16 = dtype == DType::kBFloat16;
+      for (int64_t i = 0; i < n; ++i) {
+        const float v =
+            bf16 ? core::BFloat16ToFloat(s[i]) : core::HalfToFloat(s[i]);
+        acc[i] = first ? v : acc[i] + v;
+      }
+      return;
+    }
+  }
+}
+
+void ToLowPrecision(const float* in, void* out, DType dtype, int64_t n) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    o[i] = dtype == DType::kBFloat16 ? core::FloatToBFloat16(in[i])
+                                     : core::FloatToHalf(in[i]);
+  }
+}
+
+absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works) {
+  absl::Status first = absl::OkStatus();
+  for (auto& w : works) {
+    absl::Status s = w->Wait();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
+    EngineConfig config, const ShardInitializer& init,
+    memory::BufferAllocator& allocator) {
+  const int64_t f = config.plan.sharding_factor();
+  if (config.rank < 0 || config.rank >= config.plan.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank (", config.rank, ") must be in [0, ",
+                     config.plan.world_size(), ")"));
+  }
+  if (config.units.empty()) {
+    return absl::InvalidArgumentError("units: the model has no units");
+  }
+  core::MemoryOptions memory_options;
+  memory_options.optimizer = config.optimizer.kind;
+  memory_options.reduce_dtype = config.reduce_dtype;
+  memory_options.max_gathered_units = config.max_gathered_units;
+  absl::StatusOr<core::MemoryBreakdown> planned = core::MemoryPlan::ForRank(
+      config.units, config.plan, config.rank, memory_options);
+  if (!planned.ok()) return planned.status();
+  const DType lowp_dtype = config.units.front().dtype();
+  for (const core::UnitLayout& u : config.units) {
+    if (u.dtype() != lowp_dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit '", u.name(), "': dtype ", core::DTypeName(u.dtype()),
+          " differs from the model's ", core::DTypeName(lowp_dtype),
+          " (one parameter dtype per model)"));
+    }
+  }
+
+  auto engine =
+      std::unique_ptr<StepEngine>(new StepEngine(std::move(config), *planned));
+  StepEngine& e = *engine;
+  switch (e.config_.optimizer.kind) {
+    case core::OptimizerKind::kAdamW: {
+      auto a = core::AdamW::Create(e.config_.optimizer.adamw);
+      if (!a.ok()) return a.status();
+      e.adamw_.emplace(*std::move(a));
+      break;
+    }
+    case core::OptimizerKind::kSgd:
+    case core::OptimizerKind::kSgdMomentum: {
+      auto s = core::Sgd::Create(e.config_.optimizer.sgd);
+      if (!s.ok()) return s.status();
+      e.sgd_.emplace(*std::move(s));
+      break;
+    }
+  }
+  auto clipper = core::GradClipper::Create(e.config_.max_grad_norm);
+  if (!clipper.ok()) return clipper.status();
+  e.clipper_.emplace(*std::move(clipper));
+
+  absl::MutexLock lock(&e.mu_);
+  int64_t total_stored = 0;
+  for (size_t u = 0; u < e.config_.units.size(); ++u) {
+    const core::ShardRange& shard = e.config_.units[u].shard(e.shard_index_);
+    UnitState& st = e.units_[u];
+    st.shard_offset = total_stored;
+    st.shard_stored = shard.stored();
+    st.shard_real = shard.numel;
+    total_stored += shard.stored();
+  }
+  // One allocation per category, sized exactly as the plan says.
+  auto alloc = [&](absl::string_view what, int64_t bytes,
+                   std::unique_ptr<memory::ByteBuffer>* out) -> absl::Status {
+    if (bytes == 0) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+        allocator.Allocate(what, bytes);
+    if (!b.ok()) return b.status();
+    *out = *std::move(b);
+    return absl::OkStatus();
+  };
+  const core::MemoryBreakdown& p = e.planned_;
+  if (absl::Status s =
+          alloc("param_shards", p.parameter_shard_bytes, &e.master_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          alloc("lowp_shards", p.lowp_parameter_shard_bytes, &e.lowp_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = alloc("grad_shards", p.gradient_shard_bytes, &e.grad_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          alloc("optimizer_state", p.optimizer_state_bytes, &e.state_);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          alloc("gradient_slot", p.unsharded_gradient_bytes, &e.grad_slot_);
+      !s.ok()) {
+    return s;
+  }
+  if (f > 1) {
+    int64_t largest = 0;
+    for (const core::UnitLayout& u : e.config_.units) {
+      largest = std::max(largest, u.padded_bytes());
+    }
+    const bool keep_all =
+        e.config_.plan.strategy() == core::ShardingStrategy::kShardGradOp;
+    const int64_t n_slots =
+        keep_all ? static_cast<int64_t>(e.config_.units.size())
+                 : std::min<int64_t>(e.config_.max_gathered_units,
+                                     e.config_.units.size());
+    for (int64_t i = 0; i < n_slots; ++i) {
+      // SHARD_GRAD_OP: one slot per unit, sized for it; else K slots of the
+      // largest unit. Either way what MemoryPlan counts.
+      const int64_t bytes =
+          keep_all ? e.config_.units[i].padded_bytes() : largest;
+      std::unique_ptr<memory::ByteBuffer> slot;
+      if (absl::Status s =
+              alloc(absl::StrCat("gathered_slot", i), bytes, &slot);
+          !s.ok()) {
+        return s;
+      }
+      e.slots_.push_back(std::move(slot));
+      e.slot_unit_.push_back(-1);
+      e.slot_last_use_.push_back(0);
+    }
+  }
+  // Initial values of this rank's shards (padding stays zero).
+  for (size_t u = 0; u < e.config_.units.size(); ++u) {
+    const core::ShardRange& shard = e.config_.units[u].shard(e.shard_index_);
+    if (shard.numel > 0) {
+      init(static_cast<int>(u), shard.offset, e.master(u), shard.numel);
+    }
+    if (e.lowp_units_) {
+      ToLowPrecision(e.master(u), e.lowp(u), lowp_dtype,
+                     e.units_[u].shard_stored);
+    }
+  }
+  return engine;
+}
+
+StepEngine::StepEngine(EngineConfig config, core::MemoryBreakdown planned)
+    : config_(std::move(config)),
+      planned_(planned),
+      shard_index_(config_.rank % config_.plan.sharding_factor()),
+      lowp_units_(config_.units.front().dtype() != DType::kFloat32),
+      units_(config_.units.size()) {}
+
+float* StepEngine::master(int unit) {
+  return reinterpret_cast<float*>(master_->data()) + units_[unit].shard_offset;
+}
+float* StepEngine::grad(int unit) {
+  return reinterpret_cast<float*>(grad_->data()) + units_[unit].shard_offset;
+}
+void* StepEngine::lowp(int unit) {
+  return lowp_->data() + units_[unit].shard_offset * 2;
+}
+
+std::vector<int64_t> StepEngine::StoredCounts(int unit) const {
+  std::vector<int64_t> counts;
+  for (const core::ShardRange& s : config_.units[unit].shards()) {
+    counts.push_back(s.stored());
+  }
+  return counts;
+}
+
+absl::Status StepEngine::CheckUnit(int unit) const {
+  if (unit < 0 || unit >= static_cast<int>(config_.units.size())) {
+    return absl::NotFoundError(absl::StrCat("unit ", unit, " does not exist (",
+                                            config_.units.size(),
+                                            " units registered)"));
+  }
+  return absl::OkStatus();
+}
+
+void StepEngine::SetCommunicators(
+    std::shared_ptr<comm::Collective> shard_group,
+    std::shared_ptr<comm::Collective> replica_group) {
+  absl::MutexLock lock(&mu_);
+  shard_group_ = std::move(shard_group);
+  replica_group_ = std::move(replica_group);
+}
+
+absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const core::UnitLayout& layout = config_.units[unit];
+  UnitState& st = units_[unit];
+  const DType dtype = layout.dtype();
+  const int64_t elem = core::DTypeSize(dtype);
+  if (config_.plan.sharding_factor() == 1) {
+    // The shard is the unit: hand out the shard storage itself.
+    st.held = true;
+    memory::ByteBuffer* b = lowp_units_ ? lowp_.get() : master_.get();
+    return UnitData{b, st.shard_offset * elem, st.shard_stored * elem, dtype};
+  }
+  if (st.slot >= 0 && st.gathered_at_step == committed_step_) {
+    // Still in its slot and unchanged since: no collective needed.
+    st.held = true;
+    slot_last_use_[st.slot] = ++use_counter_;
+    return UnitData{slots_[st.slot].get(), 0, layout.padded_bytes(), dtype};
+  }
+  if (shard_group_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no communicators yet: the daemon is not in a ready epoch");
+  }
+  int slot = st.slot;
+  if (config_.plan.strategy() == core::ShardingStrategy::kShardGradOp) {
+    slot = unit;  // One slot per unit, sized for it.
+  } else if (slot < 0) {
+    // A free slot first; else the least recently used slot of a released
+    // unit (its cached parameters are given up).
+    for (size_t i = 0; i < slots_.size() && slot < 0; ++i) {
+      if (slot_unit_[i] < 0) slot = static_cast<int>(i);
+    }
+    if (slot < 0) {
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        if (units_[slot_unit_[i]].held) continue;
+        if (slot < 0 || slot_last_use_[i] < slot_last_use_[slot]) {
+          slot = static_cast<int>(i);
+        }
+      }
+    }
+  }
+  if (slot < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "all ", slots_.size(),
+        " gathered slots hold unreleased units (max_gathered_units); release "
+        "one before gathering unit ",
+        unit));
+  }
+  if (slot_unit_[slot] >= 0 && slot_unit_[slot] != unit) {
+    units_[slot_unit_[slot]].slot = -1;
+  }
+  slot_unit_[slot] = unit;
+  st.slot = slot;
+  st.gathered_at_step = -1;
+  const void* input = lowp_units_ ? lowp(unit) : master(unit);
+  absl::Status s =
+      shard_group_
+          ->AllGather(input, slots_[slot]->data(), StoredCounts(unit), dtype,
+                      comm::OpOptions{timeout})
+          ->Wait();
+  if (!s.ok()) return s;
+  st.gathered_at_step = committed_step_;
+  st.held = true;
+  slot_last_use_[slot] = ++use_counter_;
+  return UnitData{slots_[slot].get(), 0, layout.padded_bytes(), dtype};
+}
+
+absl::Status StepEngine::Release(int unit) {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (!units_[unit].held) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("unit ", unit, " is not gathered (released twice?)"));
+  }
+  units_[unit].held = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UnitData> StepEngine::GradientSlot(int unit) {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const core::UnitLayout& layout = config_.units[unit];
+  return UnitData{grad_slot_.get(), 0,
+                  layout.padded_numel() * core::DTypeSize(config_.reduce_dtype),
+                  config_.reduce_dtype};
+}
+
+absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout) {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const core::UnitLayout& layout = config_.units[unit];
+  UnitState& st = units_[unit];
+  const DType rd = config_.reduce_dtype;
+  const int64_t elem = core::DTypeSize(rd);
+  uint8_t* slot = grad_slot_->data();
+  // The slot is shared by every unit: the trainer writes the real
+  // elements; padding must add nothing.
+  if (layout.padding_elements() > 0) {
+    std::memset(slot + layout.numel() * elem, 0,
+                static_cast<size_t>(layout.padding_elements() * elem));
+  }
+  const core::ShardRange& shard = layout.shard(shard_index_);
+  const void* reduced = slot + shard.offset * elem;
+  if (config_.plan.sharding_factor() > 1) {
+    if (shard_group_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "no communicators yet: the daemon is not in a ready epoch");
+    }
+    // In place: this rank's block of the slot receives the average.
+    absl::Status s =
+        shard_group_
+            ->ReduceScatter(slot, slot + shard.offset * elem,
+                            StoredCounts(unit), rd, comm::ReduceOp::kAverage,
+                            comm::OpOptions{timeout})
+            ->Wait();
+    if (!s.ok()) return s;
+  }
+  AccumulateInto(grad(unit), reduced, rd, st.shard_stored,
+                 st.micro_batches == 0);
+  ++st.micro_batches;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
+                                            absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (expected_step != committed_step_ + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "expected_step ", expected_step, " is not the next step (committed ",
+        committed_step_, ")"));
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].micro_batches == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step without gradients: unit ", u, " ('",
+                       config_.units[u].name(), "') has none"));
+    }
+  }
+  const bool replicas = config_.plan.has_replica();
+  const bool sharded = config_.plan.sharding_factor() > 1;
+  if ((replicas && replica_group_ == nullptr) ||
+      (sharded && shard_group_ == nullptr)) {
+    return absl::FailedPreconditionError(
+        "no communicators yet: the daemon is not in a ready epoch");
+  }
+  const comm::OpOptions options{timeout};
+  // 1. Average the gradient shards over the replicas (W/F of them).
+  if (replicas) {
+    std::vector<std::shared_ptr<comm::Work>> works;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      works.push_back(replica_group_->AllReduce(
+          grad(u), units_[u].shard_stored, DType::kFloat32,
+          comm::ReduceOp::kAverage, options));
+    }
+    if (absl::Status s = WaitAll(works); !s.ok()) return s;
+  }
+  // 2. The exact global norm: this shard group's partials, merged in rank
+  // order (the F shards of a group cover the model once).
+  core::GradNormPartial mine;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (absl::Status s =
+            core::GradClipper::Accumulate(grad(u), units_[u].shard_real, &mine);
+        !s.ok()) {
+      return s;
+    }
+  }
+  std::vector<core::GradNormPartial> partials(1, mine);
+  if (sharded) {
+    const int64_t f = config_.plan.sharding_factor();
+    static_assert(sizeof(core::GradNormPartial) % sizeof(float) == 0);
+    constexpr int64_t kWords = sizeof(core::GradNormPartial) / sizeof(float);
+    partials.assign(f, core::GradNormPartial{});
+    // A byte copy: all-gather moves bits, fp32 is only the element size.
+    absl::Status s =
+        shard_group_
+            ->AllGather(&mine, partials.data(), std::vector<int64_t>(f, kWords),
+                        DType::kFloat32, options)
+            ->Wait();
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<core::ClipResult> clip = clipper_->Finish(partials);
+  if (!clip.ok()) return clip.status();
+  // 3. The optimizer on the local shards; nothing above changed parameters,
+  // so a failure before this point leaves the step unapplied.
+  const int64_t step = committed_step_ + 1;
+  float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
+  int64_t total_stored = 0;
+  for (const UnitState& st : units_) total_stored += st.shard_stored;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& st = units_[u];
+    const DType lowp_dtype = config_.units[u].dtype();
+    void* lowp_out = lowp_units_ ? lowp(u) : nullptr;
+    absl::Status s;
+    if (adamw_) {
+      s = adamw_->Update(step, clip->scale, grad(u), master(u),
+                         state + st.shard_offset,
+                         state + total_stored + st.shard_offset, st.shard_real,
+                         lowp_dtype, lowp_out);
+    } else {
+      float* momentum =
+          config_.optimizer.kind == core::OptimizerKind::kSgdMomentum
+              ? state + st.shard_offset
+              : nullptr;
+      s = sgd_->Update(step, clip->scale, grad(u), master(u), momentum,
+                       st.shard_real, lowp_dtype, lowp_out);
+    }
+    if (!s.ok()) return s;
+    st.micro_batches = 0;
+  }
+  committed_step_ = step;
+  return StepResult{step, clip->total_norm, clip->scale};
+}
+
+int64_t StepEngine::committed_step() const {
+  absl::MutexLock lock(&mu_);
+  return committed_step_;
+}
+
+int64_t StepEngine::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (const auto* b : {&master_, &lowp_, &grad_, &state_, &grad_slot_}) {
+    if (*b) total += (*b)->size();
+  }
+  for (const auto& s : slots_) total += s->size();
+  return total;
+}
+
+absl::StatusOr<std::vector<float>> StepEngine::MasterShard(int unit) const {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const UnitState& st = units_[unit];
+  const float* p =
+      reinterpret_cast<const float*>(master_->data()) + st.shard_offset;
+  return std::vector<float>(p, p + st.shard_stored);
+}
+
+}  // namespace shardd::node

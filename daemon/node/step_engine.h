@@ -1,0 +1,180 @@
+#ifndef SHARDD_DAEMON_NODE_STEP_ENGINE_H_
+#define SHARDD_DAEMON_NODE_STEP_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/comm/collective.h"
+#include "daemon/core/adamw.h"
+#include "daemon/core/dtype.h"
+#include "daemon/core/grad_clip.h"
+#include "daemon/core/memory_plan.h"
+#include "daemon/core/sgd.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/core/unit_layout.h"
+#include "daemon/memory/byte_buffer.h"
+
+namespace shardd::node {
+
+struct OptimizerSpec {
+  core::OptimizerKind kind = core::OptimizerKind::kAdamW;
+  core::AdamWOptions adamw;
+  core::SgdOptions sgd;  // kSgd / kSgdMomentum (momentum > 0).
+};
+
+struct EngineConfig {
+  int rank = 0;
+  // W, F, strategy; the units are laid out for plan.sharding_factor().
+  core::ShardPlan plan;
+  std::vector<core::UnitLayout> units;
+  core::DType reduce_dtype = core::DType::kFloat32;
+  OptimizerSpec optimizer;
+  double max_grad_norm = 0.0;  // <= 0: no clipping.
+  int64_t max_gathered_units = 1;
+};
+
+// Fills elements [offset, offset + n) of unit `unit`'s flat fp32 buffer with
+// their initial values. Must give the same values for any sub-range as for
+// the whole (each rank initialises only its shard).
+using ShardInitializer =
+    std::function<void(int unit, int64_t offset, float* out, int64_t n)>;
+
+// Where a trainer finds a unit's data: `bytes` bytes at `offset` into
+// `buffer` (gathered parameters or the gradient slot), flat layout of the
+// unit (UnitLayout::tensors() gives each tensor's element offset).
+struct UnitData {
+  memory::ByteBuffer* buffer = nullptr;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  core::DType dtype = core::DType::kFloat32;
+};
+
+struct StepResult {
+  int64_t step = 0;
+  double grad_norm = 0.0;
+  float clip_scale = 1.0f;
+};
+
+// The ZeRO step engine of one rank: owns the rank's parameter, gradient
+// and optimizer-state shards and runs the unit-level protocol
+// Gather -> Release -> ReduceGrad -> Step with the epoch's communicators.
+//
+//  * Gather all-gathers a unit's shards (fp32 master, or the bf16/fp16 copy
+//    for low-precision units) within the shard group into one of K gathered
+//    slots; a released unit stays cached in its slot until the slot is
+//    needed or the parameters change. With F = 1 the shard is the unit and
+//    Gather returns it without a collective.
+//  * ReduceGrad reduce-scatters (average) the unit's full gradient, which
+//    the trainer wrote into the gradient slot, within the shard group and
+//    adds the result to the fp32 gradient shard (gradient accumulation over
+//    micro-batches sums).
+//  * Step all-reduces (average) the gradient shards across the replica
+//    group, computes the global gradient norm exactly (per-shard partials
+//    gathered over the shard group), clips, runs the optimizer on the local
+//    shards, refreshes the low-precision copies and commits the step.
+//
+// All memory is allocated at Create, pre-faulted, and equals
+// core::MemoryPlan's figure for this rank to the byte.
+//
+// Thread-safe: calls are serialised by an internal lock (the trainer API is
+// one trainer per daemon). Borrows the allocator only during Create; shares
+// ownership of the communicators.
+class StepEngine {
+ public:
+  // Validates the config (units laid out for F, rank in range, optimizer
+  // hyper-parameters) and allocates and initialises every buffer.
+  static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
+      EngineConfig config, const ShardInitializer& init,
+      memory::BufferAllocator& allocator);
+
+  // The communicators of a new epoch (shard group: size F, rank = shard
+  // index; replica group: size W/F, rank = shard group). Gathered slots are
+  // kept (parameters do not change with the epoch).
+  void SetCommunicators(std::shared_ptr<comm::Collective> shard_group,
+                        std::shared_ptr<comm::Collective> replica_group);
+
+  // NOT_FOUND (unit out of range), RESOURCE_EXHAUSTED (all K slots hold
+  // unreleased units), FAILED_PRECONDITION (no communicators), and the
+  // collective's error (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) unchanged.
+  absl::StatusOr<UnitData> Gather(int unit, absl::Duration timeout);
+
+  // FAILED_PRECONDITION when the unit is not gathered (double release).
+  absl::Status Release(int unit);
+
+  // The slot the trainer writes the unit's full gradient into (reduce
+  // dtype, the unit's flat layout). NOT_FOUND for an unknown unit.
+  absl::StatusOr<UnitData> GradientSlot(int unit);
+
+  // Reduces the gradient in the slot (see the class comment).
+  absl::Status ReduceGrad(int unit, absl::Duration timeout);
+
+  // FAILED_PRECONDITION when expected_step is not committed_step() + 1 or a
+  // unit has no gradient yet; the collectives' errors unchanged (the step
+  // is then not applied: nothing of the optimizer has run).
+  absl::StatusOr<StepResult> Step(int64_t expected_step,
+                                  absl::Duration timeout);
+
+  int64_t committed_step() const;
+  // What the plan says this rank holds, and what it actually holds.
+  core::MemoryBreakdown planned_memory() const { return planned_; }
+  int64_t held_bytes() const;
+  const EngineConfig& config() const { return config_; }
+
+  // Read access to this rank's fp32 master shard of `unit` (tests, export).
+  absl::StatusOr<std::vector<float>> MasterShard(int unit) const;
+
+ private:
+  struct UnitState {
+    int64_t shard_offset = 0;  // Element offset of this rank's shard in the
+                               // per-category storage.
+    int64_t shard_stored = 0;  // Stored elements (real + padding).
+    int64_t shard_real = 0;
+    int slot = -1;      // Gathered slot, or -1.
+    bool held = false;  // Gathered and not released.
+    int64_t gathered_at_step = -1;
+    int micro_batches = 0;  // ReduceGrads since the last step.
+  };
+
+  StepEngine(EngineConfig config, core::MemoryBreakdown planned);
+
+  absl::Status CheckUnit(int unit) const;
+  float* master(int unit);
+  float* grad(int unit);
+  void* lowp(int unit);
+  std::vector<int64_t> StoredCounts(int unit) const;
+
+  const EngineConfig config_;
+  const core::MemoryBreakdown planned_;
+  const int shard_index_;
+  const bool lowp_units_;
+
+  mutable absl::Mutex mu_;
+  std::vector<UnitState> units_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<memory::ByteBuffer> master_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<memory::ByteBuffer> lowp_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<memory::ByteBuffer> grad_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<memory::ByteBuffer> state_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<memory::ByteBuffer>> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> slot_unit_ ABSL_GUARDED_BY(mu_);  // -1: free.
+  std::vector<int64_t> slot_last_use_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<memory::ByteBuffer> grad_slot_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
+  std::optional<core::AdamW> adamw_;
+  std::optional<core::Sgd> sgd_;
+  std::optional<core::GradClipper> clipper_;
+  int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_STEP_ENGINE_H_

@@ -1,0 +1,259 @@
+#include "daemon/node/step_engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/comm/gloo_collective.h"
+#include "daemon/comm/in_memory_store.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+using core::DType;
+
+constexpr int kSteps = 3;
+
+std::vector<core::UnitSpec> Model() {
+  // Unit 0: 18 elements (even over F = 2); unit 1: 5 elements (padded to 6).
+  return {
+      {"layer0",
+       {{"weight", {3, 5}, DType::kFloat32}, {"bias", {3}, DType::kFloat32}}},
+      {"layer1", {{"weight", {5}, DType::kFloat32}}}};
+}
+
+float InitValue(int unit, int64_t i) {
+  return 0.25f * static_cast<float>((i % 7) - 3) + 0.125f * unit;
+}
+
+// Multiples of 1/8 in [-1, 1]: every sum and average below is exact in
+// fp32, so the sharded result can be compared bit for bit with the
+// single-process reference whatever the reduction order.
+float GradValue(int rank, int step, int unit, int64_t i) {
+  return static_cast<float>(((rank * 7 + step * 3 + unit * 5 + i) % 17) - 8) /
+         8.0f;
+}
+
+EngineConfig Config(int w, int f, int rank, int64_t k) {
+  std::vector<core::UnitLayout> units;
+  for (const core::UnitSpec& spec : Model()) {
+    units.push_back(*core::UnitLayout::Create(spec, f));
+  }
+  OptimizerSpec optimizer;
+  optimizer.kind = core::OptimizerKind::kAdamW;
+  optimizer.adamw.lr = 0.01;
+  return EngineConfig{
+      .rank = rank,
+      .plan =
+          *core::ShardPlan::Create(w, core::ShardingStrategy::kHybridShard, f),
+      .units = std::move(units),
+      .reduce_dtype = DType::kFloat32,
+      .optimizer = optimizer,
+      .max_grad_norm = 0.25,  // Small enough to clip every step.
+      .max_gathered_units = k};
+}
+
+void Init(int unit, int64_t offset, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = InitValue(unit, offset + i);
+}
+
+// The unsharded reference: every rank's gradient averaged, the norm over
+// the whole model, AdamW on whole units.
+std::vector<std::vector<float>> Reference(int w) {
+  const auto model = Model();
+  std::vector<std::vector<float>> params, m, v;
+  for (size_t u = 0; u < model.size(); ++u) {
+    const int64_t n = core::UnitLayout::Create(model[u], 1)->numel();
+    params.emplace_back(n);
+    Init(u, 0, params.back().data(), n);
+    m.emplace_back(n, 0.0f);
+    v.emplace_back(n, 0.0f);
+  }
+  core::AdamWOptions o;
+  o.lr = 0.01;
+  auto adamw = *core::AdamW::Create(o);
+  auto clipper = *core::GradClipper::Create(0.25);
+  for (int step = 1; step <= kSteps; ++step) {
+    std::vector<std::vector<float>> grads;
+    core::GradNormPartial partial;
+    for (size_t u = 0; u < params.size(); ++u) {
+      std::vector<float> g(params[u].size(), 0.0f);
+      for (size_t i = 0; i < g.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < w; ++r) sum += GradValue(r, step, u, i);
+        g[i] = sum / static_cast<float>(w);
+      }
+      EXPECT_TRUE(
+          core::GradClipper::Accumulate(g.data(), g.size(), &partial).ok());
+      grads.push_back(std::move(g));
+    }
+    const std::vector<core::GradNormPartial> partials = {partial};
+    auto clip = clipper.Finish(partials);
+    EXPECT_TRUE(clip.ok());
+    EXPECT_LT(clip->scale, 1.0f);
+    for (size_t u = 0; u < params.size(); ++u) {
+      EXPECT_TRUE(adamw
+                      .Update(step, clip->scale, grads[u].data(),
+                              params[u].data(), m[u].data(), v[u].data(),
+                              params[u].size(), DType::kFloat32, nullptr)
+                      .ok());
+    }
+  }
+  return params;
+}
+
+// One rank: communicators, engine, kSteps steps, then the gathered result.
+struct RankResult {
+  absl::Status status;
+  std::vector<std::vector<float>> gathered;  // Per unit, real elements.
+  int64_t held = -1;
+  int64_t planned = -2;
+  absl::Status exhausted;  // Gathering past K.
+};
+
+RankResult RunRank(int w, int f, int rank, comm::Store& store) {
+  RankResult out;
+  auto fail = [&](absl::Status s) {
+    out.status = s;
+    return out;
+  };
+  comm::GlooCollectiveOptions so{.rank = rank % f,
+                                 .size = f,
+                                 .epoch = 1,
+                                 .group = absl::StrCat("shard/", rank / f)};
+  comm::GlooCollectiveOptions ro{.rank = rank / f,
+                                 .size = w / f,
+                                 .epoch = 1,
+                                 .group = absl::StrCat("replica/", rank % f)};
+  auto shard = comm::CreateGlooCollective(so, store);
+  if (!shard.ok()) return fail(shard.status());
+  auto replica = comm::CreateGlooCollective(ro, store);
+  if (!replica.ok()) return fail(replica.status());
+  memory::HeapAllocator heap;
+  auto engine = StepEngine::Create(Config(w, f, rank, 1), Init, heap);
+  if (!engine.ok()) return fail(engine.status());
+  StepEngine& e = **engine;
+  e.SetCommunicators(std::move(*shard), std::move(*replica));
+  out.held = e.held_bytes();
+  out.planned = e.planned_memory().total_bytes;
+  const absl::Duration timeout = absl::Seconds(30);
+  for (int step = 1; step <= kSteps; ++step) {
+    for (int u = 0; u < 2; ++u) {
+      auto gathered = e.Gather(u, timeout);
+      if (!gathered.ok()) return fail(gathered.status());
+      if (step == 1 && u == 0) {
+        // K = 1: a second unit cannot be gathered before a release.
+        out.exhausted = e.Gather(1, timeout).status();
+      }
+      if (absl::Status s = e.Release(u); !s.ok()) return fail(s);
+      auto slot = e.GradientSlot(u);
+      if (!slot.ok()) return fail(slot.status());
+      float* g = reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
+      const int64_t n = e.config().units[u].numel();
+      for (int64_t i = 0; i < n; ++i) g[i] = GradValue(rank, step, u, i);
+      if (absl::Status s = e.ReduceGrad(u, timeout); !s.ok()) return fail(s);
+    }
+    auto result = e.Step(step, timeout);
+    if (!result.ok()) return fail(result.status());
+  }
+  for (int u = 0; u < 2; ++u) {
+    auto gathered = e.Gather(u, timeout);
+    if (!gathered.ok()) return fail(gathered.status());
+    const float* p = reinterpret_cast<const float*>(gathered->buffer->data() +
+                                                    gathered->offset);
+    out.gathered.emplace_back(p, p + e.config().units[u].numel());
+    if (absl::Status s = e.Release(u); !s.ok()) return fail(s);
+  }
+  return out;
+}
+
+TEST(StepEngineTest, HybridShardStepsEqualTheUnshardedReferenceBitForBit) {
+  constexpr int kW = 4, kF = 2;
+  comm::InMemoryStore store;
+  std::vector<RankResult> results(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] { results[r] = RunRank(kW, kF, r, store); });
+  }
+  for (auto& t : threads) t.join();
+  const auto reference = Reference(kW);
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status;
+    EXPECT_EQ(results[r].held, results[r].planned) << "rank " << r;
+    EXPECT_EQ(results[r].exhausted.code(),
+              absl::StatusCode::kResourceExhausted);
+    ASSERT_EQ(results[r].gathered.size(), reference.size());
+    for (size_t u = 0; u < reference.size(); ++u) {
+      ASSERT_EQ(results[r].gathered[u].size(), reference[u].size());
+      EXPECT_EQ(std::memcmp(results[r].gathered[u].data(), reference[u].data(),
+                            reference[u].size() * sizeof(float)),
+                0)
+          << "rank " << r << " unit " << u;
+    }
+  }
+}
+
+class StepEngineSingleRankTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = StepEngine::Create(Config(1, 1, 0, 1), Init, heap_);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+  }
+  memory::HeapAllocator heap_;
+  std::unique_ptr<StepEngine> engine_;
+};
+
+TEST_F(StepEngineSingleRankTest, RejectsUnknownUnits) {
+  EXPECT_EQ(engine_->Gather(2, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Release(-1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->ReduceGrad(7, absl::Seconds(1)).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(StepEngineSingleRankTest, DoubleReleaseIsAFailedPrecondition) {
+  ASSERT_TRUE(engine_->Gather(0, absl::Seconds(1)).ok());
+  ASSERT_TRUE(engine_->Release(0).ok());
+  EXPECT_EQ(engine_->Release(0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StepEngineSingleRankTest, StepWithoutGradientsChangesNothing) {
+  const auto before = *engine_->MasterShard(0);
+  auto step = engine_->Step(1, absl::Seconds(1));
+  ASSERT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(step.status().message().find("without gradients"),
+            std::string::npos);
+  EXPECT_EQ(engine_->committed_step(), 0);
+  EXPECT_EQ(*engine_->MasterShard(0), before);
+}
+
+TEST_F(StepEngineSingleRankTest, StepMustBeTheNextOne) {
+  for (int u = 0; u < 2; ++u) {
+    ASSERT_TRUE(engine_->ReduceGrad(u, absl::Seconds(1)).ok());
+  }
+  EXPECT_EQ(engine_->Step(2, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto ok = engine_->Step(1, absl::Seconds(1));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->step, 1);
+  EXPECT_EQ(engine_->committed_step(), 1);
+}
+
+TEST_F(StepEngineSingleRankTest, HoldsExactlyThePlannedBytes) {
+  EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
+}
+
+TEST(StepEngineCreateTest, RejectsARankOutsideThePlan) {
+  memory::HeapAllocator heap;
+  EXPECT_EQ(StepEngine::Create(Config(2, 2, 2, 1), Init, heap).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardd::node
