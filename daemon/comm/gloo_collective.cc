@@ -285,7 +285,7 @@ class GlooCollective : public Collective {
 
   std::vector<float> input_f32_;
   std::vector<float> output_f32_;
-  std::vector<float> ring_[2];
+  std::vector<float> ring_;
   std::vector<uint8_t> barrier_bytes_;
 
   std::thread worker_;
@@ -691,8 +691,7 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   args.input = input;
   args.output = output;
   args.counts = counts;
-  args.scratch[0] = Scratch(ring_[0], max_count);
-  args.scratch[1] = Scratch(ring_[1], max_count);
+  args.scratch = Scratch(ring_, (size() - 1) * max_count);
   args.segment_elements = SegmentElements(max_count);
   args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
   GlooRingReduceScatter(

@@ -66,22 +66,20 @@ void GlooRingReduceScatter(gloo::Context& context,
   std::unique_ptr<GlooAbortableBuffer> in =
       make_buffer(const_cast<float*>(args.input),
                   static_cast<size_t>(offset[world]) * kF32);
-  // ring[p] receives the partials of steps p, p + 2, ...; once reduced in
-  // place, a segment is forwarded from the same memory.
-  std::unique_ptr<GlooAbortableBuffer> ring[2] = {
-      make_buffer(args.scratch[0], static_cast<size_t>(max_count) * kF32),
-      make_buffer(args.scratch[1], static_cast<size_t>(max_count) * kF32)};
-
-  auto post_recv = [&](int s, int64_t k) {
-    const int b = block_recv(s);
-    ring[s % 2]->recv(left, slot, static_cast<size_t>(k * seg) * kF32,
-                      static_cast<size_t>(segment_length(b, k)) * kF32);
-  };
-
   const int steps = world - 1;
-  // Steps 0 and 1 receive into buffers nothing is sent from yet.
-  for (int s = 0; s < std::min(2, steps); ++s) {
-    for (int64_t k = 0; k < num_segments(block_recv(s)); ++k) post_recv(s, k);
+  // One receive buffer per step, and every receive of every step posted
+  // now. Gloo's TCP transport sends a segment only once the receiver has
+  // posted its receive; posting them all up front means the left peer never
+  // waits on this rank's progress, only on the data it forwards.
+  std::vector<std::unique_ptr<GlooAbortableBuffer>> ring(steps);
+  for (int s = 0; s < steps; ++s) {
+    ring[s] = make_buffer(args.scratch + s * max_count,
+                          static_cast<size_t>(max_count) * kF32);
+    const int b = block_recv(s);
+    for (int64_t k = 0; k < num_segments(b); ++k) {
+      ring[s]->recv(left, slot, static_cast<size_t>(k * seg) * kF32,
+                    static_cast<size_t>(segment_length(b, k)) * kF32);
+    }
   }
   // Step 0 sends this rank's own input of block rank - 1.
   const int first_block = mod(rank - 1);
@@ -91,48 +89,33 @@ void GlooRingReduceScatter(gloo::Context& context,
              static_cast<size_t>(offset[first_block] + k * seg) * kF32,
              static_cast<size_t>(segment_length(first_block, k)) * kF32);
   }
-
-  // Every blocking wait below depends only on peers' work of an earlier
-  // (step, segment) in lexicographic order, so the ring cannot deadlock:
-  // receiving (s, k) needs the left peer's forward of (s - 1, k); the send
-  // forwarded from (s - 1, k) needs the right peer to have posted its
-  // receive of (s, k), which it does while at (s - 1, k).
+  // Receives of (s, k) arrive in the order the left peer sends them, which
+  // is the order they were posted; each reduced segment is forwarded at
+  // once, so segment k + 1 arrives while segment k is added and sent.
   for (int s = 0; s < steps; ++s) {
     const int b = block_recv(s);
-    const int p = s % 2;
-    const int q = 1 - p;
     const bool last = s == steps - 1;
-    const int64_t segments = num_segments(b);
-    // ring[q] still forwards the segments received at step s - 1 (a step
-    // before the last always forwards); step s + 1 receives into ring[q]
-    // segment by segment as those sends complete.
-    const int64_t in_flight = s >= 1 ? num_segments(block_recv(s - 1)) : 0;
-    const int64_t to_post =
-        (s + 1 < steps && s + 1 >= 2) ? num_segments(block_recv(s + 1)) : 0;
-    auto advance_other = [&](int64_t k) {
-      if (k < in_flight) ring[q]->WaitSend();
-      if (k < to_post) post_recv(s + 1, k);
-    };
-    float* acc = args.scratch[p];
+    float* acc = args.scratch + s * max_count;
     const float* mine = args.input + offset[b];
-    for (int64_t k = 0; k < segments; ++k) {
-      ring[p]->WaitRecv();
+    for (int64_t k = 0; k < num_segments(b); ++k) {
+      ring[s]->WaitRecv();
       const int64_t begin = k * seg;
       const int64_t n = segment_length(b, k);
       if (!last) {
         AddInPlace(acc + begin, mine + begin, n);
-        ring[p]->send(right, slot, static_cast<size_t>(begin) * kF32,
+        ring[s]->send(right, slot, static_cast<size_t>(begin) * kF32,
                       static_cast<size_t>(n) * kF32);
       } else {
         AddTo(args.output + begin, acc + begin, mine + begin, n);
       }
-      advance_other(k);
-    }
-    for (int64_t k = segments; k < std::max(in_flight, to_post); ++k) {
-      advance_other(k);
     }
   }
   for (int64_t k = 0; k < first_segments; ++k) in->WaitSend();
+  for (int s = 0; s + 1 < steps; ++s) {
+    for (int64_t k = 0; k < num_segments(block_recv(s)); ++k) {
+      ring[s]->WaitSend();
+    }
+  }
 }
 
 }  // namespace shardd::comm

@@ -23,9 +23,9 @@ struct GlooRingReduceScatterArgs {
   // alias input + Σ_{q<rank} counts[q] (in place).
   float* output = nullptr;
   std::vector<int64_t> counts;
-  // Two scratch buffers of at least max(counts) elements each, owned by the
-  // caller and reused across calls.
-  float* scratch[2] = {nullptr, nullptr};
+  // Scratch of at least (W - 1) * max(counts) elements (one receive buffer
+  // per ring step), owned by the caller and reused across calls.
+  float* scratch = nullptr;
   // Pipelining granularity, in elements (> 0).
   int64_t segment_elements = 256 * 1024;
   // The Gloo slot this operation's messages travel on; the same on every
