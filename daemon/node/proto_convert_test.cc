@@ -1,0 +1,248 @@
+#include "daemon/node/proto_convert.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+// Two units, AdamW, HYBRID_SHARD with F = 2, every init kind.
+v1::ModelSpec ValidSpec() {
+  v1::ModelSpec spec;
+  v1::UnitSpec* unit = spec.add_units();
+  unit->set_name("embed");
+  v1::TensorSpec* weight = unit->add_tensors();
+  weight->set_name("weight");
+  weight->add_shape(16);
+  weight->add_shape(8);
+  weight->set_dtype(v1::DTYPE_FP32);
+  weight->mutable_init()->mutable_normal()->set_seed(7);
+  weight->mutable_init()->mutable_normal()->set_std(0.02f);
+  v1::TensorSpec* bias = unit->add_tensors();
+  bias->set_name("bias");
+  bias->add_shape(16);
+  bias->set_dtype(v1::DTYPE_FP32);
+  bias->set_exclude_from_weight_decay(true);
+  bias->mutable_init()->mutable_values()->set_data(std::string(64, '\1'));
+
+  v1::UnitSpec* head = spec.add_units();
+  head->set_name("head");
+  head->mutable_alignment()->set_mode(v1::ALIGNMENT_MODE_BLOCK);
+  head->mutable_alignment()->set_block_elements(4);
+  v1::TensorSpec* w = head->add_tensors();
+  w->set_name("w");
+  w->add_shape(8);
+  w->set_dtype(v1::DTYPE_BF16);
+  w->mutable_init()->mutable_constant()->set_value(0.5f);
+  v1::TensorSpec* scale = head->add_tensors();
+  scale->set_name("scale");
+  scale->set_dtype(v1::DTYPE_BF16);  // A scalar; init unset: zeros.
+
+  v1::ShardingConfig* config = spec.mutable_config();
+  config->set_strategy(v1::SHARDING_STRATEGY_HYBRID_SHARD);
+  config->set_sharding_factor(2);
+  config->set_reduce_dtype(v1::DTYPE_FP32);
+  v1::AdamW* adamw = config->mutable_optimizer()->mutable_adamw();
+  adamw->set_lr(1e-3);
+  adamw->set_beta1(0.9);
+  adamw->set_beta2(0.999);
+  adamw->set_eps(1e-8);
+  adamw->set_weight_decay(0.01);
+  config->set_max_grad_norm(1.0);
+  return spec;
+}
+
+void ExpectInvalid(const v1::ModelSpec& spec, absl::string_view field) {
+  const absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(spec);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find(field), absl::string_view::npos)
+      << "expected '" << field << "' in: " << model.status().message();
+}
+
+class ProtoConvertTest : public ::testing::Test {};
+
+TEST_F(ProtoConvertTest, ConvertsEveryFieldAndResolvesDefaults) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(ValidSpec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->units.size(), 2u);
+  const core::UnitConfig& embed = model->units[0];
+  EXPECT_EQ(embed.name, "embed");
+  EXPECT_EQ(embed.alignment.mode, core::AlignmentMode::kElement);
+  EXPECT_EQ(embed.tensors[0].spec.shape, (std::vector<int64_t>{16, 8}));
+  EXPECT_EQ(embed.tensors[0].init.kind, core::InitKind::kNormal);
+  EXPECT_EQ(embed.tensors[0].init.seed, 7u);
+  EXPECT_EQ(embed.tensors[1].init.kind, core::InitKind::kValues);
+  EXPECT_EQ(embed.tensors[1].init.values->size(), 64u);
+  EXPECT_TRUE(embed.tensors[1].exclude_from_weight_decay);
+  const core::UnitConfig& head = model->units[1];
+  EXPECT_EQ(head.alignment.mode, core::AlignmentMode::kBlock);
+  EXPECT_EQ(head.alignment.block_elements, 4);
+  EXPECT_EQ(head.tensors[0].spec.dtype, core::DType::kBFloat16);
+  EXPECT_TRUE(head.tensors[1].spec.shape.empty());
+  EXPECT_EQ(head.tensors[1].init.kind, core::InitKind::kZeros);
+  EXPECT_EQ(model->config.strategy, core::ShardingStrategy::kHybridShard);
+  EXPECT_EQ(model->config.sharding_factor, 2);
+  EXPECT_FALSE(model->config.param_dtype.has_value());
+  EXPECT_EQ(model->config.reduce_dtype, core::DType::kFloat32);
+  EXPECT_EQ(std::get<core::AdamWOptions>(model->config.optimizer).lr, 1e-3);
+  EXPECT_EQ(model->config.max_grad_norm, 1.0);
+  EXPECT_EQ(model->config.max_gathered_units, 2);  // 0 means 2.
+  EXPECT_TRUE(core::Validate(*model, 4).ok()) << core::Validate(*model, 4);
+}
+
+TEST_F(ProtoConvertTest, RoundTripGivesTheSameModel) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(ValidSpec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<core::ModelConfig> again =
+      ProtoConvert::ModelFromProto(ProtoConvert::ModelToProto(*model));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(core::CompareModels(*model, *again).ok())
+      << core::CompareModels(*model, *again);
+  EXPECT_EQ(core::Fingerprint(*model), core::Fingerprint(*again));
+}
+
+TEST_F(ProtoConvertTest, UnsetStrategyAndAlignmentTakeTheirDefaults) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_config()->clear_strategy();
+  spec.mutable_config()->clear_sharding_factor();
+  spec.mutable_config()->mutable_default_alignment()->set_mode(
+      v1::ALIGNMENT_MODE_WHOLE_TENSOR);
+  absl::StatusOr<core::ModelConfig> model = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->config.strategy, core::ShardingStrategy::kFullShard);
+  // Unit 0 sets none: the default; unit 1 keeps its own.
+  EXPECT_EQ(model->units[0].alignment.mode, core::AlignmentMode::kWholeTensor);
+  EXPECT_EQ(model->units[1].alignment.mode, core::AlignmentMode::kBlock);
+}
+
+TEST_F(ProtoConvertTest, SgdIsConverted) {
+  v1::ModelSpec spec = ValidSpec();
+  v1::Sgd* sgd = spec.mutable_config()->mutable_optimizer()->mutable_sgd();
+  sgd->set_lr(0.1);
+  sgd->set_momentum(0.9);
+  sgd->set_nesterov(true);
+  absl::StatusOr<core::ModelConfig> model = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto& options = std::get<core::SgdOptions>(model->config.optimizer);
+  EXPECT_EQ(options.lr, 0.1);
+  EXPECT_EQ(options.momentum, 0.9);
+  EXPECT_TRUE(options.nesterov);
+}
+
+TEST_F(ProtoConvertTest, UnspecifiedTensorDtypeIsRejected) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_units(1)->mutable_tensors(0)->clear_dtype();
+  ExpectInvalid(spec, "model.units[1].tensors[0].dtype: required");
+}
+
+TEST_F(ProtoConvertTest, UnknownEnumValuesAreRejected) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_units(0)->mutable_tensors(0)->set_dtype(
+      static_cast<v1::DType>(42));
+  ExpectInvalid(spec, "model.units[0].tensors[0].dtype: unknown value 42");
+  spec = ValidSpec();
+  spec.mutable_config()->set_strategy(static_cast<v1::ShardingStrategy>(9));
+  ExpectInvalid(spec, "model.config.strategy: unknown value 9");
+  spec = ValidSpec();
+  spec.mutable_config()->set_param_dtype(static_cast<v1::DType>(5));
+  ExpectInvalid(spec, "model.config.param_dtype");
+  spec = ValidSpec();
+  spec.mutable_units(1)->mutable_alignment()->set_mode(
+      static_cast<v1::AlignmentMode>(7));
+  ExpectInvalid(spec, "model.units[1].alignment.mode");
+}
+
+TEST_F(ProtoConvertTest, MissingOptimizerIsRejected) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_config()->clear_optimizer();
+  ExpectInvalid(spec, "model.config.optimizer: required");
+}
+
+TEST_F(ProtoConvertTest, NegativeNumbersAreRejected) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_config()->set_sharding_factor(-2);
+  ExpectInvalid(spec, "model.config.sharding_factor");
+  spec = ValidSpec();
+  spec.mutable_config()->set_max_gathered_units(-1);
+  ExpectInvalid(spec, "model.config.max_gathered_units");
+  spec = ValidSpec();
+  spec.mutable_config()->set_max_grad_norm(-0.5);
+  ExpectInvalid(spec, "model.config.max_grad_norm");
+  spec = ValidSpec();
+  spec.mutable_units(1)->mutable_alignment()->set_block_elements(-4);
+  ExpectInvalid(spec, "model.units[1].alignment.block_elements");
+  spec = ValidSpec();
+  spec.mutable_units(0)
+      ->mutable_tensors(0)
+      ->mutable_init()
+      ->mutable_normal()
+      ->set_std(-1.0f);
+  ExpectInvalid(spec, "model.units[0].tensors[0].init.normal.std");
+  spec = ValidSpec();
+  spec.mutable_units(0)
+      ->mutable_tensors(1)
+      ->mutable_init()
+      ->mutable_shared_memory()
+      ->set_byte_offset(-1);
+  ExpectInvalid(spec, "model.units[0].tensors[1].init.shared_memory");
+}
+
+TEST_F(ProtoConvertTest, BlockSizeMustFitTheMode) {
+  v1::ModelSpec spec = ValidSpec();
+  spec.mutable_units(1)->mutable_alignment()->set_block_elements(0);
+  ExpectInvalid(spec, "model.units[1].alignment.block_elements: must be >= 1");
+  spec = ValidSpec();
+  spec.mutable_config()->mutable_default_alignment()->set_block_elements(8);
+  ExpectInvalid(spec,
+                "model.config.default_alignment.block_elements: must be 0");
+}
+
+TEST_F(ProtoConvertTest, SharedMemoryInitIsKeptAsAReference) {
+  v1::ModelSpec spec = ValidSpec();
+  v1::SharedMemoryRef* ref = spec.mutable_units(0)
+                                 ->mutable_tensors(1)
+                                 ->mutable_init()
+                                 ->mutable_shared_memory();
+  ref->set_path("/dev/shm/trainer-init");
+  ref->set_segment_bytes(4096);
+  ref->set_byte_offset(128);
+  ref->set_byte_length(64);
+  absl::StatusOr<core::ModelConfig> model = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const core::InitSpec& init = model->units[0].tensors[1].init;
+  EXPECT_EQ(init.kind, core::InitKind::kSharedMemory);
+  EXPECT_EQ(init.shared_memory.path, "/dev/shm/trainer-init");
+  EXPECT_EQ(init.shared_memory.byte_offset, 128);
+  EXPECT_TRUE(core::Validate(*model, 4).ok()) << core::Validate(*model, 4);
+}
+
+TEST_F(ProtoConvertTest, MemoryBreakdownMapsEveryField) {
+  core::MemoryBreakdown memory;
+  memory.parameter_shard_bytes = 1;
+  memory.lowp_parameter_shard_bytes = 2;
+  memory.gradient_shard_bytes = 3;
+  memory.optimizer_state_bytes = 4;
+  memory.gathered_parameter_bytes = 5;
+  memory.unsharded_gradient_bytes = 6;
+  memory.shard_padding_bytes = 7;
+  memory.peak_parameter_bytes = 8;
+  memory.total_bytes = 21;
+  const v1::MemoryBreakdown proto = ProtoConvert::MemoryToProto(memory);
+  EXPECT_EQ(proto.parameter_shard_bytes(), 1);
+  EXPECT_EQ(proto.low_precision_parameter_bytes(), 2);
+  EXPECT_EQ(proto.gradient_shard_bytes(), 3);
+  EXPECT_EQ(proto.optimizer_state_bytes(), 4);
+  EXPECT_EQ(proto.gathered_parameter_bytes(), 5);
+  EXPECT_EQ(proto.unsharded_gradient_bytes(), 6);
+  EXPECT_EQ(proto.padding_bytes(), 7);
+  EXPECT_EQ(proto.peak_parameter_bytes(), 8);
+  EXPECT_EQ(proto.total_bytes(), 21);
+}
+
+}  // namespace
+}  // namespace shardd::node
