@@ -47,7 +47,9 @@ namespace shardd::client {
 // not run concurrently on one Mlp; const methods (shapes, layouts,
 // ForwardLayerWithoutSaving, MseLoss) are safe from any thread. Computation is
 // single-threaded (Eigen without OpenMP) and deterministic: the same inputs
-// give the same bits.
+// give the same bits (within one build: `--define=shardd_mlp_arch=x86-64-v3`
+// uses FMA and rounds differently; see client/BUILD). Only mlp.cc includes
+// Eigen, so that it alone instantiates Eigen's templates.
 class Mlp {
  public:
   // widths = {in(0), out(0) = in(1), ..., out(L-1)}: at least two entries,
