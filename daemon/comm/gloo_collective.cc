@@ -266,6 +266,9 @@ class GlooCollective : public Collective {
   // Grow-only scratch (worker thread only): first touch of fresh memory is
   // slow, so it is allocated once and reused by every later call.
   float* Scratch(std::vector<float>& buffer, int64_t elements);
+  // Send and Recv take the same arguments and reject the same mistakes.
+  absl::Status ValidatePointToPoint(const void* buffer, int64_t bytes, int peer,
+                                    const OpOptions& options) const;
 
   const GlooCollectiveOptions options_;
   // Null when size == 1 (nothing to connect).
@@ -575,25 +578,32 @@ std::shared_ptr<Work> GlooCollective::Broadcast(void* buffer, int64_t count,
                  });
 }
 
+absl::Status GlooCollective::ValidatePointToPoint(
+    const void* buffer, int64_t bytes, int peer,
+    const OpOptions& options) const {
+  if (absl::Status status = ValidateTimeout(options); !status.ok()) {
+    return status;
+  }
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer ", peer, " is not another rank of [0, ", size(), ")"));
+  }
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes is ", bytes, ", must be >= 0"));
+  }
+  if (buffer == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError("buffer is null but bytes > 0");
+  }
+  return absl::OkStatus();
+}
+
 std::shared_ptr<Work> GlooCollective::Send(const void* buffer, int64_t bytes,
                                            int peer, uint32_t tag,
                                            const OpOptions& options) {
   constexpr OpKind kind = OpKind::kSend;
-  absl::Status status = ValidateTimeout(options);
+  absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  if (peer < 0 || peer >= size() || peer == rank()) {
-    return Reject(
-        kind, absl::InvalidArgumentError(absl::StrCat(
-                  "peer ", peer, " is not another rank of [0, ", size(), ")")));
-  }
-  if (bytes < 0) {
-    return Reject(kind, absl::InvalidArgumentError(absl::StrCat(
-                            "bytes is ", bytes, ", must be >= 0")));
-  }
-  if (buffer == nullptr && bytes > 0) {
-    return Reject(kind,
-                  absl::InvalidArgumentError("buffer is null but bytes > 0"));
-  }
   return Enqueue(kind, bytes, options,
                  [this, buffer, bytes, peer, tag](absl::Time d) {
                    RunSend(buffer, bytes, peer, tag, d);
@@ -604,21 +614,8 @@ std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
                                            int peer, uint32_t tag,
                                            const OpOptions& options) {
   constexpr OpKind kind = OpKind::kRecv;
-  absl::Status status = ValidateTimeout(options);
+  absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  if (peer < 0 || peer >= size() || peer == rank()) {
-    return Reject(
-        kind, absl::InvalidArgumentError(absl::StrCat(
-                  "peer ", peer, " is not another rank of [0, ", size(), ")")));
-  }
-  if (bytes < 0) {
-    return Reject(kind, absl::InvalidArgumentError(absl::StrCat(
-                            "bytes is ", bytes, ", must be >= 0")));
-  }
-  if (buffer == nullptr && bytes > 0) {
-    return Reject(kind,
-                  absl::InvalidArgumentError("buffer is null but bytes > 0"));
-  }
   return Enqueue(kind, bytes, options,
                  [this, buffer, bytes, peer, tag](absl::Time d) {
                    RunRecv(buffer, bytes, peer, tag, d);

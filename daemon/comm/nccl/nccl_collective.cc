@@ -360,7 +360,7 @@ class NcclCollective : public Collective {
   void Run(PendingOp& op) {
     const absl::Time started = absl::Now();
     const std::string what =
-        absl::StrCat("nccl ", NcclOpName(op.plan.op), " #", op.seq, " (epoch ",
+        absl::StrCat("nccl ", OpKindName(op.plan.op), " #", op.seq, " (epoch ",
                      options_.epoch, ", group ", options_.group, ", rank ",
                      options_.rank, "/", options_.size, ")");
     absl::Status status = ErrorSnapshot();

@@ -230,28 +230,6 @@ absl::string_view WireTypeName(WireType type) {
   return "unknown";
 }
 
-absl::string_view NcclOpName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllGather:
-      return "all-gather";
-    case OpKind::kReduceScatter:
-      return "reduce-scatter";
-    case OpKind::kAllReduce:
-      return "all-reduce";
-    case OpKind::kBroadcast:
-      return "broadcast";
-    case OpKind::kSend:
-      return "send";
-    case OpKind::kRecv:
-      return "recv";
-    case OpKind::kBarrier:
-      return "barrier";
-    case OpKind::kNumOpKinds:
-      break;
-  }
-  return "unknown";
-}
-
 std::string DescribeCall(const NcclCall& call) {
   auto ref = [](const BufferRef& b) -> std::string {
     switch (b.base) {
@@ -286,7 +264,7 @@ std::string DescribePlan(const NcclPlan& plan) {
   std::vector<std::string> lines;
   lines.reserve(plan.calls.size() + 1);
   lines.push_back(absl::StrCat(
-      NcclOpName(plan.op), ": scratch ", plan.scratch_bytes, " B, input ",
+      OpKindName(plan.op), ": scratch ", plan.scratch_bytes, " B, input ",
       plan.input_bytes, " B, output ", plan.output_bytes, " B"));
   for (const NcclCall& call : plan.calls) lines.push_back(DescribeCall(call));
   return absl::StrJoin(lines, "\n  ");
@@ -504,7 +482,7 @@ absl::Status CheckBuffers(const NcclPlan& plan, const void* input,
   if (plan.input_bytes > 0 && input == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         plan.op == OpKind::kSend ? "buffer" : "input", " is null but ",
-        NcclOpName(plan.op), " reads ", plan.input_bytes, " bytes from it"));
+        OpKindName(plan.op), " reads ", plan.input_bytes, " bytes from it"));
   }
   if (plan.output_bytes > 0 && output == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -512,7 +490,7 @@ absl::Status CheckBuffers(const NcclPlan& plan, const void* input,
                 plan.op == OpKind::kRecv
             ? "buffer"
             : "output",
-        " is null but ", NcclOpName(plan.op), " writes ", plan.output_bytes,
+        " is null but ", OpKindName(plan.op), " writes ", plan.output_bytes,
         " bytes to it"));
   }
   return absl::OkStatus();

@@ -163,11 +163,6 @@ absl::StatusOr<NcclPlan> PlanBarrier(const GroupShape& group);
 absl::Status CheckBuffers(const NcclPlan& plan, const void* input,
                           const void* output);
 
-// "all-gather", "reduce-scatter", ... for messages: the names of the
-// interface's OpKindName, whose definition lives with the Gloo backend's
-// sources (daemon/comm/collective.cc), which this package does not link.
-absl::string_view NcclOpName(OpKind kind);
-
 }  // namespace shardd::comm::nccl
 
 #endif  // SHARDD_DAEMON_COMM_NCCL_NCCL_PLAN_H_
