@@ -200,7 +200,8 @@ StepEngine::StepEngine(EngineConfig config, core::MemoryBreakdown planned)
       planned_(planned),
       shard_index_(config_.rank % config_.plan.sharding_factor()),
       lowp_units_(config_.units.front().dtype() != DType::kFloat32),
-      units_(config_.units.size()) {}
+      units_(config_.units.size()),
+      accumulation_(config_.units.size()) {}
 
 float* StepEngine::master(int unit) {
   return reinterpret_cast<float*>(master_->data()) + units_[unit].shard_offset;
@@ -324,18 +325,57 @@ absl::StatusOr<UnitData> StepEngine::GradientSlot(int unit) {
                   config_.reduce_dtype};
 }
 
-absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout) {
+absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
+                                    bool accumulate_only) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const core::UnitLayout& layout = config_.units[unit];
   UnitState& st = units_[unit];
+  if (st.reduced) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "unit ", unit, " ('", layout.name(),
+        "') was already reduced in this step; accumulate micro-batches with "
+        "accumulate_only"));
+  }
   const DType rd = config_.reduce_dtype;
   const int64_t elem = core::DTypeSize(rd);
   uint8_t* slot = grad_slot_->data();
+  const int64_t n = layout.numel();
+  std::unique_ptr<memory::ByteBuffer>& acc = accumulation_[unit];
+  if (accumulate_only) {
+    const bool first = acc == nullptr;
+    if (first) {
+      absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+          accumulation_allocator_.Allocate(
+              absl::StrCat(layout.name(), ".accumulation"), n * 4);
+      if (!b.ok()) return b.status();
+      acc = *std::move(b);
+    }
+    AccumulateInto(reinterpret_cast<float*>(acc->data()), slot, rd, n, first);
+    return absl::OkStatus();
+  }
+  if (acc != nullptr) {
+    // slot += accumulated, rounded once into the reduce dtype.
+    const float* a = reinterpret_cast<const float*>(acc->data());
+    if (rd == DType::kFloat32) {
+      float* g = reinterpret_cast<float*>(slot);
+      for (int64_t i = 0; i < n; ++i) g[i] += a[i];
+    } else {
+      uint16_t* g = reinterpret_cast<uint16_t*>(slot);
+      const bool bf16 = rd == DType::kBFloat16;
+      for (int64_t i = 0; i < n; ++i) {
+        const float v =
+            (bf16 ? core::BFloat16ToFloat(g[i]) : core::HalfToFloat(g[i])) +
+            a[i];
+        g[i] = bf16 ? core::FloatToBFloat16(v) : core::FloatToHalf(v);
+      }
+    }
+    acc.reset();
+  }
   // The slot is shared by every unit: the trainer writes the real
   // elements; padding must add nothing.
   if (layout.padding_elements() > 0) {
-    std::memset(slot + layout.numel() * elem, 0,
+    std::memset(slot + n * elem, 0,
                 static_cast<size_t>(layout.padding_elements() * elem));
   }
   const core::ShardRange& shard = layout.shard(shard_index_);
@@ -354,9 +394,8 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout) {
             ->Wait();
     if (!s.ok()) return s;
   }
-  AccumulateInto(grad(unit), reduced, rd, st.shard_stored,
-                 st.micro_batches == 0);
-  ++st.micro_batches;
+  AccumulateInto(grad(unit), reduced, rd, st.shard_stored, /*first=*/true);
+  st.reduced = true;
   return absl::OkStatus();
 }
 
@@ -369,7 +408,7 @@ absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
         committed_step_, ")"));
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u].micro_batches == 0) {
+    if (!units_[u].reduced) {
       return absl::FailedPreconditionError(
           absl::StrCat("step without gradients: unit ", u, " ('",
                        config_.units[u].name(), "') has none"));
@@ -444,7 +483,7 @@ absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
                        st.shard_real, lowp_dtype, lowp_out);
     }
     if (!s.ok()) return s;
-    st.micro_batches = 0;
+    st.reduced = false;
   }
   committed_step_ = step;
   return StepResult{step, clip->total_norm, clip->scale};
@@ -462,6 +501,9 @@ int64_t StepEngine::held_bytes() const {
     if (*b) total += (*b)->size();
   }
   for (const auto& s : slots_) total += s->size();
+  for (const auto& a : accumulation_) {
+    if (a) total += a->size();
+  }
   return total;
 }
 

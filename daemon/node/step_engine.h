@@ -113,8 +113,15 @@ class StepEngine {
   // dtype, the unit's flat layout). NOT_FOUND for an unknown unit.
   absl::StatusOr<UnitData> GradientSlot(int unit);
 
-  // Reduces the gradient in the slot (see the class comment).
-  absl::Status ReduceGrad(int unit, absl::Duration timeout);
+  // Reduces the gradient in the slot (see the class comment). With
+  // accumulate_only no collective runs: the slot's gradient is added to the
+  // unit's private unsharded accumulation buffer (allocated on first use,
+  // freed when the unit is reduced), like DDP's no_sync; the next call
+  // without accumulate_only reduces slot + accumulated. Each unit is reduced
+  // once per step: FAILED_PRECONDITION for a second time.
+  // RESOURCE_EXHAUSTED when the accumulation buffer cannot be allocated.
+  absl::Status ReduceGrad(int unit, absl::Duration timeout,
+                          bool accumulate_only = false);
 
   // FAILED_PRECONDITION when expected_step is not committed_step() + 1 or a
   // unit has no gradient yet; the collectives' errors unchanged (the step
@@ -140,7 +147,7 @@ class StepEngine {
     int slot = -1;      // Gathered slot, or -1.
     bool held = false;  // Gathered and not released.
     int64_t gathered_at_step = -1;
-    int micro_batches = 0;  // ReduceGrads since the last step.
+    bool reduced = false;  // Reduced in the current step.
   };
 
   StepEngine(EngineConfig config, core::MemoryBreakdown planned);
@@ -166,6 +173,12 @@ class StepEngine {
   std::vector<int> slot_unit_ ABSL_GUARDED_BY(mu_);  // -1: free.
   std::vector<int64_t> slot_last_use_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<memory::ByteBuffer> grad_slot_ ABSL_GUARDED_BY(mu_);
+  // Per unit, only while micro-batches are accumulated without
+  // synchronisation: fp32, the unit's real elements. Outside the memory
+  // plan by design (opt-in, transient), and counted in held_bytes().
+  memory::HeapAllocator accumulation_allocator_;
+  std::vector<std::unique_ptr<memory::ByteBuffer>> accumulation_
+      ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
   std::optional<core::AdamW> adamw_;

@@ -245,6 +245,49 @@ TEST_F(StepEngineSingleRankTest, StepMustBeTheNextOne) {
   EXPECT_EQ(engine_->committed_step(), 1);
 }
 
+TEST_F(StepEngineSingleRankTest, UnitIsReducedOncePerStep) {
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  EXPECT_EQ(engine_->ReduceGrad(0, absl::Seconds(1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Writes `value * (i + 1)` into unit u's gradient slot.
+void WriteGrad(StepEngine& e, int u, float value) {
+  auto slot = e.GradientSlot(u);
+  ASSERT_TRUE(slot.ok());
+  float* g = reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
+  for (int64_t i = 0; i < e.config().units[u].numel(); ++i) {
+    g[i] = value * static_cast<float>(i + 1);
+  }
+}
+
+TEST_F(StepEngineSingleRankTest,
+       AccumulatedMicroBatchesEqualOneSummedGradient) {
+  // Three micro-batches of 0.25, 0.5 and 0.125 (exact sums) against one
+  // gradient of 0.875.
+  memory::HeapAllocator heap;
+  auto summed = StepEngine::Create(Config(1, 1, 0, 1), Init, heap);
+  ASSERT_TRUE(summed.ok());
+  for (int u = 0; u < 2; ++u) {
+    WriteGrad(*engine_, u, 0.25f);
+    ASSERT_TRUE(engine_->ReduceGrad(u, absl::Seconds(1), true).ok());
+    WriteGrad(*engine_, u, 0.5f);
+    ASSERT_TRUE(engine_->ReduceGrad(u, absl::Seconds(1), true).ok());
+    EXPECT_GT(engine_->held_bytes(), engine_->planned_memory().total_bytes);
+    WriteGrad(*engine_, u, 0.125f);
+    ASSERT_TRUE(engine_->ReduceGrad(u, absl::Seconds(1)).ok());
+    WriteGrad(**summed, u, 0.875f);
+    ASSERT_TRUE((*summed)->ReduceGrad(u, absl::Seconds(1)).ok());
+  }
+  // The accumulation buffers are gone once reduced.
+  EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
+  ASSERT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
+  ASSERT_TRUE((*summed)->Step(1, absl::Seconds(1)).ok());
+  for (int u = 0; u < 2; ++u) {
+    EXPECT_EQ(*engine_->MasterShard(u), *(*summed)->MasterShard(u));
+  }
+}
+
 TEST_F(StepEngineSingleRankTest, HoldsExactlyThePlannedBytes) {
   EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
 }
