@@ -541,6 +541,54 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
       << (ListDir(shm_dir_).empty() ? "" : ListDir(shm_dir_)[0]);
 }
 
+TEST_F(ShardProcessTest,
+       KilledPeerAbortsTheSurvivorsCollectivesWithinTheDeadline) {
+  std::vector<pb::RegisterModelResponse> reg(kW);
+  std::vector<grpc::Status> reg_status(kW);
+  std::vector<absl::Status> trained(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] {
+        reg_status[r] = Register(r, &reg[r]);
+        if (reg_status[r].ok()) trained[r] = Train(r);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(reg_status[r].ok()) << reg_status[r].error_message();
+    ASSERT_TRUE(trained[r].ok()) << trained[r];
+  }
+  daemons_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(daemons_[1]->Wait(absl::Now() + absl::Seconds(5)).ok());
+  // The parameters changed since the last gather, so this needs the dead
+  // peer: ABORTED (communicator failed, or the epoch moved on), never a hang.
+  const absl::Time start = absl::Now();
+  pb::GatherResponse g;
+  grpc::Status s = Gather(0, 0, pb::PASS_FORWARD, &g);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(25));
+  // Not ready again while the peer is gone.
+  pb::WaitReadyRequest wait;
+  pb::WaitReadyResponse waited;
+  s = stubs_[0]->WaitReady(Ctx(absl::Seconds(1)).get(), wait, &waited);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_message();
+  pb::GetStatusResponse status;
+  ASSERT_TRUE(stubs_[0]
+                  ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                              pb::GetStatusRequest(), &status)
+                  .ok());
+  EXPECT_FALSE(status.ready());
+  EXPECT_EQ(status.committed_step(), kSteps);
+  stubs_.clear();
+  daemons_[0]->Signal(SIGTERM);
+  auto code = daemons_[0]->Wait(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
 }  // namespace
 }  // namespace shardd::tests
 
