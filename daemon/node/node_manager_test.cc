@@ -1,0 +1,236 @@
+#include "daemon/node/node_manager.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/coordinator/in_process_coordinator.h"
+#include "daemon/memory/shm_allocator.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+namespace pb = ::shardd::v1;
+
+std::string TempDir() {
+  std::string base = "/tmp/shardd-nm-XXXXXX";
+  char* made = mkdtemp(base.data());
+  EXPECT_NE(made, nullptr);
+  return base;
+}
+
+pb::ModelSpec Model(pb::ShardingStrategy strategy, int f, int64_t rows = 4) {
+  pb::ModelSpec spec;
+  pb::UnitSpec* unit = spec.add_units();
+  unit->set_name("layer0");
+  pb::TensorSpec* w = unit->add_tensors();
+  w->set_name("weight");
+  w->add_shape(rows);
+  w->add_shape(3);
+  w->set_dtype(pb::DTYPE_FP32);
+  w->mutable_init()->mutable_constant()->set_value(0.5f);
+  pb::TensorSpec* b = unit->add_tensors();
+  b->set_name("bias");
+  b->add_shape(3);
+  b->set_dtype(pb::DTYPE_FP32);
+  pb::ShardingConfig* c = spec.mutable_config();
+  c->set_strategy(strategy);
+  c->set_sharding_factor(f);
+  c->set_max_gathered_units(1);
+  pb::Sgd* sgd = c->mutable_optimizer()->mutable_sgd();
+  sgd->set_lr(0.5);
+  return spec;
+}
+
+struct Cluster {
+  std::unique_ptr<coordinator::InProcessCoordinator> coordinator;
+  std::vector<std::unique_ptr<NodeManager>> nodes;
+  std::string dir;
+};
+
+Cluster Start(int w, int f) {
+  Cluster c;
+  c.dir = TempDir();
+  coordinator::InProcessCoordinatorOptions co;
+  co.coordinator.membership.world_size = w;
+  co.coordinator.membership.sharding_factor = f;
+  auto started = coordinator::InProcessCoordinator::Start(co);
+  EXPECT_TRUE(started.ok()) << started.status();
+  c.coordinator = std::move(*started);
+  std::vector<absl::StatusOr<std::unique_ptr<NodeManager>>> made(w);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w; ++r) {
+    threads.emplace_back([&, r] {
+      NodeOptions o;
+      o.coordinator_address = c.coordinator->address();
+      o.identity = absl::StrCat("node-", r);
+      o.rank = r;
+      o.peer_address = absl::StrCat("127.0.0.1:", 1000 + r);  // Not probed.
+      o.shm_dir = c.dir;
+      o.shm_prefix = absl::StrCat("r", r);
+      o.collective_timeout = absl::Seconds(10);
+      o.connect_timeout = absl::Seconds(10);
+      made[r] = NodeManager::Start(o);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < w; ++r) {
+    EXPECT_TRUE(made[r].ok()) << made[r].status();
+    c.nodes.push_back(std::move(*made[r]));
+  }
+  return c;
+}
+
+TEST(ShmAllocatorTest, BuffersAreSharedMemoryFilesUnlinkedOnDestruction) {
+  const std::string dir = TempDir();
+  memory::ShmAllocator allocator(dir, "t");
+  auto buffer = allocator.Allocate("unit0/gathered", 4096 + 3);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const std::string path = (*buffer)->name();
+  EXPECT_TRUE(absl::StartsWith(path, dir + "/t.0.unit0_gathered")) << path;
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_size, 4096 + 3);
+  EXPECT_EQ((*buffer)->size(), 4096 + 3);
+  (*buffer)->data()[4098] = 7;
+  EXPECT_EQ(allocator.Allocate("x", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  buffer->reset();
+  EXPECT_NE(stat(path.c_str(), &st), 0);
+  rmdir(dir.c_str());
+}
+
+TEST(NodeManagerTest,
+     DifferentModelsOnTwoRanksAreFailedPreconditionNamingTheField) {
+  Cluster c = Start(2, 2);
+  std::vector<absl::StatusOr<pb::RegisterModelResponse>> got(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      pb::RegisterModelRequest request;
+      *request.mutable_model() =
+          Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2, r == 0 ? 4 : 5);
+      got[r] =
+          c.nodes[r]->RegisterModel(request, absl::Now() + absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].status().code(), absl::StatusCode::kFailedPrecondition)
+        << got[r].status();
+    EXPECT_TRUE(absl::StrContains(got[r].status().message(),
+                                  "units[0].tensors[0].shape"))
+        << got[r].status();
+    EXPECT_TRUE(absl::StrContains(got[r].status().message(),
+                                  absl::StrCat("rank ", 1 - r)))
+        << got[r].status();
+    // Nothing was registered.
+    EXPECT_FALSE(c.nodes[r]->GetStatus().registered());
+  }
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
+TEST(NodeManagerTest, NoShardTrainsWithInlineGradientsAndExportsFull) {
+  Cluster c = Start(2, 1);
+  std::vector<absl::Status> done(2);
+  std::vector<std::vector<float>> params(2);
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      NodeManager& node = *c.nodes[r];
+      auto fail = [&](absl::Status s) { done[r] = s; };
+      pb::RegisterModelRequest reg;
+      *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_NO_SHARD, 1);
+      auto registered = node.RegisterModel(reg, deadline);
+      if (!registered.ok()) return fail(registered.status());
+      for (int step = 1; step <= 2; ++step) {
+        pb::GatherRequest g;
+        g.set_unit(0);
+        g.set_pass(pb::PASS_BACKWARD);
+        auto gathered = node.Gather(g, deadline);
+        if (!gathered.ok()) return fail(gathered.status());
+        // Gradient of rank r: r + 1 everywhere; the average is 1.5.
+        std::vector<float> grad(15, static_cast<float>(r + 1));
+        pb::ReduceGradRequest rg;
+        rg.set_unit(0);
+        rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+        rg.mutable_grad()->set_byte_length(15 * 4);
+        rg.mutable_grad()->set_inline_data(
+            std::string(reinterpret_cast<const char*>(grad.data()), 60));
+        auto reduced = node.ReduceGrad(rg, deadline);
+        if (!reduced.ok()) return fail(reduced.status());
+        // Reducing the same unit twice in a step is refused.
+        auto twice = node.ReduceGrad(rg, deadline);
+        if (twice.status().code() != absl::StatusCode::kFailedPrecondition) {
+          return fail(absl::InternalError(
+              absl::StrCat("second ReduceGrad: ", twice.status().ToString())));
+        }
+        pb::StepRequest sr;
+        sr.set_step(step);
+        auto still_gathered = node.Step(sr, deadline);
+        if (still_gathered.status().code() !=
+            absl::StatusCode::kFailedPrecondition) {
+          return fail(absl::InternalError("Step with a gathered unit"));
+        }
+        pb::ReleaseRequest rel;
+        rel.set_unit(0);
+        if (auto s = node.Release(rel); !s.ok()) return fail(s.status());
+        auto stepped = node.Step(sr, deadline);
+        if (!stepped.ok()) return fail(stepped.status());
+      }
+      pb::ExportStateRequest ex;
+      ex.set_path(absl::StrCat(c.dir, "/full.safetensors"));
+      ex.set_layout(pb::EXPORT_LAYOUT_FULL);
+      auto exported = node.ExportState(ex, deadline);
+      if (!exported.ok()) return fail(exported.status());
+      if (exported->files_size() != (r == 0 ? 1 : 0)) {
+        return fail(absl::InternalError("wrong number of exported files"));
+      }
+      done[r] = absl::OkStatus();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(done[r].ok()) << done[r];
+  // SGD lr 0.5, averaged gradient 1.5, two steps: 0.5 - 2 * 0.75 = -1.0
+  // for the weight, 0 - 1.5 = -1.5 for the bias.
+  std::ifstream in(absl::StrCat(c.dir, "/full.safetensors"), std::ios::binary);
+  ASSERT_TRUE(in.good());
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, ' ');
+  in.read(header.data(), header_len);
+  EXPECT_TRUE(absl::StrContains(header,
+                                "\"layer0.weight\":{\"dtype\":\"F32\","
+                                "\"shape\":[4,3],\"data_offsets\":[0,48]}"))
+      << header;
+  std::vector<float> values(15);
+  in.read(reinterpret_cast<char*>(values.data()), 60);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(values[i], -1.0f) << i;
+  for (int i = 12; i < 15; ++i) EXPECT_EQ(values[i], -1.5f) << i;
+  for (int r = 0; r < 2; ++r) {
+    const pb::GetStatusResponse status = c.nodes[r]->GetStatus();
+    EXPECT_EQ(status.committed_step(), 2);
+    EXPECT_EQ(status.memory().held().total_bytes(),
+              status.memory().planned().total_bytes());
+  }
+  std::remove(absl::StrCat(c.dir, "/full.safetensors").c_str());
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
+}  // namespace
+}  // namespace shardd::node

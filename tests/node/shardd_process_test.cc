@@ -1,0 +1,605 @@
+// Process-level test of the shardd daemon: a coordinator (W = 2, F = 2) and
+// two shardd processes on 127.0.0.1; the test acts as both trainers through
+// gRPC stubs over the daemons' Unix sockets, writes gradients into the
+// shared-memory gradient slots the daemons name, steps, and checks the
+// parameters against a single-process unsharded reference bit for bit.
+//
+//   shardd_process_test COORDINATOR_BINARY SHARDD_BINARY
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/core/adamw.h"
+#include "daemon/core/grad_clip.h"
+#include "daemon/memory/shared_memory_segment.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "shardd/v1/trainer.grpc.pb.h"
+#include "tests/coordinator/subprocess.h"
+
+namespace shardd::tests {
+namespace {
+
+namespace pb = ::shardd::v1;
+using memory::SharedMemorySegment;
+
+std::string g_coordinator_binary;
+std::string g_shardd_binary;
+
+constexpr int kW = 2;
+constexpr int kSteps = 3;
+constexpr double kLr = 0.01;
+constexpr double kMaxGradNorm = 0.25;
+
+// Unit 0: weight [3, 5] + bias [3] (18 elements); unit 1: weight [5]
+// (5 elements, padded to 6 over F = 2).
+const std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>
+    kUnits = {{{"weight", {3, 5}}, {"bias", {3}}}, {{"weight", {5}}}};
+
+int64_t UnitNumel(int u) {
+  int64_t n = 0;
+  for (const auto& [name, shape] : kUnits[u]) {
+    int64_t k = 1;
+    for (int64_t d : shape) k *= d;
+    n += k;
+  }
+  return n;
+}
+
+float InitValue(int unit, int64_t i) {
+  return 0.25f * static_cast<float>((i % 7) - 3) + 0.125f * unit;
+}
+
+// Multiples of 1/8: every sum and average is exact in fp32, so the sharded
+// run must equal the reference bit for bit.
+float GradValue(int rank, int step, int unit, int64_t i) {
+  return static_cast<float>(((rank * 7 + step * 3 + unit * 5 + i) % 17) - 8) /
+         8.0f;
+}
+
+pb::ModelSpec Model(double lr = kLr) {
+  pb::ModelSpec spec;
+  for (size_t u = 0; u < kUnits.size(); ++u) {
+    pb::UnitSpec* unit = spec.add_units();
+    unit->set_name(absl::StrCat("layer", u));
+    int64_t offset = 0;
+    for (const auto& [name, shape] : kUnits[u]) {
+      pb::TensorSpec* t = unit->add_tensors();
+      t->set_name(name);
+      int64_t n = 1;
+      for (int64_t d : shape) {
+        t->add_shape(d);
+        n *= d;
+      }
+      t->set_dtype(pb::DTYPE_FP32);
+      std::vector<float> values(n);
+      for (int64_t i = 0; i < n; ++i) values[i] = InitValue(u, offset + i);
+      t->mutable_init()->mutable_values()->set_data(std::string(
+          reinterpret_cast<const char*>(values.data()), n * sizeof(float)));
+      offset += n;
+    }
+  }
+  pb::ShardingConfig* c = spec.mutable_config();
+  c->set_strategy(pb::SHARDING_STRATEGY_FULL_SHARD);
+  c->set_sharding_factor(kW);
+  c->set_max_gathered_units(1);
+  c->set_max_grad_norm(kMaxGradNorm);
+  pb::AdamW* a = c->mutable_optimizer()->mutable_adamw();
+  a->set_lr(lr);
+  a->set_beta1(0.9);
+  a->set_beta2(0.999);
+  a->set_eps(1e-8);
+  a->set_weight_decay(0.01);
+  return spec;
+}
+
+std::vector<std::vector<float>> Reference() {
+  std::vector<std::vector<float>> params, m, v;
+  for (size_t u = 0; u < kUnits.size(); ++u) {
+    const int64_t n = UnitNumel(u);
+    params.emplace_back(n);
+    for (int64_t i = 0; i < n; ++i) params[u][i] = InitValue(u, i);
+    m.emplace_back(n, 0.0f);
+    v.emplace_back(n, 0.0f);
+  }
+  core::AdamWOptions o;
+  o.lr = kLr;
+  o.beta1 = 0.9;
+  o.beta2 = 0.999;
+  o.eps = 1e-8;
+  o.weight_decay = 0.01;
+  auto adamw = *core::AdamW::Create(o);
+  auto clipper = *core::GradClipper::Create(kMaxGradNorm);
+  for (int step = 1; step <= kSteps; ++step) {
+    std::vector<std::vector<float>> grads;
+    core::GradNormPartial partial;
+    for (size_t u = 0; u < params.size(); ++u) {
+      std::vector<float> g(params[u].size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < kW; ++r) sum += GradValue(r, step, u, i);
+        g[i] = sum / static_cast<float>(kW);
+      }
+      EXPECT_TRUE(
+          core::GradClipper::Accumulate(g.data(), g.size(), &partial).ok());
+      grads.push_back(std::move(g));
+    }
+    const std::vector<core::GradNormPartial> partials = {partial};
+    auto clip = clipper.Finish(partials);
+    EXPECT_TRUE(clip.ok());
+    for (size_t u = 0; u < params.size(); ++u) {
+      EXPECT_TRUE(adamw
+                      .Update(step, clip->scale, grads[u].data(),
+                              params[u].data(), m[u].data(), v[u].data(),
+                              params[u].size(), core::DType::kFloat32, nullptr)
+                      .ok());
+    }
+  }
+  return params;
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoSeconds(timeout));
+  return ctx;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  closedir(d);
+  return out;
+}
+
+void RemoveTree(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    for (const std::string& name : ListDir(path)) {
+      RemoveTree(path + "/" + name);
+    }
+    rmdir(path.c_str());
+  } else {
+    unlink(path.c_str());
+  }
+}
+
+class ShardProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Short paths: Unix socket paths are limited to 108 bytes.
+    char tmpl[] = "/tmp/shardd-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    shm_dir_ = dir_ + "/shm";
+    ASSERT_EQ(mkdir(shm_dir_.c_str(), 0700), 0);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    auto c = Subprocess::Spawn({g_coordinator_binary, "--listen=127.0.0.1:0",
+                                "--world_size=2", "--sharding_factor=2"},
+                               "coordinator");
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    auto line = coordinator_->WaitForLine("coordinator listening on", deadline);
+    ASSERT_TRUE(line.ok()) << line.status();
+    // "coordinator listening on HOST:PORT (...)".
+    std::string rest = line->substr(line->find(" on ") + 4);
+    address_ = rest.substr(0, rest.find(' '));
+    for (int r = 0; r < kW; ++r) {
+      sockets_.push_back(absl::StrCat(dir_, "/r", r, ".sock"));
+      auto d = Subprocess::Spawn(
+          {g_shardd_binary, absl::StrCat("--coordinator=", address_),
+           absl::StrCat("--identity=node-", r), absl::StrCat("--rank=", r),
+           absl::StrCat("--shm_dir=", shm_dir_),
+           absl::StrCat("--listen_unix=", sockets_[r]),
+           "--peer_listen=127.0.0.1:0", "--collective_timeout_ms=20000"},
+          absl::StrCat("shardd-", r));
+      ASSERT_TRUE(d.ok()) << d.status();
+      daemons_.push_back(std::move(*d));
+    }
+    for (int r = 0; r < kW; ++r) {
+      auto ready = daemons_[r]->WaitForLine("shardd rank", deadline);
+      ASSERT_TRUE(ready.ok()) << ready.status();
+      EXPECT_TRUE(absl::StrContains(*ready, absl::StrCat("rank ", r)));
+      auto channel =
+          grpc::CreateChannel(absl::StrCat("unix:", sockets_[r]),
+                              grpc::experimental::LocalCredentials(UDS));
+      stubs_.push_back(pb::Trainer::NewStub(channel));
+    }
+  }
+
+  void TearDown() override {
+    stubs_.clear();
+    daemons_.clear();  // SIGKILLs whatever still runs.
+    coordinator_.reset();
+    if (!dir_.empty()) RemoveTree(dir_);
+  }
+
+  grpc::Status Register(int r, pb::RegisterModelResponse* response,
+                        const pb::ModelSpec& model = Model()) {
+    pb::RegisterModelRequest request;
+    *request.mutable_model() = model;
+    request.set_transport(pb::TRANSPORT_SHARED_MEMORY);
+    return stubs_[r]->RegisterModel(Ctx(absl::Seconds(30)).get(), request,
+                                    response);
+  }
+
+  grpc::Status Gather(int r, int unit, pb::Pass pass,
+                      pb::GatherResponse* response) {
+    pb::GatherRequest request;
+    request.set_unit(unit);
+    request.set_pass(pass);
+    return stubs_[r]->Gather(Ctx(absl::Seconds(30)).get(), request, response);
+  }
+
+  grpc::Status Release(int r, int unit, pb::ReleaseResponse* response) {
+    pb::ReleaseRequest request;
+    request.set_unit(unit);
+    return stubs_[r]->Release(Ctx(absl::Seconds(5)).get(), request, response);
+  }
+
+  grpc::Status Step(int r, int64_t step, pb::StepResponse* response) {
+    pb::StepRequest request;
+    request.set_step(step);
+    return stubs_[r]->Step(Ctx(absl::Seconds(30)).get(), request, response);
+  }
+
+  // One trainer's training loop; returns the first error.
+  absl::Status Train(int r) {
+    for (int step = 1; step <= kSteps; ++step) {
+      for (int u = 0; u < 2; ++u) {
+        pb::GatherResponse g;
+        grpc::Status s = Gather(r, u, pb::PASS_FORWARD, &g);
+        if (!s.ok()) return absl::InternalError(s.error_message());
+        pb::ReleaseResponse rel;
+        s = Release(r, u, &rel);
+        if (!s.ok()) return absl::InternalError(s.error_message());
+      }
+      for (int u = 1; u >= 0; --u) {
+        pb::GatherResponse g;
+        grpc::Status s = Gather(r, u, pb::PASS_BACKWARD, &g);
+        if (!s.ok()) return absl::InternalError(s.error_message());
+        if (!g.has_grad_buffer()) return absl::InternalError("no grad_buffer");
+        const pb::SharedMemoryRef& ref = g.grad_buffer().shared_memory();
+        {
+          auto seg = SharedMemorySegment::Open(
+              ref.path(), ref.segment_bytes(),
+              SharedMemorySegment::Access::kReadWrite);
+          if (!seg.ok()) return seg.status();
+          float* out = reinterpret_cast<float*>(
+              static_cast<uint8_t*>(seg->mutable_data()) + ref.byte_offset());
+          for (int64_t i = 0; i < UnitNumel(u); ++i) {
+            out[i] = GradValue(r, step, u, i);
+          }
+        }
+        pb::ReduceGradRequest request;
+        request.set_unit(u);
+        *request.mutable_grad() = g.grad_buffer();
+        pb::ReduceGradResponse reduced;
+        s = stubs_[r]->ReduceGrad(Ctx(absl::Seconds(30)).get(), request,
+                                  &reduced);
+        if (!s.ok()) return absl::InternalError(s.error_message());
+        pb::ReleaseResponse rel;
+        s = Release(r, u, &rel);
+        if (!s.ok()) return absl::InternalError(s.error_message());
+      }
+      pb::StepResponse sr;
+      grpc::Status s = Step(r, step, &sr);
+      if (!s.ok()) return absl::InternalError(s.error_message());
+      if (sr.committed_step() != step) {
+        return absl::InternalError(
+            absl::StrCat("committed ", sr.committed_step()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Gathers every unit and copies its real elements out of shared memory.
+  absl::Status ReadParams(int r, std::vector<std::vector<float>>* out) {
+    for (int u = 0; u < 2; ++u) {
+      pb::GatherResponse g;
+      grpc::Status s = Gather(r, u, pb::PASS_FORWARD, &g);
+      if (!s.ok()) return absl::InternalError(s.error_message());
+      const pb::SharedMemoryRef& ref = g.params().shared_memory();
+      auto seg =
+          SharedMemorySegment::Open(ref.path(), ref.segment_bytes(),
+                                    SharedMemorySegment::Access::kReadOnly);
+      if (!seg.ok()) return seg.status();
+      const float* p = reinterpret_cast<const float*>(
+          static_cast<const uint8_t*>(seg->data()) + ref.byte_offset());
+      out->emplace_back(p, p + UnitNumel(u));
+      pb::ReleaseResponse rel;
+      s = Release(r, u, &rel);
+      if (!s.ok()) return absl::InternalError(s.error_message());
+    }
+    return absl::OkStatus();
+  }
+
+  std::string dir_, shm_dir_, address_;
+  std::vector<std::string> sockets_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> daemons_;
+  std::vector<std::unique_ptr<pb::Trainer::Stub>> stubs_;
+};
+
+TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
+  // Socket mode 0600.
+  for (const std::string& s : sockets_) {
+    struct stat st;
+    ASSERT_EQ(stat(s.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << s;
+  }
+
+  // Before registration.
+  {
+    pb::GatherResponse g;
+    EXPECT_EQ(Gather(0, 0, pb::PASS_FORWARD, &g).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    pb::StepResponse sr;
+    EXPECT_EQ(Step(0, 1, &sr).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    pb::GetStatusResponse status;
+    ASSERT_TRUE(stubs_[0]
+                    ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                pb::GetStatusRequest(), &status)
+                    .ok());
+    EXPECT_FALSE(status.registered());
+  }
+
+  // Register on both ranks at once (RegisterModel waits for every rank).
+  std::vector<pb::RegisterModelResponse> reg(kW);
+  std::vector<grpc::Status> reg_status(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] { reg_status[r] = Register(r, &reg[r]); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(reg_status[r].ok())
+        << r << ": " << reg_status[r].error_message();
+    EXPECT_EQ(reg[r].committed_step(), 0);
+    EXPECT_FALSE(reg[r].reattached());
+    EXPECT_EQ(reg[r].topology().world_size(), kW);
+    EXPECT_EQ(reg[r].topology().sharding_factor(), kW);
+    EXPECT_EQ(reg[r].memory().held().total_bytes(),
+              reg[r].memory().planned().total_bytes());
+    EXPECT_GT(reg[r].memory().planned().total_bytes(), 0);
+  }
+  EXPECT_EQ(reg[0].model_fingerprint(), reg[1].model_fingerprint());
+
+  // Malformed requests: documented codes, nothing changes.
+  {
+    pb::GatherResponse g;
+    EXPECT_EQ(Gather(0, 7, pb::PASS_FORWARD, &g).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    pb::StepResponse sr;
+    grpc::Status s = Step(0, 1, &sr);  // No gradients yet.
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "not reduced"))
+        << s.error_message();
+    EXPECT_EQ(Step(0, 5, &sr).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    pb::ReleaseResponse rel;
+    ASSERT_TRUE(Release(0, 1, &rel).ok());  // Double/never-gathered release.
+    EXPECT_FALSE(rel.was_gathered());
+    EXPECT_EQ(Release(0, 9, &rel).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    pb::ReduceGradRequest bad;
+    bad.set_unit(0);
+    bad.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+    bad.mutable_grad()->set_byte_length(3);
+    bad.mutable_grad()->set_inline_data("abc");
+    pb::ReduceGradResponse rr;
+    s = stubs_[0]->ReduceGrad(Ctx(absl::Seconds(5)).get(), bad, &rr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "grad.byte_length"))
+        << s.error_message();
+    // A different model on a daemon that holds one.
+    pb::RegisterModelResponse other;
+    s = Register(0, &other, Model(0.5));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "lr"))
+        << s.error_message();
+    // The same model again: a restarted trainer re-attaches.
+    ASSERT_TRUE(Register(1, &other).ok());
+    EXPECT_TRUE(other.reattached());
+    EXPECT_EQ(other.committed_step(), 0);
+  }
+
+  // Train on both ranks.
+  std::vector<absl::Status> trained(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] { trained[r] = Train(r); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) ASSERT_TRUE(trained[r].ok()) << trained[r];
+
+  // Step is idempotent for the committed step.
+  {
+    pb::StepResponse sr;
+    ASSERT_TRUE(Step(0, kSteps, &sr).ok());
+    EXPECT_TRUE(sr.already_committed());
+    EXPECT_EQ(sr.committed_step(), kSteps);
+  }
+
+  std::vector<std::vector<std::vector<float>>> params(kW);
+  std::vector<absl::Status> read(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] { read[r] = ReadParams(r, &params[r]); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const auto reference = Reference();
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(read[r].ok()) << read[r];
+    ASSERT_EQ(params[r].size(), reference.size());
+    for (size_t u = 0; u < reference.size(); ++u) {
+      ASSERT_EQ(params[r][u].size(), reference[u].size());
+      EXPECT_EQ(std::memcmp(params[r][u].data(), reference[u].data(),
+                            reference[u].size() * sizeof(float)),
+                0)
+          << "rank " << r << " unit " << u << ": " << params[r][u][0] << " vs "
+          << reference[u][0];
+      // The parameters moved.
+      EXPECT_NE(params[r][u][1], InitValue(u, 1));
+    }
+  }
+
+  for (int r = 0; r < kW; ++r) {
+    pb::GetStatusResponse status;
+    ASSERT_TRUE(stubs_[r]
+                    ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                pb::GetStatusRequest(), &status)
+                    .ok());
+    EXPECT_TRUE(status.registered());
+    EXPECT_TRUE(status.ready());
+    EXPECT_EQ(status.rank(), r);
+    EXPECT_EQ(status.committed_step(), kSteps);
+    EXPECT_EQ(status.memory().held().total_bytes(),
+              status.memory().planned().total_bytes());
+    EXPECT_EQ(status.gathered_units_size(), 0);
+    int64_t all_gathers = 0;
+    for (const pb::CollectiveStats& c : status.collectives()) {
+      if (c.kind() == pb::COLLECTIVE_KIND_ALL_GATHER &&
+          c.group() == pb::PROCESS_GROUP_SHARD) {
+        all_gathers += c.calls();
+      }
+    }
+    EXPECT_GT(all_gathers, 0);
+  }
+
+  // Sharded export on both ranks.
+  {
+    const std::string export_dir = dir_ + "/export";
+    std::vector<grpc::Status> exported(kW);
+    std::vector<pb::ExportStateResponse> responses(kW);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] {
+        pb::ExportStateRequest request;
+        request.set_path(export_dir);
+        request.set_layout(pb::EXPORT_LAYOUT_SHARDED);
+        exported[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(10)).get(),
+                                             request, &responses[r]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kW; ++r) {
+      ASSERT_TRUE(exported[r].ok()) << exported[r].error_message();
+      ASSERT_EQ(responses[r].files_size(), 1);
+      EXPECT_EQ(responses[r].step(), kSteps);
+      struct stat st;
+      ASSERT_EQ(stat(responses[r].files(0).path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_size, responses[r].files(0).bytes());
+    }
+  }
+
+  // The daemons' segments live in shm_dir while they run.
+  EXPECT_FALSE(ListDir(shm_dir_).empty());
+
+  // SIGTERM: exit 0, segments and sockets removed.
+  stubs_.clear();
+  for (int r = 0; r < kW; ++r) daemons_[r]->Signal(SIGTERM);
+  for (int r = 0; r < kW; ++r) {
+    auto code = daemons_[r]->Wait(absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0) << "rank " << r;
+    struct stat st;
+    EXPECT_NE(lstat(sockets_[r].c_str(), &st), 0) << sockets_[r];
+  }
+  EXPECT_TRUE(ListDir(shm_dir_).empty())
+      << "left behind: "
+      << (ListDir(shm_dir_).empty() ? "" : ListDir(shm_dir_)[0]);
+}
+
+TEST_F(ShardProcessTest,
+       KilledPeerAbortsTheSurvivorsCollectivesWithinTheDeadline) {
+  std::vector<pb::RegisterModelResponse> reg(kW);
+  std::vector<grpc::Status> reg_status(kW);
+  std::vector<absl::Status> trained(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] {
+        reg_status[r] = Register(r, &reg[r]);
+        if (reg_status[r].ok()) trained[r] = Train(r);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(reg_status[r].ok()) << reg_status[r].error_message();
+    ASSERT_TRUE(trained[r].ok()) << trained[r];
+  }
+  daemons_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(daemons_[1]->Wait(absl::Now() + absl::Seconds(5)).ok());
+  // The parameters changed since the last gather, so this needs the dead
+  // peer: ABORTED (communicator failed, or the epoch moved on), never a hang.
+  const absl::Time start = absl::Now();
+  pb::GatherResponse g;
+  grpc::Status s = Gather(0, 0, pb::PASS_FORWARD, &g);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(25));
+  // Not ready again while the peer is gone.
+  pb::WaitReadyRequest wait;
+  pb::WaitReadyResponse waited;
+  s = stubs_[0]->WaitReady(Ctx(absl::Seconds(1)).get(), wait, &waited);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << s.error_message();
+  pb::GetStatusResponse status;
+  ASSERT_TRUE(stubs_[0]
+                  ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                              pb::GetStatusRequest(), &status)
+                  .ok());
+  EXPECT_FALSE(status.ready());
+  EXPECT_EQ(status.committed_step(), kSteps);
+  stubs_.clear();
+  daemons_[0]->Signal(SIGTERM);
+  auto code = daemons_[0]->Wait(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
+}  // namespace
+}  // namespace shardd::tests
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY SHARDD_BINARY\n",
+                 argv[0]);
+    return 2;
+  }
+  shardd::tests::g_coordinator_binary = argv[1];
+  shardd::tests::g_shardd_binary = argv[2];
+  return RUN_ALL_TESTS();
+}
