@@ -746,11 +746,6 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
     return absl::InvalidArgumentError(absl::StrCat(
         "unit: ", unit, " is out of range (the model has ", units, " units)"));
   }
-  if (request.accumulate_only()) {
-    return absl::UnimplementedError(
-        "accumulate_only: gradient accumulation without synchronisation is "
-        "not implemented yet; reduce every micro-batch");
-  }
   {
     absl::MutexLock lock(&mu_);
     if (reduced_.count(unit) > 0) {
@@ -826,6 +821,18 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   if (grad.byte_length() < slot->bytes) {
     std::memset(dst + grad.byte_length(), 0, slot->bytes - grad.byte_length());
   }
+  if (request.accumulate_only()) {
+    // No collective: the engine adds the slot into the unit's private
+    // accumulation buffer (like DDP's no_sync).
+    absl::Status s = (*engine)->ReduceGrad(unit, OpTimeout(deadline),
+                                           /*accumulate_only=*/true);
+    if (!s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    v1::ReduceGradResponse response;
+    response.set_accumulated(++accumulated_[unit]);
+    response.set_reduce_started(false);
+    return response;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (!ReadyLocked()) {
@@ -838,7 +845,8 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   absl::MutexLock lock(&mu_);
   reduced_.insert(unit);
   v1::ReduceGradResponse response;
-  response.set_accumulated(1);
+  response.set_accumulated(accumulated_[unit] + 1);
+  accumulated_.erase(unit);
   response.set_reduce_started(true);
   return response;
 }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -137,6 +138,8 @@ class NodeManager {
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<int> held_ ABSL_GUARDED_BY(mu_);     // Gathered, not released.
   std::set<int> reduced_ ABSL_GUARDED_BY(mu_);  // Reduced in this step.
+  // Micro-batches accumulated without synchronisation, per unit.
+  std::map<int, int> accumulated_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::StepResponse> last_step_ ABSL_GUARDED_BY(mu_);
 };
 
