@@ -8,7 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/process_cluster.h"
 #include "tests/coordinator/test_main.h"
@@ -48,6 +51,38 @@ class CoordinatorProcessTest : public ::testing::Test {
 
   ProcessCluster cluster_;
 };
+
+// grpc.health.v1 over the wire, without generated health stubs: an empty
+// HealthCheckRequest (service "" = the server) must come back as
+// HealthCheckResponse{status: SERVING}, i.e. the bytes 08 01.
+TEST_F(CoordinatorProcessTest, HealthServiceAnswersServing) {
+  ASSERT_TRUE(cluster_.StartCoordinator().ok());
+  auto channel = grpc::CreateChannel(cluster_.address(),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(In(absl::Seconds(10))));
+  grpc::ByteBuffer request;  // Empty message.
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
 
 TEST_F(CoordinatorProcessTest, FourMembersJoinAndTheJobBecomesReady) {
   const int64_t epoch = StartReadyCluster();
