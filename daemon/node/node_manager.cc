@@ -1,0 +1,1101 @@
+#include "daemon/node/node_manager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/comm/coordinator_store/coordinator_store.h"
+#include "daemon/comm/gloo_collective.h"
+#include "daemon/coordinator/member_client.h"
+#include "daemon/core/memory_plan.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/core/tensor_init.h"
+#include "daemon/memory/shared_memory_segment.h"
+#include "daemon/memory/shm_allocator.h"
+#include "daemon/node/proto_convert.h"
+
+namespace shardd::node {
+namespace {
+
+bool IsCollectiveFailure(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsAborted(s) || absl::IsCancelled(s) || absl::IsInternal(s) ||
+         absl::IsUnknown(s);
+}
+
+v1::DType ToProtoDType(core::DType d) { return static_cast<v1::DType>(d); }
+
+// CRC-32C (Castagnoli), bitwise table.
+uint32_t Crc32c(uint32_t crc, const uint8_t* data, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0x82F63B78u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i)
+    crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+absl::Status ErrnoStatus(int err, absl::string_view what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EEXIST:
+      return absl::AlreadyExistsError(message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// A safetensors file: 8-byte little-endian header length, a JSON header
+// (padded with spaces to a multiple of 8), then the tensors' bytes.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "F16".
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+// Writes atomically (temporary file + fsync + rename); returns bytes and
+// CRC-32C of the whole file.
+absl::StatusOr<v1::ExportedFile> WriteSafetensors(
+    const std::string& path, const std::vector<SafetensorsEntry>& entries,
+    const std::vector<std::pair<std::string, std::string>>& metadata,
+    bool overwrite) {
+  if (!overwrite && access(path.c_str(), F_OK) == 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(path, " exists and overwrite is false"));
+  }
+  std::vector<std::string> fields;
+  std::vector<std::string> meta;
+  for (const auto& [k, v] : metadata) {
+    meta.push_back(absl::StrCat(JsonString(k), ":", JsonString(v)));
+  }
+  fields.push_back(
+      absl::StrCat("\"__metadata__\":{", absl::StrJoin(meta, ","), "}"));
+  int64_t offset = 0;
+  for (const SafetensorsEntry& e : entries) {
+    fields.push_back(absl::StrCat(
+        JsonString(e.name), ":{\"dtype\":", JsonString(e.dtype), ",\"shape\":[",
+        absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", offset, ",",
+        offset + static_cast<int64_t>(e.bytes.size()), "]}"));
+    offset += e.bytes.size();
+  }
+  std::string header = absl::StrCat("{", absl::StrJoin(fields, ","), "}");
+  while (header.size() % 8 != 0) header.push_back(' ');
+  std::string prefix(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i)
+    prefix[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd =
+      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot create ", tmp));
+  uint32_t crc = 0;
+  int64_t total = 0;
+  auto put = [&](const std::string& s) -> absl::Status {
+    size_t done = 0;
+    while (done < s.size()) {
+      const ssize_t w = write(fd, s.data() + done, s.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, absl::StrCat("cannot write ", tmp));
+      }
+      done += w;
+    }
+    crc = Crc32c(crc, reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    total += s.size();
+    return absl::OkStatus();
+  };
+  absl::Status s = put(prefix);
+  if (s.ok()) s = put(header);
+  for (const SafetensorsEntry& e : entries) {
+    if (s.ok()) s = put(e.bytes);
+  }
+  if (s.ok() && fsync(fd) != 0) s = ErrnoStatus(errno, "fsync");
+  close(fd);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = ErrnoStatus(errno, absl::StrCat("cannot rename to ", path));
+  }
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  v1::ExportedFile file;
+  file.set_path(path);
+  file.set_bytes(total);
+  file.set_crc32c(crc);
+  return file;
+}
+
+// Reads kSharedMemory init values into kValues (core does no I/O).
+absl::Status ResolveSharedMemoryInits(core::ModelConfig& model) {
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    for (size_t t = 0; t < model.units[u].tensors.size(); ++t) {
+      core::TensorConfig& tensor = model.units[u].tensors[t];
+      if (tensor.init.kind != core::InitKind::kSharedMemory) continue;
+      const core::SharedMemorySource& src = tensor.init.shared_memory;
+      const std::string field = absl::StrCat("model.units[", u, "].tensors[", t,
+                                             "].init.shared_memory");
+      if (src.byte_offset < 0 || src.byte_length < 0 ||
+          src.byte_offset + src.byte_length > src.segment_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": range outside the segment"));
+      }
+      absl::StatusOr<memory::SharedMemorySegment> seg =
+          memory::SharedMemorySegment::Open(
+              src.path, src.segment_bytes,
+              memory::SharedMemorySegment::Access::kReadOnly);
+      if (!seg.ok()) {
+        return absl::NotFoundError(
+            absl::StrCat(field, ": ", seg.status().message()));
+      }
+      const char* p = static_cast<const char*>(seg->data()) + src.byte_offset;
+      tensor.init = core::InitSpec::Values(std::string(p, src.byte_length),
+                                           tensor.spec.dtype);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+NodeManager::NodeManager(NodeOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
+    NodeOptions options) {
+  if (options.identity.empty()) {
+    return absl::InvalidArgumentError("identity: required");
+  }
+  std::unique_ptr<NodeManager> m(new NodeManager(options));
+  m->allocator_ = std::make_unique<memory::ShmAllocator>(options.shm_dir,
+                                                         options.shm_prefix);
+  coordinator::MemberClientOptions mo;
+  mo.coordinator_address = options.coordinator_address;
+  mo.rank = options.rank;
+  mo.identity = options.identity;
+  mo.peer_address = options.peer_address;
+  mo.initial_join_timeout = options.initial_join_timeout;
+  mo.info["pid"] = absl::StrCat(getpid());
+  NodeManager* self = m.get();
+  mo.shard_status = [self] {
+    coordinator::MemberShardStatus status;
+    // Never blocks on a collective: mu_ is only held briefly.
+    absl::MutexLock lock(&self->mu_);
+    if (self->engine_ != nullptr) {
+      status.holds_shard = true;
+      status.committed_step = self->engine_->committed_step();
+      status.model_fingerprint = self->fingerprint_;
+    }
+    return status;
+  };
+  absl::StatusOr<std::unique_ptr<coordinator::MemberClient>> client =
+      coordinator::MemberClient::Join(mo);
+  if (!client.ok()) return client.status();
+  m->client_ = std::move(*client);
+  m->epoch_thread_ = std::thread([self] { self->EpochLoop(); });
+  return m;
+}
+
+NodeManager::~NodeManager() {
+  stop_ = true;
+  if (epoch_thread_.joinable()) epoch_thread_.join();
+  client_.reset();
+  absl::MutexLock lock(&mu_);
+  engine_.reset();
+  shard_group_.reset();
+  replica_group_.reset();
+}
+
+absl::Status NodeManager::Shutdown(absl::string_view reason) {
+  stop_ = true;
+  if (epoch_thread_.joinable()) epoch_thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    if (shard_group_ != nullptr) shard_group_->Abort("node shutting down");
+    if (replica_group_ != nullptr) replica_group_->Abort("node shutting down");
+  }
+  return client_->Leave(reason);
+}
+
+int NodeManager::rank() const { return client_->rank(); }
+
+void NodeManager::EpochLoop() {
+  int64_t handled = 0;
+  while (!stop_.load()) {
+    absl::StatusOr<coordinator::MembershipView> view = client_->WaitFor(
+        [handled](const coordinator::MembershipView& v) {
+          return v.epoch > handled && v.AllLive();
+        },
+        absl::Now() + absl::Milliseconds(100));
+    if (absl::IsDeadlineExceeded(view.status())) continue;
+    if (!view.ok()) {
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    handled = view->epoch;
+    {
+      absl::MutexLock lock(&mu_);
+      world_size_ = view->world_size;
+      sharding_factor_ = view->sharding_factor;
+    }
+    absl::Status built = BuildCommunicators(view->epoch, view->world_size,
+                                            view->sharding_factor);
+    if (!built.ok()) {
+      absl::MutexLock lock(&mu_);
+      comm_failed_ = true;
+      comm_error_ = absl::StrCat("epoch ", view->epoch,
+                                 ": communicators: ", built.ToString());
+      continue;
+    }
+    int64_t step = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (engine_ != nullptr) step = engine_->committed_step();
+    }
+    absl::Status ready = client_->SetReady(view->epoch, step);
+    (void)ready;  // A failed READY heartbeat is retried by the next epoch.
+  }
+}
+
+absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
+                                             int sharding_factor) {
+  if (world_size < 1 || sharding_factor < 1 ||
+      world_size % sharding_factor != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "coordinator gives W=", world_size, " F=", sharding_factor));
+  }
+  const int rank = client_->rank();
+  comm::CoordinatorStoreOptions so;
+  so.rank = rank;
+  std::unique_ptr<comm::CoordinatorStore> store =
+      comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
+  comm::GlooCollectiveOptions shard;
+  shard.rank = rank % sharding_factor;
+  shard.size = sharding_factor;
+  shard.epoch = epoch;
+  shard.group = absl::StrCat("shard/", rank / sharding_factor);
+  shard.hostname = options_.gloo_hostname;
+  shard.connect_timeout = options_.connect_timeout;
+  shard.default_op_timeout = options_.collective_timeout;
+  comm::GlooCollectiveOptions replica = shard;
+  replica.rank = rank / sharding_factor;
+  replica.size = world_size / sharding_factor;
+  replica.group = absl::StrCat("replica/", rank % sharding_factor);
+  absl::StatusOr<std::unique_ptr<comm::Collective>> s =
+      comm::CreateGlooCollective(shard, *store);
+  if (!s.ok()) return s.status();
+  absl::StatusOr<std::unique_ptr<comm::Collective>> r =
+      comm::CreateGlooCollective(replica, *store);
+  if (!r.ok()) return r.status();
+  std::shared_ptr<comm::Collective> shard_group = std::move(*s);
+  std::shared_ptr<comm::Collective> replica_group = std::move(*r);
+  std::shared_ptr<StepEngine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    shard_group_ = shard_group;
+    replica_group_ = replica_group;
+    comm_epoch_ = epoch;
+    comm_failed_ = false;
+    comm_error_.clear();
+    engine = engine_;
+  }
+  if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
+  return absl::OkStatus();
+}
+
+bool NodeManager::ReadyLocked() const {
+  return comm_epoch_ > 0 && !comm_failed_ &&
+         client_->view().epoch == comm_epoch_;
+}
+
+absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
+                                                    int64_t min_epoch) {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ReadyLocked() && comm_epoch_ >= min_epoch) return comm_epoch_;
+    }
+    if (absl::Now() >= deadline) {
+      absl::MutexLock lock(&mu_);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "not in a ready epoch (communicators of epoch ", comm_epoch_,
+          comm_failed_ ? absl::StrCat(" failed: ", comm_error_) : "",
+          "; coordinator epoch ", client_->view().epoch, ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::EngineOrError() const {
+  absl::MutexLock lock(&mu_);
+  if (engine_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no model registered: call RegisterModel first");
+  }
+  return engine_;
+}
+
+absl::Duration NodeManager::OpTimeout(absl::Time deadline) const {
+  // Collectives are matched across ranks, so they run to the daemon's
+  // collective timeout even when the caller's deadline is shorter.
+  (void)deadline;
+  return options_.collective_timeout;
+}
+
+absl::Status NodeManager::OnCollectiveError(absl::string_view what,
+                                            absl::Status status) {
+  if (!IsCollectiveFailure(status)) return status;
+  int64_t epoch = 0;
+  int world = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    comm_failed_ = true;
+    comm_error_ = std::string(status.message());
+    epoch = comm_epoch_;
+    world = world_size_;
+    if (shard_group_ != nullptr) shard_group_->Abort(status.message());
+    if (replica_group_ != nullptr) replica_group_->Abort(status.message());
+  }
+  if ((absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) &&
+      world == 2) {
+    // With two ranks the peer is known: the other one.
+    const int suspect = 1 - client_->rank();
+    (void)client_->ReportFailure(suspect,
+                                 absl::IsDeadlineExceeded(status)
+                                     ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
+                                     : v1::FAILURE_KIND_COLLECTIVE_FAILED,
+                                 status.message(), epoch);
+  }
+  return absl::AbortedError(absl::StrCat(
+      what, " failed in epoch ", epoch, ": ", status.ToString(),
+      "; wait for the next ready epoch (WaitReady) and redo the step"));
+}
+
+v1::Topology NodeManager::TopologyLocked() const {
+  v1::Topology t;
+  const int rank = client_->rank();
+  t.set_world_size(world_size_);
+  t.set_sharding_factor(sharding_factor_);
+  t.set_rank(rank);
+  if (sharding_factor_ > 0 && world_size_ > 0) {
+    const int f = sharding_factor_;
+    t.set_shard_index(rank % f);
+    t.set_shard_group(rank / f);
+    for (int r = (rank / f) * f; r < (rank / f + 1) * f; ++r) {
+      t.add_shard_group_ranks(r);
+    }
+    for (int r = rank % f; r < world_size_; r += f) {
+      t.add_replica_group_ranks(r);
+    }
+  }
+  return t;
+}
+
+v1::MemoryReport NodeManager::MemoryReportLocked() const {
+  v1::MemoryReport report;
+  if (engine_ == nullptr) return report;
+  *report.mutable_planned() =
+      ProtoConvert::MemoryToProto(engine_->planned_memory());
+  // The engine reports what it holds as one figure (every buffer it
+  // allocated); the split by category is the plan's.
+  report.mutable_held()->set_total_bytes(engine_->held_bytes());
+  const EngineConfig& config = engine_->config();
+  const int shard_index = client_->rank() % config.plan.sharding_factor();
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    const core::UnitLayout& layout = config.units[u];
+    v1::UnitMemory* um = report.add_units();
+    um->set_unit(u);
+    um->set_name(model_.has_value() ? model_->units[u].name : "");
+    um->set_numel(layout.numel());
+    um->set_padded_numel(layout.padded_numel());
+    um->set_shard_offset(layout.shard(shard_index).offset);
+    um->set_shard_numel(layout.shard(shard_index).numel);
+    um->set_shard_padding(layout.shard(shard_index).padding);
+  }
+  return report;
+}
+
+v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
+  v1::DataRef ref;
+  auto* shm = ref.mutable_shared_memory();
+  shm->set_path(data.buffer->name());
+  shm->set_segment_bytes(data.buffer->size());
+  shm->set_byte_offset(data.offset);
+  shm->set_byte_length(data.bytes);
+  ref.set_dtype(ToProtoDType(data.dtype));
+  ref.set_byte_length(data.bytes);
+  const std::vector<core::TensorView>& tensors =
+      engine_->config().units[unit].tensors();
+  const int64_t elem = core::DTypeSize(data.dtype);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    v1::TensorView* view = ref.add_views();
+    view->set_name(tensors[t].name);
+    for (int64_t d : tensors[t].shape) view->add_shape(d);
+    view->set_dtype(ToProtoDType(data.dtype));
+    view->set_byte_offset(tensors[t].offset * elem);
+    view->set_numel(tensors[t].numel);
+  }
+  return ref;
+}
+
+absl::Status NodeManager::ExchangeModel(int64_t epoch,
+                                        const core::ModelConfig& model,
+                                        absl::Time deadline) {
+  const int rank = client_->rank();
+  int world = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    world = world_size_;
+  }
+  comm::CoordinatorStoreOptions so;
+  so.rank = rank;
+  std::unique_ptr<comm::CoordinatorStore> store =
+      comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
+  const std::string mine =
+      ProtoConvert::ModelToProto(model).SerializeAsString();
+  if (absl::Status s = store->Set(absl::StrCat("model/", rank), mine);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat("model/", r));
+  absl::Status waited = store->Wait(
+      keys, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+  if (absl::IsDeadlineExceeded(waited)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "waiting for every rank to register the model: ", waited.message()));
+  }
+  if (!waited.ok()) return waited;
+  for (int r = 0; r < world; ++r) {
+    if (r == rank) continue;
+    absl::StatusOr<std::string> theirs = store->Get(keys[r]);
+    if (!theirs.ok()) return theirs.status();
+    v1::ModelSpec spec;
+    if (!spec.ParseFromString(*theirs)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", r, "'s model is corrupt"));
+    }
+    absl::StatusOr<core::ModelConfig> other =
+        ProtoConvert::ModelFromProto(spec);
+    if (!other.ok()) return other.status();
+    absl::Status same = core::CompareModels(model, *other);
+    if (!same.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model differs from rank ", r,
+                       "'s (mine vs theirs): model.", same.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
+    const v1::RegisterModelRequest& request, absl::Time deadline) {
+  if (request.transport() == v1::TRANSPORT_CUDA_IPC) {
+    return absl::InvalidArgumentError(
+        "transport: CUDA IPC needs a CUDA device; this daemon runs on the "
+        "CPU (shared memory)");
+  }
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(request.model());
+  if (!model.ok()) return model.status();
+  if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
+  absl::MutexLock op(&op_mu_);
+  // Wait for the coordinator's topology (W and F) and a ready epoch.
+  absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, 0);
+  int world = 0, factor = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    world = world_size_;
+    factor = sharding_factor_;
+    if (engine_ != nullptr) {
+      absl::Status same =
+          core::CompareModels(*model_, *model, core::InitScope::kExclude);
+      if (!same.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "model differs from the one this daemon holds (held vs new): "
+            "model.",
+            same.message()));
+      }
+      v1::RegisterModelResponse response;
+      response.set_committed_step(engine_->committed_step());
+      response.set_epoch(comm_epoch_);
+      response.set_reattached(true);
+      *response.mutable_topology() = TopologyLocked();
+      *response.mutable_memory() = MemoryReportLocked();
+      response.set_model_fingerprint(fingerprint_);
+      return response;
+    }
+  }
+  if (!epoch.ok()) {
+    if (world == 0) {
+      return absl::UnavailableError(
+          "the coordinator has not formed an epoch yet (W unknown)");
+    }
+    return epoch.status();
+  }
+  if (absl::Status s = core::Validate(*model, world); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("model.", s.message()));
+  }
+  absl::StatusOr<core::ShardPlan> plan = core::ShardPlan::Create(
+      world, model->config.strategy, model->config.sharding_factor);
+  if (!plan.ok()) return plan.status();
+  if (plan->sharding_factor() != factor) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
+        " but the coordinator runs the job with F = ", factor));
+  }
+  for (size_t u = 0; u < model->units.size(); ++u) {
+    for (size_t t = 0; t < model->units[u].tensors.size(); ++t) {
+      const auto* adamw =
+          std::get_if<core::AdamWOptions>(&model->config.optimizer);
+      const auto* sgd = std::get_if<core::SgdOptions>(&model->config.optimizer);
+      const double wd = adamw ? adamw->weight_decay : sgd->weight_decay;
+      if (model->units[u].tensors[t].exclude_from_weight_decay && wd != 0.0) {
+        return absl::UnimplementedError(absl::StrCat(
+            "model.units[", u, "].tensors[", t,
+            "].exclude_from_weight_decay: not implemented yet with a non-zero "
+            "weight_decay"));
+      }
+    }
+  }
+  if (absl::Status s = ExchangeModel(*epoch, *model, deadline); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(*model, factor);
+  if (!layouts.ok()) return layouts.status();
+  OptimizerSpec optimizer;
+  if (const auto* a =
+          std::get_if<core::AdamWOptions>(&model->config.optimizer)) {
+    optimizer.kind = core::OptimizerKind::kAdamW;
+    optimizer.adamw = *a;
+  } else {
+    const auto& s = std::get<core::SgdOptions>(model->config.optimizer);
+    optimizer.kind = s.momentum != 0.0 ? core::OptimizerKind::kSgdMomentum
+                                       : core::OptimizerKind::kSgd;
+    optimizer.sgd = s;
+  }
+  EngineConfig config{
+      .rank = client_->rank(),
+      .plan = *plan,
+      .units = *layouts,
+      .reduce_dtype = core::ToMemoryOptions(*model).reduce_dtype,
+      .optimizer = optimizer,
+      .max_grad_norm = model->config.max_grad_norm,
+      .max_gathered_units = model->config.max_gathered_units};
+  const core::ModelConfig& m = *model;
+  const std::vector<core::UnitLayout>& ls = *layouts;
+  absl::Status init_error;
+  ShardInitializer init = [&](int unit, int64_t offset, float* out, int64_t n) {
+    std::fill(out, out + n, 0.0f);  // Padding stays zero.
+    const std::vector<core::TensorView>& views = ls[unit].tensors();
+    for (size_t t = 0; t < views.size(); ++t) {
+      const int64_t lo = std::max(offset, views[t].offset);
+      const int64_t hi = std::min(offset + n, views[t].offset + views[t].numel);
+      if (lo >= hi) continue;
+      absl::Status s = core::TensorInit::Fill(
+          m.units[unit].tensors[t].init, views[t].numel, lo - views[t].offset,
+          out + (lo - offset), hi - lo);
+      if (!s.ok() && init_error.ok()) init_error = s;
+    }
+  };
+  absl::StatusOr<std::unique_ptr<StepEngine>> created =
+      StepEngine::Create(std::move(config), init, *allocator_);
+  if (!created.ok()) return created.status();
+  if (!init_error.ok()) return init_error;
+  std::shared_ptr<StepEngine> engine = std::move(*created);
+  absl::MutexLock lock(&mu_);
+  if (shard_group_ != nullptr) {
+    engine->SetCommunicators(shard_group_, replica_group_);
+  }
+  engine_ = engine;
+  model_ = *model;
+  fingerprint_ = core::Fingerprint(*model, core::InitScope::kExclude);
+  held_.clear();
+  reduced_.clear();
+  last_step_.reset();
+  v1::RegisterModelResponse response;
+  response.set_committed_step(engine_->committed_step());
+  response.set_epoch(comm_epoch_);
+  response.set_reattached(false);
+  *response.mutable_topology() = TopologyLocked();
+  *response.mutable_memory() = MemoryReportLocked();
+  response.set_model_fingerprint(fingerprint_);
+  return response;
+}
+
+absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
+    const v1::GatherRequest& request, absl::Time deadline) {
+  absl::MutexLock op(&op_mu_);
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  const int units = static_cast<int>((*engine)->config().units.size());
+  const int unit = request.unit();
+  if (unit < 0 || unit >= units) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit: ", unit, " is out of range (the model has ", units, " units)"));
+  }
+  for (int i = 0; i < request.prefetch_size(); ++i) {
+    if (request.prefetch(i) < 0 || request.prefetch(i) >= units) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefetch[", i, "]: ", request.prefetch(i),
+                       " is out of range (the model has ", units, " units)"));
+    }
+  }
+  bool was_ready = false;
+  {
+    absl::MutexLock lock(&mu_);
+    was_ready = held_.count(unit) > 0;
+    const int64_t k = (*engine)->config().max_gathered_units;
+    if (!was_ready && static_cast<int64_t>(held_.size()) >= k) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "max_gathered_units (", k, ") units are gathered and not released: [",
+          absl::StrJoin(held_, ", "), "]; release one before gathering unit ",
+          unit));
+    }
+    if (!ReadyLocked()) {
+      return absl::AbortedError(
+          absl::StrCat("the daemon is not in a ready epoch",
+                       comm_failed_ ? absl::StrCat(" (", comm_error_, ")") : "",
+                       "; WaitReady, then redo the step"));
+    }
+  }
+  absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
+  if (!data.ok()) return OnCollectiveError("Gather", data.status());
+  v1::GatherResponse response;
+  absl::MutexLock lock(&mu_);
+  held_.insert(unit);
+  *response.mutable_params() = MakeRef(*data, unit);
+  if (request.pass() == v1::PASS_BACKWARD) {
+    absl::StatusOr<UnitData> grad = (*engine)->GradientSlot(unit);
+    if (!grad.ok()) return grad.status();
+    *response.mutable_grad_buffer() = MakeRef(*grad, unit);
+  }
+  response.set_epoch(comm_epoch_);
+  response.set_committed_step((*engine)->committed_step());
+  response.set_was_ready(was_ready);
+  return response;
+}
+
+absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
+    const v1::ReleaseRequest& request) {
+  absl::MutexLock op(&op_mu_);
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  const int units = static_cast<int>((*engine)->config().units.size());
+  const int unit = request.unit();
+  if (unit < 0 || unit >= units) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit: ", unit, " is out of range (the model has ", units, " units)"));
+  }
+  v1::ReleaseResponse response;
+  absl::MutexLock lock(&mu_);
+  if (held_.count(unit) == 0) {
+    response.set_was_gathered(false);
+    return response;
+  }
+  if (absl::Status s = (*engine)->Release(unit); !s.ok()) return s;
+  held_.erase(unit);
+  response.set_was_gathered(true);
+  return response;
+}
+
+absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
+    const v1::ReduceGradRequest& request, absl::Time deadline) {
+  absl::MutexLock op(&op_mu_);
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  const int units = static_cast<int>((*engine)->config().units.size());
+  const int unit = request.unit();
+  if (unit < 0 || unit >= units) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit: ", unit, " is out of range (the model has ", units, " units)"));
+  }
+  if (request.accumulate_only()) {
+    return absl::UnimplementedError(
+        "accumulate_only: gradient accumulation without synchronisation is "
+        "not implemented yet; reduce every micro-batch");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (reduced_.count(unit) > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("unit ", unit, " was already reduced in step ",
+                       (*engine)->committed_step() + 1));
+    }
+  }
+  absl::StatusOr<UnitData> slot = (*engine)->GradientSlot(unit);
+  if (!slot.ok()) return slot.status();
+  const v1::DataRef& grad = request.grad();
+  const int64_t elem = core::DTypeSize(slot->dtype);
+  const int64_t real_bytes = (*engine)->config().units[unit].numel() * elem;
+  if (grad.location_case() == v1::DataRef::LOCATION_NOT_SET) {
+    return absl::InvalidArgumentError(
+        "grad: required (the grad_buffer from Gather, a shared-memory range "
+        "or inline bytes)");
+  }
+  if (grad.dtype() != ToProtoDType(slot->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad.dtype: must be ", v1::DType_Name(ToProtoDType(slot->dtype)),
+        " (the reduce dtype), got ", v1::DType_Name(grad.dtype())));
+  }
+  if (grad.byte_length() != slot->bytes && grad.byte_length() != real_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad.byte_length: must be ", slot->bytes, " (or ", real_bytes,
+        " without padding), got ", grad.byte_length()));
+  }
+  uint8_t* dst = slot->buffer->data() + slot->offset;
+  switch (grad.location_case()) {
+    case v1::DataRef::kSharedMemory: {
+      const v1::SharedMemoryRef& ref = grad.shared_memory();
+      if (ref.byte_length() != grad.byte_length()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "grad.shared_memory.byte_length: ", ref.byte_length(),
+            " differs from grad.byte_length ", grad.byte_length()));
+      }
+      if (ref.path() == slot->buffer->name() &&
+          ref.byte_offset() == slot->offset) {
+        break;  // The trainer wrote into the gradient slot: no copy.
+      }
+      if (ref.byte_offset() < 0 ||
+          ref.byte_offset() + ref.byte_length() > ref.segment_bytes()) {
+        return absl::InvalidArgumentError(
+            "grad.shared_memory: range outside the segment");
+      }
+      absl::StatusOr<memory::SharedMemorySegment> seg =
+          memory::SharedMemorySegment::Open(
+              ref.path(), ref.segment_bytes(),
+              memory::SharedMemorySegment::Access::kReadOnly);
+      if (!seg.ok()) {
+        return absl::NotFoundError(
+            absl::StrCat("grad.shared_memory.path: ", seg.status().message()));
+      }
+      std::memcpy(dst,
+                  static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
+                  grad.byte_length());
+      break;
+    }
+    case v1::DataRef::kInlineData:
+      if (static_cast<int64_t>(grad.inline_data().size()) !=
+          grad.byte_length()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "grad.inline_data: ", grad.inline_data().size(),
+            " bytes, but grad.byte_length is ", grad.byte_length()));
+      }
+      std::memcpy(dst, grad.inline_data().data(), grad.byte_length());
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
+  }
+  if (grad.byte_length() < slot->bytes) {
+    std::memset(dst + grad.byte_length(), 0, slot->bytes - grad.byte_length());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ReadyLocked()) {
+      return absl::AbortedError(
+          "the daemon is not in a ready epoch; WaitReady, then redo the step");
+    }
+  }
+  absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
+  if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
+  absl::MutexLock lock(&mu_);
+  reduced_.insert(unit);
+  v1::ReduceGradResponse response;
+  response.set_accumulated(1);
+  response.set_reduce_started(true);
+  return response;
+}
+
+absl::StatusOr<v1::StepResponse> NodeManager::Step(
+    const v1::StepRequest& request, absl::Time deadline) {
+  if (request.step() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: must be >= 1, got ", request.step()));
+  }
+  if (request.has_learning_rate() && !(request.learning_rate() >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning_rate: must be >= 0, got ", request.learning_rate()));
+  }
+  absl::MutexLock op(&op_mu_);
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  const EngineConfig& config = (*engine)->config();
+  const double lr = config.optimizer.kind == core::OptimizerKind::kAdamW
+                        ? config.optimizer.adamw.lr
+                        : config.optimizer.sgd.lr;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t committed = (*engine)->committed_step();
+    if (request.step() == committed && last_step_.has_value()) {
+      v1::StepResponse again = *last_step_;
+      again.set_already_committed(true);
+      return again;
+    }
+    if (request.step() != committed + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step: ", request.step(), " is neither committed_step + 1 (",
+          committed + 1, ") nor committed_step (", committed, ")"));
+    }
+    if (!held_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("units still gathered: [", absl::StrJoin(held_, ", "),
+                       "]; release them before Step"));
+    }
+    std::vector<int> missing;
+    for (int u = 0; u < static_cast<int>(config.units.size()); ++u) {
+      if (reduced_.count(u) == 0) missing.push_back(u);
+    }
+    if (!missing.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("units not reduced in step ", request.step(), ": [",
+                       absl::StrJoin(missing, ", "), "]"));
+    }
+    if (request.has_learning_rate() && request.learning_rate() != lr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "learning_rate: a per-step learning rate is not implemented yet "
+          "(configured ",
+          lr, ", asked ", request.learning_rate(), ")"));
+    }
+    if (!ReadyLocked()) {
+      return absl::AbortedError(
+          "the daemon is not in a ready epoch; WaitReady, then redo the step");
+    }
+  }
+  absl::StatusOr<StepResult> result =
+      (*engine)->Step(request.step(), OpTimeout(deadline));
+  if (!result.ok()) return OnCollectiveError("Step", result.status());
+  absl::MutexLock lock(&mu_);
+  reduced_.clear();
+  v1::StepResponse response;
+  response.set_committed_step(result->step);
+  response.set_epoch(comm_epoch_);
+  response.set_grad_norm(result->grad_norm);
+  response.set_clip_scale(result->clip_scale);
+  response.set_learning_rate(lr);
+  last_step_ = response;
+  return response;
+}
+
+absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
+    const v1::WaitReadyRequest& request, absl::Time deadline) {
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, request.min_epoch());
+  if (!epoch.ok()) return epoch.status();
+  v1::WaitReadyResponse response;
+  response.set_epoch(*epoch);
+  response.set_committed_step((*engine)->committed_step());
+  return response;
+}
+
+absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
+    const v1::ExportStateRequest& request, absl::Time deadline) {
+  if (request.path().empty() || request.path()[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path: must be absolute, got '", request.path(), "'"));
+  }
+  if (request.layout() != v1::EXPORT_LAYOUT_FULL &&
+      request.layout() != v1::EXPORT_LAYOUT_SHARDED) {
+    return absl::InvalidArgumentError("layout: FULL or SHARDED required");
+  }
+  if (request.include_optimizer_state()) {
+    return absl::UnimplementedError(
+        "include_optimizer_state: exporting optimizer state is not "
+        "implemented yet");
+  }
+  absl::MutexLock op(&op_mu_);
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
+  if (!engine.ok()) return engine.status();
+  const EngineConfig& config = (*engine)->config();
+  const int rank = config.rank;
+  core::ModelConfig model;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.empty() || !reduced_.empty()) {
+      return absl::FailedPreconditionError(
+          "a step is in progress (units gathered or reduced); export between "
+          "steps");
+    }
+    model = *model_;
+  }
+  const int64_t step = (*engine)->committed_step();
+  if (request.has_step() && request.step() != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step: ", request.step(), " is not the committed step ", step));
+  }
+  const int f = config.plan.sharding_factor();
+  std::vector<std::pair<std::string, std::string>> metadata = {
+      {"format", "shardd"},
+      {"step", absl::StrCat(step)},
+      {"world_size", absl::StrCat(config.plan.world_size())},
+      {"sharding_factor", absl::StrCat(f)}};
+  std::vector<SafetensorsEntry> entries;
+  v1::ExportStateResponse response;
+  response.set_step(step);
+  if (request.layout() == v1::EXPORT_LAYOUT_SHARDED) {
+    if (mkdir(request.path().c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, absl::StrCat("cannot create ", request.path()));
+    }
+    metadata.push_back({"layout", "sharded"});
+    metadata.push_back({"rank", absl::StrCat(rank)});
+    for (size_t u = 0; u < config.units.size(); ++u) {
+      absl::StatusOr<std::vector<float>> shard = (*engine)->MasterShard(u);
+      if (!shard.ok()) return shard.status();
+      const core::ShardRange& range = config.units[u].shard(rank % f);
+      const std::string name = model.units[u].name;
+      metadata.push_back(
+          {absl::StrCat(name, ".shard_offset"), absl::StrCat(range.offset)});
+      metadata.push_back(
+          {absl::StrCat(name, ".shard_numel"), absl::StrCat(range.numel)});
+      metadata.push_back({absl::StrCat(name, ".unit_numel"),
+                          absl::StrCat(config.units[u].numel())});
+      SafetensorsEntry e{
+          absl::StrCat(name, ".master"),
+          "F32",
+          {range.numel},
+          std::string(reinterpret_cast<const char*>(shard->data()),
+                      range.numel * sizeof(float))};
+      entries.push_back(std::move(e));
+    }
+    absl::StatusOr<v1::ExportedFile> file = WriteSafetensors(
+        absl::StrCat(request.path(), "/rank-", rank, ".safetensors"), entries,
+        metadata, request.overwrite());
+    if (!file.ok()) return file.status();
+    *response.add_files() = *file;
+    return response;
+  }
+  // FULL: every rank gathers every unit in its shard group; rank 0 writes.
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    if (config.units[u].dtype() != core::DType::kFloat32) {
+      return absl::UnimplementedError(
+          "layout: FULL export of low-precision units is not implemented yet; "
+          "use SHARDED");
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ReadyLocked()) {
+      return absl::AbortedError("the daemon is not in a ready epoch");
+    }
+  }
+  metadata.push_back({"layout", "full"});
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    absl::StatusOr<UnitData> data = (*engine)->Gather(u, OpTimeout(deadline));
+    if (!data.ok()) return OnCollectiveError("ExportState", data.status());
+    if (rank == 0) {
+      const uint8_t* base = data->buffer->data() + data->offset;
+      for (const core::TensorView& t : config.units[u].tensors()) {
+        entries.push_back(SafetensorsEntry{
+            absl::StrCat(model.units[u].name, ".", t.name), "F32", t.shape,
+            std::string(
+                reinterpret_cast<const char*>(base) + t.offset * sizeof(float),
+                t.numel * sizeof(float))});
+      }
+    }
+    if (absl::Status s = (*engine)->Release(u); !s.ok()) return s;
+  }
+  if (rank != 0) return response;
+  absl::StatusOr<v1::ExportedFile> file =
+      WriteSafetensors(request.path(), entries, metadata, request.overwrite());
+  if (!file.ok()) return file.status();
+  *response.add_files() = *file;
+  return response;
+}
+
+v1::GetStatusResponse NodeManager::GetStatus() const {
+  v1::GetStatusResponse status;
+  const coordinator::MembershipView view = client_->view();
+  absl::MutexLock lock(&mu_);
+  status.set_rank(client_->rank());
+  status.set_epoch(comm_epoch_);
+  const bool ready = ReadyLocked();
+  status.set_ready(ready);
+  status.set_member_state(ready ? v1::MEMBER_STATE_READY
+                                : v1::MEMBER_STATE_JOINING);
+  *status.mutable_topology() = TopologyLocked();
+  status.set_device(v1::DEVICE_KIND_CPU);
+  status.set_recovery_phase(v1::RECOVERY_PHASE_COMPLETE);
+  status.set_version("shardd v1 (CPU data plane)");
+  status.set_registered(engine_ != nullptr);
+  if (engine_ != nullptr) {
+    status.set_committed_step(engine_->committed_step());
+    status.set_model_fingerprint(fingerprint_);
+    *status.mutable_memory() = MemoryReportLocked();
+  }
+  for (int u : held_) status.add_gathered_units(u);
+  const std::pair<v1::ProcessGroup, const comm::Collective*> groups[] = {
+      {v1::PROCESS_GROUP_SHARD, shard_group_.get()},
+      {v1::PROCESS_GROUP_REPLICA, replica_group_.get()}};
+  const std::pair<comm::OpKind, v1::CollectiveKind> kinds[] = {
+      {comm::OpKind::kAllGather, v1::COLLECTIVE_KIND_ALL_GATHER},
+      {comm::OpKind::kReduceScatter, v1::COLLECTIVE_KIND_REDUCE_SCATTER},
+      {comm::OpKind::kAllReduce, v1::COLLECTIVE_KIND_ALL_REDUCE}};
+  for (const auto& [group, collective] : groups) {
+    if (collective == nullptr) continue;
+    const comm::CollectiveStats stats = collective->Stats();
+    for (const auto& [op, kind] : kinds) {
+      const comm::OpCounters& c = stats.of(op);
+      v1::CollectiveStats* out = status.add_collectives();
+      out->set_kind(kind);
+      out->set_group(group);
+      out->set_calls(c.calls);
+      out->set_failures(c.failures);
+      out->set_buffer_bytes(c.bytes);
+      out->set_seconds(absl::ToDoubleSeconds(c.busy));
+    }
+  }
+  (void)view;
+  return status;
+}
+
+v1::ProbeResponse NodeManager::Probe() const {
+  v1::ProbeResponse probe;
+  absl::MutexLock lock(&mu_);
+  probe.set_rank(client_->rank());
+  probe.set_epoch(comm_epoch_);
+  probe.set_committed_step(engine_ != nullptr ? engine_->committed_step() : 0);
+  probe.set_state(ReadyLocked() ? v1::MEMBER_STATE_READY
+                                : v1::MEMBER_STATE_JOINING);
+  probe.set_registered(engine_ != nullptr);
+  probe.set_incarnation(client_->incarnation());
+  return probe;
+}
+
+}  // namespace shardd::node

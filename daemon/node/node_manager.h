@@ -1,0 +1,145 @@
+#ifndef SHARDD_DAEMON_NODE_NODE_MANAGER_H_
+#define SHARDD_DAEMON_NODE_NODE_MANAGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/comm/collective.h"
+#include "daemon/core/model_config.h"
+#include "daemon/node/step_engine.h"
+#include "shardd/v1/peer.pb.h"
+#include "shardd/v1/trainer.pb.h"
+
+namespace shardd::coordinator {
+class MemberClient;
+}  // namespace shardd::coordinator
+
+namespace shardd::memory {
+class ShmAllocator;
+}  // namespace shardd::memory
+
+namespace shardd::node {
+
+struct NodeOptions {
+  // host:port of the coordinator.
+  std::string coordinator_address;
+  // Stable identity (required) and the slot to claim (-1: any).
+  std::string identity;
+  int rank = -1;
+  // host:port of this daemon's Peer service (already listening).
+  std::string peer_address;
+  // Address Gloo listens on for peers (the host of peer_address).
+  std::string gloo_hostname = "127.0.0.1";
+  // Where gathered/gradient/shard segments are created, and the prefix of
+  // their names (unique per process).
+  std::string shm_dir = "/dev/shm";
+  std::string shm_prefix = "shardd";
+  // Bounds every collective and the Gloo connection set-up.
+  absl::Duration collective_timeout = absl::Seconds(30);
+  absl::Duration connect_timeout = absl::Seconds(30);
+  absl::Duration initial_join_timeout = absl::Seconds(30);
+};
+
+// The state of one shardd daemon, without gRPC: membership (MemberClient),
+// the current epoch's communicators (shard group "shard/<g>" and replica
+// group "replica/<i>", formed through the coordinator's rendezvous store
+// whenever the view shows all W members live in a new epoch) and the
+// StepEngine created at RegisterModel. The Trainer RPCs map 1:1 onto the
+// methods below, with the status codes trainer.proto documents.
+//
+// Threading: one background thread follows the membership and builds
+// communicators. Trainer operations are serialised by op_mu_ (one trainer
+// per daemon); GetStatus and Probe never block on a collective.
+class NodeManager {
+ public:
+  // Joins the coordinator and starts following the membership.
+  static absl::StatusOr<std::unique_ptr<NodeManager>> Start(
+      NodeOptions options);
+  // Stops the membership thread; does not Leave (use Shutdown).
+  ~NodeManager();
+
+  // Leaves the coordinator and stops following the membership. Buffers are
+  // freed (segments unlinked) when the manager is destroyed.
+  absl::Status Shutdown(absl::string_view reason);
+
+  int rank() const;
+
+  absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
+      const v1::RegisterModelRequest& request, absl::Time deadline);
+  absl::StatusOr<v1::GatherResponse> Gather(const v1::GatherRequest& request,
+                                            absl::Time deadline);
+  absl::StatusOr<v1::ReleaseResponse> Release(
+      const v1::ReleaseRequest& request);
+  absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
+      const v1::ReduceGradRequest& request, absl::Time deadline);
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
+                                        absl::Time deadline);
+  absl::StatusOr<v1::WaitReadyResponse> WaitReady(
+      const v1::WaitReadyRequest& request, absl::Time deadline);
+  absl::StatusOr<v1::ExportStateResponse> ExportState(
+      const v1::ExportStateRequest& request, absl::Time deadline);
+  v1::GetStatusResponse GetStatus() const;
+  v1::ProbeResponse Probe() const;
+
+ private:
+  explicit NodeManager(NodeOptions options);
+
+  void EpochLoop();
+  absl::Status BuildCommunicators(int64_t epoch, int world_size,
+                                  int sharding_factor);
+  // True when communicators of the newest known epoch are up and healthy.
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (polling) until ready; ABORTED/DEADLINE_EXCEEDED otherwise.
+  absl::StatusOr<int64_t> WaitUntilReady(absl::Time deadline,
+                                         int64_t min_epoch);
+  // The engine when a model is registered, else FAILED_PRECONDITION.
+  absl::StatusOr<std::shared_ptr<StepEngine>> EngineOrError() const;
+  // Maps a collective failure: marks the communicators failed, reports a
+  // suspect to the coordinator when one is known, returns ABORTED.
+  absl::Status OnCollectiveError(absl::string_view what, absl::Status status);
+  absl::Duration OpTimeout(absl::Time deadline) const;
+  v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::MemoryReport MemoryReportLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::DataRef MakeRef(const UnitData& data, int unit) const;
+  absl::Status ExchangeModel(int64_t epoch, const core::ModelConfig& model,
+                             absl::Time deadline);
+
+  const NodeOptions options_;
+  std::unique_ptr<coordinator::MemberClient> client_;
+  std::unique_ptr<memory::ShmAllocator> allocator_;
+  std::atomic<bool> stop_{false};
+  std::thread epoch_thread_;
+
+  // Serialises trainer operations (bookkeeping below stays consistent with
+  // the engine).
+  absl::Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  mutable absl::Mutex mu_;
+  int world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  int sharding_factor_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t comm_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet.
+  bool comm_failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string comm_error_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
+  std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
+  uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<int> held_ ABSL_GUARDED_BY(mu_);     // Gathered, not released.
+  std::set<int> reduced_ ABSL_GUARDED_BY(mu_);  // Reduced in this step.
+  std::optional<v1::StepResponse> last_step_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_NODE_MANAGER_H_

@@ -1,0 +1,209 @@
+// shardd: the node daemon. Serves the Trainer API to the local trainer
+// (Unix socket by default), the Peer API to other daemons, joins the
+// coordinator and forms each epoch's Gloo communicators.
+//
+//   shardd --coordinator=127.0.0.1:7070 --identity=node-0 [--rank=0]
+//          [--listen_unix=/dev/shm/shardd.sock] [--listen_tcp=HOST:PORT]
+//          [--peer_listen=127.0.0.1:0] [--shm_dir=/dev/shm] [--device=cpu]
+//
+// Prints "shardd rank R listening on unix:PATH peer HOST:PORT" once joined.
+// SIGTERM/SIGINT: stops accepting, drains in-flight calls (5 s), leaves the
+// coordinator, frees its shared memory and the socket, exits 0.
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/core/device_choice.h"
+#include "daemon/core/host_port.h"
+#include "daemon/memory/device_probe.h"
+#include "daemon/node/node_manager.h"
+#include "daemon/node/peer_service.h"
+#include "daemon/node/trainer_service.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+
+ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator");
+ABSL_FLAG(std::string, identity, "", "stable identity (required)");
+ABSL_FLAG(int, rank, -1, "slot to claim; -1: any empty slot");
+ABSL_FLAG(std::string, listen_unix, "",
+          "Unix socket of the Trainer API (default <shm_dir>/shardd.sock; "
+          "mode 0600)");
+ABSL_FLAG(std::string, listen_tcp, "",
+          "also serve the Trainer API on this host:port (insecure; only when "
+          "asked)");
+ABSL_FLAG(std::string, peer_listen, "127.0.0.1:0",
+          "host:port of the Peer API; the host is also where Gloo listens "
+          "(must be an address peers can reach; port 0: any)");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm",
+          "directory of the shared-memory segments");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda:N or auto (only the CPU data plane is implemented)");
+ABSL_FLAG(int, metrics_port, 0,
+          "Prometheus metrics port (accepted; metrics are not served yet)");
+ABSL_FLAG(int64_t, collective_timeout_ms, 30000,
+          "deadline of every collective and of communicator set-up");
+ABSL_FLAG(int64_t, max_message_mb, 64, "largest gRPC message accepted");
+
+namespace shardd::node {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "shardd: %s\n", message.c_str());
+  return 2;
+}
+
+int Run() {
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) return Fail("--coordinator is required");
+  if (absl::GetFlag(FLAGS_identity).empty()) {
+    return Fail("--identity is required");
+  }
+  absl::StatusOr<core::DeviceChoice> device =
+      core::ResolveDevice(absl::GetFlag(FLAGS_device), memory::ProbeDevices());
+  if (!device.ok())
+    return Fail(absl::StrCat("--device: ", device.status().message()));
+  if (device->kind == core::DeviceKind::kCuda) {
+    return Fail(absl::StrCat(
+        "--device: FAILED_PRECONDITION: resolved to cuda:", device->cuda_index,
+        " but the GPU data plane is not implemented yet; use --device=cpu"));
+  }
+  // host:port with port 0 allowed (ParseHostPort wants a real port).
+  const std::string peer_flag = absl::GetFlag(FLAGS_peer_listen);
+  const size_t colon = peer_flag.rfind(':');
+  absl::StatusOr<core::HostPort> peer_hp =
+      colon == std::string::npos
+          ? absl::StatusOr<core::HostPort>(
+                absl::InvalidArgumentError("--peer_listen: expected host:port"))
+          : core::ParseHostPort(absl::StrCat(peer_flag.substr(0, colon), ":1"),
+                                "--peer_listen");
+  if (!peer_hp.ok()) return Fail(std::string(peer_hp.status().message()));
+  if (!absl::SimpleAtoi(peer_flag.substr(colon + 1), &peer_hp->port) ||
+      peer_hp->port < 0 || peer_hp->port > 65535) {
+    return Fail("--peer_listen: port must be a number in [0, 65535]");
+  }
+  if (peer_hp->host == "0.0.0.0" || peer_hp->host == "::") {
+    return Fail(
+        "--peer_listen: give an address peers can reach, not a wildcard");
+  }
+  const std::string shm_dir = absl::GetFlag(FLAGS_shm_dir);
+  std::string socket_path = absl::GetFlag(FLAGS_listen_unix);
+  if (socket_path.empty()) socket_path = absl::StrCat(shm_dir, "/shardd.sock");
+  const int max_message =
+      static_cast<int>(absl::GetFlag(FLAGS_max_message_mb) * 1024 * 1024);
+
+  // Peer service first: the coordinator needs its address at Join.
+  PeerService peer;
+  grpc::ServerBuilder peer_builder;
+  int peer_port = 0;
+  const std::string peer_host = peer_hp->host.find(':') != std::string::npos
+                                    ? absl::StrCat("[", peer_hp->host, "]")
+                                    : peer_hp->host;
+  peer_builder.AddListeningPort(absl::StrCat(peer_host, ":", peer_hp->port),
+                                grpc::InsecureServerCredentials(), &peer_port);
+  peer_builder.RegisterService(&peer);
+  std::unique_ptr<grpc::Server> peer_server = peer_builder.BuildAndStart();
+  if (peer_server == nullptr || peer_port == 0) {
+    return Fail(
+        absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_peer_listen)));
+  }
+  const std::string peer_address = absl::StrCat(peer_host, ":", peer_port);
+
+  NodeOptions options;
+  options.coordinator_address = coordinator;
+  options.identity = absl::GetFlag(FLAGS_identity);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.peer_address = peer_address;
+  options.gloo_hostname = peer_hp->host;
+  options.shm_dir = shm_dir;
+  options.shm_prefix = absl::StrCat("shardd-", getpid());
+  options.collective_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
+  options.connect_timeout = options.collective_timeout;
+  absl::StatusOr<std::unique_ptr<NodeManager>> manager =
+      NodeManager::Start(options);
+  if (!manager.ok()) {
+    peer_server->Shutdown(std::chrono::system_clock::now());
+    return Fail(absl::StrCat("cannot join the coordinator at ", coordinator,
+                             ": ", manager.status().ToString()));
+  }
+  peer.Attach(manager->get());
+
+  TrainerService trainer(manager->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  struct stat st;
+  if (lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    unlink(socket_path.c_str());  // A stale socket of a previous daemon.
+  }
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path),
+                           grpc::experimental::LocalServerCredentials(UDS));
+  int tcp_port = 0;
+  const std::string tcp = absl::GetFlag(FLAGS_listen_tcp);
+  if (!tcp.empty()) {
+    builder.AddListeningPort(tcp, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.RegisterService(&trainer);
+  const mode_t old_umask = umask(0077);  // The socket is created 0600.
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  umask(old_umask);
+  if (server == nullptr || (!tcp.empty() && tcp_port == 0)) {
+    return Fail(absl::StrCat("cannot listen on unix:", socket_path,
+                             tcp.empty() ? "" : absl::StrCat(" and ", tcp)));
+  }
+  chmod(socket_path.c_str(), 0600);
+  std::printf("shardd rank %d listening on unix:%s peer %s%s\n",
+              (*manager)->rank(), socket_path.c_str(), peer_address.c_str(),
+              tcp.empty() ? "" : absl::StrCat(" tcp port ", tcp_port).c_str());
+  std::fflush(stdout);
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
+  // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Status left = (*manager)->Shutdown("SIGTERM");
+  if (!left.ok()) {
+    std::fprintf(stderr, "shardd: leave: %s\n", left.ToString().c_str());
+  }
+  peer_server->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(1));
+  manager->reset();  // Frees every buffer: segments are unlinked.
+  unlink(socket_path.c_str());
+  std::fprintf(stderr, "shardd: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardd::node
+
+int main(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::SetProgramUsageMessage(
+      "shardd node daemon: Trainer API, Peer API, ZeRO step engine");
+  absl::ParseCommandLine(argc, argv);
+  return shardd::node::Run();
+}

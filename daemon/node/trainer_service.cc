@@ -1,0 +1,88 @@
+#include "daemon/node/trainer_service.h"
+
+#include <chrono>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/rpc/grpc_status.h"
+
+namespace shardd::node {
+namespace {
+
+absl::Time Deadline(const grpc::ServerContext* context) {
+  const auto deadline = context->deadline();
+  // No deadline arrives as a far-future time point.
+  if (deadline >=
+      std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
+  if (!result.ok()) return rpc::ToGrpc(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status TrainerService::RegisterModel(
+    grpc::ServerContext* context, const v1::RegisterModelRequest* request,
+    v1::RegisterModelResponse* response) {
+  return Reply(manager_->RegisterModel(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::Gather(grpc::ServerContext* context,
+                                    const v1::GatherRequest* request,
+                                    v1::GatherResponse* response) {
+  return Reply(manager_->Gather(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::Release(grpc::ServerContext*,
+                                     const v1::ReleaseRequest* request,
+                                     v1::ReleaseResponse* response) {
+  return Reply(manager_->Release(*request), response);
+}
+
+grpc::Status TrainerService::ReduceGrad(grpc::ServerContext* context,
+                                        const v1::ReduceGradRequest* request,
+                                        v1::ReduceGradResponse* response) {
+  return Reply(manager_->ReduceGrad(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::Step(grpc::ServerContext* context,
+                                  const v1::StepRequest* request,
+                                  v1::StepResponse* response) {
+  return Reply(manager_->Step(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
+                                       const v1::WaitReadyRequest* request,
+                                       v1::WaitReadyResponse* response) {
+  return Reply(manager_->WaitReady(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::ExportState(grpc::ServerContext* context,
+                                         const v1::ExportStateRequest* request,
+                                         v1::ExportStateResponse* response) {
+  return Reply(manager_->ExportState(*request, Deadline(context)), response);
+}
+
+grpc::Status TrainerService::GetStatus(grpc::ServerContext*,
+                                       const v1::GetStatusRequest*,
+                                       v1::GetStatusResponse* response) {
+  *response = manager_->GetStatus();
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainerService::WatchEvents(
+    grpc::ServerContext*, const v1::WatchEventsRequest*,
+    grpc::ServerWriter<v1::TrainerEvent>*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "WatchEvents is not implemented yet; poll GetStatus or "
+                      "call WaitReady");
+}
+
+}  // namespace shardd::node
