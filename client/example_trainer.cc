@@ -9,12 +9,14 @@
 // layer l computes (at most two units gathered: the one in use and the
 // next), releasing each after use; MSE on this rank's batch; backward in
 // reverse order, gathering again (cheap when the daemon still holds the
-// unit), writing each layer's gradient straight into the daemon's gradient
-// slot and ReduceGrad; then Step(step). An ABORTED call (a peer failed)
-// releases what is gathered, waits for the daemon to be ready again and
-// redoes the step. Prints "step N loss L grad_norm G" per step (L: mean MSE
-// of this rank's batch, before the update; G: the daemon's global gradient
-// norm before clipping) and "final loss L steps N" at the end.
+// unit) with layer l-1's Gather overlapping layer l's backward, writing each
+// layer's gradient straight into the daemon's gradient slot and ReduceGrad
+// once that Gather is done (collectives are matched by order, so no rank
+// may let a Gather race its ReduceGrad); then Step(step). An ABORTED call (a
+// peer failed) releases what is gathered, waits for the daemon to be ready
+// again and redoes the step. Prints "step N loss L grad_norm G" per step (L:
+// mean MSE of this rank's batch, before the update; G: the daemon's global
+// gradient norm before clipping) and "final loss L steps N" at the end.
 //
 // --params_out=FILE: after training every rank gathers every unit once more
 // and rank 0 writes the final parameters, layer after layer, as raw
@@ -135,29 +137,38 @@ class ExampleTrainer {
         acts_[L], batch->targets, absl::MakeSpan(grad_acts_[L]));
     if (!loss.ok()) return loss.status();
 
-    // Backward in reverse order.
-    next = client_->GatherAsync(L - 1, v1::PASS_BACKWARD, {},
-                                absl::Now() + rpc_timeout_);
+    // Backward in reverse order. The Gather of layer l-1 overlaps layer l's
+    // backward, but it must complete before ReduceGrad(l) is issued: the
+    // daemon runs collectives in call order, and every rank must issue
+    // them in the same order (a Gather racing a ReduceGrad would not be).
+    absl::StatusOr<GatheredUnit> current = client_->Gather(
+        L - 1, v1::PASS_BACKWARD, {}, absl::Now() + rpc_timeout_);
     for (int l = L - 1; l >= 0; --l) {
-      absl::StatusOr<GatheredUnit> unit = next.Wait(absl::Now() + rpc_timeout_);
-      if (!unit.ok()) return Annotate(unit.status(), "Gather(backward)", l);
+      if (!current.ok()) {
+        return Annotate(current.status(), "Gather(backward)", l);
+      }
+      PendingGather below;
       if (l > 0) {
-        next = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
-                                    absl::Now() + rpc_timeout_);
+        below = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
+                                     absl::Now() + rpc_timeout_);
       }
-      if (absl::Status s = mlp_.BackwardLayer(
-              l, unit->params.flat, grad_acts_[l + 1], unit->grad->flat,
-              l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
-          !s.ok()) {
-        return s;
-      }
-      if (auto r = client_->ReduceGrad(l, unit->response.grad_buffer());
+      // The gradient goes straight into the daemon's gradient slot.
+      absl::Status computed = mlp_.BackwardLayer(
+          l, current->params.flat, grad_acts_[l + 1], current->grad->flat,
+          l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
+      absl::StatusOr<GatheredUnit> next =
+          l > 0 ? below.Wait(absl::Now() + rpc_timeout_)
+                : absl::StatusOr<GatheredUnit>(
+                      absl::CancelledError("no layer below"));
+      if (!computed.ok()) return computed;
+      if (auto r = client_->ReduceGrad(l, current->response.grad_buffer());
           !r.ok()) {
         return Annotate(r.status(), "ReduceGrad", l);
       }
       if (auto r = client_->Release(l, v1::PASS_BACKWARD); !r.ok()) {
         return Annotate(r.status(), "Release(backward)", l);
       }
+      current = std::move(next);
     }
     absl::StatusOr<v1::StepResponse> committed = client_->Step(step);
     if (!committed.ok()) return Annotate(committed.status(), "Step", -1);

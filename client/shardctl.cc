@@ -140,7 +140,20 @@ void PrintMemory(const v1::GetStatusResponse& s) {
   }
   const v1::MemoryBreakdown& p = s.memory().planned();
   const v1::MemoryBreakdown& h = s.memory().held();
-  auto row = [](const char* name, int64_t planned, int64_t held) {
+  // A daemon may report what it holds as a total only.
+  const bool total_only =
+      h.total_bytes() > 0 &&
+      h.parameter_shard_bytes() + h.low_precision_parameter_bytes() +
+              h.gradient_shard_bytes() + h.optimizer_state_bytes() +
+              h.gathered_parameter_bytes() + h.unsharded_gradient_bytes() ==
+          0;
+  auto row = [&](const char* name, int64_t planned, int64_t held) {
+    const bool is_total = std::string(name) == "total";
+    if (total_only && !is_total) {
+      std::printf("%-28s %14lld %14s %12s\n", name,
+                  static_cast<long long>(planned), "-", Bytes(planned).c_str());
+      return;
+    }
     std::printf("%-28s %14lld %14lld %12s %s\n", name,
                 static_cast<long long>(planned), static_cast<long long>(held),
                 Bytes(held).c_str(), planned == held ? "" : "  <-- differs");
@@ -160,6 +173,9 @@ void PrintMemory(const v1::GetStatusResponse& s) {
   row("peak parameter memory", p.peak_parameter_bytes(),
       h.peak_parameter_bytes());
   // The ZeRO formula from the units: sum psi_i / F + max psi_i.
+  if (total_only) {
+    std::printf("(the daemon reports held memory as a total only)\n");
+  }
   const int f = std::max(1, s.topology().sharding_factor());
   int64_t sum = 0, max = 0;
   for (const v1::UnitMemory& u : s.memory().units()) {
@@ -169,11 +185,12 @@ void PrintMemory(const v1::GetStatusResponse& s) {
   }
   std::printf(
       "formula (fp32, K=1): sum(psi)/F + max(psi) = %lld/%d + %lld = %lld B; "
-      "peak reported %lld B (difference %lld B: padding and K)\n",
+      "planned peak %lld B (difference %lld B: padding, and K - 1 more "
+      "gathered slots)\n",
       static_cast<long long>(sum), f, static_cast<long long>(max),
       static_cast<long long>(sum / f + max),
-      static_cast<long long>(h.peak_parameter_bytes()),
-      static_cast<long long>(h.peak_parameter_bytes() - (sum / f + max)));
+      static_cast<long long>(p.peak_parameter_bytes()),
+      static_cast<long long>(p.peak_parameter_bytes() - (sum / f + max)));
 }
 
 void PrintMembers(const v1::GetStatusResponse& s) {
