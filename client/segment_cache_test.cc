@@ -147,8 +147,7 @@ TEST_F(SegmentCacheTest, FileShorterThanAnnouncedIsDataLoss) {
   v1::DataRef ref = UnitRef();
   ref.mutable_shared_memory()->set_segment_bytes(8192);
   auto view = cache.ReadView(ref, "params");
-  EXPECT_EQ(view.status().code(), absl::StatusCode::kDataLoss)
-      << view.status();
+  EXPECT_EQ(view.status().code(), absl::StatusCode::kDataLoss) << view.status();
 }
 
 TEST_F(SegmentCacheTest, MissingFileIsNotFound) {

@@ -111,8 +111,9 @@ void PrintStatus(const v1::GetStatusResponse& s) {
           Bytes(c.bytes_received()).c_str(), c.seconds());
       sent += c.bytes_sent();
     }
-    std::printf("bytes sent in all: %s (%lld B)\n", Bytes(sent).c_str(),
-                static_cast<long long>(sent));
+    std::printf("bytes sent in all: %s (%lld B)%s\n", Bytes(sent).c_str(),
+                static_cast<long long>(sent),
+                sent == 0 ? " (this daemon does not count bytes yet)" : "");
   }
 }
 
@@ -183,14 +184,16 @@ void PrintMemory(const v1::GetStatusResponse& s) {
     sum += psi;
     max = std::max(max, psi);
   }
+  // K gathered slots each sized for the largest unit (fp32, no padding).
+  const int64_t k = max > 0 ? p.gathered_parameter_bytes() / max : 0;
+  const int64_t formula = sum / f + k * max;
   std::printf(
-      "formula (fp32, K=1): sum(psi)/F + max(psi) = %lld/%d + %lld = %lld B; "
-      "planned peak %lld B (difference %lld B: padding, and K - 1 more "
-      "gathered slots)\n",
-      static_cast<long long>(sum), f, static_cast<long long>(max),
-      static_cast<long long>(sum / f + max),
+      "formula (fp32): sum(psi)/F + K*max(psi) = %lld/%d + %lld*%lld = %lld "
+      "B; planned peak %lld B (difference %lld B: padding)\n",
+      static_cast<long long>(sum), f, static_cast<long long>(k),
+      static_cast<long long>(max), static_cast<long long>(formula),
       static_cast<long long>(p.peak_parameter_bytes()),
-      static_cast<long long>(p.peak_parameter_bytes() - (sum / f + max)));
+      static_cast<long long>(p.peak_parameter_bytes() - formula));
 }
 
 void PrintMembers(const v1::GetStatusResponse& s) {
