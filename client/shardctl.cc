@@ -205,8 +205,8 @@ void PrintMembers(const v1::GetStatusResponse& s) {
   const int w = t.world_size();
   const int f = std::max(1, t.sharding_factor());
   std::printf(
-      "W = %d ranks in %d shard group(s) of F = %d; %d replica(s) of "
-      "each shard%s\n",
+      "W = %d ranks in %d shard group(s) of F = %d; each shard held by %d "
+      "rank(s)%s\n",
       w, w / f, f, w / f,
       w / f >= 2 ? "" : " (no replica: recovery needs a checkpoint)");
   std::printf("%-6s %-12s %-12s %s\n", "rank", "shard group", "shard index",
