@@ -1,0 +1,395 @@
+// example_trainer: trains the teacher-student MLP (client/teacher_student.h)
+// through a local shardd daemon, one FSDP unit per layer.
+//
+//   example_trainer --socket=/dev/shm/shardd.sock --world_size=4
+//       --strategy=HYBRID_SHARD --sharding_factor=2 --layers=3 --hidden=64
+//       --batch_per_rank=16 --steps=20
+//
+// Per step: forward layer by layer, gathering layer l+1 asynchronously while
+// layer l computes (at most two units gathered: the one in use and the
+// next), releasing each after use; MSE on this rank's batch; backward in
+// reverse order, gathering again (cheap when the daemon still holds the
+// unit) with layer l-1's Gather overlapping layer l's backward, writing each
+// layer's gradient straight into the daemon's gradient slot and ReduceGrad
+// once that Gather is done (collectives are matched by order, so no rank
+// may let a Gather race its ReduceGrad); then Step(step). An ABORTED call (a
+// peer failed) releases what is gathered, waits for the daemon to be ready
+// again and redoes the step. Prints "step N loss L grad_norm G" per step (L:
+// mean MSE of this rank's batch, before the update; G: the daemon's global
+// gradient norm before clipping) and "final loss L steps N" at the end.
+//
+// --params_out=FILE: after training every rank gathers every unit once more
+// and rank 0 writes the final parameters, layer after layer, as raw
+// little-endian fp32 [weight, bias] (Mlp layout), for comparisons.
+//
+// Exit codes: 0 done; 1 a call failed (the message says which); 2 bad flags.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/example_model.h"
+#include "client/mlp.h"
+#include "client/teacher_student.h"
+#include "client/trainer_client.h"
+
+ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
+          "the local daemon's trainer socket (path, unix:PATH or host:port)");
+ABSL_FLAG(int, rank, -1, "rank for the data split (-1: the daemon's)");
+ABSL_FLAG(int, world_size, 0, "W for the data split (0: the daemon's)");
+ABSL_FLAG(int, layers, 3, "layers (units) of the MLP");
+ABSL_FLAG(int64_t, hidden, 64, "width of the hidden layers");
+ABSL_FLAG(int64_t, in_features, 32, "input width");
+ABSL_FLAG(int64_t, out_features, 8, "output width");
+ABSL_FLAG(std::string, widths, "",
+          "comma-separated {in,hidden...,out}; overrides --layers/--hidden");
+ABSL_FLAG(int64_t, batch_per_rank, 16, "samples per rank per step");
+ABSL_FLAG(int64_t, steps, 10, "train until this committed step");
+ABSL_FLAG(double, lr, 1e-2, "AdamW learning rate");
+ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
+ABSL_FLAG(double, max_grad_norm, 1.0, "global gradient clip norm (0: none)");
+ABSL_FLAG(std::string, strategy, "FULL_SHARD",
+          "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+ABSL_FLAG(int, sharding_factor, 0, "F (0: the strategy's default)");
+ABSL_FLAG(int, max_gathered_units, 2, "K: units the daemon gathers at once");
+ABSL_FLAG(uint64_t, seed, 1, "names the task (teacher, data) and the init");
+ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
+ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
+          "how long to wait for recovery after an aborted step");
+ABSL_FLAG(std::string, params_out, "", "write the final parameters here");
+
+namespace shardd {
+namespace {
+
+using client::GatheredUnit;
+using client::PendingGather;
+using client::TrainerClient;
+
+struct StepOutcome {
+  double loss = 0.0;
+  v1::StepResponse response;
+};
+
+// Trains through one daemon. Not thread-safe; owns its buffers.
+class ExampleTrainer {
+ public:
+  ExampleTrainer(TrainerClient* client, client::Mlp mlp,
+                 const client::TeacherStudent* task, int rank, int world_size,
+                 int64_t batch_per_rank, absl::Duration rpc_timeout)
+      : client_(client),
+        mlp_(std::move(mlp)),
+        task_(task),
+        rank_(rank),
+        world_size_(world_size),
+        batch_(batch_per_rank),
+        rpc_timeout_(rpc_timeout) {
+    const int L = mlp_.num_layers();
+    acts_.resize(L + 1);
+    grad_acts_.resize(L + 1);
+    for (int l = 0; l <= L; ++l) {
+      const int64_t width = mlp_.widths()[l];
+      acts_[l].resize(batch_ * width);
+      grad_acts_[l].resize(batch_ * width);
+    }
+  }
+
+  // Runs step `step` once: forward, backward, ReduceGrad, Step.
+  absl::StatusOr<StepOutcome> RunStep(int64_t step) {
+    const int L = mlp_.num_layers();
+    absl::StatusOr<client::TaskBatch> batch =
+        task_->Batch(step, rank_, world_size_, batch_);
+    if (!batch.ok()) return batch.status();
+    acts_[0] = batch->inputs;
+
+    // Forward, prefetching the next layer while this one computes.
+    PendingGather next = client_->GatherAsync(0, v1::PASS_FORWARD, {},
+                                              absl::Now() + rpc_timeout_);
+    for (int l = 0; l < L; ++l) {
+      absl::StatusOr<GatheredUnit> unit = next.Wait(absl::Now() + rpc_timeout_);
+      if (!unit.ok()) return Annotate(unit.status(), "Gather", l);
+      if (l + 1 < L) {
+        next = client_->GatherAsync(l + 1, v1::PASS_FORWARD, {},
+                                    absl::Now() + rpc_timeout_);
+      }
+      if (absl::Status s = mlp_.ForwardLayer(l, unit->params.flat, acts_[l],
+                                             absl::MakeSpan(acts_[l + 1]));
+          !s.ok()) {
+        return s;
+      }
+      if (auto r = client_->Release(l, v1::PASS_FORWARD); !r.ok()) {
+        return Annotate(r.status(), "Release", l);
+      }
+    }
+    absl::StatusOr<double> loss = client::Mlp::MseLoss(
+        acts_[L], batch->targets, absl::MakeSpan(grad_acts_[L]));
+    if (!loss.ok()) return loss.status();
+
+    // Backward in reverse order. The Gather of layer l-1 overlaps layer l's
+    // backward, but it must complete before ReduceGrad(l) is issued: the
+    // daemon runs collectives in call order, and every rank must issue
+    // them in the same order (a Gather racing a ReduceGrad would not be).
+    absl::StatusOr<GatheredUnit> current = client_->Gather(
+        L - 1, v1::PASS_BACKWARD, {}, absl::Now() + rpc_timeout_);
+    for (int l = L - 1; l >= 0; --l) {
+      if (!current.ok()) {
+        return Annotate(current.status(), "Gather(backward)", l);
+      }
+      PendingGather below;
+      if (l > 0) {
+        below = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
+                                     absl::Now() + rpc_timeout_);
+      }
+      // The gradient goes straight into the daemon's gradient slot.
+      absl::Status computed = mlp_.BackwardLayer(
+          l, current->params.flat, grad_acts_[l + 1], current->grad->flat,
+          l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
+      absl::StatusOr<GatheredUnit> next =
+          l > 0 ? below.Wait(absl::Now() + rpc_timeout_)
+                : absl::StatusOr<GatheredUnit>(
+                      absl::CancelledError("no layer below"));
+      if (!computed.ok()) return computed;
+      if (auto r = client_->ReduceGrad(l, current->response.grad_buffer());
+          !r.ok()) {
+        return Annotate(r.status(), "ReduceGrad", l);
+      }
+      if (auto r = client_->Release(l, v1::PASS_BACKWARD); !r.ok()) {
+        return Annotate(r.status(), "Release(backward)", l);
+      }
+      current = std::move(next);
+    }
+    absl::StatusOr<v1::StepResponse> committed = client_->Step(step);
+    if (!committed.ok()) return Annotate(committed.status(), "Step", -1);
+    return StepOutcome{*loss, *committed};
+  }
+
+  // After a failed step: release whatever may still be gathered.
+  void ReleaseAll() {
+    for (int l = 0; l < mlp_.num_layers(); ++l) {
+      (void)client_->Release(l, v1::PASS_FORWARD);
+      (void)client_->Release(l, v1::PASS_BACKWARD);
+    }
+  }
+
+  // Gathers every unit (a collective: all ranks call it) and copies it out.
+  absl::StatusOr<std::vector<std::vector<float>>> FetchParams() {
+    std::vector<std::vector<float>> params;
+    for (int l = 0; l < mlp_.num_layers(); ++l) {
+      absl::StatusOr<GatheredUnit> unit = client_->Gather(l, v1::PASS_FORWARD);
+      if (!unit.ok()) return Annotate(unit.status(), "Gather", l);
+      const auto flat = unit->params.flat.subspan(0, mlp_.ParamCount(l));
+      params.emplace_back(flat.begin(), flat.end());
+      if (auto r = client_->Release(l, v1::PASS_FORWARD); !r.ok()) {
+        return r.status();
+      }
+    }
+    return params;
+  }
+
+ private:
+  static absl::Status Annotate(const absl::Status& s, absl::string_view call,
+                               int unit) {
+    return absl::Status(
+        s.code(), unit >= 0
+                      ? absl::StrCat(call, "(unit ", unit, "): ", s.message())
+                      : absl::StrCat(call, ": ", s.message()));
+  }
+
+  TrainerClient* client_;
+  client::Mlp mlp_;
+  const client::TeacherStudent* task_;
+  int rank_;
+  int world_size_;
+  int64_t batch_;
+  absl::Duration rpc_timeout_;
+  std::vector<std::vector<float>> acts_;
+  std::vector<std::vector<float>> grad_acts_;
+};
+
+absl::StatusOr<std::vector<int64_t>> Widths() {
+  std::vector<int64_t> widths;
+  const std::string text = absl::GetFlag(FLAGS_widths);
+  if (!text.empty()) {
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      int64_t w = 0;
+      if (!absl::SimpleAtoi(part, &w)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--widths: '", part, "' is not a number"));
+      }
+      widths.push_back(w);
+    }
+    return widths;
+  }
+  const int layers = absl::GetFlag(FLAGS_layers);
+  if (layers < 1) return absl::InvalidArgumentError("--layers must be >= 1");
+  widths.push_back(absl::GetFlag(FLAGS_in_features));
+  for (int l = 1; l < layers; ++l)
+    widths.push_back(absl::GetFlag(FLAGS_hidden));
+  widths.push_back(absl::GetFlag(FLAGS_out_features));
+  return widths;
+}
+
+absl::StatusOr<v1::ShardingStrategy> Strategy() {
+  v1::ShardingStrategy strategy;
+  const std::string name =
+      absl::StrCat("SHARDING_STRATEGY_", absl::GetFlag(FLAGS_strategy));
+  if (!v1::ShardingStrategy_Parse(name, &strategy)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategy: unknown '", absl::GetFlag(FLAGS_strategy),
+                     "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)"));
+  }
+  return strategy;
+}
+
+int Usage(const absl::Status& s) {
+  std::fprintf(stderr, "example_trainer: %s\n",
+               std::string(s.message()).c_str());
+  return 2;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "example_trainer: %s: %s\n",
+               absl::StatusCodeToString(s.code()).c_str(),
+               std::string(s.message()).c_str());
+  return 1;
+}
+
+int Run() {
+  absl::StatusOr<std::vector<int64_t>> widths = Widths();
+  if (!widths.ok()) return Usage(widths.status());
+  absl::StatusOr<v1::ShardingStrategy> strategy = Strategy();
+  if (!strategy.ok()) return Usage(strategy.status());
+  const int64_t batch_per_rank = absl::GetFlag(FLAGS_batch_per_rank);
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  if (batch_per_rank < 1 || steps < 0) {
+    return Usage(absl::InvalidArgumentError(
+        "--batch_per_rank must be >= 1 and --steps >= 0"));
+  }
+  const absl::Duration rpc_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  const absl::Duration ready_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_ready_timeout_ms));
+
+  client::ExampleModelOptions model_options;
+  model_options.widths = *widths;
+  model_options.init_seed = absl::GetFlag(FLAGS_seed);
+  model_options.strategy = *strategy;
+  model_options.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
+  model_options.adamw.lr = absl::GetFlag(FLAGS_lr);
+  model_options.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  model_options.max_grad_norm = absl::GetFlag(FLAGS_max_grad_norm);
+  model_options.max_gathered_units = absl::GetFlag(FLAGS_max_gathered_units);
+  absl::StatusOr<client::ExampleModel> model =
+      client::ExampleModel::Create(model_options);
+  if (!model.ok()) return Usage(model.status());
+  absl::StatusOr<client::TeacherStudent> task =
+      client::TeacherStudent::Create({*widths, absl::GetFlag(FLAGS_seed)});
+  if (!task.ok()) return Usage(task.status());
+  absl::StatusOr<client::Mlp> mlp =
+      client::Mlp::Create(*widths, batch_per_rank);
+  if (!mlp.ok()) return Usage(mlp.status());
+
+  client::TrainerClientOptions client_options;
+  client_options.target = absl::GetFlag(FLAGS_socket);
+  client_options.default_timeout = rpc_timeout;
+  client_options.register_timeout = std::max(rpc_timeout, ready_timeout);
+  absl::StatusOr<std::unique_ptr<TrainerClient>> client =
+      TrainerClient::Create(client_options);
+  if (!client.ok()) return Usage(client.status());
+
+  absl::StatusOr<v1::RegisterModelResponse> registered =
+      (*client)->RegisterModel(model->RegisterRequest());
+  if (!registered.ok()) return Fail(registered.status());
+  int rank = absl::GetFlag(FLAGS_rank);
+  int world_size = absl::GetFlag(FLAGS_world_size);
+  if (rank < 0) rank = registered->topology().rank();
+  if (world_size <= 0) world_size = registered->topology().world_size();
+  std::printf(
+      "registered rank %d of %d (F = %d), epoch %lld, committed step %lld%s\n",
+      rank, world_size, registered->topology().sharding_factor(),
+      static_cast<long long>(registered->epoch()),
+      static_cast<long long>(registered->committed_step()),
+      registered->reattached() ? " (re-attached)" : "");
+  std::fflush(stdout);
+
+  ExampleTrainer trainer(client->get(), std::move(*mlp), &*task, rank,
+                         world_size, batch_per_rank, rpc_timeout);
+  int64_t committed = registered->committed_step();
+  double last_loss = 0.0;
+  int aborted = 0;
+  while (committed < steps) {
+    const int64_t step = committed + 1;
+    absl::StatusOr<StepOutcome> outcome = trainer.RunStep(step);
+    if (!outcome.ok()) {
+      if (!absl::IsAborted(outcome.status())) return Fail(outcome.status());
+      ++aborted;
+      std::printf("step %lld aborted (%s); waiting for recovery\n",
+                  static_cast<long long>(step),
+                  std::string(outcome.status().message()).c_str());
+      std::fflush(stdout);
+      trainer.ReleaseAll();
+      absl::StatusOr<v1::WaitReadyResponse> ready =
+          (*client)->WaitReady(0, absl::Now() + ready_timeout);
+      if (!ready.ok()) return Fail(ready.status());
+      committed = ready->committed_step();
+      continue;
+    }
+    committed = outcome->response.committed_step();
+    last_loss = outcome->loss;
+    std::printf("step %lld loss %.6g grad_norm %.6g\n",
+                static_cast<long long>(committed), outcome->loss,
+                outcome->response.grad_norm());
+    std::fflush(stdout);
+  }
+
+  const std::string params_out = absl::GetFlag(FLAGS_params_out);
+  if (!params_out.empty()) {
+    absl::StatusOr<std::vector<std::vector<float>>> params =
+        trainer.FetchParams();
+    if (!params.ok()) return Fail(params.status());
+    if (rank == 0) {
+      std::ofstream out(params_out, std::ios::binary | std::ios::trunc);
+      for (const auto& layer : *params) {
+        out.write(reinterpret_cast<const char*>(layer.data()),
+                  static_cast<std::streamsize>(layer.size() * sizeof(float)));
+      }
+      if (!out.good()) {
+        return Fail(absl::InternalError(
+            absl::StrCat("cannot write --params_out ", params_out)));
+      }
+    }
+  }
+  std::printf("final loss %.6g steps %lld%s\n", last_loss,
+              static_cast<long long>(committed),
+              aborted > 0
+                  ? absl::StrCat(" (", aborted, " aborted attempts)").c_str()
+                  : "");
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardd
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "example_trainer --socket=PATH [--strategy=S --sharding_factor=F ...]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "example_trainer: unexpected argument '%s'\n",
+                 args[1]);
+    return 2;
+  }
+  return shardd::Run();
+}

@@ -1,0 +1,305 @@
+// shardctl: inspects and drives a local shardd daemon over its Trainer API.
+//
+//   shardctl [--socket=/dev/shm/shardd.sock] status|units|memory|members
+//   shardctl export --path=/abs/file [--layout=full|sharded]
+//
+// Exit codes: 0 OK; 1 the daemon is unreachable or the call failed; 2 bad
+// usage.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/trainer_client.h"
+#include "shardd/v1/trainer.pb.h"
+
+ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
+          "the daemon's trainer socket (a path, unix:PATH or host:port)");
+ABSL_FLAG(std::string, path, "", "export: absolute target path");
+ABSL_FLAG(std::string, layout, "full", "export: full or sharded");
+ABSL_FLAG(bool, overwrite, false, "export: replace existing files");
+ABSL_FLAG(bool, optimizer_state, false, "export: include optimizer state");
+ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each call");
+
+namespace shardd {
+namespace {
+
+using client::TrainerClient;
+
+std::string Bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) {
+    return absl::StrFormat("%.2f GiB", bytes / 1073741824.0);
+  }
+  if (bytes >= (int64_t{1} << 20)) {
+    return absl::StrFormat("%.2f MiB", bytes / 1048576.0);
+  }
+  if (bytes >= (int64_t{1} << 10)) {
+    return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  }
+  return absl::StrFormat("%d B", bytes);
+}
+
+std::string Strip(const std::string& name, absl::string_view prefix) {
+  absl::string_view view = name;
+  absl::ConsumePrefix(&view, prefix);
+  return std::string(view);
+}
+
+int Fail(const TrainerClient& client, const absl::Status& status) {
+  if (TrainerClient::IsDaemonUnreachable(status)) {
+    std::fprintf(stderr,
+                 "shardctl: no shardd daemon at %s (is it running? --socket "
+                 "to point elsewhere)\n",
+                 client.target().c_str());
+  } else {
+    std::fprintf(stderr, "shardctl: %s: %s\n",
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+  }
+  return 1;
+}
+
+void PrintStatus(const v1::GetStatusResponse& s) {
+  const v1::Topology& t = s.topology();
+  std::printf("rank            %d\n", s.rank());
+  std::printf("registered      %s\n", s.registered() ? "yes" : "no");
+  std::printf("epoch           %lld%s\n", static_cast<long long>(s.epoch()),
+              s.ready() ? " (ready)" : " (not ready)");
+  std::printf("committed step  %lld\n",
+              static_cast<long long>(s.committed_step()));
+  std::printf(
+      "member state    %s\n",
+      Strip(v1::MemberState_Name(s.member_state()), "MEMBER_STATE_").c_str());
+  std::printf("device          %s\n",
+              Strip(v1::DeviceKind_Name(s.device()), "DEVICE_KIND_").c_str());
+  std::printf(
+      "world size      %d, sharding factor %d (shard index %d, "
+      "shard group %d)\n",
+      t.world_size(), t.sharding_factor(), t.shard_index(), t.shard_group());
+  std::printf(
+      "recovery        %s\n",
+      Strip(v1::RecoveryPhase_Name(s.recovery_phase()), "RECOVERY_PHASE_")
+          .c_str());
+  std::printf("gathered units  [%s]\n",
+              absl::StrJoin(s.gathered_units(), ", ").c_str());
+  std::printf("fingerprint     %016llx\n",
+              static_cast<unsigned long long>(s.model_fingerprint()));
+  std::printf("version         %s\n", s.version().c_str());
+  if (!s.collectives().empty()) {
+    std::printf("\n%-16s %-8s %8s %8s %12s %12s %10s\n", "collective", "group",
+                "calls", "failed", "sent", "received", "seconds");
+    int64_t sent = 0;
+    for (const v1::CollectiveStats& c : s.collectives()) {
+      std::printf(
+          "%-16s %-8s %8lld %8lld %12s %12s %10.3f\n",
+          Strip(v1::CollectiveKind_Name(c.kind()), "COLLECTIVE_KIND_").c_str(),
+          Strip(v1::ProcessGroup_Name(c.group()), "PROCESS_GROUP_").c_str(),
+          static_cast<long long>(c.calls()),
+          static_cast<long long>(c.failures()), Bytes(c.bytes_sent()).c_str(),
+          Bytes(c.bytes_received()).c_str(), c.seconds());
+      sent += c.bytes_sent();
+    }
+    std::printf("bytes sent in all: %s (%lld B)%s\n", Bytes(sent).c_str(),
+                static_cast<long long>(sent),
+                sent == 0 ? " (this daemon does not count bytes yet)" : "");
+  }
+}
+
+void PrintUnits(const v1::GetStatusResponse& s) {
+  if (!s.registered()) {
+    std::printf("no model registered\n");
+    return;
+  }
+  std::printf("%-5s %-20s %12s %12s %12s %12s %8s\n", "unit", "name", "numel",
+              "padded", "shard_off", "shard_numel", "padding");
+  for (const v1::UnitMemory& u : s.memory().units()) {
+    std::printf("%-5d %-20s %12lld %12lld %12lld %12lld %8lld\n", u.unit(),
+                u.name().c_str(), static_cast<long long>(u.numel()),
+                static_cast<long long>(u.padded_numel()),
+                static_cast<long long>(u.shard_offset()),
+                static_cast<long long>(u.shard_numel()),
+                static_cast<long long>(u.shard_padding()));
+  }
+}
+
+void PrintMemory(const v1::GetStatusResponse& s) {
+  if (!s.registered()) {
+    std::printf("no model registered\n");
+    return;
+  }
+  const v1::MemoryBreakdown& p = s.memory().planned();
+  const v1::MemoryBreakdown& h = s.memory().held();
+  // A daemon may report what it holds as a total only.
+  const bool total_only =
+      h.total_bytes() > 0 &&
+      h.parameter_shard_bytes() + h.low_precision_parameter_bytes() +
+              h.gradient_shard_bytes() + h.optimizer_state_bytes() +
+              h.gathered_parameter_bytes() + h.unsharded_gradient_bytes() ==
+          0;
+  auto row = [&](const char* name, int64_t planned, int64_t held) {
+    const bool is_total = std::string(name) == "total";
+    if (total_only && !is_total) {
+      std::printf("%-28s %14lld %14s %12s\n", name,
+                  static_cast<long long>(planned), "-", Bytes(planned).c_str());
+      return;
+    }
+    std::printf("%-28s %14lld %14lld %12s %s\n", name,
+                static_cast<long long>(planned), static_cast<long long>(held),
+                Bytes(held).c_str(), planned == held ? "" : "  <-- differs");
+  };
+  std::printf("%-28s %14s %14s\n", "category (bytes)", "planned", "held");
+  row("parameter shards", p.parameter_shard_bytes(), h.parameter_shard_bytes());
+  row("low-precision parameters", p.low_precision_parameter_bytes(),
+      h.low_precision_parameter_bytes());
+  row("gradient shards", p.gradient_shard_bytes(), h.gradient_shard_bytes());
+  row("optimizer state", p.optimizer_state_bytes(), h.optimizer_state_bytes());
+  row("gathered parameters", p.gathered_parameter_bytes(),
+      h.gathered_parameter_bytes());
+  row("unsharded gradients", p.unsharded_gradient_bytes(),
+      h.unsharded_gradient_bytes());
+  row("total", p.total_bytes(), h.total_bytes());
+  row("  of which padding", p.padding_bytes(), h.padding_bytes());
+  row("peak parameter memory", p.peak_parameter_bytes(),
+      h.peak_parameter_bytes());
+  // The ZeRO formula from the units: sum psi_i / F + max psi_i.
+  if (total_only) {
+    std::printf("(the daemon reports held memory as a total only)\n");
+  }
+  const int f = std::max(1, s.topology().sharding_factor());
+  int64_t sum = 0, max = 0;
+  for (const v1::UnitMemory& u : s.memory().units()) {
+    const int64_t psi = u.numel() * 4;  // fp32 bytes
+    sum += psi;
+    max = std::max(max, psi);
+  }
+  // K gathered slots each sized for the largest unit (fp32, no padding).
+  const int64_t k = max > 0 ? p.gathered_parameter_bytes() / max : 0;
+  const int64_t formula = sum / f + k * max;
+  std::printf(
+      "formula (fp32): sum(psi)/F + K*max(psi) = %lld/%d + %lld*%lld = %lld "
+      "B; planned peak %lld B (difference %lld B: padding)\n",
+      static_cast<long long>(sum), f, static_cast<long long>(k),
+      static_cast<long long>(max), static_cast<long long>(formula),
+      static_cast<long long>(p.peak_parameter_bytes()),
+      static_cast<long long>(p.peak_parameter_bytes() - formula));
+}
+
+void PrintMembers(const v1::GetStatusResponse& s) {
+  const v1::Topology& t = s.topology();
+  if (t.world_size() == 0) {
+    std::printf("no topology yet (not registered)\n");
+    return;
+  }
+  const int w = t.world_size();
+  const int f = std::max(1, t.sharding_factor());
+  std::printf(
+      "W = %d ranks in %d shard group(s) of F = %d; each shard held by %d "
+      "rank(s)%s\n",
+      w, w / f, f, w / f,
+      w / f >= 2 ? "" : " (no replica: recovery needs a checkpoint)");
+  std::printf("%-6s %-12s %-12s %s\n", "rank", "shard group", "shard index",
+              "");
+  for (int r = 0; r < w; ++r) {
+    std::printf("%-6d %-12d %-12d %s\n", r, r / f, r % f,
+                r == s.rank() ? "<- this daemon" : "");
+  }
+  std::printf(
+      "this daemon: %s, epoch %lld, step %lld; shard group ranks "
+      "[%s], replica group ranks [%s]\n",
+      Strip(v1::MemberState_Name(s.member_state()), "MEMBER_STATE_").c_str(),
+      static_cast<long long>(s.epoch()),
+      static_cast<long long>(s.committed_step()),
+      absl::StrJoin(t.shard_group_ranks(), ", ").c_str(),
+      absl::StrJoin(t.replica_group_ranks(), ", ").c_str());
+}
+
+int Run(const std::vector<char*>& args) {
+  if (args.size() != 2) {
+    std::fprintf(stderr,
+                 "usage: shardctl [--socket=PATH] "
+                 "status|units|memory|members|export\n");
+    return 2;
+  }
+  const std::string command = args[1];
+  client::TrainerClientOptions options;
+  options.target = absl::GetFlag(FLAGS_socket);
+  options.default_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  if (options.default_timeout <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "shardctl: --timeout_ms must be > 0\n");
+    return 2;
+  }
+  auto created = TrainerClient::Create(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n",
+                 std::string(created.status().message()).c_str());
+    return 2;
+  }
+  TrainerClient& client = **created;
+  if (command == "status" || command == "units" || command == "memory" ||
+      command == "members") {
+    auto status = client.GetStatus();
+    if (!status.ok()) return Fail(client, status.status());
+    if (command == "status") PrintStatus(*status);
+    if (command == "units") PrintUnits(*status);
+    if (command == "memory") PrintMemory(*status);
+    if (command == "members") PrintMembers(*status);
+    return 0;
+  }
+  if (command == "export") {
+    v1::ExportStateRequest request;
+    request.set_path(absl::GetFlag(FLAGS_path));
+    const std::string layout = absl::GetFlag(FLAGS_layout);
+    if (layout == "full") {
+      request.set_layout(v1::EXPORT_LAYOUT_FULL);
+    } else if (layout == "sharded") {
+      request.set_layout(v1::EXPORT_LAYOUT_SHARDED);
+    } else {
+      std::fprintf(stderr, "shardctl: --layout must be full or sharded\n");
+      return 2;
+    }
+    if (request.path().empty() || request.path()[0] != '/') {
+      std::fprintf(stderr, "shardctl: export needs --path=/absolute/path\n");
+      return 2;
+    }
+    request.set_overwrite(absl::GetFlag(FLAGS_overwrite));
+    request.set_include_optimizer_state(absl::GetFlag(FLAGS_optimizer_state));
+    auto exported = client.ExportState(request);
+    if (!exported.ok()) return Fail(client, exported.status());
+    std::printf("exported step %lld\n",
+                static_cast<long long>(exported->step()));
+    for (const v1::ExportedFile& f : exported->files()) {
+      std::printf("  %s  %s  crc32c %08x\n", f.path().c_str(),
+                  Bytes(f.bytes()).c_str(), f.crc32c());
+    }
+    if (exported->files().empty()) {
+      std::printf(
+          "  (no files on this rank: FULL exports are written by "
+          "rank 0)\n");
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "shardctl: unknown command '%s'\n", command.c_str());
+  return 2;
+}
+
+}  // namespace
+}  // namespace shardd
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "shardctl [--socket=PATH] status|units|memory|members|export");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  return shardd::Run(args);
+}

@@ -1,0 +1,255 @@
+#include "client/trainer_client.h"
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/rpc/grpc_status.h"
+
+namespace shardd::client {
+namespace {
+
+// Payload key that marks "nothing answers at the target".
+constexpr char kUnreachablePayload[] = "shardd.client/daemon-unreachable";
+
+bool LooksLikeConnectionFailure(absl::string_view message) {
+  for (absl::string_view needle :
+       {"failed to connect", "Connection refused", "No such file",
+        "Socket closed", "Connection reset", "connections to all backends",
+        "Broken pipe", "Connect Failed"}) {
+    if (absl::StrContains(message, needle)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<GatheredUnit> PendingGather::Wait(absl::Time deadline) {
+  if (!future_.valid()) {
+    return absl::FailedPreconditionError("PendingGather: no gather pending");
+  }
+  const absl::Duration left = deadline - absl::Now();
+  const auto wait = left <= absl::ZeroDuration()
+                        ? std::chrono::nanoseconds(0)
+                        : absl::ToChronoNanoseconds(left);
+  if (future_.wait_for(wait) != std::future_status::ready) {
+    return absl::DeadlineExceededError(
+        "Gather still in flight at the wait's deadline");
+  }
+  return future_.get();
+}
+
+TrainerClient::TrainerClient(TrainerClientOptions options, std::string target,
+                             std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      target_(std::move(target)),
+      channel_(std::move(channel)),
+      stub_(v1::Trainer::NewStub(channel_)) {}
+
+std::string TrainerClient::NormalizeTarget(absl::string_view target) {
+  if (absl::StartsWith(target, "/")) return absl::StrCat("unix:", target);
+  return std::string(target);
+}
+
+absl::StatusOr<std::unique_ptr<TrainerClient>> TrainerClient::Create(
+    TrainerClientOptions options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("target: must not be empty");
+  }
+  if (options.default_timeout <= absl::ZeroDuration() ||
+      options.register_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be > 0");
+  }
+  std::string target = NormalizeTarget(options.target);
+  grpc::ChannelArguments args;
+  // Replies are small (data travels through shared memory), but tools may
+  // ask for inline data: lift the 4 MiB default on receive.
+  args.SetMaxReceiveMessageSize(256 << 20);
+  // Reconnect quickly after a daemon restart.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(
+      target, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<TrainerClient>(
+      new TrainerClient(std::move(options), std::move(target), channel));
+}
+
+bool TrainerClient::IsDaemonUnreachable(const absl::Status& status) {
+  return absl::IsUnavailable(status) &&
+         status.GetPayload(kUnreachablePayload).has_value();
+}
+
+void TrainerClient::SetDeadline(grpc::ClientContext& context,
+                                std::optional<absl::Time> deadline) const {
+  const absl::Time when =
+      deadline.value_or(absl::Now() + options_.default_timeout);
+  context.set_deadline(absl::ToChronoTime(when));
+}
+
+absl::Status TrainerClient::Convert(const grpc::Status& status) const {
+  absl::Status converted = rpc::FromGrpc(status);
+  if (!absl::IsUnavailable(converted)) return converted;
+  const bool channel_failed =
+      channel_->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+  if (!channel_failed && !LooksLikeConnectionFailure(converted.message())) {
+    return converted;  // The daemon's own UNAVAILABLE.
+  }
+  absl::Status down = absl::UnavailableError(absl::StrCat(
+      "no shardd daemon at ", target_, " (", converted.message(), ")"));
+  down.SetPayload(kUnreachablePayload, absl::Cord("1"));
+  return down;
+}
+
+absl::Status TrainerClient::WaitConnected(absl::Time deadline) {
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (!channel_->WaitForStateChange(state, absl::ToChronoTime(deadline))) {
+      absl::Status down = absl::UnavailableError(absl::StrCat(
+          "no shardd daemon at ", target_, " (not connected by the deadline)"));
+      down.SetPayload(kUnreachablePayload, absl::Cord("1"));
+      return down;
+    }
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
+    const v1::RegisterModelRequest& request,
+    std::optional<absl::Time> deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context,
+              deadline.value_or(absl::Now() + options_.register_timeout));
+  v1::RegisterModelResponse response;
+  grpc::Status status = stub_->RegisterModel(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<GatheredUnit> TrainerClient::Gather(
+    int unit, v1::Pass pass, const std::vector<int>& prefetch,
+    std::optional<absl::Time> deadline) {
+  v1::GatherRequest request;
+  request.set_unit(unit);
+  request.set_pass(pass);
+  for (int p : prefetch) request.add_prefetch(p);
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::GatherResponse response;
+  grpc::Status status = stub_->Gather(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+
+  GatheredUnit gathered;
+  gathered.unit = unit;
+  absl::StatusOr<UnitView> params =
+      segments_.ReadView(response.params(), "params");
+  if (!params.ok()) return params.status();
+  gathered.params = std::move(*params);
+  if (response.has_grad_buffer()) {
+    absl::StatusOr<GradView> grad =
+        segments_.WriteView(response.grad_buffer(), "grad_buffer");
+    if (!grad.ok()) return grad.status();
+    gathered.grad = std::move(*grad);
+  } else if (pass == v1::PASS_BACKWARD) {
+    return absl::DataLossError(absl::StrCat(
+        "Gather(unit ", unit, ", BACKWARD): the reply has no grad_buffer"));
+  }
+  gathered.response = std::move(response);
+  return gathered;
+}
+
+PendingGather TrainerClient::GatherAsync(int unit, v1::Pass pass,
+                                         std::vector<int> prefetch,
+                                         std::optional<absl::Time> deadline) {
+  const absl::Time when =
+      deadline.value_or(absl::Now() + options_.default_timeout);
+  return PendingGather(
+      std::async(std::launch::async,
+                 [this, unit, pass, prefetch = std::move(prefetch), when]() {
+                   return Gather(unit, pass, prefetch, when);
+                 }));
+}
+
+absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
+    int unit, v1::Pass pass, std::optional<absl::Time> deadline) {
+  v1::ReleaseRequest request;
+  request.set_unit(unit);
+  request.set_pass(pass);
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::ReleaseResponse response;
+  grpc::Status status = stub_->Release(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
+    int unit, const v1::DataRef& gradient_slot, bool accumulate_only,
+    std::optional<absl::Time> deadline) {
+  v1::ReduceGradRequest request;
+  request.set_unit(unit);
+  *request.mutable_grad() = gradient_slot;
+  request.set_accumulate_only(accumulate_only);
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::ReduceGradResponse response;
+  grpc::Status status = stub_->ReduceGrad(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<v1::StepResponse> TrainerClient::Step(
+    int64_t step, std::optional<double> learning_rate,
+    std::optional<absl::Time> deadline) {
+  v1::StepRequest request;
+  request.set_step(step);
+  if (learning_rate.has_value()) request.set_learning_rate(*learning_rate);
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::StepResponse response;
+  grpc::Status status = stub_->Step(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
+    int64_t min_epoch, std::optional<absl::Time> deadline) {
+  v1::WaitReadyRequest request;
+  request.set_min_epoch(min_epoch);
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::WaitReadyResponse response;
+  grpc::Status status = stub_->WaitReady(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
+    const v1::ExportStateRequest& request, std::optional<absl::Time> deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::ExportStateResponse response;
+  grpc::Status status = stub_->ExportState(&context, request, &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+absl::StatusOr<v1::GetStatusResponse> TrainerClient::GetStatus(
+    std::optional<absl::Time> deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::GetStatusResponse response;
+  grpc::Status status =
+      stub_->GetStatus(&context, v1::GetStatusRequest(), &response);
+  if (!status.ok()) return Convert(status);
+  return response;
+}
+
+}  // namespace shardd::client

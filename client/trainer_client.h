@@ -1,0 +1,157 @@
+#ifndef SHARDD_CLIENT_TRAINER_CLIENT_H_
+#define SHARDD_CLIENT_TRAINER_CLIENT_H_
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/segment_cache.h"
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/trainer.grpc.pb.h"
+
+namespace shardd::client {
+
+struct TrainerClientOptions {
+  // "unix:/path/to/shardd.sock", "host:port", or an absolute socket path
+  // (taken as unix:PATH).
+  std::string target = "unix:/dev/shm/shardd.sock";
+  // Deadline of every call that does not pass its own.
+  absl::Duration default_timeout = absl::Seconds(30);
+  // RegisterModel waits for every rank: it gets this longer default.
+  absl::Duration register_timeout = absl::Minutes(2);
+};
+
+// A unit gathered by the daemon: its parameters (read-only fp32 views into
+// the daemon's shared memory) and, for a BACKWARD gather, the gradient slot
+// to write the unit's full gradient into before ReduceGrad.
+struct GatheredUnit {
+  int unit = 0;
+  UnitView params;
+  std::optional<GradView> grad;  // BACKWARD gathers only.
+  v1::GatherResponse response;   // The reply as received.
+};
+
+// A Gather in flight (prefetch): the RPC runs on its own thread.
+// Wait(deadline) returns the result, or DEADLINE_EXCEEDED if it has not come
+// by then (the RPC itself carries the call's deadline and ends by it; Wait
+// may be called again). Move-only; destruction waits for the RPC, which is
+// bounded by the call's deadline.
+class PendingGather {
+ public:
+  PendingGather() = default;
+  explicit PendingGather(std::future<absl::StatusOr<GatheredUnit>> future)
+      : future_(std::move(future)) {}
+  PendingGather(PendingGather&&) = default;
+  PendingGather& operator=(PendingGather&&) = default;
+
+  bool valid() const { return future_.valid(); }
+  // Waits until `deadline` (at most). Consumes the result: after an OK or
+  // error result the handle is no longer valid().
+  absl::StatusOr<GatheredUnit> Wait(absl::Time deadline);
+
+ private:
+  std::future<absl::StatusOr<GatheredUnit>> future_;
+};
+
+// Client of a shardd daemon's Trainer service (proto/shardd/v1/trainer.proto).
+//
+// Every call carries a deadline (the options' default unless given) and
+// returns the daemon's gRPC status with the same code and message. When
+// nothing answers at the target (no socket file, connection refused, the
+// daemon exited), calls fail with UNAVAILABLE and the message "no shardd
+// daemon at <target> (<detail>)"; IsDaemonUnreachable(status) tells that
+// case apart from an UNAVAILABLE the daemon itself returned.
+//
+// Data plane: Gather's replies name shared-memory segments; the client maps
+// each once (SegmentCache, by path and generation) and returns typed views,
+// validated against the segment (INVALID_ARGUMENT / DATA_LOSS when a reply's
+// ranges do not fit).
+//
+// Thread-safety: all methods may be called from any thread at once (gRPC
+// stubs and the segment cache are thread-safe); GatherAsync runs the RPC on
+// a thread of its own. Ownership: owns its channel and mappings; views
+// returned keep their mapping alive.
+class TrainerClient {
+ public:
+  // Creates the channel; does not connect (the first call does).
+  static absl::StatusOr<std::unique_ptr<TrainerClient>> Create(
+      TrainerClientOptions options);
+
+  const std::string& target() const { return target_; }
+
+  // Blocks up to the deadline for the channel to connect: OK, or the
+  // "no shardd daemon" UNAVAILABLE.
+  absl::Status WaitConnected(absl::Time deadline);
+
+  absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
+      const v1::RegisterModelRequest& request,
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  // Gathers `unit` (with prefetch hints) and maps its buffers.
+  absl::StatusOr<GatheredUnit> Gather(
+      int unit, v1::Pass pass, const std::vector<int>& prefetch = {},
+      std::optional<absl::Time> deadline = std::nullopt);
+  // The same, running on another thread.
+  PendingGather GatherAsync(int unit, v1::Pass pass,
+                            std::vector<int> prefetch = {},
+                            std::optional<absl::Time> deadline = std::nullopt);
+
+  absl::StatusOr<v1::ReleaseResponse> Release(
+      int unit, v1::Pass pass,
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  // Hands the daemon the gradient written into `gradient_slot` (the DataRef
+  // of a BACKWARD Gather's grad_buffer).
+  absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
+      int unit, const v1::DataRef& gradient_slot, bool accumulate_only = false,
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  absl::StatusOr<v1::StepResponse> Step(
+      int64_t step, std::optional<double> learning_rate = std::nullopt,
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  absl::StatusOr<v1::WaitReadyResponse> WaitReady(
+      int64_t min_epoch = 0, std::optional<absl::Time> deadline = std::nullopt);
+
+  absl::StatusOr<v1::ExportStateResponse> ExportState(
+      const v1::ExportStateRequest& request,
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  absl::StatusOr<v1::GetStatusResponse> GetStatus(
+      std::optional<absl::Time> deadline = std::nullopt);
+
+  SegmentCache& segments() { return segments_; }
+
+  // True for the UNAVAILABLE that means nothing answers at the target.
+  static bool IsDaemonUnreachable(const absl::Status& status);
+
+  // "unix:/a/b" for "/a/b"; anything else unchanged.
+  static std::string NormalizeTarget(absl::string_view target);
+
+ private:
+  TrainerClient(TrainerClientOptions options, std::string target,
+                std::shared_ptr<grpc::Channel> channel);
+
+  void SetDeadline(grpc::ClientContext& context,
+                   std::optional<absl::Time> deadline) const;
+  // gRPC status -> absl::Status (same code), rewriting connection failures
+  // into the "no shardd daemon" message.
+  absl::Status Convert(const grpc::Status& status) const;
+
+  TrainerClientOptions options_;
+  std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Trainer::Stub> stub_;
+  SegmentCache segments_;
+};
+
+}  // namespace shardd::client
+
+#endif  // SHARDD_CLIENT_TRAINER_CLIENT_H_
