@@ -332,6 +332,10 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     comm_epoch_ = epoch;
     comm_failed_ = false;
     comm_error_.clear();
+    // A step in progress when the old epoch broke is abandoned: the trainer
+    // redoes it (after WaitReady) from its first ReduceGrad.
+    reduced_.clear();
+    accumulated_.clear();
     engine = engine_;
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);

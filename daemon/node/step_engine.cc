@@ -236,6 +236,12 @@ void StepEngine::SetCommunicators(
   absl::MutexLock lock(&mu_);
   shard_group_ = std::move(shard_group);
   replica_group_ = std::move(replica_group);
+  // A new epoch abandons the step in progress (its collectives may have
+  // failed half-way): the trainer redoes it, so partial reductions and
+  // accumulated micro-batches are dropped. Parameters only change in a
+  // completed Step, so gathered slots stay valid.
+  for (UnitState& st : units_) st.reduced = false;
+  for (auto& acc : accumulation_) acc.reset();
 }
 
 absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {

@@ -97,7 +97,9 @@ class StepEngine {
 
   // The communicators of a new epoch (shard group: size F, rank = shard
   // index; replica group: size W/F, rank = shard group). Gathered slots are
-  // kept (parameters do not change with the epoch).
+  // kept (parameters do not change with the epoch); a step in progress is
+  // abandoned (units no longer count as reduced, accumulations dropped), so
+  // the trainer can redo it.
   void SetCommunicators(std::shared_ptr<comm::Collective> shard_group,
                         std::shared_ptr<comm::Collective> replica_group);
 

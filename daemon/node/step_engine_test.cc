@@ -288,6 +288,19 @@ TEST_F(StepEngineSingleRankTest,
   }
 }
 
+TEST_F(StepEngineSingleRankTest, NewCommunicatorsAbandonTheStepInProgress) {
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  ASSERT_TRUE(engine_->ReduceGrad(1, absl::Seconds(1), true).ok());
+  engine_->SetCommunicators(nullptr, nullptr);  // The next epoch's (W = 1).
+  // The redo reduces unit 0 again; unit 1's accumulation is gone.
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
+  EXPECT_EQ(engine_->Step(1, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(engine_->ReduceGrad(1, absl::Seconds(1)).ok());
+  EXPECT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
+}
+
 TEST_F(StepEngineSingleRankTest, HoldsExactlyThePlannedBytes) {
   EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
 }
