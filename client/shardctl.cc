@@ -113,7 +113,7 @@ void PrintStatus(const v1::GetStatusResponse& s) {
     }
     std::printf("bytes sent in all: %s (%lld B)%s\n", Bytes(sent).c_str(),
                 static_cast<long long>(sent),
-                sent == 0 ? " (this daemon does not count bytes yet)" : "");
+                sent == 0 ? " (no collective has run yet)" : "");
   }
 }
 

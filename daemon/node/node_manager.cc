@@ -1090,6 +1090,14 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
       out->set_calls(c.calls);
       out->set_failures(c.failures);
       out->set_buffer_bytes(c.bytes);
+      // Ring algorithms on n ranks move (n-1)/n of the buffer each way for
+      // all-gather and reduce-scatter, twice that for all-reduce (what the
+      // Gloo backend runs); so FULL_SHARD shows 1.5x NO_SHARD's bytes.
+      const int64_t n = collective->size();
+      const int64_t factor = op == comm::OpKind::kAllReduce ? 2 : 1;
+      const int64_t wire = n > 1 ? c.bytes * factor * (n - 1) / n : 0;
+      out->set_bytes_sent(wire);
+      out->set_bytes_received(wire);
       out->set_seconds(absl::ToDoubleSeconds(c.busy));
     }
   }
