@@ -22,6 +22,11 @@
 // and rank 0 writes the final parameters, layer after layer, as raw
 // little-endian fp32 [weight, bias] (Mlp layout), for comparisons.
 //
+// A trainer that restarts against the same daemon re-attaches (RegisterModel
+// with the same model) and continues from the daemon's committed step.
+// --pause_after_step=N (tests) blocks after step N so that a test can
+// SIGKILL the trainer at a step boundary.
+//
 // Exit codes: 0 done; 1 a call failed (the message says which); 2 bad flags.
 
 #include <algorithm>
@@ -39,6 +44,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/example_model.h"
@@ -70,6 +76,10 @@ ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
           "how long to wait for recovery after an aborted step");
 ABSL_FLAG(std::string, params_out, "", "write the final parameters here");
+ABSL_FLAG(int64_t, pause_after_step, 0,
+          "tests: after committing this step, print \"paused after step N\" "
+          "and block (up to --ready_timeout_ms, then exit 1) so that a test "
+          "can kill the trainer between steps (0: never)");
 
 namespace shardd {
 namespace {
@@ -352,6 +362,15 @@ int Run() {
                 static_cast<long long>(committed), outcome->loss,
                 outcome->response.grad_norm());
     std::fflush(stdout);
+    if (committed == absl::GetFlag(FLAGS_pause_after_step)) {
+      std::printf("paused after step %lld\n",
+                  static_cast<long long>(committed));
+      std::fflush(stdout);
+      absl::Notification never;  // the test kills this process
+      never.WaitForNotificationWithTimeout(ready_timeout);
+      return Fail(absl::DeadlineExceededError(
+          "--pause_after_step: not killed within --ready_timeout_ms"));
+    }
   }
 
   const std::string params_out = absl::GetFlag(FLAGS_params_out);

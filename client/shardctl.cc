@@ -141,20 +141,7 @@ void PrintMemory(const v1::GetStatusResponse& s) {
   }
   const v1::MemoryBreakdown& p = s.memory().planned();
   const v1::MemoryBreakdown& h = s.memory().held();
-  // A daemon may report what it holds as a total only.
-  const bool total_only =
-      h.total_bytes() > 0 &&
-      h.parameter_shard_bytes() + h.low_precision_parameter_bytes() +
-              h.gradient_shard_bytes() + h.optimizer_state_bytes() +
-              h.gathered_parameter_bytes() + h.unsharded_gradient_bytes() ==
-          0;
   auto row = [&](const char* name, int64_t planned, int64_t held) {
-    const bool is_total = std::string(name) == "total";
-    if (total_only && !is_total) {
-      std::printf("%-28s %14lld %14s %12s\n", name,
-                  static_cast<long long>(planned), "-", Bytes(planned).c_str());
-      return;
-    }
     std::printf("%-28s %14lld %14lld %12s %s\n", name,
                 static_cast<long long>(planned), static_cast<long long>(held),
                 Bytes(held).c_str(), planned == held ? "" : "  <-- differs");
@@ -174,9 +161,6 @@ void PrintMemory(const v1::GetStatusResponse& s) {
   row("peak parameter memory", p.peak_parameter_bytes(),
       h.peak_parameter_bytes());
   // The ZeRO formula from the units: sum psi_i / F + max psi_i.
-  if (total_only) {
-    std::printf("(the daemon reports held memory as a total only)\n");
-  }
   const int f = std::max(1, s.topology().sharding_factor());
   int64_t sum = 0, max = 0;
   for (const v1::UnitMemory& u : s.memory().units()) {

@@ -435,9 +435,8 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
   if (engine_ == nullptr) return report;
   *report.mutable_planned() =
       ProtoConvert::MemoryToProto(engine_->planned_memory());
-  // The engine reports what it holds as one figure (every buffer it
-  // allocated); the split by category is the plan's.
-  report.mutable_held()->set_total_bytes(engine_->held_bytes());
+  // What the engine's buffers hold, per category.
+  *report.mutable_held() = ProtoConvert::MemoryToProto(engine_->held_memory());
   const EngineConfig& config = engine_->config();
   const int shard_index = client_->rank() % config.plan.sharding_factor();
   for (size_t u = 0; u < config.units.size(); ++u) {

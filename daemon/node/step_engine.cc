@@ -500,17 +500,36 @@ int64_t StepEngine::committed_step() const {
   return committed_step_;
 }
 
-int64_t StepEngine::held_bytes() const {
+core::MemoryBreakdown StepEngine::held_memory() const {
   absl::MutexLock lock(&mu_);
-  int64_t total = 0;
-  for (const auto* b : {&master_, &lowp_, &grad_, &state_, &grad_slot_}) {
-    if (*b) total += (*b)->size();
+  auto size = [](const std::unique_ptr<memory::ByteBuffer>& b) -> int64_t {
+    return b ? static_cast<int64_t>(b->size()) : 0;
+  };
+  core::MemoryBreakdown m;
+  m.parameter_shard_bytes = size(master_);
+  m.lowp_parameter_shard_bytes = size(lowp_);
+  m.gradient_shard_bytes = size(grad_);
+  m.optimizer_state_bytes = size(state_);
+  for (const auto& s : slots_) m.gathered_parameter_bytes += size(s);
+  m.unsharded_gradient_bytes = size(grad_slot_);
+  for (const auto& a : accumulation_) m.unsharded_gradient_bytes += size(a);
+  // The shard buffers are laid out unit after unit with the same element
+  // count, so each padded element costs the same bytes in all of them.
+  int64_t stored = 0, padding = 0;
+  for (const UnitState& st : units_) {
+    stored += st.shard_stored;
+    padding += st.shard_stored - st.shard_real;
   }
-  for (const auto& s : slots_) total += s->size();
-  for (const auto& a : accumulation_) {
-    if (a) total += a->size();
-  }
-  return total;
+  const int64_t shard_bytes = m.parameter_shard_bytes +
+                              m.lowp_parameter_shard_bytes +
+                              m.gradient_shard_bytes + m.optimizer_state_bytes;
+  m.shard_padding_bytes = stored > 0 ? shard_bytes / stored * padding : 0;
+  m.peak_parameter_bytes = m.parameter_shard_bytes +
+                           m.lowp_parameter_shard_bytes +
+                           m.gathered_parameter_bytes;
+  m.total_bytes = m.peak_parameter_bytes + m.gradient_shard_bytes +
+                  m.optimizer_state_bytes + m.unsharded_gradient_bytes;
+  return m;
 }
 
 absl::StatusOr<std::vector<float>> StepEngine::MasterShard(int unit) const {

@@ -132,9 +132,15 @@ class StepEngine {
                                   absl::Duration timeout);
 
   int64_t committed_step() const;
-  // What the plan says this rank holds, and what it actually holds.
+  // What the plan says this rank holds, and what it actually holds, per
+  // category, from the sizes of the buffers allocated for each (one per
+  // category; the gathered slots together). Accumulation buffers
+  // (ReduceGrad with accumulate_only) count as unsharded gradients, so held
+  // exceeds the plan there while micro-batches accumulate. padding_bytes is
+  // the shard padding inside the held shard buffers.
   core::MemoryBreakdown planned_memory() const { return planned_; }
-  int64_t held_bytes() const;
+  core::MemoryBreakdown held_memory() const;
+  int64_t held_bytes() const { return held_memory().total_bytes; }
   const EngineConfig& config() const { return config_; }
 
   // Read access to this rank's fp32 master shard of `unit` (tests, export).

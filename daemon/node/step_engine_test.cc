@@ -305,6 +305,43 @@ TEST_F(StepEngineSingleRankTest, HoldsExactlyThePlannedBytes) {
   EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
 }
 
+void ExpectHeldEqualsPlanned(const StepEngine& e) {
+  const core::MemoryBreakdown p = e.planned_memory();
+  const core::MemoryBreakdown h = e.held_memory();
+  EXPECT_EQ(h.parameter_shard_bytes, p.parameter_shard_bytes);
+  EXPECT_EQ(h.lowp_parameter_shard_bytes, p.lowp_parameter_shard_bytes);
+  EXPECT_EQ(h.gradient_shard_bytes, p.gradient_shard_bytes);
+  EXPECT_EQ(h.optimizer_state_bytes, p.optimizer_state_bytes);
+  EXPECT_EQ(h.gathered_parameter_bytes, p.gathered_parameter_bytes);
+  EXPECT_EQ(h.unsharded_gradient_bytes, p.unsharded_gradient_bytes);
+  EXPECT_EQ(h.shard_padding_bytes, p.shard_padding_bytes);
+  EXPECT_EQ(h.peak_parameter_bytes, p.peak_parameter_bytes);
+  EXPECT_EQ(h.total_bytes, p.total_bytes);
+}
+
+TEST_F(StepEngineSingleRankTest, HoldsThePlannedBytesPerCategory) {
+  ExpectHeldEqualsPlanned(*engine_);
+  // An accumulation buffer counts as unsharded gradient, then goes.
+  WriteGrad(*engine_, 0, 0.25f);
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1), true).ok());
+  EXPECT_GT(engine_->held_memory().unsharded_gradient_bytes,
+            engine_->planned_memory().unsharded_gradient_bytes);
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  ExpectHeldEqualsPlanned(*engine_);
+}
+
+TEST(StepEngineMemoryTest, HoldsThePlannedBytesPerCategoryWhenSharded) {
+  // Both ranks of W = F = 2: gathered slots and padded shards (no
+  // communicator is needed to allocate).
+  memory::HeapAllocator heap;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto engine = StepEngine::Create(Config(2, 2, rank, 1), Init, heap);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ExpectHeldEqualsPlanned(**engine);
+    EXPECT_GT((*engine)->held_memory().gathered_parameter_bytes, 0);
+  }
+}
+
 TEST(StepEngineCreateTest, RejectsARankOutsideThePlan) {
   memory::HeapAllocator heap;
   EXPECT_EQ(StepEngine::Create(Config(2, 2, 2, 1), Init, heap).status().code(),

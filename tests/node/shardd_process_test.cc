@@ -3,6 +3,9 @@
 // gRPC stubs over the daemons' Unix sockets, writes gradients into the
 // shared-memory gradient slots the daemons name, steps, and checks the
 // parameters against a single-process unsharded reference bit for bit.
+// Also: held memory equals the plan per category; malformed and oversize
+// requests (over --max_message_mb, before and after registration) get clear
+// statuses and leave GetStatus unchanged.
 //
 //   shardd_process_test COORDINATOR_BINARY SHARDD_BINARY
 
@@ -47,6 +50,9 @@ constexpr int kW = 2;
 constexpr int kSteps = 3;
 constexpr double kLr = 0.01;
 constexpr double kMaxGradNorm = 0.25;
+// The daemons' gRPC receive limit; the oversize requests send twice that.
+constexpr int kMaxMessageMb = 1;
+const std::string kOversize(2 * kMaxMessageMb * 1024 * 1024, '\0');
 
 // Unit 0: weight [3, 5] + bias [3] (18 elements); unit 1: weight [5]
 // (5 elements, padded to 6 over F = 2).
@@ -155,6 +161,13 @@ std::vector<std::vector<float>> Reference() {
   return params;
 }
 
+// The daemon's held memory, per category, equals the plan to the byte.
+void ExpectHeldEqualsPlanned(const pb::MemoryReport& m) {
+  EXPECT_GT(m.held().parameter_shard_bytes(), 0);
+  EXPECT_GT(m.held().optimizer_state_bytes(), 0);
+  EXPECT_EQ(m.held().DebugString(), m.planned().DebugString());
+}
+
 std::unique_ptr<grpc::ClientContext> Ctx(absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() +
@@ -214,7 +227,8 @@ class ShardProcessTest : public ::testing::Test {
            absl::StrCat("--identity=node-", r), absl::StrCat("--rank=", r),
            absl::StrCat("--shm_dir=", shm_dir_),
            absl::StrCat("--listen_unix=", sockets_[r]),
-           "--peer_listen=127.0.0.1:0", "--collective_timeout_ms=20000"},
+           "--peer_listen=127.0.0.1:0", "--collective_timeout_ms=20000",
+           absl::StrCat("--max_message_mb=", kMaxMessageMb)},
           absl::StrCat("shardd-", r));
       ASSERT_TRUE(d.ok()) << d.status();
       daemons_.push_back(std::move(*d));
@@ -244,6 +258,40 @@ class ShardProcessTest : public ::testing::Test {
     request.set_transport(pb::TRANSPORT_SHARED_MEMORY);
     return stubs_[r]->RegisterModel(Ctx(absl::Seconds(30)).get(), request,
                                     response);
+  }
+
+  pb::GetStatusResponse Status(int r) {
+    pb::GetStatusResponse status;
+    grpc::Status s = stubs_[r]->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                          pb::GetStatusRequest(), &status);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return status;
+  }
+
+  // A RegisterModel and a ReduceGrad whose inline bytes exceed the receive
+  // limit: RESOURCE_EXHAUSTED, and GetStatus is the same before and after.
+  void ExpectOversizeRejected(int r) {
+    const pb::GetStatusResponse before = Status(r);
+    pb::ModelSpec big = Model();
+    big.mutable_units(0)
+        ->mutable_tensors(0)
+        ->mutable_init()
+        ->mutable_values()
+        ->set_data(kOversize);
+    pb::RegisterModelResponse reg;
+    grpc::Status s = Register(r, &reg, big);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << s.error_message();
+    pb::ReduceGradRequest grad;
+    grad.set_unit(0);
+    grad.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+    grad.mutable_grad()->set_byte_length(kOversize.size());
+    grad.mutable_grad()->set_inline_data(kOversize);
+    pb::ReduceGradResponse rr;
+    s = stubs_[r]->ReduceGrad(Ctx(absl::Seconds(5)).get(), grad, &rr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << s.error_message();
+    EXPECT_EQ(Status(r).DebugString(), before.DebugString());
   }
 
   grpc::Status Gather(int r, int unit, pb::Pass pass,
@@ -366,6 +414,15 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
                                 pb::GetStatusRequest(), &status)
                     .ok());
     EXPECT_FALSE(status.registered());
+    // Oversize requests leave the unregistered daemon as it was, once its
+    // epoch is ready (GetStatus polled until then, with a deadline).
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!Status(0).ready() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(Status(0).ready());
+    ExpectOversizeRejected(0);
+    EXPECT_FALSE(Status(0).registered());
   }
 
   // Register on both ranks at once (RegisterModel waits for every rank).
@@ -385,8 +442,7 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
     EXPECT_FALSE(reg[r].reattached());
     EXPECT_EQ(reg[r].topology().world_size(), kW);
     EXPECT_EQ(reg[r].topology().sharding_factor(), kW);
-    EXPECT_EQ(reg[r].memory().held().total_bytes(),
-              reg[r].memory().planned().total_bytes());
+    ExpectHeldEqualsPlanned(reg[r].memory());
     EXPECT_GT(reg[r].memory().planned().total_bytes(), 0);
   }
   EXPECT_EQ(reg[0].model_fingerprint(), reg[1].model_fingerprint());
@@ -418,6 +474,7 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(absl::StrContains(s.error_message(), "grad.byte_length"))
         << s.error_message();
+    ExpectOversizeRejected(0);
     // A different model on a daemon that holds one.
     pb::RegisterModelResponse other;
     s = Register(0, &other, Model(0.5));
@@ -484,8 +541,7 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
     EXPECT_TRUE(status.ready());
     EXPECT_EQ(status.rank(), r);
     EXPECT_EQ(status.committed_step(), kSteps);
-    EXPECT_EQ(status.memory().held().total_bytes(),
-              status.memory().planned().total_bytes());
+    ExpectHeldEqualsPlanned(status.memory());
     EXPECT_EQ(status.gathered_units_size(), 0);
     int64_t all_gathers = 0;
     for (const pb::CollectiveStats& c : status.collectives()) {

@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # End to end: a coordinator, W shardd daemons and W example trainers as real
-# processes on 127.0.0.1 (CPU, Gloo), for W=2 F=2 FULL_SHARD and W=4 F=2
-# HYBRID_SHARD. Checks:
+# processes on 127.0.0.1 (CPU, Gloo), for W=2 F=2 FULL_SHARD, W=4 F=2
+# HYBRID_SHARD, W=4 F=1 NO_SHARD and W=4 F=4 SHARD_GRAD_OP. Checks:
 #   * every trainer finishes STEPS steps and prints "final loss";
 #   * the final parameters (gathered by the trainers, written by rank 0)
 #     equal the single-process ReferenceTrainer's on the union of the data
 #     within TOLERANCE (fp32; only summation orders differ: measured
 #     ~1e-7 after 10 steps);
 #   * a second identical run gives bit-identical parameters;
-#   * shardctl reads the live daemon (status shows the committed step).
+#   * shardctl reads the live daemon (status shows the committed step);
+#   * trainer crash and re-attach (W=2 FULL_SHARD): rank 0's trainer pauses
+#     after committing step KILL_AT (--pause_after_step), is SIGKILLed, and a
+#     new trainer process against the same daemon re-attaches (RegisterModel
+#     answers reattached with committed step KILL_AT) and trains to STEPS;
+#     the final parameters equal the reference's after STEPS steps. The kill
+#     is at a step boundary: a trainer killed in the middle of a step leaves
+#     gathered/reduced units in the daemon, which re-attach does not undo.
 # Every child is SIGKILLed on any exit path (trap).
 set -uo pipefail
 coordinator="$1"; shardd="$2"; trainer="$3"; compare="$4"; shardctl="$5"
 STEPS=10
+KILL_AT=4
 TOLERANCE=1e-5
 fail=0
 pids=()
@@ -27,9 +35,20 @@ expect() {  # expect DESCRIPTION CONDITION
   if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fail=1; fi
 }
 
-# run NAME W F STRATEGY: leaves $root/NAME/params.bin
+# wait_line FILE PATTERN SECONDS: waits for PATTERN in FILE (deadline)
+wait_line() {
+  local end=$((SECONDS + $3))
+  while ((SECONDS < end)); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# run NAME W F STRATEGY [crash]: leaves $root/NAME/params.bin. With "crash",
+# rank 0's trainer is SIGKILLed after step KILL_AT and started again.
 run() {
-  local name=$1 w=$2 f=$3 strategy=$4 d="$root/$1"
+  local name=$1 w=$2 f=$3 strategy=$4 crash=${5:-} d="$root/$1"
   mkdir -p "$d"
   "$coordinator" --listen=127.0.0.1:0 --world_size="$w" \
     --sharding_factor="$f" >"$d/coord.log" 2>&1 &
@@ -50,12 +69,33 @@ run() {
   local tps=()
   for r in $(seq 0 $((w - 1))); do
     for _ in $(seq 200); do [[ -S "$d/s$r.sock" ]] && break; sleep 0.05; done
+    local extra=()
+    [[ -n "$crash" && $r -eq 0 ]] && extra=(--pause_after_step=$KILL_AT)
     timeout 240 "$trainer" --socket="$d/s$r.sock" --strategy="$strategy" \
       --sharding_factor="$f" --world_size="$w" --rank="$r" --steps=$STEPS \
-      --params_out="$d/params.bin" --rpc_timeout_ms=60000 \
+      --params_out="$d/params.bin" --rpc_timeout_ms=60000 "${extra[@]}" \
       >"$d/t$r.log" 2>&1 &
     tps+=($!)
+    pids+=($!)
   done
+  if [[ -n "$crash" ]]; then
+    expect "$name: trainer 0 committed step $KILL_AT" \
+      "wait_line '$d/t0.log' '^paused after step $KILL_AT\$' 120" ||
+      cat "$d/t0.log"
+    # timeout(1) runs the trainer as its child: kill the trainer itself.
+    local tpid
+    tpid=$(pgrep -P "${tps[0]}" -x example_trainer)
+    expect "$name: found trainer 0's process" "[[ -n '$tpid' ]]"
+    [[ -n "$tpid" ]] && kill -9 "$tpid"
+    wait "${tps[0]}"
+    mv "$d/t0.log" "$d/t0_killed.log"
+    timeout 240 "$trainer" --socket="$d/s0.sock" --strategy="$strategy" \
+      --sharding_factor="$f" --world_size="$w" --rank=0 --steps=$STEPS \
+      --params_out="$d/params.bin" --rpc_timeout_ms=60000 \
+      >"$d/t0.log" 2>&1 &
+    tps[0]=$!
+    pids+=($!)
+  fi
   local rc=0
   for p in "${tps[@]}"; do wait "$p" || rc=1; done
   for r in $(seq 0 $((w - 1))); do
@@ -63,6 +103,14 @@ run() {
       "grep -q '^final loss .* steps $STEPS' '$d/t$r.log'" ||
       { cat "$d/t$r.log"; tail -5 "$d/d$r.log"; }
   done
+  if [[ -n "$crash" ]]; then
+    expect "$name: the new trainer re-attached at step $KILL_AT" \
+      "grep -q 'committed step $KILL_AT (re-attached)' '$d/t0.log'" ||
+      cat "$d/t0.log"
+    expect "$name: the new trainer ran steps $((KILL_AT + 1))..$STEPS only" \
+      "[[ \$(grep -c '^step ' '$d/t0.log') -eq $((STEPS - KILL_AT)) ]] &&
+       grep -q '^step $((KILL_AT + 1)) ' '$d/t0.log'"
+  fi
   local st
   st=$("$shardctl" --socket="$d/s0.sock" status 2>&1)
   expect "$name: shardctl status shows step $STEPS" \
@@ -81,7 +129,8 @@ check() {  # check NAME W
     "[[ $rc -eq 0 ]]"
 }
 
-for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD"; do
+for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD" \
+  "w4_noshard 4 1 NO_SHARD" "w4_gradop 4 4 SHARD_GRAD_OP"; do
   set -- $cfg
   run "$1_a" "$2" "$3" "$4"
   check "$1_a" "$2"
@@ -89,4 +138,6 @@ for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD"; do
   expect "$1: two runs are bit-identical" \
     "cmp -s '$root/$1_a/params.bin' '$root/$1_b/params.bin'"
 done
+run w2_crash 2 2 FULL_SHARD crash
+check w2_crash 2
 exit $fail
