@@ -28,9 +28,15 @@
 // pipe, microseconds). Bytes moved per step per rank is the difference of
 // the daemons' collective counters (bytes_sent, ring rule) over the
 // measured steps, divided by their number; the largest over the ranks is
-// reported. Peak parameter memory is the daemon's planned figure against
-// sum(psi_i)/F + K * max(psi_i) (fp32 psi from the units' numel; K = 2,
-// the example trainer's max_gathered_units).
+// reported; the columns give rank 0's calls and MB per collective kind.
+// Note: bytes_ratio_full_to_noshard is 1.5 only when every unit is gathered
+// again for backward (4 AG + 4 AG + 4 RS against 4 AR, ring rule); the
+// example trainer keeps the last units gathered from forward into backward
+// (K = 2), so FULL_SHARD runs 6 unit AllGathers per step (the seventh
+// AllGather call carries the clipping norms, a few bytes) and the measured
+// ratio is (6 + 4) / 8 = 1.25. Peak parameter memory is the daemon's planned
+// figure against sum(psi_i)/F + K * max(psi_i) (fp32 psi from the units' numel;
+// K = 2, the example trainer's max_gathered_units).
 //
 // In the FULL_SHARD cluster, after training, this process registers again on
 // every rank (re-attach, one thread and one TrainerClient per rank) and
