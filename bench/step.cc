@@ -1,0 +1,642 @@
+// bench/step: one training step of the example model on a local cluster of
+// W = 4 shardd daemons, per sharding configuration (F = 1 NO_SHARD,
+// F = 2 HYBRID_SHARD, F = 4 FULL_SHARD), plus the control-path overhead of a
+// Gather over the Unix socket and the gather bandwidth against memcpy.
+//
+// The model is fixed so that the figures can be set beside PyTorch runs of
+// the same model: 4 Linear layers of 2048 x 2048 with bias (widths
+// 2048,2048,2048,2048,2048, ReLU between layers, MSE loss), batch 64 per
+// rank, AdamW (lr 1e-2, weight decay 0, torch's betas/eps), global gradient
+// clipping at norm 1.0, fp32 parameters and gradients. The PyTorch
+// counterpart is
+//   model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(4)]) (ReLU
+//   between), FSDP(model, sharding_strategy=FULL_SHARD | HYBRID_SHARD |
+//   NO_SHARD, auto_wrap_policy wrapping each Linear as one unit,
+//   limit_all_gathers=True), torch.optim.AdamW(lr=1e-2, weight_decay=0),
+//   clip_grad_norm_(1.0), 64 samples of 2048 features per rank per step,
+//   torchrun --nproc_per_node=4 with the gloo backend on CPU,
+// timed as the median wall time per step after the same warm-up.
+//
+// How it runs: for each configuration it starts a coordinator and W shardd
+// processes (CPU backend, Unix sockets and shared memory in a fresh
+// directory under /tmp), then W //client:example_trainer processes (one per
+// rank; the ranks are not driven from this process). The trainers first run
+// the warm-up steps and exit; GetStatus is read on every daemon; a second
+// set of trainers re-attaches and runs the measured steps, and GetStatus is
+// read again. Step time is the median interval between consecutive "step N"
+// lines of rank 0 (observed here, so it includes the line's trip through a
+// pipe, microseconds). Bytes moved per step per rank is the difference of
+// the daemons' collective counters (bytes_sent, ring rule) over the
+// measured steps, divided by their number; the largest over the ranks is
+// reported; the columns give rank 0's calls and MB per collective kind.
+// Note: bytes_ratio_full_to_noshard is 1.5 only when every unit is gathered
+// again for backward (4 AG + 4 AG + 4 RS against 4 AR, ring rule); the
+// example trainer keeps the last units gathered from forward into backward
+// (K = 2), so FULL_SHARD runs 6 unit AllGathers per step (the seventh
+// AllGather call carries the clipping norms, a few bytes) and the measured
+// ratio is (6 + 4) / 8 = 1.25. Peak parameter memory is the daemon's planned
+// figure against sum(psi_i)/F + K * max(psi_i) (fp32 psi from the units' numel;
+// K = 2, the example trainer's max_gathered_units).
+//
+// In the FULL_SHARD cluster, after training, this process registers again on
+// every rank (re-attach, one thread and one TrainerClient per rank) and
+// measures:
+//   - Gather RPC latency for a unit that is already gathered (the daemon
+//     answers from its table: no collective), p50 and p99 over the calls
+//     of rank 0: the control-path overhead of the Unix-socket API;
+//   - gather bandwidth: fresh AllGathers of one unit (Gather then Release,
+//     all ranks), unit bytes / median Gather time, against memcpy of the
+//     same number of bytes in this process (buffers pre-faulted).
+//
+// --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps, 200
+// latency calls and 5 fresh gathers (the model is the same).
+//
+// Every child gets SIGKILL if this process dies (Subprocess sets
+// PR_SET_PDEATHSIG) and when its Subprocess object is destroyed, so no
+// child outlives any exit path; daemons are first asked to stop with
+// SIGTERM so that they free their shared memory.
+//
+// Run from the repository root (scripts/bench step [--quick]); the binaries
+// are taken from bazel-bin/ (--bin_dir=DIR to change).
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/bench_report.h"
+#include "client/example_model.h"
+#include "client/trainer_client.h"
+#include "shardd/v1/trainer.pb.h"
+#include "tests/coordinator/subprocess.h"
+
+namespace shardd::bench {
+namespace {
+
+using client::TrainerClient;
+using tests::Subprocess;
+
+constexpr int kWorld = 4;
+constexpr int kLayers = 4;
+constexpr int64_t kWidth = 2048;
+constexpr int64_t kBatchPerRank = 64;
+constexpr int kMaxGathered = 2;  // K
+constexpr double kLr = 1e-2;
+constexpr double kMaxGradNorm = 1.0;
+constexpr uint64_t kSeed = 1;
+
+struct Options {
+  bool quick = false;
+  std::string out;
+  std::string bin_dir = "bazel-bin";
+};
+
+struct Config {
+  std::string name;  // FULL_SHARD, ...
+  int f = 1;
+};
+
+struct ConfigResult {
+  Config config;
+  double step_ms_median = 0;
+  double step_ms_min = 0;
+  int64_t bytes_sent_per_step = 0;  // Largest over the ranks.
+  int64_t planned_peak_param = 0;
+  int64_t formula = 0;
+  int64_t planned_total = 0;
+  // Rank 0's collective calls per step.
+  double all_gathers = 0, reduce_scatters = 0, all_reduces = 0;
+  double ag_mb = 0, rs_mb = 0, ar_mb = 0;  // Rank 0's MB sent per step.
+};
+
+struct GatherResult {
+  double rpc_p50_us = 0;
+  double rpc_p99_us = 0;
+  int rpc_calls = 0;
+  double gather_gbps = 0;
+  double memcpy_gbps = 0;
+  int64_t unit_bytes = 0;
+  int fresh_gathers = 0;
+  int64_t allgathers_run = 0;  // Rank 0's counter over the fresh loop.
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Starts `binary` with `args`, its stderr appended to `log` (stdout is read
+// through the Subprocess pipe).
+absl::StatusOr<std::unique_ptr<Subprocess>> Start(
+    const std::string& binary, const std::vector<std::string>& args,
+    const std::string& log, const std::string& name) {
+  std::vector<std::string> argv = {
+      "/bin/sh", "-c", absl::StrCat("exec \"$0\" \"$@\" 2>>'", log, "'"),
+      binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Subprocess::Spawn(std::move(argv), name);
+}
+
+std::string WidthsFlag() {
+  std::string widths = absl::StrCat(kWidth);
+  for (int l = 0; l < kLayers; ++l) absl::StrAppend(&widths, ",", kWidth);
+  return absl::StrCat("--widths=", widths);
+}
+
+absl::StatusOr<client::ExampleModel> Model(const Config& config) {
+  client::ExampleModelOptions options;
+  options.widths.assign(kLayers + 1, kWidth);
+  options.init_seed = kSeed;
+  options.strategy =
+      config.name == "FULL_SHARD"     ? v1::SHARDING_STRATEGY_FULL_SHARD
+      : config.name == "HYBRID_SHARD" ? v1::SHARDING_STRATEGY_HYBRID_SHARD
+                                      : v1::SHARDING_STRATEGY_NO_SHARD;
+  options.sharding_factor = config.f;
+  options.adamw.lr = kLr;
+  options.adamw.weight_decay = 0.0;
+  options.max_grad_norm = kMaxGradNorm;
+  options.max_gathered_units = kMaxGathered;
+  return client::ExampleModel::Create(options);
+}
+
+// A coordinator and W daemons in a fresh directory. Destruction stops them
+// (SIGTERM, then SIGKILL through Subprocess) and removes the directory.
+class Cluster {
+ public:
+  ~Cluster() { Stop(); }
+
+  absl::Status Start(const Options& options, const Config& config) {
+    config_ = config;
+    bin_ = options.bin_dir;
+    char dir_template[] = "/tmp/shardd-step.XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) {
+      return absl::InternalError("mkdtemp failed");
+    }
+    dir_ = dir_template;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = bench::Start(
+        bin_ + "/daemon/coordinator/coordinator",
+        {"--listen=127.0.0.1:0", absl::StrCat("--world_size=", kWorld),
+         absl::StrCat("--sharding_factor=", config.f)},
+        dir_ + "/coordinator.log", "coordinator");
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    absl::StatusOr<std::string> line =
+        coordinator_->WaitForLine("listening on", deadline);
+    if (!line.ok()) return line.status();
+    // "coordinator listening on 127.0.0.1:PORT (...)"
+    std::vector<std::string> words = absl::StrSplit(*line, ' ');
+    if (words.size() < 4) return absl::InternalError(*line);
+    const std::string address = words[3];
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<std::unique_ptr<Subprocess>> daemon = bench::Start(
+          bin_ + "/daemon/node/shardd",
+          {absl::StrCat("--coordinator=", address),
+           absl::StrCat("--identity=node-", r), absl::StrCat("--rank=", r),
+           absl::StrCat("--listen_unix=", Socket(r)),
+           absl::StrCat("--shm_dir=", dir_), "--device=cpu"},
+          absl::StrCat(dir_, "/shardd-", r, ".log"),
+          absl::StrCat("shardd-", r));
+      if (!daemon.ok()) return daemon.status();
+      daemons_.push_back(std::move(*daemon));
+    }
+    for (auto& daemon : daemons_) {
+      absl::StatusOr<std::string> up =
+          daemon->WaitForLine("listening on", deadline);
+      if (!up.ok()) return up.status();
+    }
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<std::unique_ptr<TrainerClient>> c =
+          TrainerClient::Create({.target = Socket(r)});
+      if (!c.ok()) return c.status();
+      clients_.push_back(std::move(*c));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Socket(int r) const {
+    return absl::StrCat(dir_, "/shardd-", r, ".sock");
+  }
+  TrainerClient& client(int r) { return *clients_[r]; }
+
+  // Runs W example trainers until committed step `steps`; returns the times
+  // at which rank 0 printed each "step N" line.
+  absl::StatusOr<std::vector<absl::Time>> Train(int64_t steps) {
+    std::vector<std::unique_ptr<Subprocess>> trainers;
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
+          bin_ + "/client/example_trainer",
+          {absl::StrCat("--socket=", Socket(r)),
+           absl::StrCat("--world_size=", kWorld), absl::StrCat("--rank=", r),
+           WidthsFlag(), absl::StrCat("--batch_per_rank=", kBatchPerRank),
+           absl::StrCat("--steps=", steps),
+           absl::StrCat("--strategy=", config_.name),
+           absl::StrCat("--sharding_factor=", config_.f),
+           absl::StrCat("--lr=", kLr), "--weight_decay=0",
+           absl::StrCat("--max_grad_norm=", kMaxGradNorm),
+           absl::StrCat("--max_gathered_units=", kMaxGathered),
+           absl::StrCat("--seed=", kSeed)},
+          absl::StrCat(dir_, "/trainer-", r, ".log"),
+          absl::StrCat("trainer-", r));
+      if (!t.ok()) return t.status();
+      trainers.push_back(std::move(*t));
+    }
+    const absl::Time deadline = absl::Now() + absl::Minutes(10);
+    std::vector<absl::Time> times;
+    for (;;) {
+      absl::StatusOr<std::string> line = trainers[0]->ReadLine(deadline);
+      if (absl::IsOutOfRange(line.status())) break;
+      if (!line.ok()) return line.status();
+      if (absl::StartsWith(*line, "step ")) {
+        if (absl::StrContains(*line, "aborted")) {
+          return absl::AbortedError(absl::StrCat("trainer-0: ", *line));
+        }
+        times.push_back(absl::Now());
+      }
+    }
+    for (int r = 0; r < kWorld; ++r) {
+      while (trainers[r]->ReadLine(deadline).ok()) {
+      }
+      absl::StatusOr<int> code = trainers[r]->Wait(deadline);
+      if (!code.ok()) return code.status();
+      if (*code != 0) {
+        return absl::InternalError(absl::StrCat("trainer-", r, " exited with ",
+                                                *code, " (log in ", dir_, ")"));
+      }
+    }
+    return times;
+  }
+
+  // bytes_sent over all collectives, per rank, and rank 0's calls per kind.
+  struct Counters {
+    std::vector<int64_t> sent;
+    int64_t calls[6] = {0, 0, 0, 0, 0, 0};  // By v1::CollectiveKind.
+    int64_t sent0[6] = {0, 0, 0, 0, 0, 0};  // Rank 0's bytes_sent by kind.
+  };
+  absl::StatusOr<Counters> ReadCounters() {
+    Counters counters;
+    for (int r = 0; r < kWorld; ++r) {
+      absl::StatusOr<v1::GetStatusResponse> s = clients_[r]->GetStatus();
+      if (!s.ok()) return s.status();
+      int64_t total = 0;
+      for (const v1::CollectiveStats& c : s->collectives()) {
+        total += c.bytes_sent();
+        if (r == 0 && c.kind() >= 0 && c.kind() < 6) {
+          counters.calls[c.kind()] += c.calls();
+          counters.sent0[c.kind()] += c.bytes_sent();
+        }
+      }
+      counters.sent.push_back(total);
+    }
+    return counters;
+  }
+
+  void Stop() {
+    clients_.clear();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (auto& d : daemons_) d->Signal(SIGTERM);
+    for (auto& d : daemons_) (void)d->Wait(deadline);
+    daemons_.clear();  // SIGKILL to any still running.
+    if (coordinator_ != nullptr) {
+      coordinator_->Signal(SIGTERM);
+      (void)coordinator_->Wait(absl::Now() + absl::Seconds(5));
+      coordinator_.reset();
+    }
+    if (!dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
+      dir_.clear();
+    }
+  }
+
+ private:
+  Config config_;
+  std::string bin_;
+  std::string dir_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> daemons_;
+  std::vector<std::unique_ptr<TrainerClient>> clients_;
+};
+
+absl::StatusOr<int64_t> AllGatherCalls(TrainerClient& client) {
+  absl::StatusOr<v1::GetStatusResponse> s = client.GetStatus();
+  if (!s.ok()) return s.status();
+  int64_t calls = 0;
+  for (const v1::CollectiveStats& c : s->collectives()) {
+    if (c.kind() == v1::COLLECTIVE_KIND_ALL_GATHER) calls += c.calls();
+  }
+  return calls;
+}
+
+absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
+                                           const Config& config, int calls,
+                                           int fresh) {
+  absl::StatusOr<client::ExampleModel> model = Model(config);
+  if (!model.ok()) return model.status();
+  const v1::RegisterModelRequest request = model->RegisterRequest();
+  std::vector<absl::Status> statuses(kWorld);
+  std::vector<std::vector<double>> rpc_us(kWorld), fresh_s(kWorld);
+  int64_t ag_before = 0, ag_after = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      TrainerClient& c = cluster.client(r);
+      auto deadline = [] { return absl::Now() + absl::Seconds(60); };
+      absl::StatusOr<v1::RegisterModelResponse> reg =
+          c.RegisterModel(request, absl::Now() + absl::Minutes(2));
+      if (!reg.ok()) {
+        statuses[r] = reg.status();
+        return;
+      }
+      // Control path: unit 0 gathered once, then gathered again (cached).
+      absl::StatusOr<client::GatheredUnit> g =
+          c.Gather(0, v1::PASS_FORWARD, {}, deadline());
+      if (!g.ok()) {
+        statuses[r] = g.status();
+        return;
+      }
+      // Only rank 0 measures (the others would compete for the 2 cores);
+      // they wait in their first fresh Gather below until rank 0 arrives.
+      for (int i = 0; r == 0 && i < calls; ++i) {
+        const absl::Time t0 = absl::Now();
+        g = c.Gather(0, v1::PASS_FORWARD, {}, deadline());
+        const absl::Time t1 = absl::Now();
+        if (!g.ok()) {
+          statuses[r] = g.status();
+          return;
+        }
+        rpc_us[r].push_back(absl::ToDoubleMicroseconds(t1 - t0));
+      }
+      if (auto rel = c.Release(0, v1::PASS_FORWARD); !rel.ok()) {
+        statuses[r] = rel.status();
+        return;
+      }
+      // Data path: fresh AllGathers, cycling through the units so that no
+      // gathered buffer can be reused (the first one also lines the ranks
+      // up; it is not counted). The AllGather counter of rank 0 checks that
+      // each call ran a collective.
+      if (r == 0) {
+        absl::StatusOr<int64_t> before = AllGatherCalls(c);
+        if (!before.ok()) {
+          statuses[r] = before.status();
+          return;
+        }
+        ag_before = *before;
+      }
+      for (int i = 0; i <= fresh; ++i) {
+        const int unit = (i + 1) % kLayers;
+        const absl::Time t0 = absl::Now();
+        g = c.Gather(unit, v1::PASS_FORWARD, {}, deadline());
+        const absl::Time t1 = absl::Now();
+        if (!g.ok()) {
+          statuses[r] = g.status();
+          return;
+        }
+        if (i > 0) fresh_s[r].push_back(absl::ToDoubleSeconds(t1 - t0));
+        if (auto rel = c.Release(unit, v1::PASS_FORWARD); !rel.ok()) {
+          statuses[r] = rel.status();
+          return;
+        }
+      }
+      if (r == 0) {
+        absl::StatusOr<int64_t> after = AllGatherCalls(c);
+        if (!after.ok()) {
+          statuses[r] = after.status();
+          return;
+        }
+        ag_after = *after;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    if (!statuses[r].ok()) {
+      return absl::Status(
+          statuses[r].code(),
+          absl::StrCat("rank ", r, ": ", statuses[r].message()));
+    }
+  }
+  GatherResult result;
+  result.rpc_calls = calls;
+  result.rpc_p50_us = Percentile(rpc_us[0], 0.5);
+  result.rpc_p99_us = Percentile(rpc_us[0], 0.99);
+  result.fresh_gathers = fresh;
+  result.allgathers_run = ag_after - ag_before;
+  result.unit_bytes = (kWidth * kWidth + kWidth) * 4;
+  result.gather_gbps =
+      static_cast<double>(result.unit_bytes) / Median(fresh_s[0]) / 1e9;
+
+  // memcpy of the same bytes, pre-faulted buffers.
+  std::vector<char> src(result.unit_bytes, 1), dst(result.unit_bytes, 0);
+  std::vector<double> copy_s;
+  for (int i = 0; i < 20; ++i) {
+    const absl::Time t0 = absl::Now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    const absl::Time t1 = absl::Now();
+    copy_s.push_back(absl::ToDoubleSeconds(t1 - t0));
+    src[i] = dst[src.size() - 1 - i];  // Keep the copies observable.
+  }
+  result.memcpy_gbps =
+      static_cast<double>(result.unit_bytes) / Median(copy_s) / 1e9;
+  return result;
+}
+
+absl::StatusOr<ConfigResult> RunConfig(const Options& options,
+                                       const Config& config,
+                                       std::optional<GatherResult>* gather) {
+  const int warmup = options.quick ? 1 : 2;
+  const int measured = options.quick ? 4 : 10;
+  Cluster cluster;
+  if (absl::Status s = cluster.Start(options, config); !s.ok()) return s;
+  std::cerr << "step: " << config.name << " F=" << config.f << ": " << warmup
+            << " warm-up + " << measured << " measured steps\n";
+  absl::StatusOr<std::vector<absl::Time>> warm = cluster.Train(warmup);
+  if (!warm.ok()) return warm.status();
+  absl::StatusOr<Cluster::Counters> before = cluster.ReadCounters();
+  if (!before.ok()) return before.status();
+  absl::StatusOr<std::vector<absl::Time>> times =
+      cluster.Train(warmup + measured);
+  if (!times.ok()) return times.status();
+  absl::StatusOr<Cluster::Counters> after = cluster.ReadCounters();
+  if (!after.ok()) return after.status();
+  if (static_cast<int>(times->size()) != measured) {
+    return absl::InternalError(absl::StrCat("rank 0 printed ", times->size(),
+                                            " steps, expected ", measured));
+  }
+
+  ConfigResult result;
+  result.config = config;
+  std::vector<double> ms;
+  for (size_t i = 1; i < times->size(); ++i) {
+    ms.push_back(absl::ToDoubleMilliseconds((*times)[i] - (*times)[i - 1]));
+  }
+  result.step_ms_median = Median(ms);
+  result.step_ms_min = *std::min_element(ms.begin(), ms.end());
+  for (int r = 0; r < kWorld; ++r) {
+    result.bytes_sent_per_step =
+        std::max(result.bytes_sent_per_step,
+                 (after->sent[r] - before->sent[r]) / measured);
+  }
+  auto per_step = [&](v1::CollectiveKind kind) {
+    return static_cast<double>(after->calls[kind] - before->calls[kind]) /
+           measured;
+  };
+  auto mb_per_step = [&](v1::CollectiveKind kind) {
+    return static_cast<double>(after->sent0[kind] - before->sent0[kind]) /
+           measured / 1e6;
+  };
+  result.ag_mb = mb_per_step(v1::COLLECTIVE_KIND_ALL_GATHER);
+  result.rs_mb = mb_per_step(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+  result.ar_mb = mb_per_step(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  result.all_gathers = per_step(v1::COLLECTIVE_KIND_ALL_GATHER);
+  result.reduce_scatters = per_step(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+  result.all_reduces = per_step(v1::COLLECTIVE_KIND_ALL_REDUCE);
+
+  absl::StatusOr<v1::GetStatusResponse> status = cluster.client(0).GetStatus();
+  if (!status.ok()) return status.status();
+  int64_t sum = 0, max = 0;
+  for (const v1::UnitMemory& u : status->memory().units()) {
+    sum += u.numel() * 4;
+    max = std::max<int64_t>(max, u.numel() * 4);
+  }
+  result.formula = sum / config.f + kMaxGathered * max;
+  result.planned_peak_param = status->memory().planned().peak_parameter_bytes();
+  result.planned_total = status->memory().planned().total_bytes();
+
+  if (gather != nullptr) {
+    absl::StatusOr<GatherResult> g = MeasureGather(
+        cluster, config, options.quick ? 200 : 1000, options.quick ? 5 : 20);
+    if (!g.ok()) return g.status();
+    *gather = *g;
+  }
+  return result;
+}
+
+int Run(const Options& options) {
+  std::vector<Config> configs = {{"NO_SHARD", 1}};
+  if (!options.quick) configs.push_back({"HYBRID_SHARD", 2});
+  configs.push_back({"FULL_SHARD", kWorld});
+
+  BenchReport report("step");
+  std::optional<GatherResult> gather;
+  std::vector<ConfigResult> results;
+  for (const Config& config : configs) {
+    absl::StatusOr<ConfigResult> r =
+        RunConfig(options, config, config.f == kWorld ? &gather : nullptr);
+    if (!r.ok()) {
+      std::cerr << "step: " << config.name << ": " << r.status() << "\n";
+      return 1;
+    }
+    results.push_back(*r);
+    report.AddRow({{"what", std::string("step")},
+                   {"strategy", config.name},
+                   {"F", static_cast<double>(config.f)},
+                   {"step_ms_median", r->step_ms_median},
+                   {"step_ms_min", r->step_ms_min},
+                   {"MB_sent_per_step_rank", r->bytes_sent_per_step / 1e6},
+                   {"AG_per_step", r->all_gathers},
+                   {"RS_per_step", r->reduce_scatters},
+                   {"AR_per_step", r->all_reduces},
+                   {"AG_MB", r->ag_mb},
+                   {"RS_MB", r->rs_mb},
+                   {"AR_MB", r->ar_mb},
+                   {"peak_param_B", static_cast<double>(r->planned_peak_param)},
+                   {"formula_B", static_cast<double>(r->formula)},
+                   {"planned_total_MB", r->planned_total / 1e6}});
+  }
+  const ConfigResult* full = nullptr;
+  const ConfigResult* none = nullptr;
+  for (const ConfigResult& r : results) {
+    if (r.config.name == "FULL_SHARD") full = &r;
+    if (r.config.name == "NO_SHARD") none = &r;
+    if (r.config.name == "HYBRID_SHARD") {
+      report.SetFigure("step_ms_hybrid_shard_w4", r.step_ms_median);
+    }
+  }
+  report.SetFigure("step_ms_full_shard_w4", full->step_ms_median);
+  report.SetFigure("step_ms_no_shard_w4", none->step_ms_median);
+  report.SetFigure("bytes_ratio_full_to_noshard",
+                   static_cast<double>(full->bytes_sent_per_step) /
+                       static_cast<double>(none->bytes_sent_per_step));
+  report.SetFigure(
+      "peak_param_bytes_minus_formula",
+      static_cast<double>(full->planned_peak_param - full->formula));
+  if (gather.has_value()) {
+    report.AddRow({{"what", std::string("gather_rpc_cached")},
+                   {"strategy", std::string("FULL_SHARD")},
+                   {"F", static_cast<double>(kWorld)},
+                   {"calls", static_cast<double>(gather->rpc_calls)},
+                   {"p50_us", gather->rpc_p50_us},
+                   {"p99_us", gather->rpc_p99_us}});
+    report.AddRow(
+        {{"what", std::string("gather_fresh_vs_memcpy")},
+         {"strategy", std::string("FULL_SHARD")},
+         {"F", static_cast<double>(kWorld)},
+         {"calls", static_cast<double>(gather->fresh_gathers)},
+         {"allgathers_run", static_cast<double>(gather->allgathers_run)},
+         {"unit_MB", gather->unit_bytes / 1e6},
+         {"gather_GBps", gather->gather_gbps},
+         {"memcpy_GBps", gather->memcpy_gbps}});
+    report.SetFigure("gather_rpc_p50_us", gather->rpc_p50_us);
+    report.SetFigure("gather_rpc_p99_us", gather->rpc_p99_us);
+    report.SetFigure("gather_bw_to_memcpy_ratio",
+                     gather->gather_gbps / gather->memcpy_gbps);
+  }
+  std::cout << report.Table() << std::flush;
+  if (!options.out.empty()) {
+    if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
+      std::cerr << "step: " << status << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardd::bench
+
+int main(int argc, char** argv) {
+  shardd::bench::Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      options.quick = true;
+    } else if (absl::StartsWith(arg, "--out=")) {
+      options.out = arg.substr(6);
+    } else if (absl::StartsWith(arg, "--bin_dir=")) {
+      options.bin_dir = arg.substr(10);
+    } else {
+      std::cerr << "usage: " << argv[0]
+                << " [--quick] [--out=PATH] [--bin_dir=DIR]\n";
+      return 2;
+    }
+  }
+  return shardd::bench::Run(options);
+}
