@@ -27,6 +27,16 @@
 namespace shardd::node {
 namespace {
 
+// The unit field of Gather, Release and ReduceGrad (trainer.proto:
+// INVALID_ARGUMENT for a unit out of range).
+absl::Status CheckUnitIndex(int unit, int units) {
+  if (unit < 0 || unit >= units) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit: ", unit, " is out of range (the model has ", units, " units)"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsCollectiveFailure(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsAborted(s) || absl::IsCancelled(s) || absl::IsInternal(s) ||
@@ -669,10 +679,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   if (!engine.ok()) return engine.status();
   const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (unit < 0 || unit >= units) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit: ", unit, " is out of range (the model has ", units, " units)"));
-  }
+  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   for (int i = 0; i < request.prefetch_size(); ++i) {
     if (request.prefetch(i) < 0 || request.prefetch(i) >= units) {
       return absl::InvalidArgumentError(
@@ -722,10 +729,7 @@ absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
   if (!engine.ok()) return engine.status();
   const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (unit < 0 || unit >= units) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit: ", unit, " is out of range (the model has ", units, " units)"));
-  }
+  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   v1::ReleaseResponse response;
   absl::MutexLock lock(&mu_);
   if (held_.count(unit) == 0) {
@@ -745,10 +749,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   if (!engine.ok()) return engine.status();
   const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (unit < 0 || unit >= units) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit: ", unit, " is out of range (the model has ", units, " units)"));
-  }
+  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     if (reduced_.count(unit) > 0) {
