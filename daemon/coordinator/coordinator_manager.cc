@@ -45,7 +45,8 @@ CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
       clock_(std::move(clock)),
       prober_(std::move(prober)),
       started_(clock_->Now()),
-      table_(std::move(table)) {
+      table_(std::move(table)),
+      votes_(options.membership.world_size) {
   std::random_device seed;
   token_salt_ = (static_cast<uint64_t>(seed()) << 32) ^ seed();
 }
@@ -66,7 +67,12 @@ void CoordinatorManager::Changed(int64_t epoch_before,
        i < static_cast<int64_t>(log.size()); ++i) {
     LogDecision(log[i]);
   }
-  if (table_.epoch() != epoch_before) rendezvous_.AdvanceEpoch(table_.epoch());
+  if (table_.epoch() != epoch_before) {
+    rendezvous_.AdvanceEpoch(table_.epoch());
+    // Ballots of the old epoch can never complete; their waiters see the
+    // epoch change and return ABORTED.
+    votes_.DropBefore(table_.epoch());
+  }
   if (fresh > 0 || table_.epoch() != epoch_before) ++version_;
 }
 
@@ -146,6 +152,67 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
       reporter, lease_token, epoch, suspect, detail, probe, clock_->Now());
   Changed(before, logged);
   return out;
+}
+
+absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
+    int64_t epoch, int64_t step, const CommitVote& vote,
+    const std::string& lease_token, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) {
+    return absl::UnavailableError("the coordinator is shutting down");
+  }
+  if (!table_.IsLiveMember(vote.rank, lease_token)) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", vote.rank, " is not a live member with this lease_token"));
+  }
+  if (epoch != table_.epoch()) {
+    return absl::AbortedError(
+        absl::StrCat("epoch ", epoch, " is not the current epoch ",
+                     table_.epoch(), ": the step cannot commit"));
+  }
+  if (std::optional<CommitDecision> d = votes_.Decision(epoch, step)) {
+    return *d;
+  }
+  if (!table_.ready()) {
+    return absl::AbortedError(
+        absl::StrCat("epoch ", epoch, " is not ready: the step cannot commit"));
+  }
+  if (absl::Status s = votes_.Vote(epoch, step, table_.committed_step(), vote);
+      !s.ok()) {
+    return s;
+  }
+  if (std::optional<CommitDecision> d = votes_.Decision(epoch, step)) {
+    // This vote completed the ballot: apply the decision once.
+    const int64_t logged = table_.decisions_total();
+    if (d->commit) {
+      table_.CommitStep(step);
+    } else {
+      table_.NoteCommitRejected(step, d->dissenting, d->reason, clock_->Now());
+    }
+    Changed(epoch, logged);
+    ++version_;
+    return *d;
+  }
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || table_.epoch() != epoch ||
+           votes_.Decision(epoch, step).has_value();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (std::optional<CommitDecision> d = votes_.Decision(epoch, step)) {
+    return *d;
+  }
+  if (shutdown_) {
+    return absl::UnavailableError("the coordinator is shutting down");
+  }
+  if (table_.epoch() != epoch) {
+    return absl::AbortedError(absl::StrCat(
+        "epoch changed from ", epoch, " to ", table_.epoch(),
+        " before every member voted on step ", step, ": not committed"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "commit vote on step ", step, ": ", votes_.votes(epoch, step), " of ",
+      table_.options().world_size,
+      " members voted before the deadline; do not apply the step"));
 }
 
 absl::Time CoordinatorManager::Tick() {

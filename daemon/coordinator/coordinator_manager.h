@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_store.h"
 
@@ -90,6 +91,18 @@ class CoordinatorManager {
                                               int64_t epoch, int suspect,
                                               const std::string& detail);
 
+  // The commit vote (Coordinator.ShouldCommit): records `vote` for (epoch,
+  // step) and blocks until every member of the epoch has voted, then returns
+  // the decision (the same for all). NOT_FOUND unless the voter is a live
+  // member with this token; ABORTED when `epoch` is not the current epoch,
+  // the epoch is not ready, or it changes while waiting; the table's
+  // INVALID_ARGUMENT / FAILED_PRECONDITION for a bad step;
+  // DEADLINE_EXCEEDED at `deadline`; UNAVAILABLE after Shutdown().
+  absl::StatusOr<CommitDecision> ShouldCommit(int64_t epoch, int64_t step,
+                                              const CommitVote& vote,
+                                              const std::string& lease_token,
+                                              absl::Time deadline);
+
   // Expires leases due by now; returns when the next one is due. The
   // coordinator's lease thread calls it; tests call it with a fake clock.
   absl::Time Tick();
@@ -130,6 +143,7 @@ class CoordinatorManager {
 
   mutable absl::Mutex mu_;
   MembershipTable table_ ABSL_GUARDED_BY(mu_);
+  CommitVoteTable votes_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t decisions_logged_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t token_counter_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -53,9 +54,115 @@ class CoordinatorManagerTest : public ::testing::Test {
     return *out;
   }
 
+  // All four ranks joined and READY in the last epoch; their tokens.
+  std::vector<std::string> ReadyCluster() {
+    std::vector<JoinOutcome> joined;
+    for (int r = 0; r < 4; ++r) joined.push_back(JoinRank(r));
+    const int64_t epoch = joined.back().epoch;
+    std::vector<std::string> tokens;
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(manager_
+                      ->Heartbeat(r, joined[r].lease_token, epoch, 0,
+                                  MemberPhase::kReady)
+                      .ok());
+      tokens.push_back(joined[r].lease_token);
+    }
+    EXPECT_TRUE(manager_->Snapshot().ready);
+    return tokens;
+  }
+
   FakeClock* clock_ = nullptr;
   std::unique_ptr<CoordinatorManager> manager_;
 };
+
+TEST_F(CoordinatorManagerTest, CommitVoteReturnsTheSameDecisionToAll) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  std::vector<absl::StatusOr<CommitDecision>> out(4, absl::UnknownError(""));
+  std::vector<std::thread> voters;
+  for (int r = 0; r < 4; ++r) {
+    voters.emplace_back([&, r] {
+      out[r] =
+          manager_->ShouldCommit(epoch, 1, CommitVote{r, true, "", 42},
+                                 tokens[r], absl::Now() + absl::Seconds(30));
+    });
+  }
+  for (std::thread& t : voters) t.join();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(out[r].ok()) << out[r].status();
+    EXPECT_TRUE(out[r]->commit);
+    EXPECT_EQ(out[r]->step, 1);
+  }
+  EXPECT_EQ(manager_->Snapshot().committed_step, 1);
+  // A retried call gets the recorded decision; the next step must be 2.
+  absl::StatusOr<CommitDecision> again = manager_->ShouldCommit(
+      epoch, 1, CommitVote{0, true, "", 42}, tokens[0], absl::Now());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->commit);
+  EXPECT_EQ(manager_
+                ->ShouldCommit(epoch, 3, CommitVote{0, true, "", 42}, tokens[0],
+                               absl::Now())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorManagerTest, CommitVoteIsAbortedWhenAMemberDiesWaiting) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  absl::StatusOr<CommitDecision> out = absl::UnknownError("");
+  std::thread voter([&] {
+    out = manager_->ShouldCommit(epoch, 1, CommitVote{0, true, "", 1},
+                                 tokens[0], absl::Now() + absl::Seconds(30));
+  });
+  // Ranks 1..3 never vote; rank 3's lease runs out (the others renew).
+  for (int i = 0; i < 4; ++i) {
+    clock_->Advance(absl::Milliseconds(500));
+    for (int r = 0; r < 3; ++r) {
+      (void)manager_->Heartbeat(r, tokens[r], epoch, 0, MemberPhase::kReady);
+    }
+    manager_->Tick();
+  }
+  voter.join();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted) << out.status();
+  EXPECT_EQ(manager_->Snapshot().committed_step, 0);
+}
+
+TEST_F(CoordinatorManagerTest, CommitVoteRejectsStaleEpochAndStrangers) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  EXPECT_EQ(manager_
+                ->ShouldCommit(epoch - 1, 1, CommitVote{0, true, "", 1},
+                               tokens[0], absl::Now())
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(manager_
+                ->ShouldCommit(epoch, 1, CommitVote{0, true, "", 1}, "forged",
+                               absl::Now())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  // Nothing was recorded: a full ballot still decides.
+  EXPECT_EQ(manager_->Snapshot().committed_step, 0);
+}
+
+TEST_F(CoordinatorManagerTest, ReportWithoutSuspectStartsEpochRemovingNobody) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  absl::StatusOr<ReportOutcome> out =
+      manager_->ReportFailure(1, tokens[1], epoch, -1, "trainer restarted");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->removed.empty());
+  EXPECT_EQ(out->epoch, epoch + 1);
+  int live = 0;
+  for (const SlotRecord& s : manager_->Snapshot().slots) live += s.live();
+  EXPECT_EQ(live, 4);
+}
 
 TEST_F(CoordinatorManagerTest, LeaseTokensAreDistinctAndStoreFollowsEpoch) {
   Make();

@@ -58,6 +58,8 @@ pb::DecisionKind ToProto(DecisionKind kind) {
       return pb::DECISION_KIND_UNRECOVERABLE;
     case DecisionKind::kJoinTimeout:
       return pb::DECISION_KIND_JOIN_TIMEOUT;
+    case DecisionKind::kCommitRejected:
+      return pb::DECISION_KIND_COMMIT_REJECTED;
   }
   return pb::DECISION_KIND_UNSPECIFIED;
 }
@@ -249,14 +251,21 @@ grpc::Status CoordinatorService::ReportFailure(
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ShouldCommit(grpc::ServerContext*,
-                                              const pb::ShouldCommitRequest*,
-                                              pb::ShouldCommitResponse*) {
-  // The commit vote belongs to step commit and recovery, which build on the
-  // node daemon; until then no daemon can call it.
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "ShouldCommit: the commit vote is not served by this "
-                      "coordinator version yet");
+grpc::Status CoordinatorService::ShouldCommit(
+    grpc::ServerContext* context, const pb::ShouldCommitRequest* request,
+    pb::ShouldCommitResponse* response) {
+  absl::StatusOr<CommitDecision> d = manager_->ShouldCommit(
+      request->epoch(), request->step(),
+      CommitVote{request->rank(), request->vote(), request->reason(),
+                 request->step_fingerprint()},
+      request->lease_token(), Deadline(context, max_rendezvous_wait_));
+  if (!d.ok()) return rpc::ToGrpc(d.status());
+  response->set_commit(d->commit);
+  response->set_epoch(d->epoch);
+  response->set_step(d->step);
+  response->set_reason(d->reason);
+  for (int r : d->dissenting) response->add_dissenting_ranks(r);
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::RendezvousSet(

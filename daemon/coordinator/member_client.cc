@@ -390,6 +390,48 @@ absl::StatusOr<pb::ReportFailureResponse> MemberClient::ReportFailure(
   return response;
 }
 
+absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
+    int64_t epoch, int64_t step, bool vote, absl::string_view reason,
+    uint64_t step_fingerprint, absl::Time deadline) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    pb::ShouldCommitRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_rank(rank_);
+      request.set_lease_token(lease_token_);
+    }
+    request.set_epoch(epoch);
+    request.set_step(step);
+    request.set_vote(vote);
+    request.set_reason(std::string(reason));
+    request.set_step_fingerprint(step_fingerprint);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    if (!Register(&context)) {
+      return absl::CancelledError("the member client is stopping");
+    }
+    pb::ShouldCommitResponse response;
+    const grpc::Status status =
+        stub_->ShouldCommit(&context, request, &response);
+    Unregister(&context);
+    if (status.ok()) {
+      NoteContact();
+      return response;
+    }
+    const absl::Status s = rpc::FromGrpc(status);
+    // The coordinator is restarting: the vote is asked again (a restarted
+    // coordinator starts a new epoch, so the answer will be ABORTED).
+    if (!absl::IsUnavailable(s) || absl::Now() + backoff >= deadline) {
+      return s;
+    }
+    if (SleepUntil(absl::Now() + backoff)) {
+      return absl::CancelledError("the member client is stopping");
+    }
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
 absl::Status MemberClient::Leave(absl::string_view reason) {
   absl::MutexLock session(&session_mu_);
   pb::LeaveRequest request;

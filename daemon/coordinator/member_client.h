@@ -171,6 +171,15 @@ class MemberClient {
       int suspect, shardd::v1::FailureKind kind, absl::string_view detail,
       int64_t epoch = -1);
 
+  // The commit vote on `step` of `epoch` (Coordinator.ShouldCommit), with
+  // this member's vote and step fingerprint. Blocks until every member has
+  // voted or `deadline`. UNAVAILABLE (coordinator restarting) is retried
+  // until the deadline; the coordinator's ABORTED, NOT_FOUND,
+  // FAILED_PRECONDITION and DEADLINE_EXCEEDED are returned as they are.
+  absl::StatusOr<shardd::v1::ShouldCommitResponse> ShouldCommit(
+      int64_t epoch, int64_t step, bool vote, absl::string_view reason,
+      uint64_t step_fingerprint, absl::Time deadline);
+
   // Leaves gracefully and stops heartbeating (the threads keep running
   // until destruction, the watch keeps the view current).
   absl::Status Leave(absl::string_view reason);

@@ -44,6 +44,8 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "RECOVERY_PLANNED";
     case DecisionKind::kFailureReportDismissed:
       return "FAILURE_REPORT_DISMISSED";
+    case DecisionKind::kCommitRejected:
+      return "COMMIT_REJECTED";
     case DecisionKind::kUnrecoverable:
       return "UNRECOVERABLE";
     case DecisionKind::kJoinTimeout:
@@ -388,10 +390,10 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
     int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
     absl::string_view detail, ProbeResult probe, absl::Time now) {
   const int w = options_.world_size;
-  if (suspect < 0 || suspect >= w || suspect == reporter) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("suspect_rank must be in [0, ", w,
-                     ") and differ from the reporter, got ", suspect));
+  if (suspect < -1 || suspect >= w || suspect == reporter) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "suspect_rank must be in [0, ", w,
+        ") and differ from the reporter, or -1 (unknown), got ", suspect));
   }
   if (reporter < 0 || reporter >= w || !slots_[reporter].live() ||
       slots_[reporter].lease_token != lease_token) {
@@ -406,6 +408,21 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
   if (epoch > epoch_) {
     return absl::FailedPreconditionError(
         absl::StrCat("epoch ", epoch, " has not begun (current ", epoch_, ")"));
+  }
+  if (suspect == -1) {
+    // The reporter's communicators broke without a known culprit (a
+    // restarted trainer left its collectives unmatched, a peer reset the
+    // connection): nobody is removed, a dead peer's lease expires on its
+    // own, and everyone gets fresh communicators.
+    const std::string why = absl::StrCat(
+        "rank ", reporter, " reported its communicators broken (no suspect) [",
+        detail, "]");
+    Log(now, DecisionKind::kFailureReportDismissed, {reporter}, why);
+    StartEpoch(now, 0, why);
+    ReportOutcome out;
+    out.epoch = epoch_;
+    out.decision = why;
+    return out;
   }
   const Accusation report{reporter, suspect, now};
   const ReportDecision d = DecideReport(now, report, Liveness(), accusations_,
@@ -435,6 +452,23 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
   out.epoch = epoch_;
   out.decision = full;
   return out;
+}
+
+bool MembershipTable::IsLiveMember(int rank,
+                                   absl::string_view lease_token) const {
+  return rank >= 0 && rank < options_.world_size && slots_[rank].live() &&
+         slots_[rank].lease_token == lease_token;
+}
+
+void MembershipTable::CommitStep(int64_t step) {
+  committed_step_ = std::max(committed_step_, step);
+}
+
+void MembershipTable::NoteCommitRejected(int64_t step, std::vector<int> ranks,
+                                         const std::string& reason,
+                                         absl::Time now) {
+  Log(now, DecisionKind::kCommitRejected, std::move(ranks),
+      absl::StrCat("step ", step, ": ", reason));
 }
 
 }  // namespace shardd::coordinator

@@ -37,6 +37,7 @@ enum class DecisionKind {
   kFailureReportDismissed,
   kUnrecoverable,
   kJoinTimeout,
+  kCommitRejected,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -173,6 +174,16 @@ class MembershipTable {
   absl::StatusOr<ReportOutcome> ReportFailure(
       int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
       absl::string_view detail, ProbeResult probe, absl::Time now);
+
+  // True when `rank` is held by a live member with this lease token.
+  bool IsLiveMember(int rank, absl::string_view lease_token) const;
+
+  // The commit vote decided step `step` (invariant 1): the cluster's
+  // committed step becomes at least `step`.
+  void CommitStep(int64_t step);
+  // The commit vote rejected step `step`; logged with the dissenting ranks.
+  void NoteCommitRejected(int64_t step, std::vector<int> ranks,
+                          const std::string& reason, absl::Time now);
 
   int64_t epoch() const { return epoch_; }
   bool ready() const;
