@@ -319,8 +319,9 @@ int Run() {
       TrainerClient::Create(client_options);
   if (!client.ok()) return Usage(client.status());
 
+  const v1::RegisterModelRequest register_request = model->RegisterRequest();
   absl::StatusOr<v1::RegisterModelResponse> registered =
-      (*client)->RegisterModel(model->RegisterRequest());
+      (*client)->RegisterModel(register_request);
   if (!registered.ok()) return Fail(registered.status());
   int rank = absl::GetFlag(FLAGS_rank);
   int world_size = absl::GetFlag(FLAGS_world_size);
@@ -339,9 +340,42 @@ int Run() {
   int64_t committed = registered->committed_step();
   double last_loss = 0.0;
   int aborted = 0;
+  // The local daemon died (a sidecar restarts it, or a replacement takes
+  // its slot at the same socket): register again until it answers; its
+  // state comes from a replica, so training continues from its step.
+  const auto reattach = [&](const absl::Status& why) -> absl::Status {
+    std::printf("daemon unavailable (%s); re-attaching\n",
+                std::string(why.message()).c_str());
+    std::fflush(stdout);
+    const absl::Time deadline = absl::Now() + ready_timeout;
+    absl::Duration backoff = absl::Milliseconds(50);
+    while (true) {
+      absl::StatusOr<v1::RegisterModelResponse> again =
+          (*client)->RegisterModel(register_request, deadline);
+      if (again.ok()) {
+        std::printf("re-attached: epoch %lld, committed step %lld\n",
+                    static_cast<long long>(again->epoch()),
+                    static_cast<long long>(again->committed_step()));
+        std::fflush(stdout);
+        committed = again->committed_step();
+        return absl::OkStatus();
+      }
+      if (!absl::IsUnavailable(again.status()) || absl::Now() >= deadline) {
+        return again.status();
+      }
+      absl::SleepFor(backoff);  // Retry backoff, not synchronisation.
+      backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    }
+  };
   while (committed < steps) {
     const int64_t step = committed + 1;
     absl::StatusOr<StepOutcome> outcome = trainer.RunStep(step);
+    if (!outcome.ok() && absl::IsUnavailable(outcome.status())) {
+      ++aborted;
+      trainer.ReleaseAll();
+      if (absl::Status s = reattach(outcome.status()); !s.ok()) return Fail(s);
+      continue;
+    }
     if (!outcome.ok()) {
       if (!absl::IsAborted(outcome.status())) return Fail(outcome.status());
       ++aborted;
@@ -352,6 +386,10 @@ int Run() {
       trainer.ReleaseAll();
       absl::StatusOr<v1::WaitReadyResponse> ready =
           (*client)->WaitReady(0, absl::Now() + ready_timeout);
+      if (!ready.ok() && absl::IsUnavailable(ready.status())) {
+        if (absl::Status s = reattach(ready.status()); !s.ok()) return Fail(s);
+        continue;
+      }
       if (!ready.ok()) return Fail(ready.status());
       committed = ready->committed_step();
       continue;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <variant>
@@ -17,12 +18,15 @@
 #include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/coordinator/member_client.h"
+#include "daemon/core/crc32c.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/tensor_init.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/memory/shm_allocator.h"
 #include "daemon/node/proto_convert.h"
+#include "daemon/recovery/failpoint.h"
+#include "daemon/recovery/shard_stream.h"
 
 namespace shardd::node {
 namespace {
@@ -45,21 +49,33 @@ bool IsCollectiveFailure(const absl::Status& s) {
 
 v1::DType ToProtoDType(core::DType d) { return static_cast<v1::DType>(d); }
 
-// CRC-32C (Castagnoli), bitwise table.
 uint32_t Crc32c(uint32_t crc, const uint8_t* data, size_t n) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0x82F63B78u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i)
-    crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return core::Crc32cExtend(crc, data, n);
+}
+
+v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind) {
+  switch (kind) {
+    case StepEngine::StateKind::kParameters:
+      return v1::SHARD_SECTION_KIND_PARAMETERS;
+    case StepEngine::StateKind::kExpAvg:
+      return v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG;
+    case StepEngine::StateKind::kExpAvgSq:
+      return v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG_SQ;
+    case StepEngine::StateKind::kMomentum:
+      return v1::SHARD_SECTION_KIND_SGD_MOMENTUM;
+  }
+  return v1::SHARD_SECTION_KIND_UNSPECIFIED;
+}
+
+// The learning rate and model fingerprint of a step, which every rank's
+// vote must agree on.
+uint64_t StepFingerprint(uint64_t model_fingerprint, double lr) {
+  uint64_t bits = 0;
+  static_assert(sizeof(bits) == sizeof(lr));
+  std::memcpy(&bits, &lr, sizeof(lr));
+  uint64_t h = model_fingerprint ^ 0x9E3779B97F4A7C15ull;
+  h ^= bits + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h;
 }
 
 absl::Status ErrnoStatus(int err, absl::string_view what) {
@@ -212,6 +228,12 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     return absl::InvalidArgumentError("identity: required");
   }
   std::unique_ptr<NodeManager> m(new NodeManager(options));
+  if (!options.commit_log_path.empty()) {
+    absl::StatusOr<std::unique_ptr<recovery::CommitLog>> log =
+        recovery::CommitLog::Open(options.commit_log_path);
+    if (!log.ok()) return log.status();
+    m->commit_log_ = std::move(*log);
+  }
   m->allocator_ = std::make_unique<memory::ShmAllocator>(options.shm_dir,
                                                          options.shm_prefix);
   coordinator::MemberClientOptions mo;
@@ -292,6 +314,39 @@ void NodeManager::EpochLoop() {
                                  ": communicators: ", built.ToString());
       continue;
     }
+    const v1::JoinResponse joined = client_->join_response();
+    bool needs_copy = false;
+    bool unrecoverable = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (engine_ == nullptr && !recovery_done_ && joined.has_recovery()) {
+        needs_copy =
+            joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE;
+        unrecoverable =
+            joined.recovery().phase() == v1::RECOVERY_PHASE_UNRECOVERABLE;
+      }
+    }
+    if (unrecoverable) {
+      // No live replica holds this shard: steps stay stopped (the
+      // coordinator logged why) rather than run on fresh parameters.
+      absl::MutexLock lock(&mu_);
+      recovery_error_ = absl::StrCat(
+          "shard ", joined.recovery().shard_index(),
+          " has no live replica: it cannot be rebuilt from replicas");
+      continue;
+    }
+    if (needs_copy) {
+      absl::Status copied = RecoverFromReplicas(view->epoch, joined.recovery());
+      if (!copied.ok()) {
+        absl::MutexLock lock(&mu_);
+        recovery_error_ = copied.ToString();
+        std::fprintf(stderr, "shardd: recovery in epoch %lld failed: %s\n",
+                     static_cast<long long>(view->epoch),
+                     copied.ToString().c_str());
+        continue;
+      }
+      SHARDD_FAILPOINT("recovery.before_ready");
+    }
     int64_t step = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -346,6 +401,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     // redoes it (after WaitReady) from its first ReduceGrad.
     reduced_.clear();
     accumulated_.clear();
+    ops_in_step_ = 0;
     engine = engine_;
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
@@ -353,8 +409,11 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
 }
 
 bool NodeManager::ReadyLocked() const {
-  return comm_epoch_ > 0 && !comm_failed_ &&
-         client_->view().epoch == comm_epoch_;
+  // The coordinator's readiness too: a replacement may still be copying
+  // its shard, and collectives with it would wait for nothing.
+  const coordinator::MembershipView view = client_->view();
+  return comm_epoch_ > 0 && !comm_failed_ && view.epoch == comm_epoch_ &&
+         view.ready;
 }
 
 absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
@@ -395,29 +454,63 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
                                             absl::Status status) {
   if (!IsCollectiveFailure(status)) return status;
   int64_t epoch = 0;
-  int world = 0;
   {
     absl::MutexLock lock(&mu_);
-    comm_failed_ = true;
-    comm_error_ = std::string(status.message());
     epoch = comm_epoch_;
-    world = world_size_;
-    if (shard_group_ != nullptr) shard_group_->Abort(status.message());
-    if (replica_group_ != nullptr) replica_group_->Abort(status.message());
   }
-  if ((absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) &&
-      world == 2) {
-    // With two ranks the peer is known: the other one.
-    const int suspect = 1 - client_->rank();
-    (void)client_->ReportFailure(suspect,
-                                 absl::IsDeadlineExceeded(status)
-                                     ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
-                                     : v1::FAILURE_KIND_COLLECTIVE_FAILED,
-                                 status.message(), epoch);
-  }
+  AbandonEpoch(absl::StrCat(what, ": ", status.message()),
+               absl::IsDeadlineExceeded(status)
+                   ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
+                   : v1::FAILURE_KIND_COLLECTIVE_FAILED);
   return absl::AbortedError(absl::StrCat(
       what, " failed in epoch ", epoch, ": ", status.ToString(),
       "; wait for the next ready epoch (WaitReady) and redo the step"));
+}
+
+void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind) {
+  int64_t epoch = 0;
+  int world = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool already = comm_failed_;
+    comm_failed_ = true;
+    if (!already) comm_error_ = std::string(why);
+    epoch = comm_epoch_;
+    world = world_size_;
+    if (shard_group_ != nullptr) shard_group_->Abort(why);
+    if (replica_group_ != nullptr) replica_group_->Abort(why);
+  }
+  // With two ranks the culprit is known: the other one. Otherwise the
+  // coordinator starts a new epoch without removing anyone; a dead peer's
+  // lease runs out on its own.
+  const int suspect = world == 2 ? 1 - client_->rank() : -1;
+  (void)client_->ReportFailure(suspect, kind, why, epoch);
+}
+
+void NodeManager::LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
+                            int64_t epoch) {
+  if (commit_log_ == nullptr) return;
+  std::shared_ptr<StepEngine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+  }
+  if (engine == nullptr) return;
+  uint32_t crc = 0;
+  for (const StepEngine::StateSection& section : engine->StateSections()) {
+    crc = Crc32c(crc, section.data, static_cast<size_t>(section.bytes));
+  }
+  const EngineConfig& config = engine->config();
+  recovery::CommitRecord record;
+  record.kind = kind;
+  record.step = step;
+  record.epoch = epoch;
+  record.rank = config.rank;
+  record.shard_index = config.rank % config.plan.sharding_factor();
+  record.shard_crc32c = crc;
+  if (absl::Status s = commit_log_->Append(record); !s.ok()) {
+    std::fprintf(stderr, "shardd: commit log: %s\n", s.ToString().c_str());
+  }
 }
 
 v1::Topology NodeManager::TopologyLocked() const {
@@ -536,6 +629,36 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
+    const core::ModelConfig& model, int world, int factor,
+    const ShardInitializer& init) {
+  absl::StatusOr<core::ShardPlan> plan = core::ShardPlan::Create(
+      world, model.config.strategy, model.config.sharding_factor);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(model, factor);
+  if (!layouts.ok()) return layouts.status();
+  OptimizerSpec optimizer;
+  if (const auto* a =
+          std::get_if<core::AdamWOptions>(&model.config.optimizer)) {
+    optimizer.kind = core::OptimizerKind::kAdamW;
+    optimizer.adamw = *a;
+  } else {
+    const auto& s = std::get<core::SgdOptions>(model.config.optimizer);
+    optimizer.kind = s.momentum != 0.0 ? core::OptimizerKind::kSgdMomentum
+                                       : core::OptimizerKind::kSgd;
+    optimizer.sgd = s;
+  }
+  EngineConfig config{.rank = client_->rank(),
+                      .plan = *plan,
+                      .units = *layouts,
+                      .reduce_dtype = core::ToMemoryOptions(model).reduce_dtype,
+                      .optimizer = optimizer,
+                      .max_grad_norm = model.config.max_grad_norm,
+                      .max_gathered_units = model.config.max_gathered_units};
+  return StepEngine::Create(std::move(config), init, *allocator_);
+}
+
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     const v1::RegisterModelRequest& request, absl::Time deadline) {
   if (request.transport() == v1::TRANSPORT_CUDA_IPC) {
@@ -563,6 +686,18 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
             "model differs from the one this daemon holds (held vs new): "
             "model.",
             same.message()));
+      }
+      // A new trainer process: what the old one held is released, and a
+      // step it left half-way (peers wait in collectives it will never
+      // issue) is abandoned with the epoch, so that every rank redoes it.
+      for (int u : held_) (void)engine_->Release(u);
+      held_.clear();
+      if (ops_in_step_ > 0) {
+        ops_in_step_ = 0;
+        mu_.Unlock();
+        AbandonEpoch("the trainer re-attached in the middle of a step",
+                     v1::FAILURE_KIND_PROCESS_EXITED);
+        mu_.Lock();
       }
       v1::RegisterModelResponse response;
       response.set_committed_step(engine_->committed_step());
@@ -612,25 +747,6 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   absl::StatusOr<std::vector<core::UnitLayout>> layouts =
       core::BuildLayouts(*model, factor);
   if (!layouts.ok()) return layouts.status();
-  OptimizerSpec optimizer;
-  if (const auto* a =
-          std::get_if<core::AdamWOptions>(&model->config.optimizer)) {
-    optimizer.kind = core::OptimizerKind::kAdamW;
-    optimizer.adamw = *a;
-  } else {
-    const auto& s = std::get<core::SgdOptions>(model->config.optimizer);
-    optimizer.kind = s.momentum != 0.0 ? core::OptimizerKind::kSgdMomentum
-                                       : core::OptimizerKind::kSgd;
-    optimizer.sgd = s;
-  }
-  EngineConfig config{
-      .rank = client_->rank(),
-      .plan = *plan,
-      .units = *layouts,
-      .reduce_dtype = core::ToMemoryOptions(*model).reduce_dtype,
-      .optimizer = optimizer,
-      .max_grad_norm = model->config.max_grad_norm,
-      .max_gathered_units = model->config.max_gathered_units};
   const core::ModelConfig& m = *model;
   const std::vector<core::UnitLayout>& ls = *layouts;
   absl::Status init_error;
@@ -648,7 +764,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     }
   };
   absl::StatusOr<std::unique_ptr<StepEngine>> created =
-      StepEngine::Create(std::move(config), init, *allocator_);
+      CreateEngine(*model, world, factor, init);
   if (!created.ok()) return created.status();
   if (!init_error.ok()) return init_error;
   std::shared_ptr<StepEngine> engine = std::move(*created);
@@ -662,6 +778,13 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   held_.clear();
   reduced_.clear();
   last_step_.reset();
+  ops_in_step_ = 0;
+  if (commit_log_ != nullptr) {
+    const int64_t epoch_now = comm_epoch_;
+    mu_.Unlock();
+    LogCommit(recovery::CommitRecord::Kind::kInit, 0, epoch_now);
+    mu_.Lock();
+  }
   v1::RegisterModelResponse response;
   response.set_committed_step(engine_->committed_step());
   response.set_epoch(comm_epoch_);
@@ -704,6 +827,10 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
                        comm_failed_ ? absl::StrCat(" (", comm_error_, ")") : "",
                        "; WaitReady, then redo the step"));
     }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++ops_in_step_;
   }
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
   if (!data.ok()) return OnCollectiveError("Gather", data.status());
@@ -844,6 +971,10 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
           "the daemon is not in a ready epoch; WaitReady, then redo the step");
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    ++ops_in_step_;
+  }
   absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
   if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
   absl::MutexLock lock(&mu_);
@@ -910,11 +1041,42 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
           "the daemon is not in a ready epoch; WaitReady, then redo the step");
     }
   }
+  int64_t epoch = 0;
+  uint64_t fingerprint = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    epoch = comm_epoch_;
+    fingerprint = fingerprint_;
+  }
+  // The commit vote (invariant 1): after the gradient collectives and the
+  // norm, before the optimizer. Every member gets the same answer, so
+  // either all apply the step or none does.
+  const auto vote = [&](const StepResult& prepared) -> absl::Status {
+    SHARDD_FAILPOINT("vote.before");
+    absl::StatusOr<v1::ShouldCommitResponse> decision =
+        client_->ShouldCommit(epoch, prepared.step, /*vote=*/true, "",
+                              StepFingerprint(fingerprint, lr),
+                              absl::Now() + options_.collective_timeout);
+    if (!decision.ok()) {
+      return absl::AbortedError(absl::StrCat("commit vote on step ",
+                                             prepared.step, ": ",
+                                             decision.status().ToString()));
+    }
+    if (!decision->commit()) {
+      return absl::AbortedError(
+          absl::StrCat("step ", prepared.step,
+                       " rejected by the commit vote: ", decision->reason()));
+    }
+    SHARDD_FAILPOINT("vote.after");
+    return absl::OkStatus();
+  };
   absl::StatusOr<StepResult> result =
-      (*engine)->Step(request.step(), OpTimeout(deadline));
+      (*engine)->Step(request.step(), OpTimeout(deadline), vote);
   if (!result.ok()) return OnCollectiveError("Step", result.status());
+  LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
   absl::MutexLock lock(&mu_);
   reduced_.clear();
+  ops_in_step_ = 0;
   v1::StepResponse response;
   response.set_committed_step(result->step);
   response.set_epoch(comm_epoch_);
@@ -1051,6 +1213,279 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   return response;
 }
 
+absl::Status NodeManager::ServeShard(
+    const v1::FetchShardRequest& request, absl::Time deadline,
+    const std::function<bool(const v1::FetchShardResponse&)>& send) {
+  if (request.max_chunk_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_chunk_bytes: must be >= 0, got ", request.max_chunk_bytes()));
+  }
+  if (request.shard_index() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index: must be >= 0, got ", request.shard_index()));
+  }
+  if (stop_.load()) return absl::UnavailableError("shutting down");
+  // A consistent snapshot: no trainer operation (a Step) runs while the
+  // shard streams. During recovery the epoch is not ready, so the wait is
+  // short; it is bounded by the deadline all the same.
+  while (!op_mu_.TryLock()) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          "FetchShard: a trainer operation held the daemon until the "
+          "deadline");
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  struct Unlock {
+    absl::Mutex* mu;
+    ~Unlock() { mu->Unlock(); }
+  } unlock{&op_mu_};
+  std::shared_ptr<StepEngine> engine;
+  v1::ShardHeader header;
+  {
+    absl::MutexLock lock(&mu_);
+    if (engine_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "this daemon holds no model: nothing to send");
+    }
+    engine = engine_;
+    const int f = engine->config().plan.sharding_factor();
+    const int rank = engine->config().rank;
+    if (rank % f != request.shard_index()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard_index: this daemon (rank ", rank, ") holds shard ", rank % f,
+          ", not ", request.shard_index(), ": the plan is stale"));
+    }
+    header.set_source_rank(rank);
+    header.set_shard_index(rank % f);
+    *header.mutable_model() = ProtoConvert::ModelToProto(*model_);
+    header.set_model_fingerprint(fingerprint_);
+  }
+  const int64_t epoch = client_->view().epoch;
+  if (request.epoch() != epoch) {
+    return absl::AbortedError(absl::StrCat(
+        "epoch: ", request.epoch(), " is not this daemon's epoch ", epoch));
+  }
+  const int64_t step = engine->committed_step();
+  if (request.step() != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step: the plan asks for step ", request.step(),
+        " but this daemon's committed step is ", step, ": the plan is stale"));
+  }
+  header.set_epoch(epoch);
+  header.set_step(step);
+  header.set_optimizer_step(step);
+  const EngineConfig& config = engine->config();
+  header.set_last_learning_rate(config.optimizer.kind ==
+                                        core::OptimizerKind::kAdamW
+                                    ? config.optimizer.adamw.lr
+                                    : config.optimizer.sgd.lr);
+  std::vector<recovery::SectionSource> sources;
+  for (const StepEngine::StateSection& section : engine->StateSections()) {
+    recovery::SectionSource source;
+    source.section.set_unit(section.unit);
+    source.section.set_kind(ToSectionKind(section.kind));
+    source.section.set_dtype(v1::DTYPE_FP32);
+    source.section.set_numel(section.numel);
+    source.section.set_byte_length(section.bytes);
+    source.data = section.data;
+    sources.push_back(std::move(source));
+  }
+  absl::StatusOr<recovery::ShardStreamWriter> writer =
+      recovery::ShardStreamWriter::Create(header, std::move(sources),
+                                          request.max_chunk_bytes(),
+                                          request.resume_from_byte());
+  if (!writer.ok()) return writer.status();
+  int64_t total = 0;
+  for (const StepEngine::StateSection& section : engine->StateSections()) {
+    total += section.bytes;
+  }
+  bool fired = false;
+  v1::FetchShardResponse message;
+  while (writer->Next(&message)) {
+    if (!send(message)) {
+      return absl::UnavailableError(
+          "FetchShard: the receiver closed the stream");
+    }
+    if (!fired && writer->bytes_sent() * 2 >= total) {
+      fired = true;
+      SHARDD_FAILPOINT("transfer.source.mid");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("FetchShard: deadline reached after ",
+                       writer->bytes_sent(), " of ", total, " bytes"));
+    }
+    if (client_->view().epoch != epoch) {
+      return absl::AbortedError(absl::StrCat(
+          "FetchShard: the epoch changed from ", epoch, " mid-stream"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
+                                              const v1::ShardTransfer& plan) {
+  {
+    absl::MutexLock lock(&mu_);
+    recovering_ = true;
+  }
+  const absl::Time started = absl::Now();
+  const absl::Time deadline = started + options_.recovery_timeout;
+  absl::Status last = absl::UnavailableError("no source in the plan");
+  int last_source = -1;
+  for (int source : plan.source_ranks()) {
+    last_source = source;
+    last = FetchFrom(epoch, plan, source, deadline);
+    if (last.ok() || absl::IsNotFound(last)) break;
+    std::fprintf(stderr,
+                 "shardd: shard copy from rank %d failed: %s; trying the "
+                 "next source\n",
+                 source, last.ToString().c_str());
+    if (client_->view().epoch != epoch || absl::Now() >= deadline) break;
+  }
+  absl::MutexLock lock(&mu_);
+  recovering_ = false;
+  if (absl::IsNotFound(last)) {
+    // The replicas hold no model yet: there is nothing to copy.
+    recovery_done_ = true;
+    return absl::OkStatus();
+  }
+  if (!last.ok()) {
+    if (client_->view().epoch == epoch && last_source >= 0) {
+      mu_.Unlock();
+      (void)client_->ReportFailure(
+          last_source, v1::FAILURE_KIND_TRANSFER_FAILED, last.message(), epoch);
+      mu_.Lock();
+    }
+    return last;
+  }
+  recovery_done_ = true;
+  recovery_error_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status NodeManager::FetchFrom(int64_t epoch,
+                                    const v1::ShardTransfer& plan, int source,
+                                    absl::Time deadline) {
+  if (!options_.fetch_shard || !options_.probe_peer) {
+    return absl::FailedPreconditionError(
+        "this daemon was started without a Peer client");
+  }
+  std::string address;
+  for (const v1::MemberInfo& m : client_->view().members) {
+    if (m.rank() == source) address = m.peer_address();
+  }
+  if (address.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("source rank ", source, " is not a live member"));
+  }
+  const absl::Time started = absl::Now();
+  absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
+      address, std::min(deadline, absl::Now() + absl::Seconds(2)));
+  if (!probe.ok()) return probe.status();
+  if (!probe->registered()) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", source, " holds no model yet: nothing to recover"));
+  }
+  int world = 0, factor = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    world = world_size_;
+    factor = sharding_factor_;
+  }
+  v1::FetchShardRequest request;
+  request.set_epoch(epoch);
+  request.set_requester_rank(client_->rank());
+  request.set_shard_index(plan.shard_index());
+  request.set_step(plan.step());
+  std::shared_ptr<StepEngine> engine;
+  std::vector<StepEngine::StateSection> mine;
+  std::optional<core::ModelConfig> model;
+  recovery::ShardStreamAssembler assembler(
+      [&](const v1::ShardHeader& header,
+          int index) -> absl::StatusOr<uint8_t*> {
+        if (engine == nullptr) {
+          absl::StatusOr<core::ModelConfig> m =
+              ProtoConvert::ModelFromProto(header.model());
+          if (!m.ok()) return m.status();
+          absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
+              *m, world, factor, [](int, int64_t, float* out, int64_t n) {
+                std::fill(out, out + n, 0.0f);
+              });
+          if (!created.ok()) return created.status();
+          engine = std::move(*created);
+          model = *std::move(m);
+          mine = engine->StateSections();
+          if (static_cast<int>(mine.size()) != header.sections_size()) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("the source sends ", header.sections_size(),
+                             " sections, this rank's shard has ", mine.size()));
+          }
+        }
+        const v1::ShardSection& theirs = header.sections(index);
+        const StepEngine::StateSection& ours = mine[index];
+        if (theirs.unit() != ours.unit ||
+            theirs.kind() != ToSectionKind(ours.kind) ||
+            theirs.byte_length() != ours.bytes) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "section ", index, " (unit ", theirs.unit(), ", ",
+              v1::ShardSectionKind_Name(theirs.kind()), ", ",
+              theirs.byte_length(), " bytes) does not match this rank's (unit ",
+              ours.unit, ", ", ours.bytes, " bytes)"));
+        }
+        return ours.data;
+      });
+  int64_t total = -1;
+  bool fired = false;
+  absl::Status streamed = options_.fetch_shard(
+      address, request, deadline,
+      [&](const v1::FetchShardResponse& message) -> absl::Status {
+        if (absl::Status s = assembler.Add(message); !s.ok()) return s;
+        if (message.has_header()) total = message.header().total_bytes();
+        if (!fired && total >= 0 && assembler.verified_bytes() * 2 >= total) {
+          fired = true;
+          SHARDD_FAILPOINT("transfer.target.mid");
+        }
+        return absl::OkStatus();
+      });
+  if (!streamed.ok()) return streamed;
+  if (absl::Status s = assembler.Finish(); !s.ok()) return s;
+  const v1::ShardHeader& header = assembler.header();
+  engine->InstallState(header.step());
+  const uint64_t fingerprint =
+      core::Fingerprint(*model, core::InitScope::kExclude);
+  if (fingerprint != header.model_fingerprint()) {
+    return absl::DataLossError(
+        absl::StrCat("the model in the stream has fingerprint ", fingerprint,
+                     " but the source announced ", header.model_fingerprint()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (shard_group_ != nullptr) {
+      engine->SetCommunicators(shard_group_, replica_group_);
+    }
+    engine_ = engine;
+    model_ = *model;
+    fingerprint_ = fingerprint;
+    held_.clear();
+    reduced_.clear();
+    last_step_.reset();
+    ops_in_step_ = 0;
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  std::printf(
+      "shardd rank %d recovered shard %d at step %lld from rank %d: %lld "
+      "bytes in %.3f s (%.1f MB/s)\n",
+      client_->rank(), plan.shard_index(),
+      static_cast<long long>(header.step()), source,
+      static_cast<long long>(header.total_bytes()), seconds,
+      seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0);
+  std::fflush(stdout);
+  LogCommit(recovery::CommitRecord::Kind::kRecovered, header.step(), epoch);
+  return absl::OkStatus();
+}
+
 v1::GetStatusResponse NodeManager::GetStatus() const {
   v1::GetStatusResponse status;
   const coordinator::MembershipView view = client_->view();
@@ -1059,11 +1494,15 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   status.set_epoch(comm_epoch_);
   const bool ready = ReadyLocked();
   status.set_ready(ready);
-  status.set_member_state(ready ? v1::MEMBER_STATE_READY
-                                : v1::MEMBER_STATE_JOINING);
+  status.set_member_state(ready         ? v1::MEMBER_STATE_READY
+                          : recovering_ ? v1::MEMBER_STATE_RECOVERING
+                                        : v1::MEMBER_STATE_JOINING);
   *status.mutable_topology() = TopologyLocked();
   status.set_device(v1::DEVICE_KIND_CPU);
-  status.set_recovery_phase(v1::RECOVERY_PHASE_COMPLETE);
+  status.set_recovery_phase(recovering_ ? v1::RECOVERY_PHASE_TRANSFERRING_STATE
+                            : (!recovery_error_.empty() && engine_ == nullptr)
+                                ? v1::RECOVERY_PHASE_UNRECOVERABLE
+                                : v1::RECOVERY_PHASE_COMPLETE);
   status.set_version("shardd v1 (CPU data plane)");
   status.set_registered(engine_ != nullptr);
   if (engine_ != nullptr) {
@@ -1112,6 +1551,7 @@ v1::ProbeResponse NodeManager::Probe() const {
   probe.set_epoch(comm_epoch_);
   probe.set_committed_step(engine_ != nullptr ? engine_->committed_step() : 0);
   probe.set_state(ReadyLocked() ? v1::MEMBER_STATE_READY
+                  : recovering_ ? v1::MEMBER_STATE_RECOVERING
                                 : v1::MEMBER_STATE_JOINING);
   probe.set_registered(engine_ != nullptr);
   probe.set_incarnation(client_->incarnation());

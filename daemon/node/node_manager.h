@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
 #include "daemon/node/step_engine.h"
+#include "daemon/recovery/commit_log.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
@@ -48,6 +50,29 @@ struct NodeOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration initial_join_timeout = absl::Seconds(30);
+
+  // Recovery (checkpoint-free): how a replacement reaches a replica's Peer
+  // service. Both are gRPC clients, injected so that the manager holds no
+  // gRPC code; shardd_main passes the real ones (shard_fetcher.h).
+  // fetch_shard streams FetchShard from `peer_address`, handing every
+  // message to `on_message` (whose error ends the stream).
+  std::function<absl::Status(
+      const std::string& peer_address, const v1::FetchShardRequest& request,
+      absl::Time deadline,
+      const std::function<absl::Status(const v1::FetchShardResponse&)>&
+          on_message)>
+      fetch_shard;
+  std::function<absl::StatusOr<v1::ProbeResponse>(
+      const std::string& peer_address, absl::Time deadline)>
+      probe_peer;
+  // How long a replacement keeps trying its sources before it gives up on
+  // this epoch (and tries again in the next).
+  absl::Duration recovery_timeout = absl::Seconds(120);
+
+  // Optional: a per-rank log of every commit (commit_log.h) that tests and
+  // the demo check for steps applied twice or skipped and replicas that
+  // disagree. Empty: none (it costs a CRC of the shard per step).
+  std::string commit_log_path;
 };
 
 // The state of one shardd daemon, without gRPC: membership (MemberClient),
@@ -88,6 +113,14 @@ class NodeManager {
       const v1::WaitReadyRequest& request, absl::Time deadline);
   absl::StatusOr<v1::ExportStateResponse> ExportState(
       const v1::ExportStateRequest& request, absl::Time deadline);
+  // Peer.FetchShard, source side: streams this rank's shard (parameters,
+  // optimizer state, step) to a replacement with the same shard index,
+  // calling `send` per message (false: the receiver went away). Status
+  // codes as peer.proto documents.
+  absl::Status ServeShard(
+      const v1::FetchShardRequest& request, absl::Time deadline,
+      const std::function<bool(const v1::FetchShardResponse&)>& send);
+
   v1::GetStatusResponse GetStatus() const;
   v1::ProbeResponse Probe() const;
 
@@ -114,6 +147,25 @@ class NodeManager {
   v1::DataRef MakeRef(const UnitData& data, int unit) const;
   absl::Status ExchangeModel(int64_t epoch, const core::ModelConfig& model,
                              absl::Time deadline);
+  // A StepEngine for `model` on this rank (layouts for F, optimizer, K).
+  absl::StatusOr<std::unique_ptr<StepEngine>> CreateEngine(
+      const core::ModelConfig& model, int world, int factor,
+      const ShardInitializer& init);
+  // A replacement's shard copy (JoinResponse.recovery): fetches parameters,
+  // optimizer state and step from the planned sources in order, builds the
+  // engine from the model in the stream and installs it. OK with nothing
+  // done when the cluster holds no model yet.
+  absl::Status RecoverFromReplicas(int64_t epoch,
+                                   const v1::ShardTransfer& plan);
+  absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
+                         int source, absl::Time deadline);
+  // The communicators of the epoch are dead: mark them failed, abort them
+  // and ask the coordinator for a new epoch (suspect -1: unknown culprit;
+  // a dead peer's lease expires on its own).
+  void AbandonEpoch(absl::string_view why, v1::FailureKind kind);
+  // Appends to the commit log, if configured (CRC of the current state).
+  void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
+                 int64_t epoch);
 
   const NodeOptions options_;
   std::unique_ptr<coordinator::MemberClient> client_;
@@ -141,6 +193,15 @@ class NodeManager {
   // Micro-batches accumulated without synchronisation, per unit.
   std::map<int, int> accumulated_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::StepResponse> last_step_ ABSL_GUARDED_BY(mu_);
+  // Gathers and reductions since the last committed step or epoch: a
+  // restarted trainer that re-attaches mid-step leaves its peers' matching
+  // collectives waiting, so the epoch is abandoned.
+  int64_t ops_in_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // A replacement copying its shard; what it has done so far.
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::string recovery_error_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<recovery::CommitLog> commit_log_;
 };
 
 }  // namespace shardd::node

@@ -11,8 +11,8 @@ namespace shardd::node {
 
 // The Peer gRPC service. It must listen before the daemon joins (the
 // coordinator needs its address), so the manager is attached afterwards;
-// until then Probe is UNAVAILABLE. FetchShard is UNIMPLEMENTED: shard
-// transfer comes with the recovery work.
+// until then Probe and FetchShard are UNAVAILABLE. FetchShard streams this
+// daemon's shard to a replacement (NodeManager::ServeShard).
 class PeerService final : public v1::Peer::Service {
  public:
   void Attach(NodeManager* manager) { manager_.store(manager); }

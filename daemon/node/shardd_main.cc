@@ -30,8 +30,10 @@
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
 #include "daemon/node/node_manager.h"
+#include "daemon/node/peer_client.h"
 #include "daemon/node/peer_service.h"
 #include "daemon/node/trainer_service.h"
+#include "daemon/recovery/failpoint.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -57,6 +59,14 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(int64_t, collective_timeout_ms, 30000,
           "deadline of every collective and of communicator set-up");
 ABSL_FLAG(int64_t, max_message_mb, 64, "largest gRPC message accepted");
+ABSL_FLAG(std::string, commit_log, "",
+          "append every commit (step, epoch, shard CRC-32C) to this file, for "
+          "tests and audits (costs a CRC of the shard per step)");
+ABSL_FLAG(std::string, failpoint, "",
+          "fail points to arm (tests), as SHARDD_FAILPOINT: "
+          "name:action[@N],...; the flag wins over the environment");
+ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
+          "how long a replacement tries its sources in one epoch");
 
 namespace shardd::node {
 namespace {
@@ -71,6 +81,15 @@ int Run() {
   if (coordinator.empty()) return Fail("--coordinator is required");
   if (absl::GetFlag(FLAGS_identity).empty()) {
     return Fail("--identity is required");
+  }
+  {
+    const std::string failpoint = absl::GetFlag(FLAGS_failpoint);
+    const absl::Status armed = failpoint.empty()
+                                   ? recovery::Failpoints::ConfigureFromEnv()
+                                   : recovery::Failpoints::Configure(failpoint);
+    if (!armed.ok()) {
+      return Fail(absl::StrCat("--failpoint: ", armed.message()));
+    }
   }
   absl::StatusOr<core::DeviceChoice> device =
       core::ResolveDevice(absl::GetFlag(FLAGS_device), memory::ProbeDevices());
@@ -133,6 +152,11 @@ int Run() {
   options.collective_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.connect_timeout = options.collective_timeout;
+  options.commit_log_path = absl::GetFlag(FLAGS_commit_log);
+  options.recovery_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
+  options.fetch_shard = &PeerClient::FetchShard;
+  options.probe_peer = &PeerClient::Probe;
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =
       NodeManager::Start(options);
   if (!manager.ok()) {

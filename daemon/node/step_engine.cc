@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
 namespace {
@@ -240,7 +241,60 @@ void StepEngine::SetCommunicators(
   // failed half-way): the trainer redoes it, so partial reductions and
   // accumulated micro-batches are dropped. Parameters only change in a
   // completed Step, so gathered slots stay valid.
-  for (UnitState& st : units_) st.reduced = false;
+  for (UnitState& st : units_) {
+    st.reduced = false;
+    // Cached gathers skip their collective, so every rank must agree on
+    // what is cached: ranks may have got different distances into the
+    // abandoned step, so the new epoch starts with nothing cached.
+    st.gathered_at_step = -1;
+  }
+  for (auto& acc : accumulation_) acc.reset();
+}
+
+std::vector<StepEngine::StateSection> StepEngine::StateSections() {
+  absl::MutexLock lock(&mu_);
+  std::vector<StateSection> out;
+  int64_t total_stored = 0;
+  for (const UnitState& st : units_) total_stored += st.shard_stored;
+  float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& st = units_[u];
+    const int64_t bytes = st.shard_stored * static_cast<int64_t>(sizeof(float));
+    auto add = [&](StateKind kind, float* p) {
+      out.push_back(StateSection{static_cast<int>(u), kind, st.shard_stored,
+                                 reinterpret_cast<uint8_t*>(p), bytes});
+    };
+    add(StateKind::kParameters, master(u));
+    switch (config_.optimizer.kind) {
+      case core::OptimizerKind::kAdamW:
+        add(StateKind::kExpAvg, state + st.shard_offset);
+        add(StateKind::kExpAvgSq, state + total_stored + st.shard_offset);
+        break;
+      case core::OptimizerKind::kSgdMomentum:
+        add(StateKind::kMomentum, state + st.shard_offset);
+        break;
+      case core::OptimizerKind::kSgd:
+        break;
+    }
+  }
+  return out;
+}
+
+void StepEngine::InstallState(int64_t committed_step) {
+  absl::MutexLock lock(&mu_);
+  committed_step_ = committed_step;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& st = units_[u];
+    if (lowp_units_) {
+      ToLowPrecision(master(u), lowp(u), config_.units[u].dtype(),
+                     st.shard_stored);
+    }
+    st.reduced = false;
+    st.held = false;
+    st.gathered_at_step = -1;
+  }
+  for (size_t i = 0; i < slot_unit_.size(); ++i) slot_unit_[i] = -1;
+  for (UnitState& st : units_) st.slot = -1;
   for (auto& acc : accumulation_) acc.reset();
 }
 
@@ -299,11 +353,11 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   st.slot = slot;
   st.gathered_at_step = -1;
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
-  absl::Status s =
-      shard_group_
-          ->AllGather(input, slots_[slot]->data(), StoredCounts(unit), dtype,
-                      comm::OpOptions{timeout})
-          ->Wait();
+  std::shared_ptr<comm::Work> work =
+      shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
+                              dtype, comm::OpOptions{timeout});
+  SHARDD_FAILPOINT("allgather.mid");
+  absl::Status s = work->Wait();
   if (!s.ok()) return s;
   st.gathered_at_step = committed_step_;
   st.held = true;
@@ -392,12 +446,11 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
           "no communicators yet: the daemon is not in a ready epoch");
     }
     // In place: this rank's block of the slot receives the average.
-    absl::Status s =
-        shard_group_
-            ->ReduceScatter(slot, slot + shard.offset * elem,
-                            StoredCounts(unit), rd, comm::ReduceOp::kAverage,
-                            comm::OpOptions{timeout})
-            ->Wait();
+    std::shared_ptr<comm::Work> work = shard_group_->ReduceScatter(
+        slot, slot + shard.offset * elem, StoredCounts(unit), rd,
+        comm::ReduceOp::kAverage, comm::OpOptions{timeout});
+    SHARDD_FAILPOINT("reducescatter.mid");
+    absl::Status s = work->Wait();
     if (!s.ok()) return s;
   }
   AccumulateInto(grad(unit), reduced, rd, st.shard_stored, /*first=*/true);
@@ -405,13 +458,14 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
-                                            absl::Duration timeout) {
+absl::StatusOr<StepResult> StepEngine::Step(
+    int64_t expected_step, absl::Duration timeout,
+    const std::function<absl::Status(const StepResult&)>& before_apply) {
   absl::MutexLock lock(&mu_);
   if (expected_step != committed_step_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "expected_step ", expected_step, " is not the next step (committed ",
-        committed_step_, ")"));
+        committed_step_.load(), ")"));
   }
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].reduced) {
@@ -436,6 +490,7 @@ absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
           grad(u), units_[u].shard_stored, DType::kFloat32,
           comm::ReduceOp::kAverage, options));
     }
+    SHARDD_FAILPOINT("allreduce.mid");
     if (absl::Status s = WaitAll(works); !s.ok()) return s;
   }
   // 2. The exact global norm: this shard group's partials, merged in rank
@@ -467,6 +522,13 @@ absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
   // 3. The optimizer on the local shards; nothing above changed parameters,
   // so a failure before this point leaves the step unapplied.
   const int64_t step = committed_step_ + 1;
+  if (before_apply) {
+    if (absl::Status s =
+            before_apply(StepResult{step, clip->total_norm, clip->scale});
+        !s.ok()) {
+      return s;
+    }
+  }
   float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
   int64_t total_stored = 0;
   for (const UnitState& st : units_) total_stored += st.shard_stored;
@@ -490,15 +552,13 @@ absl::StatusOr<StepResult> StepEngine::Step(int64_t expected_step,
     }
     if (!s.ok()) return s;
     st.reduced = false;
+    if (u + 1 == (units_.size() + 1) / 2) SHARDD_FAILPOINT("optimizer.mid");
   }
   committed_step_ = step;
   return StepResult{step, clip->total_norm, clip->scale};
 }
 
-int64_t StepEngine::committed_step() const {
-  absl::MutexLock lock(&mu_);
-  return committed_step_;
-}
+int64_t StepEngine::committed_step() const { return committed_step_.load(); }
 
 core::MemoryBreakdown StepEngine::held_memory() const {
   absl::MutexLock lock(&mu_);

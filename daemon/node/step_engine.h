@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_NODE_STEP_ENGINE_H_
 #define SHARDD_DAEMON_NODE_STEP_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -128,10 +129,39 @@ class StepEngine {
   // FAILED_PRECONDITION when expected_step is not committed_step() + 1 or a
   // unit has no gradient yet; the collectives' errors unchanged (the step
   // is then not applied: nothing of the optimizer has run).
-  absl::StatusOr<StepResult> Step(int64_t expected_step,
-                                  absl::Duration timeout);
+  //
+  // `before_apply`, when set, runs after the gradient collectives and the
+  // norm and before the optimizer touches anything (the commit vote): an
+  // error from it is returned and the step is not applied.
+  absl::StatusOr<StepResult> Step(
+      int64_t expected_step, absl::Duration timeout,
+      const std::function<absl::Status(const StepResult&)>& before_apply =
+          nullptr);
 
   int64_t committed_step() const;
+
+  // What a rank's durable state is made of: per unit (in order) its fp32
+  // master shard, then its optimizer state (AdamW: exp_avg, exp_avg_sq;
+  // SGD with momentum: the momentum buffer), each the shard's stored
+  // elements (padding included, always zero). With the committed step this
+  // is everything a replica or a checkpoint needs to rebuild the rank.
+  enum class StateKind { kParameters, kExpAvg, kExpAvgSq, kMomentum };
+  struct StateSection {
+    int unit = 0;
+    StateKind kind = StateKind::kParameters;
+    int64_t numel = 0;
+    uint8_t* data = nullptr;  // numel fp32 values in the engine's buffers.
+    int64_t bytes = 0;
+  };
+  // The sections in a fixed order (unit-major). The pointers stay valid for
+  // the engine's life; the caller serialises reading and writing them
+  // against Step (NodeManager's op lock).
+  std::vector<StateSection> StateSections();
+
+  // After the sections were overwritten with another rank's or a
+  // checkpoint's state at `committed_step`: adopts that step, refreshes the
+  // low-precision copies, forgets gathered slots and any step in progress.
+  void InstallState(int64_t committed_step);
   // What the plan says this rank holds, and what it actually holds, per
   // category, from the sizes of the buffers allocated for each (one per
   // category; the gathered slots together). Accumulation buffers
@@ -192,7 +222,9 @@ class StepEngine {
   std::optional<core::AdamW> adamw_;
   std::optional<core::Sgd> sgd_;
   std::optional<core::GradClipper> clipper_;
-  int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Written under mu_; read without it, so that status and probes never
+  // wait behind a collective or the commit vote.
+  std::atomic<int64_t> committed_step_{0};
   int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

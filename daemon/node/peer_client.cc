@@ -1,0 +1,65 @@
+#include "daemon/node/peer_client.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/rpc/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/peer.grpc.pb.h"
+
+namespace shardd::node {
+namespace {
+
+std::unique_ptr<v1::Peer::Stub> Connect(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return v1::Peer::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::Status Named(const std::string& address, absl::Status s) {
+  return absl::Status(s.code(),
+                      absl::StrCat("peer ", address, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status PeerClient::FetchShard(
+    const std::string& peer_address, const v1::FetchShardRequest& request,
+    absl::Time deadline,
+    const std::function<absl::Status(const v1::FetchShardResponse&)>&
+        on_message) {
+  std::unique_ptr<v1::Peer::Stub> stub = Connect(peer_address);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  std::unique_ptr<grpc::ClientReader<v1::FetchShardResponse>> reader =
+      stub->FetchShard(&context, request);
+  v1::FetchShardResponse message;
+  absl::Status mine = absl::OkStatus();
+  while (reader->Read(&message)) {
+    mine = on_message(message);
+    if (!mine.ok()) {
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!mine.ok()) return mine;
+  if (!status.ok()) return Named(peer_address, rpc::FromGrpc(status));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ProbeResponse> PeerClient::Probe(
+    const std::string& peer_address, absl::Time deadline) {
+  std::unique_ptr<v1::Peer::Stub> stub = Connect(peer_address);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::ProbeRequest request;
+  request.set_from_rank(-1);
+  v1::ProbeResponse response;
+  const grpc::Status status = stub->Probe(&context, request, &response);
+  if (!status.ok()) return Named(peer_address, rpc::FromGrpc(status));
+  return response;
+}
+
+}  // namespace shardd::node

@@ -1,0 +1,38 @@
+#ifndef SHARDD_DAEMON_NODE_PEER_CLIENT_H_
+#define SHARDD_DAEMON_NODE_PEER_CLIENT_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shardd/v1/peer.pb.h"
+
+namespace shardd::node {
+
+// The client side of the Peer service, as the plain functions NodeOptions
+// takes (fetch_shard, probe_peer), so that NodeManager holds no gRPC code.
+//
+// Each call opens its own channel to `peer_address` (recovery is rare and
+// the address changes with membership); the channel accepts messages of up
+// to 64 MiB (FetchShard chunks are at most 16 MiB). Thread-safe: no shared
+// state.
+class PeerClient {
+ public:
+  // Streams Peer.FetchShard, handing each message to `on_message`; an error
+  // from it cancels the stream and is returned. gRPC errors map to
+  // absl::Status with the peer's address in the message.
+  static absl::Status FetchShard(
+      const std::string& peer_address, const v1::FetchShardRequest& request,
+      absl::Time deadline,
+      const std::function<absl::Status(const v1::FetchShardResponse&)>&
+          on_message);
+
+  static absl::StatusOr<v1::ProbeResponse> Probe(
+      const std::string& peer_address, absl::Time deadline);
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_PEER_CLIENT_H_
