@@ -1,0 +1,91 @@
+#include "daemon/core/crc32c.h"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardd::core {
+namespace {
+
+// Bit at a time, straight from the definition.
+uint32_t ReferenceCrc32c(const uint8_t* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int b = 0; b < 8; ++b) c = (c >> 1) ^ ((c & 1u) ? 0x82F63B78u : 0u);
+  }
+  return ~c;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+TEST(Crc32cTest, KnownVectors) {
+  const std::string check = "123456789";
+  EXPECT_EQ(Crc32c(check.data(), check.size()), 0xE3069283u);
+  EXPECT_EQ(Crc32c(nullptr, 0), 0u);
+  // RFC 3720 (iSCSI) B.4: 32 bytes of zeros and of 0xFF.
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF);
+  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(Crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  std::vector<uint8_t> ascending(32);
+  for (int i = 0; i < 32; ++i) ascending[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(Crc32c(ascending.data(), ascending.size()), 0x46DD794Eu);
+}
+
+TEST(Crc32cTest,
+     BothImplementationsMatchReferenceOnRandomLengthsAndAlignments) {
+  const std::vector<uint8_t> buffer = RandomBytes(5000, 7);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t offset = rng() % 64;
+    const size_t length = rng() % (buffer.size() - offset);
+    const uint8_t* p = buffer.data() + offset;
+    const uint32_t expected = ReferenceCrc32c(p, length);
+    EXPECT_EQ(crc32c_internal::ExtendPortable(0, p, length), expected)
+        << "offset " << offset << " length " << length;
+    EXPECT_EQ(Crc32c(p, length), expected)
+        << "offset " << offset << " length " << length;
+    if (crc32c_internal::HardwareAvailable()) {
+      EXPECT_EQ(crc32c_internal::ExtendHardware(0, p, length), expected)
+          << "offset " << offset << " length " << length;
+    }
+  }
+}
+
+TEST(Crc32cTest, ExtendEqualsChecksumOfConcatenation) {
+  const std::vector<uint8_t> buffer = RandomBytes(3000, 3);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t split = rng() % buffer.size();
+    const uint32_t whole = Crc32c(buffer.data(), buffer.size());
+    const uint32_t first = Crc32c(buffer.data(), split);
+    EXPECT_EQ(Crc32cExtend(first, buffer.data() + split, buffer.size() - split),
+              whole)
+        << "split " << split;
+    EXPECT_EQ(crc32c_internal::ExtendPortable(
+                  crc32c_internal::ExtendPortable(0, buffer.data(), split),
+                  buffer.data() + split, buffer.size() - split),
+              whole);
+  }
+  // Extending by nothing changes nothing.
+  EXPECT_EQ(Crc32cExtend(0x12345678u, nullptr, 0), 0x12345678u);
+}
+
+TEST(Crc32cTest, LargeBufferMatchesPortable) {
+  const std::vector<uint8_t> buffer = RandomBytes(1 << 20, 9);
+  EXPECT_EQ(
+      Crc32c(buffer.data() + 1, buffer.size() - 1),
+      crc32c_internal::ExtendPortable(0, buffer.data() + 1, buffer.size() - 1));
+}
+
+}  // namespace
+}  // namespace shardd::core
