@@ -1,0 +1,382 @@
+#include "daemon/recovery/shard_stream.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/core/crc32c.h"
+#include "gtest/gtest.h"
+
+namespace shardd::recovery {
+namespace {
+
+// A shard with sections of the given sizes and random bytes, and receiving
+// buffers of the same sizes.
+class ShardStreamTest : public ::testing::Test {
+ protected:
+  void MakeShard(const std::vector<int64_t>& sizes, uint32_t seed = 1) {
+    std::mt19937 rng(seed);
+    bytes_.clear();
+    received_.clear();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> b(sizes[i]);
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      bytes_.push_back(std::move(b));
+      received_.emplace_back(sizes[i], 0xEE);
+    }
+  }
+
+  std::vector<SectionSource> Sources() const {
+    std::vector<SectionSource> sources;
+    for (size_t i = 0; i < bytes_.size(); ++i) {
+      SectionSource s;
+      s.section.set_unit(static_cast<int>(i / 2));
+      s.section.set_kind(i % 2 == 0 ? v1::SHARD_SECTION_KIND_PARAMETERS
+                                    : v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG);
+      s.section.set_dtype(v1::DTYPE_FP32);
+      s.section.set_byte_length(static_cast<int64_t>(bytes_[i].size()));
+      s.section.set_numel(static_cast<int64_t>(bytes_[i].size()) / 4);
+      s.data = bytes_[i].data();
+      sources.push_back(s);
+    }
+    return sources;
+  }
+
+  static v1::ShardHeader BaseHeader() {
+    v1::ShardHeader header;
+    header.set_epoch(3);
+    header.set_source_rank(2);
+    header.set_shard_index(0);
+    header.set_step(17);
+    header.set_model_fingerprint(0xABCDEF);
+    return header;
+  }
+
+  std::vector<v1::FetchShardResponse> Stream(int64_t max_chunk,
+                                             int64_t resume = 0) {
+    auto writer =
+        ShardStreamWriter::Create(BaseHeader(), Sources(), max_chunk, resume);
+    EXPECT_TRUE(writer.ok()) << writer.status();
+    std::vector<v1::FetchShardResponse> messages;
+    if (!writer.ok()) return messages;
+    v1::FetchShardResponse msg;
+    while (writer->Next(&msg)) messages.push_back(msg);
+    last_bytes_sent_ = writer->bytes_sent();
+    return messages;
+  }
+
+  ShardStreamAssembler::Destination Dest() {
+    return [this](const v1::ShardHeader& header,
+                  int s) -> absl::StatusOr<uint8_t*> {
+      EXPECT_EQ(header.sections(s).byte_length(),
+                static_cast<int64_t>(received_[s].size()));
+      ++dest_calls_;
+      return received_[s].data();
+    };
+  }
+
+  uint32_t WholeCrc() const {
+    uint32_t crc = 0;
+    for (const auto& b : bytes_)
+      crc = core::Crc32cExtend(crc, b.data(), b.size());
+    return crc;
+  }
+
+  std::vector<std::vector<uint8_t>> bytes_;
+  std::vector<std::vector<uint8_t>> received_;
+  int dest_calls_ = 0;
+  int64_t last_bytes_sent_ = 0;
+};
+
+TEST_F(ShardStreamTest, RoundTripsSectionsOfManySizes) {
+  const std::vector<int64_t> sizes = {0, 1, 1000, 0, 4097, 12345, 3, 0};
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  for (int64_t chunk :
+       {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4096}, int64_t{0}}) {
+    MakeShard(sizes, static_cast<uint32_t>(chunk) + 1);
+    dest_calls_ = 0;
+    std::vector<v1::FetchShardResponse> messages = Stream(chunk);
+    ASSERT_GE(messages.size(), 2u);
+    ASSERT_TRUE(messages.front().has_header());
+    ASSERT_TRUE(messages.back().has_trailer());
+    const v1::ShardHeader& header = messages.front().header();
+    EXPECT_EQ(header.total_bytes(), total);
+    EXPECT_EQ(header.checksum(), v1::CHECKSUM_ALGORITHM_CRC32C);
+    EXPECT_EQ(header.step(), 17);
+    ASSERT_EQ(header.sections_size(), static_cast<int>(sizes.size()));
+    EXPECT_EQ(header.sections(5).stream_offset(), 1 + 1000 + 4097);
+    EXPECT_EQ(messages.back().trailer().crc32c(), WholeCrc());
+    EXPECT_EQ(last_bytes_sent_, total);
+
+    // Chunks: within one section, at most `chunk` bytes, ceil(size/chunk)
+    // per section.
+    const int64_t max_chunk = chunk <= 0 ? kDefaultMaxChunkBytes : chunk;
+    size_t expected_chunks = 0;
+    for (int64_t s : sizes) expected_chunks += (s + max_chunk - 1) / max_chunk;
+    EXPECT_EQ(messages.size(), expected_chunks + 2) << "chunk " << chunk;
+    for (size_t m = 1; m + 1 < messages.size(); ++m) {
+      ASSERT_TRUE(messages[m].has_chunk());
+      const v1::ShardChunk& c = messages[m].chunk();
+      EXPECT_LE(static_cast<int64_t>(c.data().size()), max_chunk);
+      EXPECT_LE(c.section_offset() + static_cast<int64_t>(c.data().size()),
+                header.sections(c.section()).byte_length());
+    }
+
+    ShardStreamAssembler assembler(Dest());
+    for (const auto& msg : messages) {
+      ASSERT_TRUE(assembler.Add(msg).ok()) << assembler.Add(msg);
+    }
+    ASSERT_TRUE(assembler.Finish().ok()) << assembler.Finish();
+    EXPECT_TRUE(assembler.done());
+    EXPECT_EQ(assembler.verified_bytes(), total);
+    EXPECT_EQ(assembler.running_crc(), WholeCrc());
+    EXPECT_EQ(assembler.header().step(), 17);
+    EXPECT_EQ(dest_calls_, static_cast<int>(sizes.size()));
+    EXPECT_EQ(received_, bytes_) << "chunk " << chunk;
+  }
+}
+
+TEST_F(ShardStreamTest, EmptyShardIsHeaderAndTrailer) {
+  MakeShard({});
+  std::vector<v1::FetchShardResponse> messages = Stream(0);
+  ASSERT_EQ(messages.size(), 2u);
+  ShardStreamAssembler assembler(Dest());
+  for (const auto& msg : messages) ASSERT_TRUE(assembler.Add(msg).ok());
+  EXPECT_TRUE(assembler.Finish().ok());
+}
+
+TEST_F(ShardStreamTest, CapsChunksAtSixteenMiB) {
+  MakeShard({(int64_t{16} << 20) + 5});
+  std::vector<v1::FetchShardResponse> messages = Stream(int64_t{64} << 20);
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[1].chunk().data().size(), size_t{16} << 20);
+  EXPECT_EQ(messages[2].chunk().data().size(), 5u);
+}
+
+TEST_F(ShardStreamTest, WriterRejectsBadInput) {
+  MakeShard({10, 20});
+  EXPECT_EQ(
+      ShardStreamWriter::Create(BaseHeader(), Sources(), 0, 31).status().code(),
+      absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      ShardStreamWriter::Create(BaseHeader(), Sources(), 0, -1).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  std::vector<SectionSource> sources = Sources();
+  sources[1].data = nullptr;
+  absl::Status status =
+      ShardStreamWriter::Create(BaseHeader(), sources, 0, 0).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("section 1 (unit 0 kind ADAMW_EXP_AVG)"),
+            std::string::npos)
+      << status;
+}
+
+TEST_F(ShardStreamTest, DetectsCorruptedChunk) {
+  MakeShard({100, 3000, 50});
+  std::vector<v1::FetchShardResponse> messages = Stream(1000);
+  // messages: header, s0 [0,100), s1 [0,1000) [1000,2000) [2000,3000), s2.
+  v1::ShardChunk* chunk = messages[3].mutable_chunk();
+  ASSERT_EQ(chunk->section(), 1);
+  ASSERT_EQ(chunk->section_offset(), 1000);
+  (*chunk->mutable_data())[17] ^= 0x01;
+  ShardStreamAssembler assembler(Dest());
+  absl::Status status;
+  for (const auto& msg : messages) {
+    status = assembler.Add(msg);
+    if (!status.ok()) break;
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("chunk at byte 1000 of section 1 (unit 0 "
+                                  "kind ADAMW_EXP_AVG): crc32c mismatch"),
+            std::string::npos)
+      << status;
+  // Only the verified prefix was accepted, and the failure is sticky.
+  EXPECT_EQ(assembler.verified_bytes(), 1100);
+  EXPECT_EQ(received_[1][1017], 0xEE);
+  EXPECT_EQ(assembler.Add(messages[4]).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(assembler.Finish().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(ShardStreamTest, DetectsWrongTrailer) {
+  MakeShard({100, 200});
+  std::vector<v1::FetchShardResponse> messages = Stream(64);
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.back().mutable_trailer()->set_crc32c(bad.back().trailer().crc32c() ^
+                                             0x80000000u);
+    ShardStreamAssembler assembler(Dest());
+    absl::Status status;
+    for (const auto& msg : bad) status = assembler.Add(msg);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find("whole-stream crc32c mismatch"),
+              std::string::npos);
+    EXPECT_FALSE(assembler.Finish().ok());
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.back().mutable_trailer()->set_total_bytes(299);
+    ShardStreamAssembler assembler(Dest());
+    absl::Status status;
+    for (const auto& msg : bad) status = assembler.Add(msg);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  }
+  {
+    // A chunk corrupted together with its own CRC passes the chunk check
+    // but not the trailer.
+    std::vector<v1::FetchShardResponse> bad = messages;
+    v1::ShardChunk* chunk = bad[2].mutable_chunk();
+    (*chunk->mutable_data())[0] ^= 0x10;
+    chunk->set_crc32c(core::Crc32c(chunk->data().data(), chunk->data().size()));
+    ShardStreamAssembler assembler(Dest());
+    absl::Status status;
+    for (const auto& msg : bad) status = assembler.Add(msg);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  }
+}
+
+TEST_F(ShardStreamTest, RejectsReorderedMissingAndMisplacedMessages) {
+  MakeShard({100, 200});
+  std::vector<v1::FetchShardResponse> messages = Stream(64);
+  auto run = [&](const std::vector<v1::FetchShardResponse>& stream) {
+    ShardStreamAssembler assembler(Dest());
+    for (const auto& msg : stream) {
+      absl::Status status = assembler.Add(msg);
+      if (!status.ok()) return status;
+    }
+    return assembler.Finish();
+  };
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    std::swap(bad[2], bad[3]);
+    absl::Status status = run(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("out of order"), std::string::npos)
+        << status;
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.erase(bad.begin() + 2);  // A missing chunk.
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad(messages.begin() + 1,
+                                            messages.end());
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.insert(bad.begin() + 1, messages[0]);  // Second header.
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.erase(bad.end() - 2);  // Trailer before all bytes.
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.push_back(messages[1]);  // Anything after the trailer.
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad.pop_back();  // No trailer.
+    absl::Status status = run(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("after 300 of 300 bytes without a trailer"),
+              std::string::npos)
+        << status;
+  }
+  {
+    // Right stream offset, but claims the wrong section.
+    std::vector<v1::FetchShardResponse> bad = messages;
+    ASSERT_EQ(bad[2].chunk().section(), 0);
+    bad[2].mutable_chunk()->set_section(1);
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    ASSERT_EQ(bad[2].chunk().section_offset(), 64);
+    bad[2].mutable_chunk()->set_section_offset(0);
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    // A header whose sections do not tile the payload.
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad[0].mutable_header()->mutable_sections(1)->set_stream_offset(99);
+    absl::Status status = run(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("section 1"), std::string::npos) << status;
+  }
+  {
+    std::vector<v1::FetchShardResponse> bad = messages;
+    bad[1] = v1::FetchShardResponse();
+    EXPECT_EQ(run(bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(ShardStreamTest, DestinationErrorFailsTheHeader) {
+  MakeShard({10});
+  std::vector<v1::FetchShardResponse> messages = Stream(0);
+  ShardStreamAssembler assembler(
+      [](const v1::ShardHeader&, int) -> absl::StatusOr<uint8_t*> {
+        return absl::FailedPreconditionError("step 17 is not the plan's 18");
+      });
+  absl::Status status = assembler.Add(messages[0]);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), "step 17 is not the plan's 18");
+}
+
+TEST_F(ShardStreamTest, ResumesABrokenStreamWithTheSameBytes) {
+  MakeShard({0, 1500, 0, 2500, 700});
+  std::vector<v1::FetchShardResponse> first = Stream(600);
+  // The first stream breaks after header + 4 chunks.
+  ShardStreamAssembler broken(Dest());
+  for (size_t m = 0; m < 5; ++m) ASSERT_TRUE(broken.Add(first[m]).ok());
+  EXPECT_FALSE(broken.Finish().ok());
+  const int64_t resume = broken.verified_bytes();
+  ASSERT_EQ(resume, 600 + 600 + 300 + 600);
+
+  std::vector<v1::FetchShardResponse> second = Stream(600, resume);
+  ASSERT_TRUE(second[1].has_chunk());
+  EXPECT_EQ(second[1].chunk().stream_offset(), resume);
+  EXPECT_EQ(last_bytes_sent_, 1500 + 2500 + 700 - resume);
+  EXPECT_EQ(second.back().trailer().crc32c(), WholeCrc());
+  ShardStreamAssembler resumed(Dest(), resume, broken.running_crc());
+  for (const auto& msg : second) {
+    ASSERT_TRUE(resumed.Add(msg).ok()) << resumed.Add(msg);
+  }
+  ASSERT_TRUE(resumed.Finish().ok()) << resumed.Finish();
+  EXPECT_EQ(received_, bytes_);
+
+  // Resuming at an arbitrary byte (not a chunk boundary) also works, and a
+  // wrong running CRC is caught by the trailer.
+  const int64_t odd = 2345;
+  std::vector<v1::FetchShardResponse> third = Stream(600, odd);
+  uint32_t prefix_crc = core::Crc32c(bytes_[1].data(), 1500);
+  prefix_crc = core::Crc32cExtend(prefix_crc, bytes_[3].data(), odd - 1500);
+  ShardStreamAssembler at_odd(Dest(), odd, prefix_crc);
+  for (const auto& msg : third) ASSERT_TRUE(at_odd.Add(msg).ok());
+  EXPECT_TRUE(at_odd.Finish().ok());
+  ShardStreamAssembler wrong_crc(Dest(), odd, prefix_crc ^ 1);
+  absl::Status status;
+  for (const auto& msg : third) status = wrong_crc.Add(msg);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+
+  // Resuming at the very end: header and trailer only.
+  std::vector<v1::FetchShardResponse> at_end = Stream(600, 4700);
+  ASSERT_EQ(at_end.size(), 2u);
+  ShardStreamAssembler end(Dest(), 4700, WholeCrc());
+  for (const auto& msg : at_end) ASSERT_TRUE(end.Add(msg).ok());
+  EXPECT_TRUE(end.Finish().ok());
+
+  // The assembler refuses a resume point beyond the header's total.
+  ShardStreamAssembler beyond(Dest(), 4701, 0);
+  EXPECT_EQ(beyond.Add(at_end[0]).code(), absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace shardd::recovery
