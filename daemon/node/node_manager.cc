@@ -456,26 +456,27 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
-    epoch = comm_epoch_;
+    epoch = op_epoch_;
   }
   AbandonEpoch(absl::StrCat(what, ": ", status.message()),
                absl::IsDeadlineExceeded(status)
                    ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
-                   : v1::FAILURE_KIND_COLLECTIVE_FAILED);
+                   : v1::FAILURE_KIND_COLLECTIVE_FAILED,
+               epoch);
   return absl::AbortedError(absl::StrCat(
       what, " failed in epoch ", epoch, ": ", status.ToString(),
       "; wait for the next ready epoch (WaitReady) and redo the step"));
 }
 
-void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind) {
-  int64_t epoch = 0;
+void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind,
+                               int64_t epoch) {
   int world = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (epoch != comm_epoch_) return;  // Already replaced.
     const bool already = comm_failed_;
     comm_failed_ = true;
     if (!already) comm_error_ = std::string(why);
-    epoch = comm_epoch_;
     world = world_size_;
     if (shard_group_ != nullptr) shard_group_->Abort(why);
     if (replica_group_ != nullptr) replica_group_->Abort(why);
@@ -694,9 +695,10 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       held_.clear();
       if (ops_in_step_ > 0) {
         ops_in_step_ = 0;
+        const int64_t epoch_now = comm_epoch_;
         mu_.Unlock();
         AbandonEpoch("the trainer re-attached in the middle of a step",
-                     v1::FAILURE_KIND_PROCESS_EXITED);
+                     v1::FAILURE_KIND_PROCESS_EXITED, epoch_now);
         mu_.Lock();
       }
       v1::RegisterModelResponse response;
@@ -831,6 +833,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   {
     absl::MutexLock lock(&mu_);
     ++ops_in_step_;
+    op_epoch_ = comm_epoch_;
   }
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
   if (!data.ok()) return OnCollectiveError("Gather", data.status());
@@ -974,6 +977,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   {
     absl::MutexLock lock(&mu_);
     ++ops_in_step_;
+    op_epoch_ = comm_epoch_;
   }
   absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
   if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
@@ -1046,6 +1050,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   {
     absl::MutexLock lock(&mu_);
     epoch = comm_epoch_;
+    op_epoch_ = epoch;
     fingerprint = fingerprint_;
   }
   // The commit vote (invariant 1): after the gradient collectives and the
@@ -1188,6 +1193,10 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     if (!ReadyLocked()) {
       return absl::AbortedError("the daemon is not in a ready epoch");
     }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    op_epoch_ = comm_epoch_;
   }
   metadata.push_back({"layout", "full"});
   for (size_t u = 0; u < config.units.size(); ++u) {

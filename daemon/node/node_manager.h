@@ -162,7 +162,9 @@ class NodeManager {
   // The communicators of the epoch are dead: mark them failed, abort them
   // and ask the coordinator for a new epoch (suspect -1: unknown culprit;
   // a dead peer's lease expires on its own).
-  void AbandonEpoch(absl::string_view why, v1::FailureKind kind);
+  // Only when `epoch` is still the communicators' epoch: a failure of an
+  // already replaced epoch's collective changes nothing.
+  void AbandonEpoch(absl::string_view why, v1::FailureKind kind, int64_t epoch);
   // Appends to the commit log, if configured (CRC of the current state).
   void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                  int64_t epoch);
@@ -197,6 +199,9 @@ class NodeManager {
   // restarted trainer that re-attaches mid-step leaves its peers' matching
   // collectives waiting, so the epoch is abandoned.
   int64_t ops_in_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // The epoch of the communicators the current trainer operation uses (set
+  // before it issues a collective; operations are serialised by op_mu_).
+  int64_t op_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // A replacement copying its shard; what it has done so far.
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
