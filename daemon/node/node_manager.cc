@@ -288,10 +288,11 @@ int NodeManager::rank() const { return client_->rank(); }
 
 void NodeManager::EpochLoop() {
   int64_t handled = 0;
+  int64_t seen = 0;
   while (!stop_.load()) {
     absl::StatusOr<coordinator::MembershipView> view = client_->WaitFor(
-        [handled](const coordinator::MembershipView& v) {
-          return v.epoch > handled && v.AllLive();
+        [handled, seen](const coordinator::MembershipView& v) {
+          return v.epoch > handled && (v.AllLive() || v.epoch > seen);
         },
         absl::Now() + absl::Milliseconds(100));
     if (absl::IsDeadlineExceeded(view.status())) continue;
@@ -299,6 +300,26 @@ void NodeManager::EpochLoop() {
       absl::SleepFor(absl::Milliseconds(100));
       continue;
     }
+    if (view->epoch > seen) {
+      seen = view->epoch;
+      // The communicators belong to an older epoch: they are dead (a
+      // member left, died or hung). Abort them at once so that a trainer
+      // operation blocked in a collective with a hung peer returns now,
+      // not at the collective timeout.
+      absl::MutexLock lock(&mu_);
+      if (comm_epoch_ < view->epoch) {
+        const std::string why =
+            absl::StrCat("epoch ", comm_epoch_, " superseded by ", view->epoch,
+                         ": ", view->reason);
+        if (!comm_failed_) {
+          comm_failed_ = true;
+          comm_error_ = why;
+        }
+        if (shard_group_ != nullptr) shard_group_->Abort(why);
+        if (replica_group_ != nullptr) replica_group_->Abort(why);
+      }
+    }
+    if (!view->AllLive()) continue;
     handled = view->epoch;
     {
       absl::MutexLock lock(&mu_);
