@@ -12,6 +12,12 @@ if ! command -v node >/dev/null; then
   echo "FAILED: node is not installed; run scripts/install-deps"
   exit 1
 fi
+# Tested with Node.js 20 (kubernetes-models 5 declares >= 22 but runs on
+# 20; Debian 12's own Node.js 18 is untested).
+if (($(node -p 'process.versions.node.split(".")[0]') < 20)); then
+  echo "FAILED: node $(node --version) is older than 20, the version these tests run on"
+  exit 1
+fi
 stamp="$node_modules/.shardd-package-lock.sha256"
 if [[ ! -f $stamp || "$(cat "$stamp")" != "$(sha256sum "$lock" | cut -d' ' -f1)" ]]; then
   echo "FAILED: $node_modules is missing or older than package-lock.json; run scripts/install-deps"
