@@ -1,0 +1,972 @@
+// Offline validation of deploy/: renders the kustomize base and overlays
+// without kubectl, validates every object against the Kubernetes and
+// Prometheus Operator schemas (npm kubernetes-models and
+// @kubernetes-models/prometheus-operator), rejects unknown fields, and
+// checks what the schemas cannot: the shardd sidecar, the shared GPU claim,
+// the restricted securityContext, the probes, the job shape, the alert rules
+// and the Grafana dashboard against the metric names the binaries export.
+//
+//   node validate.mjs check                 every check; exit 1 on an error
+//   node validate.mjs render DIR            prints DIR's rendered YAML
+//   node validate.mjs dashboard-rules FILE  prints a Prometheus rules file
+//                                           with one recording rule per
+//                                           dashboard query (for promtool)
+//
+// The library functions below are what tests/deploy/manifests_test.mjs
+// calls. Every check returns a list of error strings naming the object and
+// the field that is wrong; an empty list means the check passed.
+
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import YAML from "yaml";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+export const DEPLOY = path.resolve(HERE, "..");
+const NODE_MODULES = path.join(HERE, "node_modules");
+
+// ---------------------------------------------------------------------------
+// YAML
+
+// Parses every document of a YAML file (empty documents dropped).
+export function loadYamlFile(file) {
+  const text = fs.readFileSync(file, "utf8");
+  return YAML.parseAllDocuments(text).map((doc, i) => {
+    if (doc.errors.length > 0) {
+      throw new Error(`${file}: document ${i}: ${doc.errors[0].message}`);
+    }
+    return doc.toJS();
+  }).filter((o) => o !== null && o !== undefined);
+}
+
+export function toYaml(objects) {
+  return objects.map((o) => YAML.stringify(o)).join("---\n");
+}
+
+// ---------------------------------------------------------------------------
+// A tiny kustomize: resources (files and directories), namespace, images,
+// patches (strategic merge, target taken from the patch's kind and name).
+// Anything else in a kustomization.yaml is an error, so that a feature the
+// renderer does not implement cannot be silently ignored.
+
+const KUSTOMIZATION_KEYS = new Set(["apiVersion", "kind", "resources", "namespace", "images", "patches"]);
+const CLUSTER_SCOPED = new Set([
+  "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+  "DeviceClass", "PriorityClass", "StorageClass", "PersistentVolume",
+]);
+
+function objectId(o) {
+  const ns = o.metadata?.namespace ? `${o.metadata.namespace}/` : "";
+  return `${o.kind}/${ns}${o.metadata?.name}`;
+}
+
+function groupOf(apiVersion) {
+  return apiVersion.includes("/") ? apiVersion.split("/")[0] : "";
+}
+
+export function renderKustomization(dir) {
+  const file = path.join(dir, "kustomization.yaml");
+  if (!fs.existsSync(file)) throw new Error(`${dir}: no kustomization.yaml`);
+  const [k] = loadYamlFile(file);
+  for (const key of Object.keys(k)) {
+    if (!KUSTOMIZATION_KEYS.has(key)) {
+      throw new Error(`${file}: '${key}' is not supported by this renderer (supported: ${[...KUSTOMIZATION_KEYS].join(", ")})`);
+    }
+  }
+  let objects = [];
+  for (const r of k.resources ?? []) {
+    const p = path.resolve(dir, r);
+    if (!fs.existsSync(p)) throw new Error(`${file}: resource '${r}' does not exist`);
+    objects.push(...(fs.statSync(p).isDirectory() ? renderKustomization(p) : loadYamlFile(p)));
+  }
+  const seen = new Set();
+  for (const o of objects) {
+    if (!o.apiVersion || !o.kind || !o.metadata?.name) {
+      throw new Error(`${dir}: an object without apiVersion, kind or metadata.name`);
+    }
+    const id = objectId(o);
+    if (seen.has(id)) throw new Error(`${dir}: ${id} is defined twice`);
+    seen.add(id);
+  }
+  for (const patch of k.patches ?? []) {
+    if (Object.keys(patch).join() !== "path") {
+      throw new Error(`${file}: only 'patches: - path: FILE' is supported, got ${JSON.stringify(patch)}`);
+    }
+    const pfile = path.resolve(dir, patch.path);
+    for (const p of loadYamlFile(pfile)) {
+      const target = objects.findIndex((o) => o.kind === p.kind && o.metadata.name === p.metadata?.name &&
+        groupOf(o.apiVersion) === groupOf(p.apiVersion ?? ""));
+      if (target < 0) throw new Error(`${pfile}: no ${p.apiVersion} ${p.kind} named '${p.metadata?.name}' to patch`);
+      objects[target] = strategicMerge(objects[target], p, `${pfile}: `);
+    }
+  }
+  for (const img of k.images ?? []) {
+    for (const key of Object.keys(img)) {
+      if (!["name", "newName", "newTag", "digest"].includes(key)) throw new Error(`${file}: images: '${key}' is not supported`);
+    }
+    let used = false;
+    for (const o of objects) {
+      for (const c of podContainers(o)) {
+        if (imageName(c.image) !== img.name) continue;
+        used = true;
+        let image = img.newName ?? imageName(c.image);
+        if (img.digest) image += `@${img.digest}`;
+        else if (img.newTag) image += `:${img.newTag}`;
+        else if (c.image.length > imageName(c.image).length) image += c.image.slice(imageName(c.image).length);
+        c.image = image;
+      }
+    }
+    if (!used) throw new Error(`${file}: images: no container uses image '${img.name}'`);
+  }
+  if (k.namespace) {
+    for (const o of objects) if (!CLUSTER_SCOPED.has(o.kind)) o.metadata.namespace = k.namespace;
+  }
+  return objects;
+}
+
+// The image's name without tag or digest.
+export function imageName(image) {
+  const at = image.indexOf("@");
+  const noDigest = at >= 0 ? image.slice(0, at) : image;
+  const slash = noDigest.lastIndexOf("/");
+  const colon = noDigest.lastIndexOf(":");
+  return colon > slash ? noDigest.slice(0, colon) : noDigest;
+}
+
+// Merge keys of the lists that patches may touch (Kubernetes' strategic
+// merge patch metadata for these fields). Other lists of objects are
+// refused: a replace would silently drop the base's entries.
+const MERGE_KEYS = {
+  containers: "name",
+  initContainers: "name",
+  env: "name",
+  volumes: "name",
+  volumeMounts: "mountPath",
+  resourceClaims: "name",
+  claims: "name",
+  imagePullSecrets: "name",
+  tolerations: null,  // replaced (no merge key in Kubernetes either)
+};
+
+export function strategicMerge(base, patch, where = "", at = "") {
+  if (!isObject(patch) || !isObject(base)) return clone(patch);
+  const out = clone(base);
+  for (const [key, value] of Object.entries(patch)) {
+    const p = at ? `${at}.${key}` : key;
+    if (key.startsWith("$")) throw new Error(`${where}${p}: patch directives are not supported`);
+    if (value === null) {
+      delete out[key];
+    } else if (Array.isArray(value)) {
+      out[key] = mergeList(out[key], value, key, where, p);
+    } else if (isObject(value) && isObject(out[key])) {
+      out[key] = strategicMerge(out[key], value, where, p);
+    } else {
+      out[key] = clone(value);
+    }
+  }
+  return out;
+}
+
+function mergeList(base, patch, key, where, at) {
+  if (!patch.some(isObject)) return clone(patch);  // Primitive lists: replaced.
+  let mergeKey = MERGE_KEYS[key];
+  if (key === "ports") mergeKey = patch.every((p) => "containerPort" in p) ? "containerPort" : "port";
+  if (mergeKey === undefined) throw new Error(`${where}${at}: no merge key known for this list; patch it whole in the base instead`);
+  if (mergeKey === null) return clone(patch);
+  const out = clone(base ?? []);
+  for (const item of patch) {
+    if (!(mergeKey in item)) throw new Error(`${where}${at}: an entry without its merge key '${mergeKey}'`);
+    const i = out.findIndex((o) => o[mergeKey] === item[mergeKey]);
+    if (i >= 0) out[i] = strategicMerge(out[i], item, where, `${at}[${mergeKey}=${item[mergeKey]}]`);
+    else out.push(clone(item));
+  }
+  return out;
+}
+
+function isObject(v) {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+function clone(v) {
+  return v === undefined ? undefined : structuredClone(v);
+}
+
+// ---------------------------------------------------------------------------
+// Schema validation: the model class of each apiVersion/kind, and .validate().
+
+const MODEL_PACKAGES = {
+  "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
+};
+
+function modelModule(apiVersion) {
+  const group = groupOf(apiVersion);
+  const pkg = MODEL_PACKAGES[group] ?? "kubernetes-models";
+  return `${pkg}/${apiVersion}`;
+}
+
+// The model class of an object, or an error string for an unknown kind.
+async function modelClass(o) {
+  const spec = modelModule(o.apiVersion);
+  let mod;
+  try {
+    mod = await import(spec);
+  } catch {
+    return `${objectId(o)}: unknown apiVersion '${o.apiVersion}'`;
+  }
+  const cls = mod[o.kind];
+  if (typeof cls !== "function" || cls.kind !== o.kind || cls.apiVersion !== o.apiVersion) {
+    return `${objectId(o)}: unknown kind '${o.kind}' in ${o.apiVersion}`;
+  }
+  return cls;
+}
+
+export async function validateSchemas(objects) {
+  const errors = [];
+  for (const o of objects) {
+    const cls = await modelClass(o);
+    if (typeof cls === "string") {
+      errors.push(cls);
+      continue;
+    }
+    try {
+      new cls(clone(o)).validate();
+    } catch (e) {
+      errors.push(`${objectId(o)}: ${e.message}`);
+    }
+    errors.push(...strictFields(o));
+  }
+  return errors;
+}
+
+// --- Unknown fields. The schemas of kubernetes-models accept any extra
+// property (so does a lenient API server; `kubectl apply --validate=strict`
+// does not). The packages' TypeScript declarations list every field, so a
+// small reader of those .d.ts files gives each object's allowed fields.
+
+const dtsCache = new Map();
+
+function dtsPath(spec, fromFile) {
+  let p;
+  if (spec.startsWith(".")) p = path.resolve(path.dirname(fromFile), spec);
+  else p = path.join(NODE_MODULES, spec);
+  return p.replace(/\.js$/, "") + ".d.ts";
+}
+
+function tokenize(text) {
+  text = text.replace(/\/\*[\s\S]*?\*\//g, " ").replace(/^\s*\/\/.*$/gm, " ");
+  const re = /\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[A-Za-z_$][\w$]*|-?\d+(?:\.\d+)?|\S)/gy;
+  const tokens = [];
+  let m;
+  while ((m = re.exec(text)) !== null && m[1] !== undefined) tokens.push(m[1]);
+  return tokens;
+}
+
+class TypeParser {
+  constructor(tokens) {
+    this.t = tokens;
+    this.i = 0;
+  }
+  peek(o = 0) { return this.t[this.i + o]; }
+  next() { return this.t[this.i++]; }
+  expect(tok) {
+    const got = this.next();
+    if (got !== tok) throw new Error(`expected '${tok}', got '${got}'`);
+  }
+  type() {
+    const members = [this.postfix()];
+    while (this.peek() === "|") {
+      this.next();
+      members.push(this.postfix());
+    }
+    return members.length === 1 ? members[0] : { k: "union", of: members };
+  }
+  postfix() {
+    let t = this.primary();
+    while (this.peek() === "[" && this.peek(1) === "]") {
+      this.i += 2;
+      t = { k: "arr", of: t };
+    }
+    return t;
+  }
+  primary() {
+    const tok = this.next();
+    if (tok === "(") {
+      const t = this.type();
+      this.expect(")");
+      return t;
+    }
+    if (tok === "{") return this.members("}");
+    if (tok === "Array" && this.peek() === "<") {
+      this.next();
+      const t = this.type();
+      this.expect(">");
+      return { k: "arr", of: t };
+    }
+    if (/^[A-Za-z_$]/.test(tok)) {
+      if (this.peek() === "<") {  // Other generics: skip the arguments.
+        let depth = 0;
+        do {
+          const x = this.next();
+          if (x === "<") depth++;
+          if (x === ">") depth--;
+        } while (depth > 0);
+        return { k: "any" };
+      }
+      if (["string", "number", "boolean", "null", "undefined", "unknown", "any", "object"].includes(tok)) return { k: "prim" };
+      return { k: "ref", name: tok };
+    }
+    return { k: "prim" };  // String and number literal types.
+  }
+  // Members up to `close`: "name"?: T; and [key: string]: T;
+  members(close) {
+    const props = new Map();
+    let index = null;
+    while (this.peek() !== close) {
+      if (this.peek() === "[") {
+        this.next();
+        this.next();  // key
+        this.expect(":");
+        this.next();  // string
+        this.expect("]");
+        this.expect(":");
+        index = this.type();
+      } else {
+        let name = this.next();
+        if (name === "readonly" && this.peek() !== ":" && this.peek() !== "?") name = this.next();
+        if (/^["']/.test(name)) name = JSON.parse(name.replace(/^'|'$/g, '"'));
+        if (this.peek() === "?") this.next();
+        if (this.peek() === "(" ) throw new Error(`methods are not expected (${name})`);
+        this.expect(":");
+        props.set(name, this.type());
+      }
+      if (this.peek() === ";" || this.peek() === ",") this.next();
+    }
+    this.next();
+    return { k: "obj", props, index };
+  }
+}
+
+// Reads a .d.ts file: its imports, interfaces, type aliases and the names
+// it exports them under.
+function readDts(file) {
+  if (dtsCache.has(file)) return dtsCache.get(file);
+  const info = { file, imports: new Map(), decls: new Map(), exports: new Map() };
+  dtsCache.set(file, info);
+  if (!fs.existsSync(file)) return info;
+  const t = tokenize(fs.readFileSync(file, "utf8"));
+  for (let i = 0; i < t.length; i++) {
+    if (t[i] === "import" && t[i + 1] === "{") {
+      let j = i + 2;
+      const names = [];
+      while (t[j] !== "}") {
+        const name = t[j];
+        let local = name;
+        if (t[j + 1] === "as") {
+          local = t[j + 2];
+          j += 2;
+        }
+        names.push([name, local]);
+        j++;
+        if (t[j] === ",") j++;
+      }
+      const from = JSON.parse(t[j + 2]);
+      for (const [name, local] of names) info.imports.set(local, { name, file: dtsPath(from, file) });
+      i = j + 2;
+    } else if (t[i] === "export" && t[i + 1] === "interface") {
+      const name = t[i + 2];
+      let j = i + 3;
+      const bases = [];
+      if (t[j] === "extends") {
+        j++;
+        while (t[j] !== "{") {
+          if (t[j] !== ",") bases.push(t[j]);
+          j++;
+        }
+      }
+      const p = new TypeParser(t);
+      p.i = j + 1;
+      const body = p.members("}");
+      if (bases.includes("TypeMeta")) {
+        body.props.set("apiVersion", { k: "prim" });
+        body.props.set("kind", { k: "prim" });
+      }
+      info.decls.set(name, body);
+      info.exports.set(name, name);
+      i = p.i - 1;
+    } else if (t[i] === "export" && t[i + 1] === "type" && t[i + 2] === "{") {
+      let j = i + 3;
+      while (t[j] !== "}") {
+        const name = t[j];
+        let exported = name;
+        if (t[j + 1] === "as") {
+          exported = t[j + 2];
+          j += 2;
+        }
+        info.exports.set(exported, name);
+        j++;
+        if (t[j] === ",") j++;
+      }
+      i = j;
+    } else if (t[i] === "export" && t[i + 1] === "type" && t[i + 3] === "=") {
+      const p = new TypeParser(t);
+      p.i = i + 4;
+      info.decls.set(t[i + 2], p.type());
+      info.exports.set(t[i + 2], t[i + 2]);
+      i = p.i - 1;
+    }
+  }
+  return info;
+}
+
+// Resolves a type reference seen in `file` to [type, file it lives in].
+function resolveRef(name, file, depth = 0) {
+  if (depth > 8) return null;
+  const info = readDts(file);
+  const local = info.exports.get(name) ?? name;
+  if (info.decls.has(local)) return [info.decls.get(local), file];
+  if (info.imports.has(name)) {
+    const imp = info.imports.get(name);
+    return resolveRef(imp.name, imp.file, depth + 1);
+  }
+  return null;
+}
+
+function checkFields(value, type, file, at, errors) {
+  if (value === null || value === undefined || !type) return;
+  switch (type.k) {
+    case "ref": {
+      const r = resolveRef(type.name, file);
+      if (r) checkFields(value, r[0], r[1], at, errors);
+      return;
+    }
+    case "arr":
+      if (Array.isArray(value)) value.forEach((v, i) => checkFields(v, type.of, file, `${at}[${i}]`, errors));
+      return;
+    case "union": {
+      const objects = type.of.filter((t) => t.k === "ref" || t.k === "obj");
+      if (isObject(value) && objects.length === 1) checkFields(value, objects[0], file, at, errors);
+      return;
+    }
+    case "obj":
+      if (!isObject(value)) return;
+      for (const [key, v] of Object.entries(value)) {
+        if (type.props.has(key)) checkFields(v, type.props.get(key), file, `${at}.${key}`, errors);
+        else if (type.index) checkFields(v, type.index, file, `${at}.${key}`, errors);
+        else errors.push(`${at}: unknown field '${key}'`);
+      }
+      return;
+    default:
+  }
+}
+
+// Unknown fields of one object (its kind's declaration in the model package).
+export function strictFields(o) {
+  const file = path.join(NODE_MODULES, modelModule(o.apiVersion), `${o.kind}.d.ts`);
+  const r = resolveRef(`I${o.kind}`, file);
+  if (!r) return [`${objectId(o)}: no type declaration for ${o.apiVersion} ${o.kind}`];
+  const errors = [];
+  checkFields(o, r[0], r[1], objectId(o), errors);
+  return errors;
+}
+
+// ---------------------------------------------------------------------------
+// Semantic checks of the rendered objects.
+
+function podSpecOf(o) {
+  if (["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"].includes(o.kind)) return o.spec?.template?.spec;
+  if (o.kind === "Pod") return o.spec;
+  return undefined;
+}
+
+function podContainers(o) {
+  const spec = podSpecOf(o);
+  return spec ? [...(spec.initContainers ?? []), ...(spec.containers ?? [])] : [];
+}
+
+function find(objects, kind, name) {
+  return objects.find((o) => o.kind === kind && o.metadata.name === name);
+}
+
+// The value of --NAME=VALUE in a container's args (undefined when absent).
+export function flag(container, name) {
+  const prefix = `--${name}=`;
+  const a = [...(container.command ?? []), ...(container.args ?? [])].find((x) => x.startsWith(prefix));
+  return a === undefined ? undefined : a.slice(prefix.length);
+}
+
+// The trainer pod: a shardd native sidecar sharing an in-memory volume and a
+// GPU claim with the trainer container.
+export function checkSidecar(objects) {
+  const errors = [];
+  const sts = find(objects, "StatefulSet", "shardd-trainer");
+  if (!sts) return ["StatefulSet/shardd-trainer: missing"];
+  const id = objectId(sts);
+  const spec = sts.spec.template.spec;
+  const sidecar = (spec.initContainers ?? []).find((c) => c.name === "shardd");
+  const trainer = (spec.containers ?? []).find((c) => c.name === "trainer");
+  if ((spec.containers ?? []).some((c) => c.name === "shardd")) {
+    errors.push(`${id}: shardd must be an init container (native sidecar), not a regular container`);
+  }
+  if (!sidecar) return [...errors, `${id}: no init container 'shardd'`];
+  if (!trainer) return [...errors, `${id}: no container 'trainer'`];
+  if (sidecar.restartPolicy !== "Always") {
+    errors.push(`${id}: initContainers[shardd].restartPolicy must be Always (a native sidecar), is ${sidecar.restartPolicy}`);
+  }
+  // The in-memory volume with the socket and the segments.
+  const shmDir = flag(sidecar, "shm_dir");
+  const mountOf = (c) => (c.volumeMounts ?? []).find((m) => m.mountPath === shmDir);
+  const sm = mountOf(sidecar);
+  const tm = mountOf(trainer);
+  if (!shmDir) errors.push(`${id}: shardd has no --shm_dir`);
+  else if (!sm || !tm) errors.push(`${id}: --shm_dir ${shmDir} must be a volume mounted in both shardd and trainer`);
+  else if (sm.name !== tm.name) errors.push(`${id}: shardd and trainer mount different volumes at ${shmDir}`);
+  else {
+    const vol = (spec.volumes ?? []).find((v) => v.name === sm.name);
+    if (vol?.emptyDir?.medium !== "Memory") errors.push(`${id}: volume '${sm.name}' must be an emptyDir with medium: Memory`);
+  }
+  const socket = flag(trainer, "socket");
+  if (shmDir && socket !== `${shmDir}/shardd.sock`) {
+    errors.push(`${id}: trainer --socket (${socket}) must be the daemon's socket ${shmDir}/shardd.sock`);
+  }
+  // One GPU claim, referenced by both containers.
+  const claims = spec.resourceClaims ?? [];
+  const sc = (sidecar.resources?.claims ?? []).map((c) => c.name);
+  const tc = (trainer.resources?.claims ?? []).map((c) => c.name);
+  const shared = sc.filter((n) => tc.includes(n));
+  if (shared.length === 0) errors.push(`${id}: shardd and trainer must reference the same resource claim (resources.claims: shardd ${JSON.stringify(sc)}, trainer ${JSON.stringify(tc)})`);
+  for (const n of new Set([...sc, ...tc])) {
+    const c = claims.find((x) => x.name === n);
+    if (!c) {
+      errors.push(`${id}: resources.claims '${n}' is not in spec.resourceClaims`);
+    } else if (c.resourceClaimTemplateName && !find(objects, "ResourceClaimTemplate", c.resourceClaimTemplateName)) {
+      errors.push(`${id}: spec.resourceClaims[${n}] names ResourceClaimTemplate '${c.resourceClaimTemplateName}', which is not deployed`);
+    } else if (!c.resourceClaimTemplateName && !c.resourceClaimName) {
+      errors.push(`${id}: spec.resourceClaims[${n}] names no claim or template`);
+    }
+  }
+  for (const c of [sidecar, trainer]) {
+    for (const key of Object.keys(c.resources?.limits ?? {})) {
+      if (key.endsWith("/gpu")) errors.push(`${id}: ${c.name} asks for ${key} (a device for one container only); use the shared claim`);
+    }
+  }
+  return errors;
+}
+
+// The Pod Security Standards' "restricted" profile, for every container of
+// every pod template.
+export function checkRestricted(objects) {
+  const errors = [];
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    const id = objectId(o);
+    const pod = spec.securityContext ?? {};
+    for (const key of ["hostNetwork", "hostPID", "hostIPC"]) if (spec[key]) errors.push(`${id}: ${key} must not be set`);
+    for (const v of spec.volumes ?? []) if (v.hostPath) errors.push(`${id}: volume '${v.name}' is a hostPath`);
+    if (pod.runAsUser === 0) errors.push(`${id}: securityContext.runAsUser must not be 0`);
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const s = c.securityContext ?? {};
+      const where = `${id}: container ${c.name}`;
+      if ((s.runAsNonRoot ?? pod.runAsNonRoot) !== true) errors.push(`${where}: runAsNonRoot must be true`);
+      if ((s.runAsUser ?? pod.runAsUser) === 0) errors.push(`${where}: runAsUser must not be 0`);
+      if (s.allowPrivilegeEscalation !== false) errors.push(`${where}: allowPrivilegeEscalation must be false`);
+      if (s.privileged) errors.push(`${where}: privileged must not be set`);
+      if (!(s.capabilities?.drop ?? []).includes("ALL")) errors.push(`${where}: capabilities.drop must include ALL`);
+      const added = (s.capabilities?.add ?? []).filter((x) => x !== "NET_BIND_SERVICE");
+      if (added.length > 0) errors.push(`${where}: capabilities.add ${added.join(",")} is not allowed`);
+      const seccomp = (s.seccompProfile ?? pod.seccompProfile)?.type;
+      if (!["RuntimeDefault", "Localhost"].includes(seccomp)) errors.push(`${where}: seccompProfile.type must be RuntimeDefault (is ${seccomp})`);
+      if (s.readOnlyRootFilesystem !== true) errors.push(`${where}: readOnlyRootFilesystem must be true`);
+      if (!c.resources?.requests?.cpu || !c.resources?.requests?.memory || !c.resources?.limits?.memory) {
+        errors.push(`${where}: resources must request cpu and memory and limit memory`);
+      }
+    }
+  }
+  return errors;
+}
+
+function probeKey(p) {
+  return JSON.stringify({ grpc: p?.grpc, httpGet: p?.httpGet, tcpSocket: p?.tcpSocket, exec: p?.exec });
+}
+
+// Probes: gRPC health on a port the container declares; the sidecar's
+// liveness asks a different question than its readiness.
+export function checkProbes(objects) {
+  const errors = [];
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const where = `${objectId(o)}: container ${c.name}`;
+      for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        const p = c[kind];
+        if (!p?.grpc) continue;
+        if (!(c.ports ?? []).some((x) => x.containerPort === p.grpc.port)) {
+          errors.push(`${where}: ${kind}.grpc.port ${p.grpc.port} is not a declared containerPort`);
+        }
+      }
+    }
+  }
+  const sts = find(objects, "StatefulSet", "shardd-trainer");
+  const sidecar = sts?.spec.template.spec.initContainers?.find((c) => c.name === "shardd");
+  if (!sidecar) return [...errors, "StatefulSet/shardd-trainer: no shardd sidecar to check probes of"];
+  const where = `${objectId(sts)}: container shardd`;
+  for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+    if (!sidecar[kind]?.grpc) errors.push(`${where}: ${kind} must be a gRPC health probe`);
+  }
+  const live = sidecar.livenessProbe;
+  const ready = sidecar.readinessProbe;
+  if (live && ready) {
+    if (probeKey(live) === probeKey(ready)) {
+      errors.push(`${where}: livenessProbe must not ask what readinessProbe asks (liveness must not depend on peers)`);
+    }
+    if ((live.grpc?.service ?? "") === (ready.grpc?.service ?? "") && live.grpc && ready.grpc) {
+      errors.push(`${where}: livenessProbe and readinessProbe use the same health service '${live.grpc.service ?? ""}'`);
+    }
+  }
+  if (sidecar.startupProbe) {
+    const s = sidecar.startupProbe;
+    const budget = (s.periodSeconds ?? 10) * (s.failureThreshold ?? 3);
+    if (budget < 60) errors.push(`${where}: startupProbe allows only ${budget}s to join; give it at least 60s`);
+  }
+  return errors;
+}
+
+// The job's shape: replicas = W, F | W, the coordinator and the daemons
+// agree on addresses, the peers Service is headless and publishes not-ready
+// pods, the monitors select the pods and ports that exist.
+export function checkJob(objects) {
+  const errors = [];
+  const cm = find(objects, "ConfigMap", "shardd-job");
+  const sts = find(objects, "StatefulSet", "shardd-trainer");
+  const coordinator = find(objects, "Deployment", "shardd-coordinator");
+  const coordSvc = find(objects, "Service", "shardd-coordinator");
+  if (!cm || !sts || !coordinator || !coordSvc) return ["shardd-job ConfigMap, shardd-trainer StatefulSet and shardd-coordinator Deployment and Service must all exist"];
+  const w = Number(cm.data?.WORLD_SIZE);
+  const f = Number(cm.data?.SHARDING_FACTOR);
+  if (!(w >= 1) || !(f >= 1) || w % f !== 0) errors.push(`${objectId(cm)}: SHARDING_FACTOR (${cm.data?.SHARDING_FACTOR}) must divide WORLD_SIZE (${cm.data?.WORLD_SIZE})`);
+  if (sts.spec.replicas !== w) errors.push(`${objectId(sts)}: replicas (${sts.spec.replicas}) must equal WORLD_SIZE (${w}) of ConfigMap shardd-job`);
+  if (sts.spec.podManagementPolicy !== "Parallel") errors.push(`${objectId(sts)}: podManagementPolicy must be Parallel (no pod is ready before all W have joined)`);
+  const peers = find(objects, "Service", sts.spec.serviceName);
+  if (!peers) errors.push(`${objectId(sts)}: serviceName '${sts.spec.serviceName}' is not a deployed Service`);
+  else {
+    if (peers.spec.clusterIP !== "None") errors.push(`${objectId(peers)}: must be headless (clusterIP: None)`);
+    if (peers.spec.publishNotReadyAddresses !== true) errors.push(`${objectId(peers)}: publishNotReadyAddresses must be true (replacements recover before they are ready)`);
+  }
+  const podLabels = sts.spec.template.metadata?.labels ?? {};
+  const selects = (sel, labels) => Object.entries(sel?.matchLabels ?? sel ?? {}).every(([k, v]) => labels[k] === v);
+  if (!selects(sts.spec.selector, podLabels)) errors.push(`${objectId(sts)}: selector does not match the pod template's labels`);
+  if (peers && !selects(peers.spec.selector, podLabels)) errors.push(`${objectId(peers)}: selector does not match the trainer pods`);
+  const sidecar = sts.spec.template.spec.initContainers?.find((c) => c.name === "shardd");
+  const coordPort = coordSvc.spec.ports.find((p) => p.name === "grpc")?.port;
+  if (sidecar && flag(sidecar, "coordinator") !== `${coordSvc.metadata.name}:${coordPort}`) {
+    errors.push(`${objectId(sts)}: shardd --coordinator (${flag(sidecar, "coordinator")}) must be Service ${coordSvc.metadata.name}:${coordPort}`);
+  }
+  const c = coordinator.spec.template.spec.containers[0];
+  if (!selects(coordSvc.spec.selector, coordinator.spec.template.metadata?.labels ?? {})) errors.push(`${objectId(coordSvc)}: selector does not match the coordinator pods`);
+  const grpcTarget = coordSvc.spec.ports.find((p) => p.name === "grpc")?.targetPort ?? coordPort;
+  const grpcPort = typeof grpcTarget === "string" ? c.ports?.find((p) => p.name === grpcTarget)?.containerPort : grpcTarget;
+  if (flag(c, "listen")?.split(":").pop() !== String(grpcPort)) {
+    errors.push(`${objectId(coordinator)}: --listen (${flag(c, "listen")}) must listen on the Service's grpc target port (${grpcPort})`);
+  }
+  for (const [container, obj] of [[sidecar, sts], [c, coordinator]]) {
+    if (!container) continue;
+    const port = Number(flag(container, "metrics_port"));
+    const declared = (container.ports ?? []).find((p) => p.name === "metrics");
+    if (!(port > 0) || declared?.containerPort !== port) errors.push(`${objectId(obj)}: container ${container.name} --metrics_port (${flag(container, "metrics_port")}) must be its 'metrics' containerPort`);
+  }
+  // Monitors.
+  const pm = objects.find((o) => o.kind === "PodMonitor");
+  if (!pm) errors.push("no PodMonitor for the shardd daemons");
+  else {
+    if (!selects(pm.spec.selector, podLabels)) errors.push(`${objectId(pm)}: selector does not match the trainer pods`);
+    const names = podContainers(sts).flatMap((x) => (x.ports ?? []).map((p) => p.name));
+    for (const ep of pm.spec.podMetricsEndpoints ?? []) if (!names.includes(ep.port)) errors.push(`${objectId(pm)}: port '${ep.port}' is not a named port of the trainer pods`);
+  }
+  const sm = objects.find((o) => o.kind === "ServiceMonitor" || (o.kind === "PodMonitor" && o !== pm && selects(o.spec.selector, coordinator.spec.template.metadata.labels)));
+  if (!sm) errors.push("no ServiceMonitor or PodMonitor for the coordinator");
+  else if (sm.kind === "ServiceMonitor") {
+    if (!selects(sm.spec.selector, coordSvc.metadata.labels ?? {})) errors.push(`${objectId(sm)}: selector does not match Service shardd-coordinator's labels`);
+    for (const ep of sm.spec.endpoints ?? []) if (!coordSvc.spec.ports.some((p) => p.name === ep.port)) errors.push(`${objectId(sm)}: port '${ep.port}' is not a port of Service shardd-coordinator`);
+  }
+  // The alert waits longer than the lease.
+  const rule = objects.find((o) => o.kind === "PrometheusRule");
+  const missing = rule?.spec.groups.flatMap((g) => g.rules).find((r) => r.alert === "SharddMemberMissing");
+  if (!missing) errors.push("PrometheusRule: no SharddMemberMissing alert");
+  else if (parseDuration(missing.for ?? "0s") * 1000 <= Number(cm.data?.LEASE_MS)) {
+    errors.push(`${objectId(rule)}: SharddMemberMissing 'for' (${missing.for}) must be longer than the lease (LEASE_MS ${cm.data?.LEASE_MS})`);
+  }
+  return errors;
+}
+
+// Seconds of a Prometheus duration such as 1m30s.
+export function parseDuration(d) {
+  const units = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800, y: 31536000 };
+  let total = 0;
+  const re = /(\d+)(ms|s|m|h|d|w|y)/gy;
+  let m;
+  let end = 0;
+  while ((m = re.exec(d)) !== null) {
+    total += Number(m[1]) * units[m[2]];
+    end = re.lastIndex;
+  }
+  if (end !== d.length || d.length === 0) throw new Error(`'${d}' is not a Prometheus duration`);
+  return total;
+}
+
+// In an overlay, every image comes from a registry with a tag or digest.
+export function checkImagesPinned(objects) {
+  const errors = [];
+  for (const o of objects) {
+    for (const c of podContainers(o)) {
+      if (!c.image.includes("/") || c.image === imageName(c.image) || c.image.endsWith(":latest")) {
+        errors.push(`${objectId(o)}: container ${c.name} image '${c.image}' must name a registry and a tag or digest`);
+      }
+    }
+  }
+  return errors;
+}
+
+// ---------------------------------------------------------------------------
+// Alert rules and dashboard.
+
+// The metric types from METRICS.md's tables: name -> type.
+export function metricTypes(file = path.join(DEPLOY, "METRICS.md")) {
+  const types = new Map();
+  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
+    const m = /^\|\s*([a-z_:][a-z0-9_:]*)\s*\|\s*([a-z]+)/.exec(line);
+    if (m && m[1] !== "name") types.set(m[1], m[2]);
+  }
+  // The "both" section lists the process metrics in prose.
+  const text = fs.readFileSync(file, "utf8");
+  const both = text.slice(Math.max(0, text.indexOf("\n## both")));
+  for (const m of both.matchAll(/\b(process_[a-z_]+)\b(?: \((counter|gauge)\))?/g)) {
+    if (!types.has(m[1])) types.set(m[1], m[1].endsWith("_total") ? "counter" : "gauge");
+  }
+  return types;
+}
+
+export function exportedMetrics(file = path.join(DEPLOY, "exported_metrics.txt")) {
+  return fs.readFileSync(file, "utf8").split("\n").map((l) => l.trim()).filter((l) => l !== "");
+}
+
+// The series names a name may appear as: histograms and summaries add
+// _bucket (histograms), _sum and _count.
+function seriesNames(exported, types) {
+  const names = new Set();
+  for (const n of exported) {
+    names.add(n);
+    const t = types.get(n) ?? (n === "exposer_request_latencies" ? "summary" : undefined);
+    if (t === "histogram") for (const s of ["_bucket", "_sum", "_count"]) names.add(n + s);
+    if (t === "summary") for (const s of ["_sum", "_count"]) names.add(n + s);
+  }
+  return names;
+}
+
+// exported_metrics.txt lists every metric of METRICS.md, and otherwise only
+// prometheus-cpp's own exposer_* metrics.
+export function checkExportedList() {
+  const errors = [];
+  const exported = exportedMetrics();
+  const types = metricTypes();
+  const seen = new Set();
+  for (const n of exported) {
+    if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(n)) errors.push(`exported_metrics.txt: '${n}' is not a metric name`);
+    if (seen.has(n)) errors.push(`exported_metrics.txt: '${n}' is listed twice`);
+    seen.add(n);
+    if (!types.has(n) && !n.startsWith("exposer_")) errors.push(`exported_metrics.txt: '${n}' is not in METRICS.md`);
+    if (/_(bucket|sum|count)$/.test(n)) errors.push(`exported_metrics.txt: '${n}': list a histogram by its base name`);
+  }
+  for (const n of types.keys()) if (!seen.has(n)) errors.push(`exported_metrics.txt: '${n}' of METRICS.md is missing`);
+  return errors;
+}
+
+const PROMQL_KEYWORDS = new Set([
+  "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
+  "group_left", "group_right", "inf", "nan", "start", "end",
+]);
+
+// The metric names a PromQL expression selects (functions, keywords, label
+// names, strings, ranges and Grafana variables excluded).
+export function promqlMetricNames(expr) {
+  let s = expr.replace(/#.*$/gm, " ");
+  s = s.replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, " ");
+  s = s.replace(/\$\{[^}]*\}|\$\w+/g, " ");
+  s = s.replace(/\{[^}]*\}/g, " ");
+  s = s.replace(/\[[^\]]*\]/g, " ");
+  s = s.replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, " ");
+  s = s.replace(/(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:ms|s|m|h|d|w|y)?(?![\w:])/g, " ");
+  const names = [];
+  const re = /[a-zA-Z_:][a-zA-Z0-9_:]*/g;
+  let m;
+  while ((m = re.exec(s)) !== null) {
+    const rest = s.slice(re.lastIndex);
+    if (/^\s*\(/.test(rest)) continue;  // A function or aggregation.
+    if (PROMQL_KEYWORDS.has(m[0])) continue;
+    names.push(m[0]);
+  }
+  return [...new Set(names)];
+}
+
+// Every PromQL expression of the dashboard, with where it is.
+export function dashboardQueries(dashboard) {
+  const out = [];
+  const walk = (panels) => {
+    for (const p of panels ?? []) {
+      if (p.type === "row") {
+        walk(p.panels);
+        continue;
+      }
+      for (const t of p.targets ?? []) out.push({ where: `panel '${p.title}' target ${t.refId}`, expr: t.expr ?? "" });
+    }
+  };
+  walk(dashboard.panels);
+  for (const v of dashboard.templating?.list ?? []) {
+    if (v.type !== "query") continue;
+    const q = typeof v.query === "string" ? v.query : v.query?.query ?? "";
+    const lv = /^label_values\(\s*(.+?)\s*,\s*[a-zA-Z_]\w*\s*\)$/.exec(q);
+    out.push({ where: `variable '${v.name}'`, expr: lv ? lv[1] : q });
+  }
+  return out;
+}
+
+const DASHBOARD_METRICS = [
+  ["failures", "shardd_coordinator_failures_detected_total"],
+  ["recovery phases", "shardd_coordinator_recovery_duration_seconds_sum"],
+  ["epoch", "shardd_coordinator_membership_epoch"],
+  ["live members", "shardd_coordinator_members_live"],
+  ["expected members", "shardd_coordinator_members_expected"],
+  ["committed step", "shardd_coordinator_committed_step"],
+  ["step duration", "shardd_step_duration_seconds_bucket"],
+  ["collective latency", "shardd_collective_duration_seconds_bucket"],
+  ["memory by kind", "shardd_shard_bytes"],
+];
+
+export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboard.json")) {
+  let dashboard;
+  try {
+    dashboard = JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch (e) {
+    return [`${file}: ${e.message}`];
+  }
+  const errors = [];
+  const allowed = seriesNames(exportedMetrics(), metricTypes());
+  const walk = (panels) => {
+    for (const p of panels ?? []) {
+      if (p.type === "row") {
+        walk(p.panels);
+        continue;
+      }
+      if (!(p.targets ?? []).some((t) => (t.expr ?? "").trim() !== "")) errors.push(`${file}: panel '${p.title}' has no query`);
+      for (const t of p.targets ?? []) if ((t.expr ?? "").trim() === "") errors.push(`${file}: panel '${p.title}' target ${t.refId} has an empty query`);
+    }
+  };
+  if (!Array.isArray(dashboard.panels) || dashboard.panels.length === 0) errors.push(`${file}: no panels`);
+  walk(dashboard.panels);
+  const used = new Set();
+  for (const q of dashboardQueries(dashboard)) {
+    const names = promqlMetricNames(q.expr);
+    if (names.length === 0) errors.push(`${file}: ${q.where} selects no metric: ${q.expr}`);
+    for (const n of names) {
+      used.add(n);
+      if (!allowed.has(n)) errors.push(`${file}: ${q.where}: '${n}' is not an exported metric (deploy/exported_metrics.txt)`);
+    }
+  }
+  for (const [what, metric] of DASHBOARD_METRICS) {
+    if (!used.has(metric)) errors.push(`${file}: no panel shows ${what} (${metric})`);
+  }
+  return errors;
+}
+
+export function alertRuleGroups(file = path.join(DEPLOY, "prometheus/alerts.yml")) {
+  return loadYamlFile(file)[0].groups;
+}
+
+// The PrometheusRule carries exactly the groups of alerts.yml, and every
+// rule selects only exported metrics.
+export function checkRules(objects) {
+  const errors = [];
+  const groups = alertRuleGroups();
+  const rules = objects.filter((o) => o.kind === "PrometheusRule");
+  if (rules.length !== 1) errors.push(`expected one PrometheusRule, found ${rules.length}`);
+  for (const r of rules) {
+    if (JSON.stringify(r.spec.groups) !== JSON.stringify(groups)) {
+      errors.push(`${objectId(r)}: spec.groups differ from deploy/prometheus/alerts.yml (keep them identical)`);
+    }
+  }
+  const allowed = seriesNames(exportedMetrics(), metricTypes());
+  const alerts = new Set();
+  for (const g of groups) {
+    for (const rule of g.rules) {
+      alerts.add(rule.alert);
+      for (const n of promqlMetricNames(rule.expr)) {
+        if (!allowed.has(n)) errors.push(`alerts.yml: ${rule.alert ?? rule.record}: '${n}' is not an exported metric (deploy/exported_metrics.txt)`);
+      }
+    }
+  }
+  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing"]) {
+    if (!alerts.has(a)) errors.push(`alerts.yml: alert ${a} is missing`);
+  }
+  return errors;
+}
+
+// A rules file with each dashboard query as a recording rule, Grafana's
+// variables replaced, so that promtool can check the PromQL syntax.
+export function dashboardAsRules(file) {
+  const dashboard = JSON.parse(fs.readFileSync(file, "utf8"));
+  const rules = dashboardQueries(dashboard).map((q, i) => ({
+    record: `dashboard:query_${i}`,
+    expr: q.expr.replaceAll("$__rate_interval", "5m").replaceAll("$__interval", "1m")
+      .replaceAll("$__range", "1h").replace(/\$\{?(\w+)\}?/g, ".*"),
+  }));
+  return YAML.stringify({ groups: [{ name: "dashboard", rules }] });
+}
+
+// ---------------------------------------------------------------------------
+
+export const KUSTOMIZATIONS = {
+  base: path.join(DEPLOY, "k8s/base"),
+  example: path.join(DEPLOY, "k8s/overlays/example"),
+};
+
+// Every check on every kustomization; errors as strings.
+export async function checkAll() {
+  const errors = [];
+  errors.push(...checkExportedList(), ...checkDashboard());
+  for (const [name, dir] of Object.entries(KUSTOMIZATIONS)) {
+    let objects;
+    try {
+      objects = renderKustomization(dir);
+    } catch (e) {
+      errors.push(`${name}: ${e.message}`);
+      continue;
+    }
+    const tag = (list) => list.map((e) => `${name}: ${e}`);
+    errors.push(...tag(await validateSchemas(objects)), ...tag(checkSidecar(objects)),
+      ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkJob(objects)),
+      ...tag(checkRules(objects)));
+    if (name !== "base") errors.push(...tag(checkImagesPinned(objects)));
+  }
+  return errors;
+}
+
+async function main(argv) {
+  const [cmd, arg] = argv;
+  if (cmd === "render" && arg) {
+    process.stdout.write(toYaml(renderKustomization(path.resolve(arg))));
+  } else if (cmd === "dashboard-rules" && arg) {
+    process.stdout.write(dashboardAsRules(path.resolve(arg)));
+  } else if (cmd === "check") {
+    const errors = await checkAll();
+    for (const e of errors) console.error(`error: ${e}`);
+    console.log(errors.length === 0 ? "deploy/: every check passed" : `deploy/: ${errors.length} error(s)`);
+    process.exitCode = errors.length === 0 ? 0 : 1;
+  } else {
+    console.error("usage: node validate.mjs check | render DIR | dashboard-rules FILE");
+    process.exitCode = 2;
+  }
+}
+
+if (import.meta.url === pathToFileURL(fs.realpathSync(process.argv[1] ?? "")).href) {
+  await main(process.argv.slice(2));
+}

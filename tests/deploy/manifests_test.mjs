@@ -1,0 +1,346 @@
+// Offline validation of deploy/ (node --test; run by manifests_test.sh).
+// The kustomize base and the example overlay are rendered without kubectl,
+// every object is validated against the Kubernetes / Prometheus Operator
+// schemas with unknown fields refused, and the shardd rules are checked.
+// Each check also has a case that breaks the input on purpose and expects
+// the check to say so, so that a check that can never fail is caught.
+
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, test } from "node:test";
+
+import * as v from "../../deploy/validate/validate.mjs";
+
+const render = (name) => v.renderKustomization(v.KUSTOMIZATIONS[name]);
+const trainerOf = (objects) => objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === "shardd-trainer");
+const sidecarOf = (objects) => trainerOf(objects).spec.template.spec.initContainers.find((c) => c.name === "shardd");
+const trainerContainerOf = (objects) => trainerOf(objects).spec.template.spec.containers.find((c) => c.name === "trainer");
+const some = (errors, pattern) => errors.some((e) => pattern.test(e));
+
+function tmpDir() {
+  return fs.mkdtempSync(path.join(process.env.TEST_TMPDIR ?? os.tmpdir(), "deploy-"));
+}
+
+for (const name of ["base", "example"]) {
+  describe(`kustomization ${name}`, () => {
+    test("renders the coordinator, trainer, GPU claim, services, monitors and rules", () => {
+      const kinds = render(name).map((o) => `${o.kind}/${o.metadata.name}`).sort();
+      assert.deepEqual(kinds, [
+        "ConfigMap/shardd-job",
+        "Deployment/shardd-coordinator",
+        "PodMonitor/shardd",
+        "PrometheusRule/shardd",
+        "ResourceClaimTemplate/shardd-gpu",
+        "Service/shardd-coordinator",
+        "Service/shardd-peers",
+        "ServiceMonitor/shardd-coordinator",
+        "StatefulSet/shardd-trainer",
+      ]);
+    });
+    test("every object validates against its schema, with no unknown field", async () => {
+      assert.deepEqual(await v.validateSchemas(render(name)), []);
+    });
+    test("shardd is a native sidecar sharing the socket volume and the GPU claim with the trainer", () => {
+      assert.deepEqual(v.checkSidecar(render(name)), []);
+    });
+    test("every container runs under the restricted security profile", () => {
+      assert.deepEqual(v.checkRestricted(render(name)), []);
+    });
+    test("gRPC health probes; liveness differs from readiness", () => {
+      assert.deepEqual(v.checkProbes(render(name)), []);
+    });
+    test("job shape: replicas = W, F divides W, addresses, monitors, alert window", () => {
+      assert.deepEqual(v.checkJob(render(name)), []);
+    });
+    test("the PrometheusRule carries exactly the groups of alerts.yml", () => {
+      assert.deepEqual(v.checkRules(render(name)), []);
+    });
+  });
+}
+
+describe("example overlay", () => {
+  test("puts every object in namespace ml-training", () => {
+    for (const o of render("example")) assert.equal(o.metadata.namespace, "ml-training", `${o.kind}/${o.metadata.name}`);
+  });
+  test("runs W = 8, F = 4 with 8 replicas", () => {
+    const objects = render("example");
+    const cm = objects.find((o) => o.kind === "ConfigMap");
+    assert.equal(cm.data.WORLD_SIZE, "8");
+    assert.equal(cm.data.SHARDING_FACTOR, "4");
+    assert.equal(cm.data.LEASE_MS, "10000", "keys the overlay does not patch stay");
+    assert.equal(trainerOf(objects).spec.replicas, 8);
+  });
+  test("pins every image to a registry and tag", () => {
+    const objects = render("example");
+    assert.deepEqual(v.checkImagesPinned(objects), []);
+    assert.equal(sidecarOf(objects).image, "registry.example.com/shardd/shardd:0.1.0");
+    assert.equal(trainerContainerOf(objects).image, "registry.example.com/shardd/shardd:0.1.0");
+  });
+  test("patches merge containers and volumes by name and replace args", () => {
+    const objects = render("example");
+    const sidecar = sidecarOf(objects);
+    assert.equal(sidecar.resources.limits.memory, "20Gi");
+    assert.deepEqual(sidecar.resources.claims, [{ name: "gpu" }], "unpatched fields of a merged container stay");
+    assert.equal(sidecar.restartPolicy, "Always");
+    assert.ok(trainerContainerOf(objects).args.includes("--hidden=1024"));
+    assert.ok(!trainerContainerOf(objects).args.includes("--steps=1000000"), "args are replaced, not appended");
+    const vol = trainerOf(objects).spec.template.spec.volumes.find((x) => x.name === "shardd-run");
+    assert.deepEqual(vol.emptyDir, { medium: "Memory", sizeLimit: "16Gi" });
+    assert.equal(trainerOf(objects).spec.template.spec.volumes.length, 2);
+  });
+  test("adds the Prometheus selection label to the monitors and the rule", () => {
+    for (const o of render("example").filter((x) => x.apiVersion.startsWith("monitoring.coreos.com"))) {
+      assert.equal(o.metadata.labels.release, "kube-prometheus-stack", `${o.kind}/${o.metadata.name}`);
+      assert.equal(o.metadata.labels["app.kubernetes.io/part-of"], "shardd");
+    }
+  });
+});
+
+describe("renderer", () => {
+  test("strategic merge: lists of containers merge by name, null deletes, primitive lists are replaced", () => {
+    const base = { spec: { containers: [{ name: "a", image: "x", args: ["1", "2"] }, { name: "b", image: "y" }], keep: 1, drop: 2 } };
+    const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }], drop: null } });
+    assert.deepEqual(out, { spec: { containers: [{ name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }, { name: "c", image: "z" }], keep: 1 } });
+    assert.deepEqual(base.spec.containers[0].args, ["1", "2"], "the base is not modified");
+  });
+  test("refuses a list of objects without a known merge key", () => {
+    assert.throws(() => v.strategicMerge({ spec: { rules: [{ a: 1 }] } }, { spec: { rules: [{ a: 2 }] } }), /no merge key/);
+  });
+  test("refuses unsupported kustomization features and patches without a target", () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\nnamePrefix: x-\n");
+    assert.throws(() => v.renderKustomization(dir), /'namePrefix' is not supported/);
+    fs.writeFileSync(path.join(dir, "patch.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n");
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\npatches: [{path: patch.yaml}]\n");
+    assert.throws(() => v.renderKustomization(dir), /no v1 ConfigMap named 'b'/);
+  });
+  test("images: replaces name and tag, keeps other images", () => {
+    assert.equal(v.imageName("reg:5000/a/b:1.0"), "reg:5000/a/b");
+    assert.equal(v.imageName("b@sha256:00"), "b");
+    assert.equal(v.imageName("b"), "b");
+  });
+});
+
+describe("schemas", () => {
+  test("an unknown kind or apiVersion is an error", async () => {
+    const errors = await v.validateSchemas([
+      { apiVersion: "apps/v1", kind: "Statefulset", metadata: { name: "x" } },
+      { apiVersion: "example.com/v1", kind: "Widget", metadata: { name: "y" } },
+    ]);
+    assert.ok(some(errors, /Statefulset\/x: unknown kind 'Statefulset'/), errors.join("\n"));
+    assert.ok(some(errors, /Widget\/y: unknown apiVersion 'example.com\/v1'/), errors.join("\n"));
+  });
+  test("a field of the wrong type is an error", async () => {
+    const objects = render("base");
+    trainerOf(objects).spec.replicas = "four";
+    assert.ok(some(await v.validateSchemas(objects), /StatefulSet\/shardd-trainer.*replicas must be integer/));
+  });
+  test("a misspelt field is an error, at any depth and in every kind", async () => {
+    const objects = render("base");
+    sidecarOf(objects).restartpolicy = "Always";
+    sidecarOf(objects).livenessProbe.grpc.servce = "x";
+    objects.find((o) => o.kind === "PodMonitor").spec.podMetricsEndpoints[0].prot = "metrics";
+    objects.find((o) => o.kind === "ResourceClaimTemplate").spec.spec.devices.requests[0].exactly.cnt = 1;
+    const errors = await v.validateSchemas(objects);
+    for (const field of ["restartpolicy", "servce", "prot", "cnt"]) {
+      assert.ok(some(errors, new RegExp(`unknown field '${field}'`)), `${field}: ${errors.join("\n")}`);
+    }
+  });
+});
+
+describe("sidecar checks fail when", () => {
+  test("shardd lacks restartPolicy: Always", () => {
+    const objects = render("base");
+    delete sidecarOf(objects).restartPolicy;
+    assert.ok(some(v.checkSidecar(objects), /restartPolicy must be Always/));
+  });
+  test("shardd is a regular container", () => {
+    const objects = render("base");
+    const spec = trainerOf(objects).spec.template.spec;
+    spec.containers.push(spec.initContainers.pop());
+    assert.ok(some(v.checkSidecar(objects), /must be an init container/));
+  });
+  test("the containers reference different claims, or a plain GPU limit", () => {
+    const objects = render("base");
+    trainerOf(objects).spec.template.spec.resourceClaims.push({ name: "gpu2", resourceClaimTemplateName: "shardd-gpu" });
+    trainerContainerOf(objects).resources.claims = [{ name: "gpu2" }];
+    sidecarOf(objects).resources.limits["nvidia.com/gpu"] = 1;
+    const errors = v.checkSidecar(objects);
+    assert.ok(some(errors, /must reference the same resource claim/), errors.join("\n"));
+    assert.ok(some(errors, /nvidia.com\/gpu/), errors.join("\n"));
+  });
+  test("a claim's template is not deployed", () => {
+    const objects = render("base").filter((o) => o.kind !== "ResourceClaimTemplate");
+    assert.ok(some(v.checkSidecar(objects), /ResourceClaimTemplate 'shardd-gpu', which is not deployed/));
+  });
+  test("the shared volume is not in memory or the socket is elsewhere", () => {
+    const objects = render("base");
+    trainerOf(objects).spec.template.spec.volumes[0].emptyDir = {};
+    trainerContainerOf(objects).args[0] = "--socket=/tmp/shardd.sock";
+    const errors = v.checkSidecar(objects);
+    assert.ok(some(errors, /medium: Memory/), errors.join("\n"));
+    assert.ok(some(errors, /--socket/), errors.join("\n"));
+  });
+});
+
+describe("restricted securityContext check fails when", () => {
+  for (const [what, mutate, pattern] of [
+    ["privilege escalation is allowed", (c) => { c.securityContext.allowPrivilegeEscalation = true; }, /allowPrivilegeEscalation/],
+    ["capabilities are not dropped", (c) => { c.securityContext.capabilities.drop = []; }, /drop must include ALL/],
+    ["the root filesystem is writable", (c) => { delete c.securityContext.readOnlyRootFilesystem; }, /readOnlyRootFilesystem/],
+    ["the container may run as root", (c) => { c.securityContext.runAsUser = 0; }, /runAsUser must not be 0/],
+    ["a capability is added", (c) => { c.securityContext.capabilities.add = ["SYS_ADMIN"]; }, /SYS_ADMIN/],
+    ["no memory limit is set", (c) => { delete c.resources.limits.memory; }, /limit memory/],
+  ]) {
+    test(what, () => {
+      const objects = render("base");
+      mutate(trainerContainerOf(objects));
+      assert.ok(some(v.checkRestricted(objects), pattern));
+    });
+  }
+  test("the pod drops runAsNonRoot and seccomp", () => {
+    const objects = render("base");
+    const pod = trainerOf(objects).spec.template.spec;
+    delete pod.securityContext.runAsNonRoot;
+    delete pod.securityContext.seccompProfile;
+    for (const c of [...pod.initContainers, ...pod.containers]) {
+      delete c.securityContext.runAsNonRoot;
+      delete c.securityContext.seccompProfile;
+    }
+    const errors = v.checkRestricted(objects);
+    assert.ok(some(errors, /runAsNonRoot must be true/));
+    assert.ok(some(errors, /seccompProfile/));
+  });
+});
+
+describe("probe checks fail when", () => {
+  test("liveness asks what readiness asks", () => {
+    const objects = render("base");
+    sidecarOf(objects).livenessProbe = structuredClone(sidecarOf(objects).readinessProbe);
+    assert.ok(some(v.checkProbes(objects), /livenessProbe must not ask what readinessProbe asks/));
+  });
+  test("a probe is missing or not gRPC, or on an undeclared port", () => {
+    const objects = render("base");
+    delete sidecarOf(objects).startupProbe;
+    sidecarOf(objects).readinessProbe.grpc.port = 7999;
+    const errors = v.checkProbes(objects);
+    assert.ok(some(errors, /startupProbe must be a gRPC health probe/), errors.join("\n"));
+    assert.ok(some(errors, /7999 is not a declared containerPort/), errors.join("\n"));
+  });
+});
+
+describe("job checks fail when", () => {
+  test("replicas differ from W, or F does not divide W", () => {
+    const objects = render("base");
+    trainerOf(objects).spec.replicas = 3;
+    objects.find((o) => o.kind === "ConfigMap").data.SHARDING_FACTOR = "3";
+    const errors = v.checkJob(objects);
+    assert.ok(some(errors, /replicas \(3\) must equal WORLD_SIZE \(4\)/), errors.join("\n"));
+    assert.ok(some(errors, /SHARDING_FACTOR \(3\) must divide WORLD_SIZE \(4\)/), errors.join("\n"));
+  });
+  test("pods start in order, or the peers Service hides unready pods", () => {
+    const objects = render("base");
+    trainerOf(objects).spec.podManagementPolicy = "OrderedReady";
+    objects.find((o) => o.metadata.name === "shardd-peers").spec.publishNotReadyAddresses = false;
+    const errors = v.checkJob(objects);
+    assert.ok(some(errors, /podManagementPolicy must be Parallel/), errors.join("\n"));
+    assert.ok(some(errors, /publishNotReadyAddresses/), errors.join("\n"));
+  });
+  test("the daemons name another coordinator address, or metrics ports disagree", () => {
+    const objects = render("base");
+    sidecarOf(objects).args[0] = "--coordinator=coordinator:7070";
+    sidecarOf(objects).args = sidecarOf(objects).args.map((a) => (a.startsWith("--metrics_port") ? "--metrics_port=9100" : a));
+    const errors = v.checkJob(objects);
+    assert.ok(some(errors, /--coordinator \(coordinator:7070\)/), errors.join("\n"));
+    assert.ok(some(errors, /--metrics_port \(9100\)/), errors.join("\n"));
+  });
+  test("the monitors select nothing", () => {
+    const objects = render("base");
+    objects.find((o) => o.kind === "PodMonitor").spec.podMetricsEndpoints[0].port = "prom";
+    objects.find((o) => o.kind === "ServiceMonitor").spec.selector.matchLabels = { app: "other" };
+    const errors = v.checkJob(objects);
+    assert.ok(some(errors, /port 'prom' is not a named port/), errors.join("\n"));
+    assert.ok(some(errors, /selector does not match Service shardd-coordinator/), errors.join("\n"));
+  });
+  test("SharddMemberMissing waits no longer than the lease", () => {
+    const objects = render("base");
+    objects.find((o) => o.kind === "ConfigMap").data.LEASE_MS = "60000";
+    assert.ok(some(v.checkJob(objects), /SharddMemberMissing 'for' \(1m\) must be longer than the lease/));
+  });
+  test("an overlay image has no registry or tag", () => {
+    assert.ok(some(v.checkImagesPinned(render("base")), /image 'shardd' must name a registry/));
+  });
+});
+
+describe("alert rules", () => {
+  test("a PrometheusRule that differs from alerts.yml is an error", () => {
+    const objects = render("base");
+    objects.find((o) => o.kind === "PrometheusRule").spec.groups[0].rules[0].expr = "vector(1)";
+    assert.ok(some(v.checkRules(objects), /differ from deploy\/prometheus\/alerts.yml/));
+  });
+  test("every rule selects only exported metrics", () => {
+    const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
+    assert.deepEqual([...new Set(names)], [
+      "shardd_coordinator_members_expected",
+      "shardd_coordinator_members_live",
+      "shardd_coordinator_recovery_duration_seconds_count",
+      "shardd_coordinator_recovery_duration_seconds_sum",
+      "shardd_coordinator_shards_without_replica",
+    ]);
+  });
+  test("durations parse", () => {
+    assert.equal(v.parseDuration("1m30s"), 90);
+    assert.throws(() => v.parseDuration("1 minute"));
+  });
+});
+
+describe("metric names", () => {
+  test("exported_metrics.txt lists every metric of METRICS.md and only prometheus-cpp's exposer_* besides", () => {
+    assert.deepEqual(v.checkExportedList(), []);
+    const types = v.metricTypes();
+    assert.equal(types.get("shardd_collective_duration_seconds"), "histogram");
+    assert.equal(types.get("shardd_coordinator_recovery_duration_seconds"), "histogram");
+    assert.equal(types.get("process_cpu_seconds_total"), "counter");
+    assert.equal(types.get("process_open_fds"), "gauge");
+    assert.ok(!types.has("process_exited"), "a label value of METRICS.md is not a metric");
+  });
+  test("PromQL: functions, keywords, labels, ranges, numbers and variables are not metric names", () => {
+    assert.deepEqual(v.promqlMetricNames('histogram_quantile(0.9, sum by (le, op) (rate(a_bucket{op="x",le!="1"}[$__rate_interval])))'), ["a_bucket"]);
+    assert.deepEqual(v.promqlMetricNames("a / on(job) group_left(pod) b offset 5m > bool 1e3"), ["a", "b"]);
+    assert.deepEqual(v.promqlMetricNames('increase(c_sum{phase="total"}[15m]) / increase(c_count[15m]) > 60'), ["c_sum", "c_count"]);
+    assert.deepEqual(v.promqlMetricNames("max(x:recorded{namespace=~\"$namespace\"}) without (instance)"), ["x:recorded"]);
+  });
+});
+
+describe("dashboard", () => {
+  test("parses, every panel has a query, every query names exported metrics, every required view is there", () => {
+    assert.deepEqual(v.checkDashboard(), []);
+  });
+  test("has panels for failures, recovery phases, epoch, members, committed step, step duration, collectives, memory", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    const titles = dashboard.panels.map((p) => p.title.toLowerCase()).join("\n");
+    for (const word of ["failures", "recovery duration by phase", "epoch", "live", "committed step", "step duration", "collective latency", "memory by kind"]) {
+      assert.ok(titles.includes(word), word);
+    }
+  });
+  test("an unknown metric, an empty panel, or invalid JSON is an error", () => {
+    const dir = tmpDir();
+    const file = path.join(dir, "d.json");
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    dashboard.panels.push({ type: "timeseries", title: "bogus", targets: [{ refId: "A", expr: "rate(shardd_bogus_total[5m])" }] });
+    dashboard.panels.push({ type: "stat", title: "empty", targets: [] });
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    const errors = v.checkDashboard(file);
+    assert.ok(some(errors, /'shardd_bogus_total' is not an exported metric/), errors.join("\n"));
+    assert.ok(some(errors, /panel 'empty' has no query/), errors.join("\n"));
+    fs.writeFileSync(file, "{");
+    assert.equal(v.checkDashboard(file).length, 1);
+  });
+});
+
+test("validate.mjs check passes on the repository", async () => {
+  assert.deepEqual(await v.checkAll(), []);
+});
