@@ -114,9 +114,23 @@ bool MembershipTable::ready() const {
 void MembershipTable::NoteReadiness(absl::Time now) {
   if (!was_ready_ && ready()) {
     was_ready_ = true;
+    // Every member reported READY with the step its shard is at; they
+    // agree (replicas copied, or everyone restored the same checkpoint).
+    // A checkpoint fallback moves the cluster back to the checkpoint's
+    // step: the steps after it are redone.
+    int64_t step = slots_.front().committed_step;
+    for (const SlotRecord& s : slots_) step = std::min(step, s.committed_step);
+    std::string rolled_back;
+    if (step < committed_step_) {
+      ++checkpoint_fallbacks_;
+      rolled_back =
+          absl::StrCat(" (checkpoint fallback: steps ", step + 1, "..",
+                       committed_step_, " are lost and will be redone)");
+    }
+    committed_step_ = step;
     Log(now, DecisionKind::kEpochReady, {},
         absl::StrCat("epoch ", epoch_, " ready: all ", options_.world_size,
-                     " members READY at step ", committed_step_));
+                     " members READY at step ", committed_step_, rolled_back));
   }
 }
 
@@ -297,10 +311,11 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
     if (sources.empty()) {
       out.unrecoverable = true;
       Log(now, DecisionKind::kUnrecoverable, {rank},
-          absl::StrCat("shard ", shard_index, " of rank ", rank,
-                       " has no live replica (W/F = ", w / f,
-                       "): it cannot be rebuilt from replicas; only a "
-                       "checkpoint can restore it"));
+          absl::StrCat(
+              "shard ", shard_index, " of rank ", rank,
+              " has no live replica (W/F = ", w / f,
+              "): it cannot be rebuilt from replicas; every rank falls back "
+              "to the latest sharded checkpoint they all hold"));
     } else {
       // Rotate so that replacements of different groups start at different
       // sources and the copy load spreads over the replicas.

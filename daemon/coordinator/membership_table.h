@@ -188,6 +188,9 @@ class MembershipTable {
   int64_t epoch() const { return epoch_; }
   bool ready() const;
   int64_t committed_step() const { return committed_step_; }
+  // Epochs that became ready at an earlier step than the cluster had
+  // committed (everyone restored a checkpoint).
+  int64_t checkpoint_fallbacks() const { return checkpoint_fallbacks_; }
   const MembershipOptions& options() const { return options_; }
   const std::vector<SlotRecord>& slots() const { return slots_; }
   // Oldest first; at most options().max_decisions.
@@ -216,6 +219,7 @@ class MembershipTable {
   MembershipOptions options_;
   int64_t epoch_ = 0;
   int64_t committed_step_ = 0;
+  int64_t checkpoint_fallbacks_ = 0;
   bool was_ready_ = false;
   std::vector<SlotRecord> slots_;
   std::deque<Decision> decisions_;
