@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
+#include "daemon/metrics/node_observer.h"
 #include "daemon/node/step_engine.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
@@ -48,6 +49,10 @@ struct NodeOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration initial_join_timeout = absl::Seconds(30);
+  // Told about steps, collectives, memory, epochs, recovery and
+  // checkpoints. Optional (null: nothing reported); not owned, must outlive
+  // the manager.
+  metrics::NodeObserver* observer = nullptr;
 };
 
 // The state of one shardd daemon, without gRPC: membership (MemberClient),
