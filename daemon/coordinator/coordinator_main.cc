@@ -4,13 +4,16 @@
 //   coordinator --listen=0.0.0.0:7070 --world_size=4 --sharding_factor=2
 //
 // Prints "coordinator listening on HOST:PORT" once it serves (with
-// --listen=HOST:0 the port is the one the kernel chose). SIGTERM or SIGINT
+// --listen=HOST:0 the port is the one the kernel chose), then, with
+// --metrics_port, "coordinator metrics on HOST:PORT" (Prometheus /metrics;
+// docs/metrics.md lists the names). SIGTERM or SIGINT
 // shut it down cleanly: watchers and waiters are released, in-flight calls
 // get a grace period.
 
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -26,8 +29,11 @@
 #include "daemon/coordinator/coordinator_service.h"
 #include "daemon/coordinator/peer_prober.h"
 #include "daemon/core/host_port.h"
+#include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve the Coordinator API on (port 0: any)");
@@ -45,6 +51,11 @@ ABSL_FLAG(int64_t, probe_timeout_ms, 300,
           "deadline of the Peer.Probe that confirms a reported failure");
 ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
           "longest a RendezvousWait may block");
+ABSL_FLAG(int, metrics_port, 0,
+          "serve Prometheus /metrics on this port (0: off; -1: any free "
+          "port, printed)");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "IP address /metrics listens on");
 
 namespace shardd::coordinator {
 namespace {
@@ -71,7 +82,21 @@ int Run() {
         "--lease_ms (",
         absl::FormatDuration(lease), ")"));
   }
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
+  }
+  // Metrics: the registry and observer outlive the manager that reports to
+  // them; the server (below) stops first.
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<metrics::PrometheusCoordinatorObserver> observer;
+  if (metrics_port != 0) {
+    registry = std::make_shared<prometheus::Registry>();
+    observer =
+        std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
+  }
   CoordinatorOptions options;
+  options.observer = observer.get();
   options.membership.world_size = absl::GetFlag(FLAGS_world_size);
   options.membership.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
   options.membership.detector.lease = lease;
@@ -82,6 +107,18 @@ int Run() {
           absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms))));
   if (!manager.ok()) {
     return Fail(absl::StrCat("--", manager.status().message()));
+  }
+
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (metrics_port != 0) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
+                                      std::max(metrics_port, 0), registry);
+    if (!started.ok()) {
+      return Fail(absl::StrCat("--metrics_address/--metrics_port: ",
+                               started.status().ToString()));
+    }
+    metrics_server = *std::move(started);
   }
 
   CoordinatorService service(
@@ -101,6 +138,14 @@ int Run() {
               host.c_str(), port, options.membership.world_size,
               options.membership.sharding_factor,
               absl::FormatDuration(lease).c_str());
+  if (metrics_server != nullptr) {
+    const std::string& m = metrics_server->address();
+    std::printf("coordinator metrics on %s:%d\n",
+                m.find(':') != std::string::npos
+                    ? absl::StrCat("[", m, "]").c_str()
+                    : m.c_str(),
+                metrics_server->port());
+  }
   std::fflush(stdout);
 
   // Lease timer: expire leases when they are due, at least every lease/4.

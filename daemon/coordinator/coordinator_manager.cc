@@ -4,8 +4,10 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace shardd::coordinator {
 namespace {
@@ -19,6 +21,14 @@ void LogDecision(const Decision& d) {
           .c_str(),
       static_cast<long long>(d.epoch),
       std::string(DecisionKindName(d.kind)).c_str(), d.reason.c_str());
+}
+
+// The cause label of a removal decided on a failure report. The service
+// passes the report's kind as the detail's prefix ("FAILURE_KIND_X: ..."):
+// "x", which the observer keeps if it is a known cause.
+std::string ReportCause(absl::string_view detail) {
+  if (!absl::ConsumePrefix(&detail, "FAILURE_KIND_")) return "other";
+  return absl::AsciiStrToLower(detail.substr(0, detail.find(':')));
 }
 
 }  // namespace
@@ -49,6 +59,11 @@ CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
       votes_(options.membership.world_size) {
   std::random_device seed;
   token_salt_ = (static_cast<uint64_t>(seed()) << 32) ^ seed();
+  if (options_.observer != nullptr) {
+    options_.observer->Lease(options_.membership.detector.lease);
+  }
+  absl::MutexLock lock(&mu_);
+  Publish();
 }
 
 std::string CoordinatorManager::NewLeaseToken() {
@@ -58,14 +73,18 @@ std::string CoordinatorManager::NewLeaseToken() {
   return absl::StrFormat("%016x-%d", token_salt_, token_counter_);
 }
 
-void CoordinatorManager::Changed(int64_t epoch_before,
-                                 size_t decisions_before) {
+void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
+                                 absl::string_view removal_cause) {
   const int64_t fresh = table_.decisions_total() - decisions_before;
   const auto& log = table_.decisions();
   for (int64_t i =
            std::max<int64_t>(0, static_cast<int64_t>(log.size()) - fresh);
        i < static_cast<int64_t>(log.size()); ++i) {
     LogDecision(log[i]);
+    if (log[i].kind == DecisionKind::kMemberRemoved &&
+        options_.observer != nullptr) {
+      options_.observer->MemberFailed(removal_cause);
+    }
   }
   if (table_.epoch() != epoch_before) {
     rendezvous_.AdvanceEpoch(table_.epoch());
@@ -74,6 +93,28 @@ void CoordinatorManager::Changed(int64_t epoch_before,
     votes_.DropBefore(table_.epoch());
   }
   if (fresh > 0 || table_.epoch() != epoch_before) ++version_;
+  Publish();
+}
+
+void CoordinatorManager::Publish() {
+  metrics::CoordinatorObserver* const observer = options_.observer;
+  if (observer == nullptr) return;
+  const int ready = table_.ready() ? 1 : 0;
+  if (table_.epoch() != published_epoch_ || ready != published_ready_) {
+    published_epoch_ = table_.epoch();
+    published_ready_ = ready;
+    observer->EpochChanged(published_epoch_, ready == 1);
+  }
+  int live = 0;
+  for (const SlotRecord& s : table_.slots()) live += s.live() ? 1 : 0;
+  if (live != published_live_) {
+    published_live_ = live;
+    observer->Members(live, table_.options().world_size);
+  }
+  if (table_.committed_step() != published_step_) {
+    published_step_ = table_.committed_step();
+    observer->CommittedStep(published_step_);
+  }
 }
 
 absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
@@ -85,7 +126,9 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
   const int64_t logged = table_.decisions_total();
   absl::StatusOr<JoinOutcome> out =
       table_.Join(request, clock_->Now(), NewLeaseToken());
-  Changed(epoch, logged);
+  // A removal here is a live member replaced by a new incarnation of the
+  // same identity: its previous process is gone.
+  Changed(epoch, logged, metrics::coordinator_labels::kProcessExited);
   return out;
 }
 
@@ -150,7 +193,16 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
   const int64_t logged = table_.decisions_total();
   absl::StatusOr<ReportOutcome> out = table_.ReportFailure(
       reporter, lease_token, epoch, suspect, detail, probe, clock_->Now());
-  Changed(before, logged);
+  Changed(before, logged, ReportCause(detail));
+  if (options_.observer != nullptr) {
+    namespace labels = metrics::coordinator_labels;
+    if (out.ok()) {
+      options_.observer->FailureReport(out->removed.empty() ? labels::kDismissed
+                                                            : labels::kRemoved);
+    } else if (absl::IsAborted(out.status())) {
+      options_.observer->FailureReport(labels::kStale);
+    }
+  }
   return out;
 }
 
@@ -220,14 +272,14 @@ absl::Time CoordinatorManager::Tick() {
   const absl::Time now = clock_->Now();
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
-  table_.ExpireLeases(now);
+  table_.ExpireLeases(now);  // Removals are reported in Changed.
   if (!join_timeout_reported_ && !table_.ready() &&
       now - started_ >= options_.join_timeout) {
     join_timeout_reported_ = true;
     table_.NoteJoinTimeout(now, now - started_);
   }
   if (table_.ready()) join_timeout_reported_ = true;
-  Changed(before, logged);
+  Changed(before, logged, metrics::coordinator_labels::kLeaseExpired);
   absl::Time next = table_.next_expiry();
   if (!join_timeout_reported_) {
     next = std::min(next, started_ + options_.join_timeout);

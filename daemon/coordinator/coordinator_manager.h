@@ -14,6 +14,7 @@
 #include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_store.h"
+#include "daemon/metrics/coordinator_observer.h"
 
 namespace shardd::coordinator {
 
@@ -64,6 +65,10 @@ struct CoordinatorOptions {
   // The job is expected to be ready within this of the coordinator starting;
   // past it, a decision records who is missing.
   absl::Duration join_timeout = absl::Minutes(5);
+  // Told about epochs, members, removals (with their cause), failure-report
+  // results, the committed step and the lease, under the manager's lock.
+  // Optional (null: nothing reported); not owned, must outlive the manager.
+  metrics::CoordinatorObserver* observer = nullptr;
 };
 
 // Owns the coordinator's state: the membership table, the rendezvous store
@@ -130,9 +135,14 @@ class CoordinatorManager {
   CoordinatorManager(const CoordinatorOptions& options, MembershipTable table,
                      std::unique_ptr<Clock> clock, Prober prober);
 
-  // After any call that may have changed the table.
-  void Changed(int64_t epoch_before, size_t decisions_before)
+  // After any call that may have changed the table. Members removed by the
+  // call are reported to the observer with `removal_cause`.
+  void Changed(int64_t epoch_before, size_t decisions_before,
+               absl::string_view removal_cause = "other")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the observer the epoch, readiness, live members and committed
+  // step when they differ from what it was last told.
+  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewLeaseToken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
@@ -150,6 +160,11 @@ class CoordinatorManager {
   uint64_t token_salt_ ABSL_GUARDED_BY(mu_) = 0;
   bool join_timeout_reported_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // What the observer was last told (-1: nothing yet).
+  int64_t published_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  int published_ready_ ABSL_GUARDED_BY(mu_) = -1;
+  int published_live_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t published_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace shardd::coordinator

@@ -1,6 +1,7 @@
 #include "daemon/coordinator/coordinator_manager.h"
 
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,7 @@ class CoordinatorManagerTest : public ::testing::Test {
     options.membership.sharding_factor = 2;
     options.membership.detector.lease = absl::Milliseconds(1500);
     options.join_timeout = absl::Seconds(60);
+    options.observer = observer_;
     auto clock = std::make_unique<FakeClock>();
     clock_ = clock.get();
     auto m = CoordinatorManager::Create(options, std::move(clock),
@@ -72,6 +74,7 @@ class CoordinatorManagerTest : public ::testing::Test {
   }
 
   FakeClock* clock_ = nullptr;
+  metrics::CoordinatorObserver* observer_ = nullptr;  // Set before Make().
   std::unique_ptr<CoordinatorManager> manager_;
 };
 
@@ -310,6 +313,164 @@ TEST_F(CoordinatorManagerTest, ShutdownWakesWatchersAndRefusesJoins) {
   req.peer_address = "127.0.0.1:1";
   EXPECT_EQ(manager_->Join(req).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// Records what the manager tells its observer.
+class RecordingObserver : public metrics::CoordinatorObserver {
+ public:
+  void EpochChanged(int64_t epoch, bool ready) override {
+    absl::MutexLock lock(&mu_);
+    epochs.push_back({epoch, ready});
+  }
+  void Members(int live, int expected) override {
+    absl::MutexLock lock(&mu_);
+    this->live = live;
+    this->expected = expected;
+  }
+  void CommittedStep(int64_t step) override {
+    absl::MutexLock lock(&mu_);
+    committed_step = step;
+  }
+  void MemberFailed(absl::string_view cause) override {
+    absl::MutexLock lock(&mu_);
+    ++failures[std::string(cause)];
+  }
+  void FailureReport(absl::string_view result) override {
+    absl::MutexLock lock(&mu_);
+    reports.emplace_back(result);
+  }
+  void Lease(absl::Duration lease) override {
+    absl::MutexLock lock(&mu_);
+    this->lease = lease;
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::pair<int64_t, bool>> epochs;
+  int live = -1;
+  int expected = -1;
+  int64_t committed_step = -1;
+  std::map<std::string, int> failures;
+  std::vector<std::string> reports;
+  absl::Duration lease;
+};
+
+class CoordinatorManagerObserverTest : public CoordinatorManagerTest {
+ protected:
+  CoordinatorManagerObserverTest() { observer_ = &recorder_; }
+
+  // All four ranks joined and READY; returns their join outcomes.
+  std::vector<JoinOutcome> ReadyCluster() {
+    std::vector<JoinOutcome> joined;
+    for (int r = 0; r < 4; ++r) joined.push_back(JoinRank(r));
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(manager_
+                      ->Heartbeat(r, joined[r].lease_token,
+                                  manager_->Snapshot().epoch, 0,
+                                  MemberPhase::kReady)
+                      .ok());
+    }
+    EXPECT_TRUE(manager_->Snapshot().ready);
+    return joined;
+  }
+
+  RecordingObserver recorder_;
+};
+
+TEST_F(CoordinatorManagerObserverTest,
+       ReportsLeaseMembersEpochsAndReadinessAsTheyChange) {
+  Make();
+  EXPECT_EQ(recorder_.lease, absl::Milliseconds(1500));
+  EXPECT_EQ(recorder_.live, 0);
+  EXPECT_EQ(recorder_.expected, 4);
+  EXPECT_EQ(recorder_.committed_step, 0);
+  ASSERT_EQ(recorder_.epochs.size(), 1u);
+  EXPECT_EQ(recorder_.epochs[0], std::make_pair(int64_t{0}, false));
+  ReadyCluster();
+  EXPECT_EQ(recorder_.live, 4);
+  const int64_t epoch = manager_->Snapshot().epoch;
+  ASSERT_FALSE(recorder_.epochs.empty());
+  EXPECT_EQ(recorder_.epochs.back(), std::make_pair(epoch, true));
+  // One report per change: 4 joins (epochs 1..4), then readiness.
+  EXPECT_EQ(recorder_.epochs.size(), 6u);
+  EXPECT_TRUE(recorder_.failures.empty());
+}
+
+TEST_F(CoordinatorManagerObserverTest, LeaseExpiryIsTheCauseOfTickRemovals) {
+  Make();
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  clock_->Advance(absl::Milliseconds(1000));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        manager_
+            ->Heartbeat(r, joined[r].lease_token, epoch, 0, MemberPhase::kReady)
+            .ok());
+  }
+  clock_->Advance(absl::Milliseconds(500));
+  manager_->Tick();  // Ranks 2 and 3 are 1500 ms silent.
+  EXPECT_EQ(recorder_.failures,
+            (std::map<std::string, int>{{"lease_expired", 2}}));
+  EXPECT_EQ(recorder_.live, 2);
+  EXPECT_EQ(recorder_.epochs.back(), std::make_pair(epoch + 1, false));
+}
+
+TEST_F(CoordinatorManagerObserverTest,
+       ReportsAreRemovedDismissedOrStaleWithTheReportKindAsCause) {
+  ProbeResult probe = ProbeResult::kAlive;
+  Make([&](const std::string&) { return probe; });
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  // Both alive: the link failed, nobody is removed.
+  auto dismissed = manager_->ReportFailure(
+      0, joined[0].lease_token, epoch, 1,
+      "FAILURE_KIND_COLLECTIVE_FAILED: allgather unit 3: reset");
+  ASSERT_TRUE(dismissed.ok()) << dismissed.status();
+  ASSERT_TRUE(dismissed->removed.empty());
+  // The suspect does not answer: removed, with the report's kind as cause.
+  probe = ProbeResult::kUnreachable;
+  auto removed = manager_->ReportFailure(
+      0, joined[0].lease_token, dismissed->epoch, 2,
+      "FAILURE_KIND_COLLECTIVE_TIMEOUT: reduce-scatter unit 1");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  ASSERT_EQ(removed->removed, std::vector<int>{2});
+  // A report for an epoch already handled.
+  auto stale = manager_->ReportFailure(0, joined[0].lease_token, epoch, 3,
+                                       "FAILURE_KIND_PEER_UNREACHABLE: x");
+  ASSERT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  // A report the table refuses outright is no report result.
+  EXPECT_FALSE(manager_
+                   ->ReportFailure(0, "wrong-token", removed->epoch, 3,
+                                   "FAILURE_KIND_PEER_UNREACHABLE: x")
+                   .ok());
+  EXPECT_EQ(recorder_.reports,
+            (std::vector<std::string>{"dismissed", "removed", "stale"}));
+  EXPECT_EQ(recorder_.failures,
+            (std::map<std::string, int>{{"collective_timeout", 1}}));
+  EXPECT_EQ(recorder_.live, 3);
+}
+
+TEST_F(CoordinatorManagerObserverTest,
+       ALiveMemberReplacedByItsNewIncarnationCountsAsProcessExited) {
+  Make();
+  ReadyCluster();
+  JoinRequestInfo again;
+  again.rank = 1;
+  again.identity = "pod-1";
+  again.peer_address = "127.0.0.1:9101";
+  again.incarnation = "i2";  // The same pod, restarted.
+  ASSERT_TRUE(manager_->Join(again).ok());
+  EXPECT_EQ(recorder_.failures,
+            (std::map<std::string, int>{{"process_exited", 1}}));
+  EXPECT_EQ(recorder_.live, 4);
+}
+
+TEST_F(CoordinatorManagerObserverTest, AGracefulLeaveIsNoFailure) {
+  Make();
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  ASSERT_TRUE(manager_->Leave(3, joined[3].lease_token, "SIGTERM").ok());
+  EXPECT_TRUE(recorder_.failures.empty());
+  EXPECT_EQ(recorder_.live, 3);
+  EXPECT_FALSE(recorder_.epochs.back().second);
 }
 
 }  // namespace

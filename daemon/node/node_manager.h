@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
+#include "daemon/metrics/node_observer.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
 #include "shardd/v1/peer.pb.h"
@@ -53,7 +54,7 @@ struct NodeOptions {
 
   // Recovery (checkpoint-free): how a replacement reaches a replica's Peer
   // service. Both are gRPC clients, injected so that the manager holds no
-  // gRPC code; shardd_main passes the real ones (shard_fetcher.h).
+  // gRPC code; shardd_main passes the real ones (peer_client.h).
   // fetch_shard streams FetchShard from `peer_address`, handing every
   // message to `on_message` (whose error ends the stream).
   std::function<absl::Status(
@@ -73,6 +74,10 @@ struct NodeOptions {
   // the demo check for steps applied twice or skipped and replicas that
   // disagree. Empty: none (it costs a CRC of the shard per step).
   std::string commit_log_path;
+  // Told about steps, collectives, memory, epochs, recovery and
+  // checkpoints. Optional (null: nothing reported); not owned, must outlive
+  // the manager.
+  metrics::NodeObserver* observer = nullptr;
 };
 
 // The state of one shardd daemon, without gRPC: membership (MemberClient),

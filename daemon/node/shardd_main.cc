@@ -6,7 +6,9 @@
 //          [--listen_unix=/dev/shm/shardd.sock] [--listen_tcp=HOST:PORT]
 //          [--peer_listen=127.0.0.1:0] [--shm_dir=/dev/shm] [--device=cpu]
 //
-// Prints "shardd rank R listening on unix:PATH peer HOST:PORT" once joined.
+// Prints "shardd rank R listening on unix:PATH peer HOST:PORT" once joined,
+// then, with --metrics_port, "shardd metrics on HOST:PORT" (Prometheus
+// /metrics, served from before the join; docs/metrics.md lists the names).
 // SIGTERM/SIGINT: stops accepting, drains in-flight calls (5 s), leaves the
 // coordinator, frees its shared memory and the socket, exits 0.
 
@@ -15,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -29,6 +32,8 @@
 #include "daemon/core/device_choice.h"
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
+#include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_service.h"
@@ -37,6 +42,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator");
 ABSL_FLAG(std::string, identity, "", "stable identity (required)");
@@ -55,7 +61,10 @@ ABSL_FLAG(std::string, shm_dir, "/dev/shm",
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda:N or auto (only the CPU data plane is implemented)");
 ABSL_FLAG(int, metrics_port, 0,
-          "Prometheus metrics port (accepted; metrics are not served yet)");
+          "serve Prometheus /metrics on this port (0: off; -1: any free "
+          "port, printed)");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "IP address /metrics listens on");
 ABSL_FLAG(int64_t, collective_timeout_ms, 30000,
           "deadline of every collective and of communicator set-up");
 ABSL_FLAG(int64_t, max_message_mb, 64, "largest gRPC message accepted");
@@ -70,6 +79,9 @@ ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
 
 namespace shardd::node {
 namespace {
+
+// The version shardd_build_info reports.
+constexpr char kVersion[] = "0.1.0";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "shardd: %s\n", message.c_str());
@@ -124,6 +136,31 @@ int Run() {
   const int max_message =
       static_cast<int>(absl::GetFlag(FLAGS_max_message_mb) * 1024 * 1024);
 
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
+  }
+  // Metrics first, so that the join can be watched. The registry and the
+  // observer outlive the manager that reports to them; the server stops
+  // first.
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<metrics::PrometheusNodeObserver> observer;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (metrics_port != 0) {
+    registry = std::make_shared<prometheus::Registry>();
+    observer =
+        std::make_unique<metrics::PrometheusNodeObserver>(*registry, kVersion);
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+        metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
+                                      std::max(metrics_port, 0), registry);
+    if (!started.ok()) {
+      return Fail(absl::StrCat("--metrics_address/--metrics_port: ",
+                               started.status().ToString()));
+    }
+    metrics_server = *std::move(started);
+    metrics_server->AddCollectable(observer->checkpoint_age());
+  }
+
   // Peer service first: the coordinator needs its address at Join.
   PeerService peer;
   grpc::ServerBuilder peer_builder;
@@ -157,6 +194,7 @@ int Run() {
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   options.fetch_shard = &PeerClient::FetchShard;
   options.probe_peer = &PeerClient::Probe;
+  options.observer = observer.get();
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =
       NodeManager::Start(options);
   if (!manager.ok()) {
@@ -194,6 +232,14 @@ int Run() {
   std::printf("shardd rank %d listening on unix:%s peer %s%s\n",
               (*manager)->rank(), socket_path.c_str(), peer_address.c_str(),
               tcp.empty() ? "" : absl::StrCat(" tcp port ", tcp_port).c_str());
+  if (metrics_server != nullptr) {
+    const std::string& m = metrics_server->address();
+    std::printf("shardd metrics on %s:%d\n",
+                m.find(':') != std::string::npos
+                    ? absl::StrCat("[", m, "]").c_str()
+                    : m.c_str(),
+                metrics_server->port());
+  }
   std::fflush(stdout);
 
   sigset_t signals;

@@ -17,14 +17,19 @@ std::string ProcessCluster::address() const {
 }
 
 absl::Status ProcessCluster::StartCoordinator(int port) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(
-      {options_.coordinator_binary, absl::StrCat("--listen=127.0.0.1:", port),
-       absl::StrCat("--world_size=", options_.world_size),
-       absl::StrCat("--sharding_factor=", options_.sharding_factor),
-       absl::StrCat("--lease_ms=", options_.lease_ms),
-       absl::StrCat("--heartbeat_interval_ms=",
-                    options_.heartbeat_interval_ms)},
-      "coordinator");
+  std::vector<std::string> argv = {
+      options_.coordinator_binary,
+      absl::StrCat("--listen=127.0.0.1:", port),
+      absl::StrCat("--world_size=", options_.world_size),
+      absl::StrCat("--sharding_factor=", options_.sharding_factor),
+      absl::StrCat("--lease_ms=", options_.lease_ms),
+      absl::StrCat("--heartbeat_interval_ms=", options_.heartbeat_interval_ms)};
+  if (options_.metrics) {
+    argv.push_back("--metrics_port=-1");
+    argv.push_back("--metrics_address=127.0.0.1");
+  }
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Spawn(std::move(argv), "coordinator");
   if (!p.ok()) return p.status();
   coordinator_ = *std::move(p);
   absl::StatusOr<std::string> line = coordinator_->WaitForLine(
@@ -36,6 +41,19 @@ absl::Status ProcessCluster::StartCoordinator(int port) {
   if (colon == std::string::npos ||
       !absl::SimpleAtoi(line->substr(colon + 1, space - colon - 1), &port_)) {
     return absl::InternalError(absl::StrCat("cannot parse port: ", *line));
+  }
+  metrics_port_ = 0;
+  if (options_.metrics) {
+    // "coordinator metrics on 127.0.0.1:PORT"
+    absl::StatusOr<std::string> metrics = coordinator_->WaitForLine(
+        "coordinator metrics on ", absl::Now() + absl::Seconds(20));
+    if (!metrics.ok()) return metrics.status();
+    const size_t at = metrics->rfind(':');
+    if (at == std::string::npos ||
+        !absl::SimpleAtoi(metrics->substr(at + 1), &metrics_port_)) {
+      return absl::InternalError(
+          absl::StrCat("cannot parse the metrics port: ", *metrics));
+    }
   }
   channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
   stub_ = pb::Coordinator::NewStub(channel_);

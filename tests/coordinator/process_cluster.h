@@ -22,14 +22,17 @@ struct ProcessClusterOptions {
   int sharding_factor = 2;
   int64_t lease_ms = 1500;
   int64_t heartbeat_interval_ms = 500;
+  // Serve Prometheus metrics on 127.0.0.1, any free port (metrics_port()).
+  bool metrics = false;
 };
 
 // A coordinator process and member processes on 127.0.0.1, for tests.
 //
 // Starts the coordinator on an ephemeral port (parsed from its "listening
-// on" line) and can kill and restart it on the same port; starts members
-// (tests/coordinator:member); reads the cluster state over gRPC. Every wait
-// has a deadline. Destruction SIGKILLs every child still running.
+// on" line; likewise its metrics port when asked) and can kill and restart it
+// on the same port; starts members (tests/coordinator:member); reads the
+// cluster state over gRPC. Every wait has a deadline. Destruction SIGKILLs
+// every child still running.
 //
 // Not thread-safe. Owns its children.
 class ProcessCluster {
@@ -42,6 +45,8 @@ class ProcessCluster {
   // SIGKILLs the coordinator and waits for it to be reaped.
   absl::Status KillCoordinator();
   int port() const { return port_; }
+  // The coordinator's /metrics port (options.metrics), else 0.
+  int metrics_port() const { return metrics_port_; }
   std::string address() const;
   Subprocess& coordinator() { return *coordinator_; }
 
@@ -66,6 +71,7 @@ class ProcessCluster {
   ProcessClusterOptions options_;
   std::unique_ptr<Subprocess> coordinator_;
   int port_ = 0;
+  int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<shardd::v1::Coordinator::Stub> stub_;
   std::vector<std::unique_ptr<Subprocess>> members_;

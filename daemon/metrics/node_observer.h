@@ -1,0 +1,90 @@
+#ifndef SHARDD_DAEMON_METRICS_NODE_OBSERVER_H_
+#define SHARDD_DAEMON_METRICS_NODE_OBSERVER_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace shardd::metrics {
+
+// Label values the node daemon passes to NodeObserver (docs/metrics.md).
+// An implementation records any other string as "other", so a typo cannot
+// create an unbounded number of time series.
+namespace node_labels {
+// CollectiveDone op.
+inline constexpr char kAllGather[] = "all_gather";
+inline constexpr char kReduceScatter[] = "reduce_scatter";
+inline constexpr char kAllReduce[] = "all_reduce";
+inline constexpr char kBroadcast[] = "broadcast";
+// CollectiveDone group.
+inline constexpr char kShardGroup[] = "shard";
+inline constexpr char kReplicaGroup[] = "replica";
+// StepAborted reason.
+inline constexpr char kPeerFailure[] = "peer_failure";
+inline constexpr char kVoteRejected[] = "vote_rejected";
+inline constexpr char kEpochChanged[] = "epoch_changed";
+// RecoveryBytes direction.
+inline constexpr char kSent[] = "sent";
+inline constexpr char kReceived[] = "received";
+// RecoveryTransfer role.
+inline constexpr char kSource[] = "source";
+inline constexpr char kTarget[] = "target";
+}  // namespace node_labels
+
+// The bytes a daemon holds, by category: what the StepEngine's buffers hold
+// and what the memory plan says they should (invariant 5).
+struct ShardBytes {
+  int64_t parameters = 0;
+  int64_t lowp_parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  // Gathered (unsharded) parameter slots in use.
+  int64_t gathered = 0;
+  // The memory plan's total for this rank.
+  int64_t planned = 0;
+};
+
+// What the node daemon reports about itself, one method per event, so that
+// NodeManager and StepEngine stay free of any metrics library and are
+// tested without a registry (inject nothing, or a recording fake).
+//
+// Every method has an empty default body: an implementation overrides what
+// it needs. Implementations must be thread-safe and must not block (they
+// are called on the step path and possibly with the caller's locks held),
+// and must never call back into the daemon.
+class NodeObserver {
+ public:
+  virtual ~NodeObserver() = default;
+
+  // A Step whose vote said commit was applied; `step_time` is the whole
+  // Step RPC (all-reduce + vote + optimizer), `step` the new committed step.
+  virtual void StepCommitted(absl::Duration /*step_time*/, int64_t /*step*/) {}
+  // A Step returned ABORTED; reason: node_labels::kPeerFailure,
+  // kVoteRejected or kEpochChanged.
+  virtual void StepAborted(absl::string_view /*reason*/) {}
+  // One collective finished. op: all_gather, reduce_scatter, all_reduce,
+  // broadcast; group: shard, replica; bytes: buffer bytes moved (the
+  // nccl-tests size convention); ok: false when it returned an error.
+  virtual void CollectiveDone(absl::string_view /*op*/,
+                              absl::string_view /*group*/, int64_t /*bytes*/,
+                              absl::Duration /*d*/, bool /*ok*/) {}
+  // The bytes held now (after RegisterModel, and whenever they change).
+  virtual void MemoryHeld(const ShardBytes& /*bytes*/) {}
+  // The daemon's communicators moved to `epoch`; `ready` when the epoch is
+  // ready (all members READY).
+  virtual void EpochChanged(int64_t /*epoch*/, bool /*ready*/) {}
+  // Shard bytes moved by Peer.FetchShard; direction: sent or received.
+  virtual void RecoveryBytes(absl::string_view /*direction*/,
+                             int64_t /*bytes*/) {}
+  // One FetchShard transfer ended; role: source or target.
+  virtual void RecoveryTransfer(absl::string_view /*role*/, bool /*ok*/) {}
+  // A sharded checkpoint was written at `when`.
+  virtual void CheckpointWritten(absl::Time /*when*/) {}
+  // A shard was restored from a checkpoint (no replica could give it).
+  virtual void CheckpointRestored() {}
+};
+
+}  // namespace shardd::metrics
+
+#endif  // SHARDD_DAEMON_METRICS_NODE_OBSERVER_H_

@@ -1,0 +1,164 @@
+#include "daemon/metrics/prometheus_coordinator_observer.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardd::metrics {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+using prometheus::Registry;
+namespace labels = coordinator_labels;
+
+// 0.1 s .. 600 s: detection alone is about a lease (1.5 s by default); a
+// replacement pod can take minutes to be scheduled.
+const Histogram::BucketBoundaries& RecoveryBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+  return *b;
+}
+
+Counter* NewCounter(Registry& registry, const std::string& name,
+                    const std::string& help) {
+  return &prometheus::BuildCounter()
+              .Name(name)
+              .Help(help)
+              .Register(registry)
+              .Add({});
+}
+
+Gauge* NewGauge(Registry& registry, const std::string& name,
+                const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(
+      {});
+}
+
+BoundedSeries<Counter> NewCounters(Registry& registry, const std::string& name,
+                                   const std::string& help,
+                                   const std::string& label,
+                                   std::vector<std::string> known) {
+  auto& family =
+      prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+  return BoundedSeries<Counter>(
+      {label}, {std::move(known)},
+      [&family](const Labels& l) -> Counter& { return family.Add(l); });
+}
+
+BoundedSeries<Histogram> NewRecoveryHistograms(Registry& registry) {
+  auto& family = prometheus::BuildHistogram()
+                     .Name("shardd_coordinator_recovery_duration_seconds")
+                     .Help("Duration of each phase of a recovery.")
+                     .Register(registry);
+  return BoundedSeries<Histogram>(
+      {"phase"},
+      {{labels::kDetection, labels::kAwaitingReplacement, labels::kTransfer,
+        labels::kRendezvous, labels::kTotal}},
+      [&family](const Labels& l) -> Histogram& {
+        return family.Add(l, RecoveryBuckets());
+      });
+}
+
+}  // namespace
+
+PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
+    prometheus::Registry& registry)
+    : failures_detected_(
+          NewCounters(registry, "shardd_coordinator_failures_detected_total",
+                      "Members removed as failed, by cause.", "cause",
+                      {labels::kLeaseExpired, labels::kCollectiveFailed,
+                       labels::kCollectiveTimeout, labels::kPeerUnreachable,
+                       labels::kTransferFailed, labels::kProcessExited})),
+      failure_reports_(
+          NewCounters(registry, "shardd_coordinator_failure_reports_total",
+                      "Fast-path failure reports, by result.", "result",
+                      {labels::kRemoved, labels::kDismissed, labels::kStale})),
+      recovery_duration_(NewRecoveryHistograms(registry)),
+      commit_votes_(
+          NewCounters(registry, "shardd_coordinator_commit_votes_total",
+                      "ShouldCommit decisions, by decision.", "decision",
+                      {labels::kCommit, labels::kReject, labels::kAborted})) {
+  epoch_ = NewGauge(registry, "shardd_coordinator_membership_epoch",
+                    "The current membership epoch.");
+  ready_ = NewGauge(registry, "shardd_coordinator_ready",
+                    "1 when the current epoch is ready, else 0.");
+  members_live_ = NewGauge(registry, "shardd_coordinator_members_live",
+                           "Live members (joining, recovering or ready).");
+  members_expected_ = NewGauge(registry, "shardd_coordinator_members_expected",
+                               "Members the job needs (the world size W).");
+  committed_step_ = NewGauge(registry, "shardd_coordinator_committed_step",
+                             "The cluster's committed step.");
+  recoveries_started_ =
+      NewCounter(registry, "shardd_coordinator_recoveries_started_total",
+                 "Recovery plans started (a replacement must copy a shard).");
+  recoveries_completed_ =
+      NewCounter(registry, "shardd_coordinator_recoveries_completed_total",
+                 "Recoveries that reached a ready epoch.");
+  shards_without_replica_ = NewGauge(
+      registry, "shardd_coordinator_shards_without_replica",
+      "Shard indices no live member holds (only a checkpoint can restore "
+      "them).");
+  checkpoint_fallbacks_ =
+      NewCounter(registry, "shardd_coordinator_checkpoint_fallbacks_total",
+                 "Recoveries that had to use a checkpoint.");
+  lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
+                    "The lease members must renew within, in seconds.");
+}
+
+PrometheusCoordinatorObserver::~PrometheusCoordinatorObserver() = default;
+
+void PrometheusCoordinatorObserver::EpochChanged(int64_t epoch, bool ready) {
+  epoch_->Set(static_cast<double>(epoch));
+  ready_->Set(ready ? 1 : 0);
+}
+
+void PrometheusCoordinatorObserver::Members(int live, int expected) {
+  members_live_->Set(live);
+  members_expected_->Set(expected);
+}
+
+void PrometheusCoordinatorObserver::CommittedStep(int64_t step) {
+  committed_step_->Set(static_cast<double>(step));
+}
+
+void PrometheusCoordinatorObserver::MemberFailed(absl::string_view cause) {
+  failures_detected_.Get({cause}).Increment();
+}
+
+void PrometheusCoordinatorObserver::FailureReport(absl::string_view result) {
+  failure_reports_.Get({result}).Increment();
+}
+
+void PrometheusCoordinatorObserver::RecoveryStarted() {
+  recoveries_started_->Increment();
+}
+
+void PrometheusCoordinatorObserver::RecoveryCompleted() {
+  recoveries_completed_->Increment();
+}
+
+void PrometheusCoordinatorObserver::RecoveryPhase(absl::string_view phase,
+                                                  absl::Duration d) {
+  recovery_duration_.Get({phase}).Observe(absl::ToDoubleSeconds(d));
+}
+
+void PrometheusCoordinatorObserver::ShardsWithoutReplica(int n) {
+  shards_without_replica_->Set(n);
+}
+
+void PrometheusCoordinatorObserver::CheckpointFallback() {
+  checkpoint_fallbacks_->Increment();
+}
+
+void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {
+  commit_votes_.Get({decision}).Increment();
+}
+
+void PrometheusCoordinatorObserver::Lease(absl::Duration lease) {
+  lease_->Set(absl::ToDoubleSeconds(lease));
+}
+
+}  // namespace shardd::metrics

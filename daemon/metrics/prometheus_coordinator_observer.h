@@ -1,0 +1,71 @@
+#ifndef SHARDD_DAEMON_METRICS_PROMETHEUS_COORDINATOR_OBSERVER_H_
+#define SHARDD_DAEMON_METRICS_PROMETHEUS_COORDINATOR_OBSERVER_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/metrics/bounded_series.h"
+#include "daemon/metrics/coordinator_observer.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace shardd::metrics {
+
+// The coordinator's metrics (the shardd_coordinator_* names of
+// docs/metrics.md) as Prometheus counters, gauges and histograms on a
+// registry.
+//
+// Every family, and every series with a known label value, is registered
+// at construction, so a scrape shows them (at zero) before the first event
+// and a query such as increase(shardd_coordinator_failures_detected_total
+// [5m]) sees the first failure. Recovery phase durations are a histogram
+// in seconds, 0.1 s .. 600 s.
+//
+// Thread-safe and non-blocking (prometheus-cpp metrics are), as
+// CoordinatorObserver requires. Borrows the registry, which must outlive
+// this object.
+class PrometheusCoordinatorObserver : public CoordinatorObserver {
+ public:
+  explicit PrometheusCoordinatorObserver(prometheus::Registry& registry);
+  ~PrometheusCoordinatorObserver() override;
+
+  PrometheusCoordinatorObserver(const PrometheusCoordinatorObserver&) = delete;
+  PrometheusCoordinatorObserver& operator=(
+      const PrometheusCoordinatorObserver&) = delete;
+
+  void EpochChanged(int64_t epoch, bool ready) override;
+  void Members(int live, int expected) override;
+  void CommittedStep(int64_t step) override;
+  void MemberFailed(absl::string_view cause) override;
+  void FailureReport(absl::string_view result) override;
+  void RecoveryStarted() override;
+  void RecoveryCompleted() override;
+  void RecoveryPhase(absl::string_view phase, absl::Duration d) override;
+  void ShardsWithoutReplica(int n) override;
+  void CheckpointFallback() override;
+  void CommitVote(absl::string_view decision) override;
+  void Lease(absl::Duration lease) override;
+
+ private:
+  prometheus::Gauge* epoch_;
+  prometheus::Gauge* ready_;
+  prometheus::Gauge* members_live_;
+  prometheus::Gauge* members_expected_;
+  prometheus::Gauge* committed_step_;
+  BoundedSeries<prometheus::Counter> failures_detected_;
+  BoundedSeries<prometheus::Counter> failure_reports_;
+  prometheus::Counter* recoveries_started_;
+  prometheus::Counter* recoveries_completed_;
+  BoundedSeries<prometheus::Histogram> recovery_duration_;
+  prometheus::Gauge* shards_without_replica_;
+  prometheus::Counter* checkpoint_fallbacks_;
+  BoundedSeries<prometheus::Counter> commit_votes_;
+  prometheus::Gauge* lease_;
+};
+
+}  // namespace shardd::metrics
+
+#endif  // SHARDD_DAEMON_METRICS_PROMETHEUS_COORDINATOR_OBSERVER_H_

@@ -1,0 +1,270 @@
+#include "daemon/metrics/prometheus_node_observer.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/metric_type.h"
+
+namespace shardd::metrics {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+using prometheus::Registry;
+
+// 100 us .. 30 s: a 4 KiB all-gather on loopback takes ~0.1 ms, a timed-out
+// one the collective timeout (30 s by default).
+const Histogram::BucketBoundaries& CollectiveBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30};
+  return *b;
+}
+
+// 1 ms .. 60 s.
+const Histogram::BucketBoundaries& StepBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+      0.5,   1,      2.5,   5,    10,    30,   60};
+  return *b;
+}
+
+Counter* NewCounter(Registry& registry, const std::string& name,
+                    const std::string& help) {
+  return &prometheus::BuildCounter()
+              .Name(name)
+              .Help(help)
+              .Register(registry)
+              .Add({});
+}
+
+Gauge* NewGauge(Registry& registry, const std::string& name,
+                const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(
+      {});
+}
+
+BoundedSeries<Counter> NewCounters(
+    Registry& registry, const std::string& name, const std::string& help,
+    std::vector<std::string> labels,
+    std::vector<std::vector<std::string>> known) {
+  auto& family =
+      prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+  return BoundedSeries<Counter>(
+      std::move(labels), std::move(known),
+      [&family](const Labels& l) -> Counter& { return family.Add(l); });
+}
+
+BoundedSeries<Histogram> NewHistograms(
+    Registry& registry, const std::string& name, const std::string& help,
+    std::vector<std::string> labels,
+    std::vector<std::vector<std::string>> known,
+    const Histogram::BucketBoundaries& buckets) {
+  auto& family =
+      prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+  return BoundedSeries<Histogram>(
+      std::move(labels), std::move(known),
+      [&family, buckets](const Labels& l) -> Histogram& {
+        return family.Add(l, buckets);
+      });
+}
+
+const std::vector<std::string>& Ops() {
+  static const auto* v = new std::vector<std::string>{
+      node_labels::kAllGather, node_labels::kReduceScatter,
+      node_labels::kAllReduce, node_labels::kBroadcast};
+  return *v;
+}
+
+const std::vector<std::string>& Groups() {
+  static const auto* v = new std::vector<std::string>{
+      node_labels::kShardGroup, node_labels::kReplicaGroup};
+  return *v;
+}
+
+}  // namespace
+
+// shardd_checkpoint_age_seconds: now minus the last checkpoint's time, at
+// each scrape; nothing before the first checkpoint.
+class PrometheusNodeObserver::CheckpointAge : public prometheus::Collectable {
+ public:
+  explicit CheckpointAge(std::function<absl::Time()> clock)
+      : clock_(std::move(clock)) {}
+
+  void Set(absl::Time when) {
+    absl::MutexLock lock(&mu_);
+    last_ = std::max(last_, when);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    absl::Time last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = last_;
+    }
+    if (last == absl::InfinitePast()) return {};
+    prometheus::MetricFamily family;
+    family.name = "shardd_checkpoint_age_seconds";
+    family.help = "Seconds since the last sharded checkpoint was written.";
+    family.type = prometheus::MetricType::Gauge;
+    prometheus::ClientMetric metric;
+    metric.gauge.value = std::max(0.0, absl::ToDoubleSeconds(clock_() - last));
+    family.metric.push_back(std::move(metric));
+    return {std::move(family)};
+  }
+
+ private:
+  const std::function<absl::Time()> clock_;
+  mutable absl::Mutex mu_;
+  absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+PrometheusNodeObserver::PrometheusNodeObserver(
+    prometheus::Registry& registry, absl::string_view version,
+    std::function<absl::Time()> clock)
+    : collective_duration_(NewHistograms(
+          registry, "shardd_collective_duration_seconds",
+          "Time inside each collective that succeeded.", {"op", "group"},
+          {Ops(), Groups()}, CollectiveBuckets())),
+      collective_bytes_(NewCounters(
+          registry, "shardd_collective_bytes_total",
+          "Buffer bytes moved by collectives that succeeded (nccl-tests size "
+          "convention).",
+          {"op", "group"}, {Ops(), Groups()})),
+      collective_failures_(NewCounters(registry,
+                                       "shardd_collective_failures_total",
+                                       "Collectives that returned an error.",
+                                       {"op", "group"}, {Ops(), Groups()})),
+      steps_aborted_(
+          NewCounters(registry, "shardd_steps_aborted_total",
+                      "Steps that returned ABORTED, by reason.", {"reason"},
+                      {{node_labels::kPeerFailure, node_labels::kVoteRejected,
+                        node_labels::kEpochChanged}})),
+      recovery_bytes_(
+          NewCounters(registry, "shardd_recovery_bytes_total",
+                      "Shard bytes moved by Peer.FetchShard.", {"direction"},
+                      {{node_labels::kSent, node_labels::kReceived}})),
+      recovery_transfers_(NewCounters(
+          registry, "shardd_recovery_transfers_total",
+          "FetchShard transfers, by this daemon's role and the result.",
+          {"role", "result"},
+          {{node_labels::kSource, node_labels::kTarget}, {"ok", "failed"}})),
+      checkpoint_age_(std::make_shared<CheckpointAge>(std::move(clock))) {
+  auto& shard_bytes = prometheus::BuildGauge()
+                          .Name("shardd_shard_bytes")
+                          .Help("Bytes of this rank's shards held, by kind.")
+                          .Register(registry);
+  shard_parameters_ = &shard_bytes.Add({{"kind", "parameters"}});
+  shard_lowp_parameters_ = &shard_bytes.Add({{"kind", "lowp_parameters"}});
+  shard_gradients_ = &shard_bytes.Add({{"kind", "gradients"}});
+  shard_optimizer_state_ = &shard_bytes.Add({{"kind", "optimizer_state"}});
+  gathered_bytes_ =
+      NewGauge(registry, "shardd_gathered_bytes",
+               "Bytes of gathered (unsharded) parameter slots in use.");
+  planned_bytes_ = NewGauge(registry, "shardd_planned_bytes",
+                            "The memory plan's total for this rank, in bytes.");
+  steps_committed_ = NewCounter(registry, "shardd_steps_committed_total",
+                                "Steps applied (the commit vote said commit).");
+  step_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("shardd_step_duration_seconds")
+           .Help(
+               "Duration of committed Step RPCs (all-reduce, vote and "
+               "optimizer).")
+           .Register(registry)
+           .Add({}, StepBuckets());
+  committed_step_ = NewGauge(registry, "shardd_committed_step",
+                             "The step this daemon last committed.");
+  membership_epoch_ =
+      NewGauge(registry, "shardd_membership_epoch",
+               "The membership epoch of the daemon's communicators.");
+  ready_ = NewGauge(registry, "shardd_ready",
+                    "1 when the daemon is in a ready epoch, else 0.");
+  checkpoints_written_ =
+      NewCounter(registry, "shardd_checkpoints_written_total",
+                 "Sharded checkpoints written.");
+  checkpoint_restores_ =
+      NewCounter(registry, "shardd_checkpoint_restores_total",
+                 "Shards restored from a checkpoint (no replica had them).");
+  prometheus::BuildGauge()
+      .Name("shardd_build_info")
+      .Help("Always 1; the version label names the shardd build.")
+      .Register(registry)
+      .Add({{"version", std::string(version)}})
+      .Set(1);
+}
+
+PrometheusNodeObserver::~PrometheusNodeObserver() = default;
+
+std::shared_ptr<prometheus::Collectable>
+PrometheusNodeObserver::checkpoint_age() const {
+  return checkpoint_age_;
+}
+
+void PrometheusNodeObserver::StepCommitted(absl::Duration step_time,
+                                           int64_t step) {
+  steps_committed_->Increment();
+  step_duration_->Observe(absl::ToDoubleSeconds(step_time));
+  committed_step_->Set(static_cast<double>(step));
+}
+
+void PrometheusNodeObserver::StepAborted(absl::string_view reason) {
+  steps_aborted_.Get({reason}).Increment();
+}
+
+void PrometheusNodeObserver::CollectiveDone(absl::string_view op,
+                                            absl::string_view group,
+                                            int64_t bytes, absl::Duration d,
+                                            bool ok) {
+  if (!ok) {
+    collective_failures_.Get({op, group}).Increment();
+    return;
+  }
+  collective_duration_.Get({op, group}).Observe(absl::ToDoubleSeconds(d));
+  if (bytes > 0) {
+    collective_bytes_.Get({op, group}).Increment(static_cast<double>(bytes));
+  }
+}
+
+void PrometheusNodeObserver::MemoryHeld(const ShardBytes& bytes) {
+  shard_parameters_->Set(static_cast<double>(bytes.parameters));
+  shard_lowp_parameters_->Set(static_cast<double>(bytes.lowp_parameters));
+  shard_gradients_->Set(static_cast<double>(bytes.gradients));
+  shard_optimizer_state_->Set(static_cast<double>(bytes.optimizer_state));
+  gathered_bytes_->Set(static_cast<double>(bytes.gathered));
+  planned_bytes_->Set(static_cast<double>(bytes.planned));
+}
+
+void PrometheusNodeObserver::EpochChanged(int64_t epoch, bool ready) {
+  membership_epoch_->Set(static_cast<double>(epoch));
+  ready_->Set(ready ? 1 : 0);
+}
+
+void PrometheusNodeObserver::RecoveryBytes(absl::string_view direction,
+                                           int64_t bytes) {
+  if (bytes > 0) {
+    recovery_bytes_.Get({direction}).Increment(static_cast<double>(bytes));
+  }
+}
+
+void PrometheusNodeObserver::RecoveryTransfer(absl::string_view role, bool ok) {
+  recovery_transfers_.Get({role, ok ? "ok" : "failed"}).Increment();
+}
+
+void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
+  checkpoints_written_->Increment();
+  checkpoint_age_->Set(when);
+}
+
+void PrometheusNodeObserver::CheckpointRestored() {
+  checkpoint_restores_->Increment();
+}
+
+}  // namespace shardd::metrics

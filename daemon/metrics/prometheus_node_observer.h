@@ -1,0 +1,88 @@
+#ifndef SHARDD_DAEMON_METRICS_PROMETHEUS_NODE_OBSERVER_H_
+#define SHARDD_DAEMON_METRICS_PROMETHEUS_NODE_OBSERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/metrics/bounded_series.h"
+#include "daemon/metrics/node_observer.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace shardd::metrics {
+
+// The node daemon's metrics (the shardd_* names of docs/metrics.md) as
+// Prometheus counters, gauges and histograms on a registry.
+//
+// Every family, and every series with a known label value, is registered
+// at construction, so a scrape shows them (at zero) before the first
+// event. Histograms are in seconds: collectives 100 us .. 30 s, steps
+// 1 ms .. 60 s (1-2.5-5 steps per decade).
+//
+// shardd_checkpoint_age_seconds is computed at scrape time, which a
+// registry cannot do: it is the separate collectable checkpoint_age(), to
+// be served next to the registry (MetricsServer::AddCollectable). It
+// exports nothing before the first checkpoint.
+//
+// Thread-safe (prometheus-cpp metrics are). Borrows the registry, which
+// must outlive this object.
+class PrometheusNodeObserver : public NodeObserver {
+ public:
+  // `version` labels shardd_build_info; `clock` is read at each scrape of
+  // checkpoint_age() (tests inject a fixed one).
+  PrometheusNodeObserver(
+      prometheus::Registry& registry, absl::string_view version,
+      std::function<absl::Time()> clock = [] { return absl::Now(); });
+  ~PrometheusNodeObserver() override;
+
+  PrometheusNodeObserver(const PrometheusNodeObserver&) = delete;
+  PrometheusNodeObserver& operator=(const PrometheusNodeObserver&) = delete;
+
+  // The shardd_checkpoint_age_seconds gauge.
+  std::shared_ptr<prometheus::Collectable> checkpoint_age() const;
+
+  void StepCommitted(absl::Duration step_time, int64_t step) override;
+  void StepAborted(absl::string_view reason) override;
+  void CollectiveDone(absl::string_view op, absl::string_view group,
+                      int64_t bytes, absl::Duration d, bool ok) override;
+  void MemoryHeld(const ShardBytes& bytes) override;
+  void EpochChanged(int64_t epoch, bool ready) override;
+  void RecoveryBytes(absl::string_view direction, int64_t bytes) override;
+  void RecoveryTransfer(absl::string_view role, bool ok) override;
+  void CheckpointWritten(absl::Time when) override;
+  void CheckpointRestored() override;
+
+ private:
+  class CheckpointAge;
+
+  prometheus::Gauge* shard_parameters_;
+  prometheus::Gauge* shard_lowp_parameters_;
+  prometheus::Gauge* shard_gradients_;
+  prometheus::Gauge* shard_optimizer_state_;
+  prometheus::Gauge* gathered_bytes_;
+  prometheus::Gauge* planned_bytes_;
+  BoundedSeries<prometheus::Histogram> collective_duration_;
+  BoundedSeries<prometheus::Counter> collective_bytes_;
+  BoundedSeries<prometheus::Counter> collective_failures_;
+  prometheus::Counter* steps_committed_;
+  BoundedSeries<prometheus::Counter> steps_aborted_;
+  prometheus::Histogram* step_duration_;
+  prometheus::Gauge* committed_step_;
+  prometheus::Gauge* membership_epoch_;
+  prometheus::Gauge* ready_;
+  BoundedSeries<prometheus::Counter> recovery_bytes_;
+  BoundedSeries<prometheus::Counter> recovery_transfers_;
+  prometheus::Counter* checkpoints_written_;
+  prometheus::Counter* checkpoint_restores_;
+  std::shared_ptr<CheckpointAge> checkpoint_age_;
+};
+
+}  // namespace shardd::metrics
+
+#endif  // SHARDD_DAEMON_METRICS_PROMETHEUS_NODE_OBSERVER_H_

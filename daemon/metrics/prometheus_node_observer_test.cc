@@ -1,0 +1,261 @@
+#include "daemon/metrics/prometheus_node_observer.h"
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/metrics/exposition.h"
+#include "daemon/metrics/promtool.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace shardd::metrics {
+namespace {
+
+class PrometheusNodeObserverTest : public ::testing::Test {
+ protected:
+  // What a scrape of the registry and the checkpoint age returns.
+  std::string Exposition() {
+    std::vector<prometheus::MetricFamily> families = registry_.Collect();
+    for (auto& f : observer_.checkpoint_age()->Collect()) {
+      families.push_back(std::move(f));
+    }
+    return prometheus::TextSerializer().Serialize(families);
+  }
+
+  std::map<std::string, double> Samples() {
+    const std::string text = Exposition();
+    auto samples = ParseExposition(text);
+    EXPECT_TRUE(samples.ok()) << samples.status() << "\n" << text;
+    return samples.ok() ? *samples : std::map<std::string, double>{};
+  }
+
+  prometheus::Registry registry_;
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+  PrometheusNodeObserver observer_{registry_, "1.2.3", [this] { return now_; }};
+};
+
+TEST_F(PrometheusNodeObserverTest, ExportsEverySeriesAtZeroBeforeAnyEvent) {
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_steps_committed_total"), 0);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_count"), 0);
+  for (const char* op :
+       {"all_gather", "reduce_scatter", "all_reduce", "broadcast"}) {
+    for (const char* group : {"shard", "replica"}) {
+      const std::string labels =
+          absl::StrCat("{group=\"", group, "\",op=\"", op, "\"}");
+      EXPECT_EQ(s.at("shardd_collective_bytes_total" + labels), 0) << labels;
+      EXPECT_EQ(s.at("shardd_collective_failures_total" + labels), 0);
+      EXPECT_EQ(s.at("shardd_collective_duration_seconds_count" + labels), 0);
+    }
+  }
+  for (const char* reason :
+       {"peer_failure", "vote_rejected", "epoch_changed"}) {
+    EXPECT_EQ(s.at(absl::StrCat("shardd_steps_aborted_total{reason=\"", reason,
+                                "\"}")),
+              0);
+  }
+  for (const char* kind :
+       {"parameters", "lowp_parameters", "gradients", "optimizer_state"}) {
+    EXPECT_EQ(s.at(absl::StrCat("shardd_shard_bytes{kind=\"", kind, "\"}")), 0);
+  }
+  EXPECT_EQ(s.at("shardd_recovery_transfers_total{result=\"failed\",role="
+                 "\"target\"}"),
+            0);
+  EXPECT_EQ(s.at("shardd_recovery_bytes_total{direction=\"sent\"}"), 0);
+  EXPECT_EQ(s.at("shardd_build_info{version=\"1.2.3\"}"), 1);
+  EXPECT_EQ(s.at("shardd_ready"), 0);
+  EXPECT_EQ(s.count("shardd_checkpoint_age_seconds"), 0u)
+      << "absent before the first checkpoint";
+  // No label value outside the contract before any event.
+  EXPECT_FALSE(absl::StrContains(Exposition(), "other"));
+}
+
+TEST_F(PrometheusNodeObserverTest, StepCommittedCountsObservesAndSetsTheStep) {
+  observer_.StepCommitted(absl::Milliseconds(5), 6);
+  observer_.StepCommitted(absl::Seconds(2), 7);
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_steps_committed_total"), 2);
+  EXPECT_EQ(s.at("shardd_committed_step"), 7);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_count"), 2);
+  EXPECT_DOUBLE_EQ(s.at("shardd_step_duration_seconds_sum"), 2.005);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_bucket{le=\"0.001\"}"), 0);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_bucket{le=\"0.005\"}"), 1);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_bucket{le=\"2.5\"}"), 2);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_bucket{le=\"60\"}"), 2);
+  EXPECT_EQ(s.at("shardd_step_duration_seconds_bucket{le=\"+Inf\"}"), 2);
+}
+
+TEST_F(PrometheusNodeObserverTest, StepAbortedCountsByReasonUnknownAsOther) {
+  observer_.StepAborted(node_labels::kPeerFailure);
+  observer_.StepAborted(node_labels::kPeerFailure);
+  observer_.StepAborted(node_labels::kVoteRejected);
+  observer_.StepAborted("cosmic ray");
+  observer_.StepAborted("disk on fire");
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"peer_failure\"}"), 2);
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"vote_rejected\"}"), 1);
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"epoch_changed\"}"), 0);
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"other\"}"), 2);
+  EXPECT_FALSE(absl::StrContains(Exposition(), "cosmic"));
+}
+
+TEST_F(PrometheusNodeObserverTest,
+       CollectiveDoneCountsBytesAndTimeOfSuccessesAndFailuresApart) {
+  observer_.CollectiveDone(node_labels::kAllGather, node_labels::kShardGroup,
+                           1 << 20, absl::Microseconds(300), true);
+  observer_.CollectiveDone(node_labels::kAllGather, node_labels::kShardGroup,
+                           1 << 20, absl::Milliseconds(40), true);
+  observer_.CollectiveDone(node_labels::kAllReduce, node_labels::kReplicaGroup,
+                           4096, absl::Seconds(30), false);
+  observer_.CollectiveDone("all_to_all", node_labels::kShardGroup, 8,
+                           absl::Milliseconds(1), true);
+  auto s = Samples();
+  const std::string ag = "{group=\"shard\",op=\"all_gather\"}";
+  EXPECT_EQ(s.at("shardd_collective_bytes_total" + ag), 2 << 20);
+  EXPECT_EQ(s.at("shardd_collective_duration_seconds_count" + ag), 2);
+  EXPECT_DOUBLE_EQ(s.at("shardd_collective_duration_seconds_sum" + ag), 0.0403);
+  EXPECT_EQ(s.at("shardd_collective_duration_seconds_bucket{group=\"shard\","
+                 "le=\"0.0001\",op=\"all_gather\"}"),
+            0);
+  EXPECT_EQ(s.at("shardd_collective_duration_seconds_bucket{group=\"shard\","
+                 "le=\"0.0005\",op=\"all_gather\"}"),
+            1);
+  EXPECT_EQ(s.at("shardd_collective_duration_seconds_bucket{group=\"shard\","
+                 "le=\"0.05\",op=\"all_gather\"}"),
+            2);
+  EXPECT_EQ(s.at("shardd_collective_failures_total" + ag), 0);
+  const std::string ar = "{group=\"replica\",op=\"all_reduce\"}";
+  EXPECT_EQ(s.at("shardd_collective_failures_total" + ar), 1);
+  EXPECT_EQ(s.at("shardd_collective_bytes_total" + ar), 0)
+      << "a failed collective moved no counted bytes";
+  EXPECT_EQ(s.at("shardd_collective_duration_seconds_count" + ar), 0);
+  EXPECT_EQ(s.at("shardd_collective_bytes_total{group=\"shard\",op=\"other\"}"),
+            8);
+}
+
+TEST_F(PrometheusNodeObserverTest, MemoryHeldSetsEveryGaugeByKind) {
+  ShardBytes bytes;
+  bytes.parameters = 1000;
+  bytes.lowp_parameters = 500;
+  bytes.gradients = 1000;
+  bytes.optimizer_state = 2000;
+  bytes.gathered = 4096;
+  bytes.planned = 8596;
+  observer_.MemoryHeld(bytes);
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_shard_bytes{kind=\"parameters\"}"), 1000);
+  EXPECT_EQ(s.at("shardd_shard_bytes{kind=\"lowp_parameters\"}"), 500);
+  EXPECT_EQ(s.at("shardd_shard_bytes{kind=\"gradients\"}"), 1000);
+  EXPECT_EQ(s.at("shardd_shard_bytes{kind=\"optimizer_state\"}"), 2000);
+  EXPECT_EQ(s.at("shardd_gathered_bytes"), 4096);
+  EXPECT_EQ(s.at("shardd_planned_bytes"), 8596);
+  bytes.gathered = 0;
+  observer_.MemoryHeld(bytes);
+  EXPECT_EQ(Samples().at("shardd_gathered_bytes"), 0);
+}
+
+TEST_F(PrometheusNodeObserverTest, EpochChangedSetsEpochAndReadiness) {
+  observer_.EpochChanged(4, true);
+  EXPECT_EQ(Samples().at("shardd_membership_epoch"), 4);
+  EXPECT_EQ(Samples().at("shardd_ready"), 1);
+  observer_.EpochChanged(5, false);
+  EXPECT_EQ(Samples().at("shardd_membership_epoch"), 5);
+  EXPECT_EQ(Samples().at("shardd_ready"), 0);
+}
+
+TEST_F(PrometheusNodeObserverTest, RecoveryCountsBytesByDirectionAndTransfers) {
+  observer_.RecoveryBytes(node_labels::kSent, 3000);
+  observer_.RecoveryBytes(node_labels::kSent, 1000);
+  observer_.RecoveryBytes(node_labels::kReceived, 77);
+  observer_.RecoveryTransfer(node_labels::kSource, true);
+  observer_.RecoveryTransfer(node_labels::kTarget, false);
+  observer_.RecoveryTransfer(node_labels::kTarget, true);
+  observer_.RecoveryTransfer(node_labels::kTarget, true);
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_recovery_bytes_total{direction=\"sent\"}"), 4000);
+  EXPECT_EQ(s.at("shardd_recovery_bytes_total{direction=\"received\"}"), 77);
+  EXPECT_EQ(
+      s.at("shardd_recovery_transfers_total{result=\"ok\",role=\"source\"}"),
+      1);
+  EXPECT_EQ(
+      s.at(
+          "shardd_recovery_transfers_total{result=\"failed\",role=\"source\"}"),
+      0);
+  EXPECT_EQ(
+      s.at("shardd_recovery_transfers_total{result=\"ok\",role=\"target\"}"),
+      2);
+  EXPECT_EQ(
+      s.at(
+          "shardd_recovery_transfers_total{result=\"failed\",role=\"target\"}"),
+      1);
+}
+
+TEST_F(PrometheusNodeObserverTest, CheckpointAgeCountsFromTheLatestCheckpoint) {
+  observer_.CheckpointWritten(now_ - absl::Seconds(90));
+  observer_.CheckpointWritten(now_ - absl::Seconds(30));
+  observer_.CheckpointRestored();
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_checkpoints_written_total"), 2);
+  EXPECT_EQ(s.at("shardd_checkpoint_restores_total"), 1);
+  EXPECT_EQ(s.at("shardd_checkpoint_age_seconds"), 30);
+  now_ += absl::Seconds(15);
+  EXPECT_EQ(Samples().at("shardd_checkpoint_age_seconds"), 45)
+      << "computed at each scrape";
+  // An older checkpoint reported late does not make the age grow.
+  observer_.CheckpointWritten(now_ - absl::Seconds(500));
+  EXPECT_EQ(Samples().at("shardd_checkpoint_age_seconds"), 45);
+}
+
+TEST_F(PrometheusNodeObserverTest, ConcurrentEventsAreAllCounted) {
+  constexpr int kThreads = 4;
+  constexpr int kEach = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        observer_.StepAborted(node_labels::kEpochChanged);
+        observer_.StepAborted("unknown");  // The locked "other" path.
+        observer_.CollectiveDone(node_labels::kReduceScatter,
+                                 node_labels::kShardGroup, 10,
+                                 absl::Microseconds(50), true);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"epoch_changed\"}"),
+            kThreads * kEach);
+  EXPECT_EQ(s.at("shardd_steps_aborted_total{reason=\"other\"}"),
+            kThreads * kEach);
+  EXPECT_EQ(s.at("shardd_collective_bytes_total{group=\"shard\",op=\"reduce_"
+                 "scatter\"}"),
+            10.0 * kThreads * kEach);
+}
+
+TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
+  ASSERT_TRUE(PromtoolCheckMetrics(Exposition()).ok())
+      << PromtoolCheckMetrics(Exposition());
+  observer_.StepCommitted(absl::Milliseconds(12), 1);
+  observer_.StepAborted("other reason");
+  observer_.CollectiveDone("new_op", "new_group", 5, absl::Milliseconds(1),
+                           true);
+  observer_.MemoryHeld({1, 2, 3, 4, 5, 15});
+  observer_.EpochChanged(2, true);
+  observer_.RecoveryBytes(node_labels::kReceived, 9);
+  observer_.RecoveryTransfer(node_labels::kTarget, true);
+  observer_.CheckpointWritten(now_ - absl::Seconds(1));
+  observer_.CheckpointRestored();
+  const std::string text = Exposition();
+  ASSERT_TRUE(absl::StrContains(text, "shardd_checkpoint_age_seconds 1"))
+      << text;
+  const absl::Status check = PromtoolCheckMetrics(text);
+  EXPECT_TRUE(check.ok()) << check << "\n" << text;
+}
+
+}  // namespace
+}  // namespace shardd::metrics
