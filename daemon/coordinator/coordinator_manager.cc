@@ -85,6 +85,7 @@ void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
         options_.observer != nullptr) {
       options_.observer->MemberFailed(removal_cause);
     }
+    TrackRecovery(log[i]);
   }
   if (table_.epoch() != epoch_before) {
     rendezvous_.AdvanceEpoch(table_.epoch());
@@ -96,9 +97,75 @@ void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
   Publish();
 }
 
+void CoordinatorManager::TrackRecovery(const Decision& d) {
+  metrics::CoordinatorObserver* const observer = options_.observer;
+  switch (d.kind) {
+    case DecisionKind::kMemberRemoved:
+      if (!recovery_.active && !d.ranks.empty()) {
+        recovery_ = RecoveryTimes{};
+        recovery_.active = true;
+        recovery_.removed = d.time;
+        // The last sign of life: detection is measured from there.
+        const absl::Time last = table_.slots()[d.ranks[0]].last_heartbeat;
+        recovery_.last_alive = last == absl::InfinitePast() ? d.time : last;
+      }
+      break;
+    case DecisionKind::kRecoveryPlanned:
+    case DecisionKind::kUnrecoverable:
+      if (recovery_.active && !recovery_.planned) {
+        recovery_.planned = true;
+        recovery_.joined = d.time;
+        if (observer != nullptr) observer->RecoveryStarted();
+      }
+      break;
+    case DecisionKind::kEpochReady:
+      if (recovery_.active) {
+        if (recovery_.planned && observer != nullptr) {
+          namespace labels = metrics::coordinator_labels;
+          observer->RecoveryPhase(labels::kDetection,
+                                  recovery_.removed - recovery_.last_alive);
+          observer->RecoveryPhase(labels::kAwaitingReplacement,
+                                  recovery_.joined - recovery_.removed);
+          // From the replacement's join to the ready epoch: its shard copy
+          // (or checkpoint restore) and everyone's communicators.
+          observer->RecoveryPhase(labels::kTransfer, d.time - recovery_.joined);
+          observer->RecoveryPhase(labels::kTotal,
+                                  d.time - recovery_.last_alive);
+          observer->RecoveryCompleted();
+        }
+        // A hung member that came back holding its shard needs no copy:
+        // the failure ends without a recovery.
+        recovery_ = RecoveryTimes{};
+      }
+      break;
+    default:
+      break;
+  }
+}
+
 void CoordinatorManager::Publish() {
   metrics::CoordinatorObserver* const observer = options_.observer;
   if (observer == nullptr) return;
+  if (table_.checkpoint_fallbacks() > published_fallbacks_) {
+    for (int64_t i = published_fallbacks_; i < table_.checkpoint_fallbacks();
+         ++i) {
+      observer->CheckpointFallback();
+    }
+    published_fallbacks_ = table_.checkpoint_fallbacks();
+  }
+  // Shard indices that no live member holds: only a checkpoint can bring
+  // them back.
+  const int f = table_.options().sharding_factor;
+  std::vector<int> holders(f, 0);
+  for (const SlotRecord& slot : table_.slots()) {
+    if (slot.live()) ++holders[slot.rank % f];
+  }
+  int without = 0;
+  for (int h : holders) without += h == 0 ? 1 : 0;
+  if (without != published_without_replica_) {
+    published_without_replica_ = without;
+    observer->ShardsWithoutReplica(without);
+  }
   const int ready = table_.ready() ? 1 : 0;
   if (table_.epoch() != published_epoch_ || ready != published_ready_) {
     published_epoch_ = table_.epoch();
@@ -236,6 +303,9 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
   if (std::optional<CommitDecision> d = votes_.Decision(epoch, step)) {
     // This vote completed the ballot: apply the decision once.
     const int64_t logged = table_.decisions_total();
+    if (options_.observer != nullptr) {
+      options_.observer->CommitVote(d->commit ? "commit" : "reject");
+    }
     if (d->commit) {
       table_.CommitStep(step);
     } else {
@@ -257,6 +327,7 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     return absl::UnavailableError("the coordinator is shutting down");
   }
   if (table_.epoch() != epoch) {
+    if (options_.observer != nullptr) options_.observer->CommitVote("aborted");
     return absl::AbortedError(absl::StrCat(
         "epoch changed from ", epoch, " to ", table_.epoch(),
         " before every member voted on step ", step, ": not committed"));

@@ -143,6 +143,19 @@ class CoordinatorManager {
   // Tells the observer the epoch, readiness, live members and committed
   // step when they differ from what it was last told.
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Follows a failure through its recovery from the decisions log and
+  // reports the phases' durations when the epoch is ready again.
+  void TrackRecovery(const Decision& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct RecoveryTimes {
+    bool active = false;   // A member was removed; not ready since.
+    bool planned = false;  // A replacement joined and must copy a shard.
+    absl::Time last_alive;
+    absl::Time removed;
+    absl::Time joined;
+  };
+  RecoveryTimes recovery_ ABSL_GUARDED_BY(mu_);
+  int64_t published_fallbacks_ ABSL_GUARDED_BY(mu_) = 0;
+  int published_without_replica_ ABSL_GUARDED_BY(mu_) = -1;
   std::string NewLeaseToken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;

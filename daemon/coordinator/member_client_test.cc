@@ -42,8 +42,9 @@ absl::Time Deadline() { return absl::Now() + absl::Seconds(15); }
 
 // Every client waits until all W slots are live in one epoch, reports READY
 // for it, and the epoch becomes ready. Returns that epoch.
+// Every member reports READY at `step` (the step its shard is at).
 int64_t MakeReady(const std::vector<std::unique_ptr<MemberClient>>& clients,
-                  int64_t min_epoch) {
+                  int64_t min_epoch, int64_t step = 0) {
   int64_t epoch = 0;
   for (const auto& c : clients) {
     auto v = c->WaitFor(
@@ -54,7 +55,7 @@ int64_t MakeReady(const std::vector<std::unique_ptr<MemberClient>>& clients,
     EXPECT_TRUE(v.ok()) << v.status();
     if (v.ok()) epoch = std::max(epoch, v->epoch);
   }
-  for (const auto& c : clients) EXPECT_TRUE(c->SetReady(epoch, 0).ok());
+  for (const auto& c : clients) EXPECT_TRUE(c->SetReady(epoch, step).ok());
   for (const auto& c : clients) {
     auto v = c->WaitForEpochReady(epoch, Deadline());
     EXPECT_TRUE(v.ok()) << v.status();
@@ -123,14 +124,14 @@ TEST(MemberClientTest, MembersRejoinARestartedCoordinatorAndBecomeReadyAgain) {
     ASSERT_TRUE(c.ok()) << c.status();
     clients.push_back(*std::move(c));
   }
-  const int64_t old_epoch = MakeReady(clients, 1);
+  const int64_t old_epoch = MakeReady(clients, 1, 7);
 
   opts.listen = (*coord)->address();
   coord->reset();  // The coordinator goes away with all its state.
   auto restarted = InProcessCoordinator::Start(opts);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
 
-  const int64_t new_epoch = MakeReady(clients, old_epoch + 1);
+  const int64_t new_epoch = MakeReady(clients, old_epoch + 1, 7);
   EXPECT_GT(new_epoch, old_epoch);
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(clients[r]->rank(), r);

@@ -354,3 +354,40 @@ TEST_F(MembershipTableTest, LeaveEmptiesTheSlotAndIsIdempotent) {
 
 }  // namespace
 }  // namespace shardd::coordinator
+
+namespace shardd::coordinator {
+namespace {
+
+TEST_F(MembershipTableTest, ReadyAtAnEarlierCommonStepIsACheckpointFallback) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  JoinAllReady(t0);  // Everyone READY at step 7.
+  EXPECT_EQ(table_->committed_step(), 7);
+  // Rank 3 is replaced; everyone restored the checkpoint of step 4.
+  ASSERT_TRUE(table_->Leave(3, "token-3", "test", t0).ok());
+  auto out =
+      table_->Join(Request(3, "pod-3b"), t0 + absl::Milliseconds(10), "t3b");
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int r = 0; r < 4; ++r) {
+    const std::string token = r == 3 ? "t3b" : absl::StrCat("token-", r);
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, token, table_->epoch(), 4,
+                                MemberPhase::kReady,
+                                t0 + absl::Milliseconds(20))
+                    .ok());
+  }
+  ASSERT_TRUE(table_->ready());
+  EXPECT_EQ(table_->committed_step(), 4);
+  EXPECT_EQ(table_->checkpoint_fallbacks(), 1);
+  EXPECT_NE(table_->decisions().back().reason.find("checkpoint fallback"),
+            std::string::npos)
+      << table_->decisions().back().reason;
+}
+
+TEST_F(MembershipTableTest, ReadyAtTheSameStepIsNoFallback) {
+  JoinAllReady(absl::FromUnixSeconds(1000));
+  EXPECT_EQ(table_->committed_step(), 7);
+  EXPECT_EQ(table_->checkpoint_fallbacks(), 0);
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
