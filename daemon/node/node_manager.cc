@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/comm/coordinator_store/coordinator_store.h"
@@ -26,6 +27,7 @@
 #include "daemon/memory/shm_allocator.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
 
 namespace shardd::node {
@@ -326,6 +328,47 @@ void NodeManager::EpochLoop() {
       world_size_ = view->world_size;
       sharding_factor_ = view->sharding_factor;
     }
+    const v1::JoinResponse joined = client_->join_response();
+    bool unrecoverable = false;
+    {
+      absl::MutexLock lock(&mu_);
+      unrecoverable =
+          engine_ == nullptr && !recovery_done_ && joined.has_recovery() &&
+          joined.recovery().phase() == v1::RECOVERY_PHASE_UNRECOVERABLE;
+    }
+    if (unrecoverable) {
+      // No live replica holds this shard: fall back to the latest sharded
+      // checkpoint, and have every member restore the same step.
+      absl::StatusOr<int64_t> restored =
+          RestoreCheckpoint(/*step=*/-1, view->epoch);
+      absl::MutexLock lock(&mu_);
+      if (!restored.ok()) {
+        recovery_error_ = absl::StrCat(
+            "shard ", joined.recovery().shard_index(),
+            " has no live replica and its checkpoint cannot be restored: ",
+            restored.status().ToString());
+        std::fprintf(stderr, "shardd: %s\n", recovery_error_.c_str());
+        continue;
+      }
+      recovery_done_ = true;
+      restore_step_ = *restored;
+    }
+    int64_t restore_step = -1;
+    {
+      absl::MutexLock lock(&mu_);
+      restore_step = restore_step_;
+    }
+    if (restore_step >= 0) {
+      // Before this rank's communicators: peers finish theirs only after
+      // this rank's address is published, so they find the key.
+      comm::CoordinatorStoreOptions so;
+      so.rank = client_->rank();
+      std::unique_ptr<comm::CoordinatorStore> store =
+          comm::CoordinatorStore::Connect(options_.coordinator_address,
+                                          view->epoch, so);
+      absl::Status set = store->Set("restore/step", absl::StrCat(restore_step));
+      if (!set.ok()) continue;  // A newer epoch: publish there.
+    }
     absl::Status built = BuildCommunicators(view->epoch, view->world_size,
                                             view->sharding_factor);
     if (!built.ok()) {
@@ -335,26 +378,41 @@ void NodeManager::EpochLoop() {
                                  ": communicators: ", built.ToString());
       continue;
     }
-    const v1::JoinResponse joined = client_->join_response();
     bool needs_copy = false;
-    bool unrecoverable = false;
     {
       absl::MutexLock lock(&mu_);
-      if (engine_ == nullptr && !recovery_done_ && joined.has_recovery()) {
-        needs_copy =
-            joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE;
-        unrecoverable =
-            joined.recovery().phase() == v1::RECOVERY_PHASE_UNRECOVERABLE;
-      }
+      needs_copy =
+          engine_ == nullptr && !recovery_done_ && joined.has_recovery() &&
+          joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE;
     }
-    if (unrecoverable) {
-      // No live replica holds this shard: steps stay stopped (the
-      // coordinator logged why) rather than run on fresh parameters.
-      absl::MutexLock lock(&mu_);
-      recovery_error_ = absl::StrCat(
-          "shard ", joined.recovery().shard_index(),
-          " has no live replica: it cannot be rebuilt from replicas");
-      continue;
+    if (restore_step < 0) {
+      // Did a replacement restore a checkpoint? Then so does every member.
+      comm::CoordinatorStoreOptions so;
+      so.rank = client_->rank();
+      std::unique_ptr<comm::CoordinatorStore> store =
+          comm::CoordinatorStore::Connect(options_.coordinator_address,
+                                          view->epoch, so);
+      absl::StatusOr<std::string> value = store->Get("restore/step");
+      int64_t step = -1;
+      if (value.ok() && absl::SimpleAtoi(*value, &step) && step >= 0) {
+        bool differs = false;
+        {
+          absl::MutexLock lock(&mu_);
+          differs = engine_ != nullptr && engine_->committed_step() != step;
+        }
+        if (differs) {
+          absl::StatusOr<int64_t> restored =
+              RestoreCheckpoint(step, view->epoch);
+          if (!restored.ok()) {
+            absl::MutexLock lock(&mu_);
+            recovery_error_ =
+                absl::StrCat("checkpoint fallback to step ", step,
+                             " failed: ", restored.status().ToString());
+            std::fprintf(stderr, "shardd: %s\n", recovery_error_.c_str());
+            continue;
+          }
+        }
+      }
     }
     if (needs_copy) {
       absl::Status copied = RecoverFromReplicas(view->epoch, joined.recovery());
@@ -1100,7 +1158,12 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
       (*engine)->Step(request.step(), OpTimeout(deadline), vote);
   if (!result.ok()) return OnCollectiveError("Step", result.status());
   LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
+  if (options_.checkpoint_interval_steps > 0 &&
+      result->step % options_.checkpoint_interval_steps == 0) {
+    WriteCheckpoint(result->step, epoch);
+  }
   absl::MutexLock lock(&mu_);
+  restore_step_ = -1;
   reduced_.clear();
   ops_in_step_ = 0;
   v1::StepResponse response;
@@ -1272,6 +1335,7 @@ absl::Status NodeManager::ServeShard(
   } unlock{&op_mu_};
   std::shared_ptr<StepEngine> engine;
   v1::ShardHeader header;
+  std::vector<recovery::SectionSource> sources;
   {
     absl::MutexLock lock(&mu_);
     if (engine_ == nullptr) {
@@ -1286,10 +1350,7 @@ absl::Status NodeManager::ServeShard(
           "shard_index: this daemon (rank ", rank, ") holds shard ", rank % f,
           ", not ", request.shard_index(), ": the plan is stale"));
     }
-    header.set_source_rank(rank);
-    header.set_shard_index(rank % f);
-    *header.mutable_model() = ProtoConvert::ModelToProto(*model_);
-    header.set_model_fingerprint(fingerprint_);
+    DescribeShardLocked(*engine, &header, &sources);
   }
   const int64_t epoch = client_->view().epoch;
   if (request.epoch() != epoch) {
@@ -1305,22 +1366,7 @@ absl::Status NodeManager::ServeShard(
   header.set_epoch(epoch);
   header.set_step(step);
   header.set_optimizer_step(step);
-  const EngineConfig& config = engine->config();
-  header.set_last_learning_rate(config.optimizer.kind ==
-                                        core::OptimizerKind::kAdamW
-                                    ? config.optimizer.adamw.lr
-                                    : config.optimizer.sgd.lr);
-  std::vector<recovery::SectionSource> sources;
-  for (const StepEngine::StateSection& section : engine->StateSections()) {
-    recovery::SectionSource source;
-    source.section.set_unit(section.unit);
-    source.section.set_kind(ToSectionKind(section.kind));
-    source.section.set_dtype(v1::DTYPE_FP32);
-    source.section.set_numel(section.numel);
-    source.section.set_byte_length(section.bytes);
-    source.data = section.data;
-    sources.push_back(std::move(source));
-  }
+
   absl::StatusOr<recovery::ShardStreamWriter> writer =
       recovery::ShardStreamWriter::Create(header, std::move(sources),
                                           request.max_chunk_bytes(),
@@ -1352,6 +1398,176 @@ absl::Status NodeManager::ServeShard(
     }
   }
   return absl::OkStatus();
+}
+
+void NodeManager::DescribeShardLocked(
+    const StepEngine& engine, v1::ShardHeader* header,
+    std::vector<recovery::SectionSource>* sources) const {
+  const EngineConfig& config = engine.config();
+  const int f = config.plan.sharding_factor();
+  header->set_source_rank(config.rank);
+  header->set_shard_index(config.rank % f);
+  *header->mutable_model() = ProtoConvert::ModelToProto(*model_);
+  header->set_model_fingerprint(fingerprint_);
+  header->set_last_learning_rate(config.optimizer.kind ==
+                                         core::OptimizerKind::kAdamW
+                                     ? config.optimizer.adamw.lr
+                                     : config.optimizer.sgd.lr);
+  // StateSections hands out pointers into buffers that live as long as the
+  // engine; reading them needs no lock of the engine's.
+  for (const StepEngine::StateSection& section :
+       const_cast<StepEngine&>(engine).StateSections()) {
+    recovery::SectionSource source;
+    source.section.set_unit(section.unit);
+    source.section.set_kind(ToSectionKind(section.kind));
+    source.section.set_dtype(v1::DTYPE_FP32);
+    source.section.set_numel(section.numel);
+    source.section.set_byte_length(section.bytes);
+    source.data = section.data;
+    sources->push_back(std::move(source));
+  }
+}
+
+void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
+  if (options_.checkpoint_dir.empty()) return;
+  v1::ShardHeader header;
+  std::vector<recovery::SectionSource> sources;
+  int rank = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (engine_ == nullptr) return;
+    DescribeShardLocked(*engine_, &header, &sources);
+    rank = engine_->config().rank;
+  }
+  header.set_epoch(epoch);
+  header.set_step(step);
+  header.set_optimizer_step(step);
+  absl::StatusOr<std::string> path =
+      recovery::WriteShardCheckpoint(options_.checkpoint_dir, rank, header,
+                                     sources, options_.checkpoint_keep_last);
+  if (!path.ok()) {
+    // Training goes on; the next interval tries again, and a fallback
+    // meanwhile uses an older checkpoint.
+    std::fprintf(stderr, "shardd: checkpoint of step %lld: %s\n",
+                 static_cast<long long>(step),
+                 path.status().ToString().c_str());
+    return;
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->CheckpointWritten(absl::Now());
+  }
+}
+
+absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
+                                                       int64_t epoch) {
+  if (options_.checkpoint_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "no --checkpoint_dir: this daemon keeps no checkpoints");
+  }
+  const int rank = client_->rank();
+  std::string path;
+  if (step < 0) {
+    absl::StatusOr<std::string> latest =
+        recovery::LatestShardCheckpoint(options_.checkpoint_dir, rank);
+    if (!latest.ok()) return latest.status();
+    path = *latest;
+  } else {
+    path = recovery::ShardCheckpointPath(options_.checkpoint_dir, rank, step);
+  }
+  absl::StatusOr<v1::ShardHeader> peek =
+      recovery::ReadShardCheckpointHeader(path);
+  if (!peek.ok()) return peek.status();
+  std::shared_ptr<StepEngine> engine;
+  std::optional<core::ModelConfig> model;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+    if (engine != nullptr) model = model_;
+  }
+  const bool fresh = engine == nullptr;
+  if (fresh) {
+    absl::StatusOr<core::ModelConfig> m =
+        ProtoConvert::ModelFromProto(peek->model());
+    if (!m.ok()) {
+      return absl::Status(m.status().code(),
+                          absl::StrCat(path, ": ", m.status().message()));
+    }
+    int world = 0, factor = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      world = world_size_;
+      factor = sharding_factor_;
+    }
+    absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
+        *m, world, factor, [](int, int64_t, float* out, int64_t n) {
+          std::fill(out, out + n, 0.0f);
+        });
+    if (!created.ok()) return created.status();
+    engine = std::move(*created);
+    model = *std::move(m);
+  }
+  const uint64_t fingerprint =
+      core::Fingerprint(*model, core::InitScope::kExclude);
+  if (peek->model_fingerprint() != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": holds a shard of another model (fingerprint ",
+        peek->model_fingerprint(), ", this model ", fingerprint, ")"));
+  }
+  // Trainer operations wait while the state is overwritten.
+  absl::MutexLock op(&op_mu_);
+  const std::vector<StepEngine::StateSection> mine = engine->StateSections();
+  v1::ShardHeader header;
+  absl::Status read = recovery::ReadShardCheckpoint(
+      path,
+      [&](const v1::ShardHeader& h, int index) -> absl::StatusOr<uint8_t*> {
+        if (static_cast<int>(mine.size()) != h.sections_size()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(path, ": ", h.sections_size(),
+                           " sections, this rank's shard has ", mine.size()));
+        }
+        const v1::ShardSection& theirs = h.sections(index);
+        if (theirs.unit() != mine[index].unit ||
+            theirs.kind() != ToSectionKind(mine[index].kind) ||
+            theirs.byte_length() != mine[index].bytes) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              path, ": section ", index, " does not match this rank's shard"));
+        }
+        return mine[index].data;
+      },
+      &header);
+  if (!read.ok()) {
+    // A live engine's state is garbage now: no collective may use it
+    // until a restore succeeds (a fresh engine is simply dropped).
+    if (!fresh) {
+      absl::MutexLock lock(&mu_);
+      comm_failed_ = true;
+      comm_error_ = read.ToString();
+    }
+    return read;
+  }
+  engine->InstallState(header.step());
+  {
+    absl::MutexLock lock(&mu_);
+    if (fresh) {
+      if (shard_group_ != nullptr) {
+        engine->SetCommunicators(shard_group_, replica_group_);
+      }
+      engine_ = engine;
+      model_ = *model;
+      fingerprint_ = fingerprint;
+    }
+    held_.clear();
+    reduced_.clear();
+    last_step_.reset();
+    ops_in_step_ = 0;
+  }
+  std::printf("shardd rank %d restored its checkpoint of step %lld from %s\n",
+              rank, static_cast<long long>(header.step()), path.c_str());
+  std::fflush(stdout);
+  if (options_.observer != nullptr) options_.observer->CheckpointRestored();
+  LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
+            epoch);
+  return header.step();
 }
 
 absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,

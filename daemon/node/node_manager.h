@@ -20,6 +20,7 @@
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
+#include "daemon/recovery/shard_stream.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
@@ -74,6 +75,14 @@ struct NodeOptions {
   // the demo check for steps applied twice or skipped and replicas that
   // disagree. Empty: none (it costs a CRC of the shard per step).
   std::string commit_log_path;
+
+  // Sharded checkpoints, the fallback when a shard has no live replica
+  // (W/F = 1, or every holder failed): every checkpoint_interval_steps
+  // committed steps each rank writes DIR/rank-R/step-N.shardckpt
+  // (shard_checkpoint.h), keeping the newest checkpoint_keep_last. 0: none.
+  std::string checkpoint_dir;
+  int64_t checkpoint_interval_steps = 0;
+  int checkpoint_keep_last = 2;
   // Told about steps, collectives, memory, epochs, recovery and
   // checkpoints. Optional (null: nothing reported); not owned, must outlive
   // the manager.
@@ -164,6 +173,17 @@ class NodeManager {
                                    const v1::ShardTransfer& plan);
   absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
                          int source, absl::Time deadline);
+  // The header (model, fingerprint, shard index) and sections of this
+  // rank's state, for a transfer or a checkpoint. Needs mu_.
+  void DescribeShardLocked(const StepEngine& engine, v1::ShardHeader* header,
+                           std::vector<recovery::SectionSource>* sources) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes this rank's checkpoint of `step` (after a commit).
+  void WriteCheckpoint(int64_t step, int64_t epoch);
+  // Restores this rank's checkpoint of `step` (-1: the latest on disk),
+  // creating the engine from the checkpoint's model when there is none.
+  // Returns the step restored; errors name the file.
+  absl::StatusOr<int64_t> RestoreCheckpoint(int64_t step, int64_t epoch);
   // The communicators of the epoch are dead: mark them failed, abort them
   // and ask the coordinator for a new epoch (suspect -1: unknown culprit;
   // a dead peer's lease expires on its own).
@@ -212,6 +232,10 @@ class NodeManager {
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
   std::string recovery_error_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<recovery::CommitLog> commit_log_;
+  // A replacement that restored a checkpoint (no replica held its shard)
+  // tells every epoch's members to restore the same step, until a step
+  // commits after it. -1: none.
+  int64_t restore_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace shardd::node

@@ -74,6 +74,12 @@ ABSL_FLAG(std::string, commit_log, "",
 ABSL_FLAG(std::string, failpoint, "",
           "fail points to arm (tests), as SHARDD_FAILPOINT: "
           "name:action[@N],...; the flag wins over the environment");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "where this rank writes its sharded checkpoints (the fallback when "
+          "a shard has no live replica); empty: none");
+ABSL_FLAG(int64_t, checkpoint_interval_steps, 0,
+          "write a checkpoint every N committed steps (0: never)");
+ABSL_FLAG(int, checkpoint_keep_last, 2, "checkpoints kept per rank");
 ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
           "how long a replacement tries its sources in one epoch");
 
@@ -190,6 +196,19 @@ int Run() {
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.connect_timeout = options.collective_timeout;
   options.commit_log_path = absl::GetFlag(FLAGS_commit_log);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_interval_steps =
+      absl::GetFlag(FLAGS_checkpoint_interval_steps);
+  options.checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last);
+  if (options.checkpoint_interval_steps < 0 ||
+      options.checkpoint_keep_last < 1) {
+    return Fail(
+        "--checkpoint_interval_steps must be >= 0 and --checkpoint_keep_last "
+        ">= 1");
+  }
+  if (options.checkpoint_interval_steps > 0 && options.checkpoint_dir.empty()) {
+    return Fail("--checkpoint_interval_steps needs --checkpoint_dir");
+  }
   options.recovery_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   options.fetch_shard = &PeerClient::FetchShard;
