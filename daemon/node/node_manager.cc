@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,6 +26,7 @@
 #include "daemon/core/tensor_init.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/memory/shm_allocator.h"
+#include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -432,6 +434,9 @@ void NodeManager::EpochLoop() {
       if (engine_ != nullptr) step = engine_->committed_step();
     }
     absl::Status ready = client_->SetReady(view->epoch, step);
+    if (options_.observer != nullptr) {
+      options_.observer->EpochChanged(view->epoch, ready.ok());
+    }
     (void)ready;  // A failed READY heartbeat is retried by the next epoch.
   }
 }
@@ -468,6 +473,14 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   if (!r.ok()) return r.status();
   std::shared_ptr<comm::Collective> shard_group = std::move(*s);
   std::shared_ptr<comm::Collective> replica_group = std::move(*r);
+  if (options_.observer != nullptr) {
+    shard_group = std::make_shared<ObservedCollective>(
+        std::move(shard_group), metrics::node_labels::kShardGroup,
+        options_.observer);
+    replica_group = std::make_shared<ObservedCollective>(
+        std::move(replica_group), metrics::node_labels::kReplicaGroup,
+        options_.observer);
+  }
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
@@ -866,6 +879,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     LogCommit(recovery::CommitRecord::Kind::kInit, 0, epoch_now);
     mu_.Lock();
   }
+  ReportMemory(*engine_);
   v1::RegisterModelResponse response;
   response.set_committed_step(engine_->committed_step());
   response.set_epoch(comm_epoch_);
@@ -1154,9 +1168,25 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     SHARDD_FAILPOINT("vote.after");
     return absl::OkStatus();
   };
+  const absl::Time step_started = absl::Now();
   absl::StatusOr<StepResult> result =
       (*engine)->Step(request.step(), OpTimeout(deadline), vote);
-  if (!result.ok()) return OnCollectiveError("Step", result.status());
+  if (!result.ok()) {
+    if (options_.observer != nullptr && IsCollectiveFailure(result.status())) {
+      const absl::string_view message = result.status().message();
+      options_.observer->StepAborted(
+          absl::StrContains(message, "rejected by the commit vote")
+              ? metrics::node_labels::kVoteRejected
+          : absl::StrContains(message, "commit vote on step")
+              ? metrics::node_labels::kEpochChanged
+              : metrics::node_labels::kPeerFailure);
+    }
+    return OnCollectiveError("Step", result.status());
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->StepCommitted(absl::Now() - step_started, result->step);
+    ReportMemory(**engine);
+  }
   LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
   if (options_.checkpoint_interval_steps > 0 &&
       result->step % options_.checkpoint_interval_steps == 0) {
@@ -1378,6 +1408,17 @@ absl::Status NodeManager::ServeShard(
   }
   bool fired = false;
   v1::FetchShardResponse message;
+  struct Report {
+    metrics::NodeObserver* observer;
+    const recovery::ShardStreamWriter* writer;
+    bool ok = false;
+    ~Report() {
+      if (observer == nullptr) return;
+      observer->RecoveryBytes(metrics::node_labels::kSent,
+                              writer->bytes_sent());
+      observer->RecoveryTransfer(metrics::node_labels::kSource, ok);
+    }
+  } report{options_.observer, &*writer};
   while (writer->Next(&message)) {
     if (!send(message)) {
       return absl::UnavailableError(
@@ -1397,6 +1438,7 @@ absl::Status NodeManager::ServeShard(
           "FetchShard: the epoch changed from ", epoch, " mid-stream"));
     }
   }
+  report.ok = true;
   return absl::OkStatus();
 }
 
@@ -1565,9 +1607,23 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
               rank, static_cast<long long>(header.step()), path.c_str());
   std::fflush(stdout);
   if (options_.observer != nullptr) options_.observer->CheckpointRestored();
+  ReportMemory(*engine);
   LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
             epoch);
   return header.step();
+}
+
+void NodeManager::ReportMemory(const StepEngine& engine) const {
+  if (options_.observer == nullptr) return;
+  const core::MemoryBreakdown held = engine.held_memory();
+  metrics::ShardBytes bytes;
+  bytes.parameters = held.parameter_shard_bytes;
+  bytes.lowp_parameters = held.lowp_parameter_shard_bytes;
+  bytes.gradients = held.gradient_shard_bytes;
+  bytes.optimizer_state = held.optimizer_state_bytes;
+  bytes.gathered = held.gathered_parameter_bytes;
+  bytes.planned = engine.planned_memory().total_bytes;
+  options_.observer->MemoryHeld(bytes);
 }
 
 absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
@@ -1695,8 +1751,16 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
         }
         return absl::OkStatus();
       });
+  if (options_.observer != nullptr) {
+    options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
+                                     assembler.verified_bytes());
+  }
+  if (streamed.ok()) streamed = assembler.Finish();
+  if (options_.observer != nullptr) {
+    options_.observer->RecoveryTransfer(metrics::node_labels::kTarget,
+                                        streamed.ok());
+  }
   if (!streamed.ok()) return streamed;
-  if (absl::Status s = assembler.Finish(); !s.ok()) return s;
   const v1::ShardHeader& header = assembler.header();
   engine->InstallState(header.step());
   const uint64_t fingerprint =
@@ -1728,6 +1792,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
       static_cast<long long>(header.total_bytes()), seconds,
       seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0);
   std::fflush(stdout);
+  ReportMemory(*engine);
   LogCommit(recovery::CommitRecord::Kind::kRecovered, header.step(), epoch);
   return absl::OkStatus();
 }

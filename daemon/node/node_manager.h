@@ -190,6 +190,8 @@ class NodeManager {
   // Only when `epoch` is still the communicators' epoch: a failure of an
   // already replaced epoch's collective changes nothing.
   void AbandonEpoch(absl::string_view why, v1::FailureKind kind, int64_t epoch);
+  // Tells the observer what the engine's buffers hold.
+  void ReportMemory(const StepEngine& engine) const;
   // Appends to the commit log, if configured (CRC of the current state).
   void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                  int64_t epoch);
