@@ -18,10 +18,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -167,7 +169,12 @@ int Run() {
     metrics_server->AddCollectable(observer->checkpoint_age());
   }
 
-  // Peer service first: the coordinator needs its address at Join.
+  // Peer service first: the coordinator needs its address at Join. It also
+  // serves grpc.health.v1 for probes (kubelet): "" is liveness (SERVING
+  // while the process runs, never dependent on peers), "shardd.v1.Trainer"
+  // startup (the trainer socket listens), "shardd.ready" readiness (in a
+  // ready epoch with the shards loaded).
+  grpc::EnableDefaultHealthCheckService(true);
   PeerService peer;
   grpc::ServerBuilder peer_builder;
   int peer_port = 0;
@@ -183,6 +190,11 @@ int Run() {
         absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_peer_listen)));
   }
   const std::string peer_address = absl::StrCat(peer_host, ":", peer_port);
+  grpc::HealthCheckServiceInterface* health =
+      peer_server->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus("shardd.v1.Trainer", false);
+  health->SetServingStatus("shardd.ready", false);
 
   NodeOptions options;
   options.coordinator_address = coordinator;
@@ -224,7 +236,6 @@ int Run() {
   peer.Attach(manager->get());
 
   TrainerService trainer(manager->get());
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -260,6 +271,21 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
+  health->SetServingStatus("shardd.v1.Trainer", true);
+  // Readiness follows the daemon's state (a probe reads it; this thread
+  // only mirrors it, every 200 ms).
+  std::atomic<bool> stopping{false};
+  std::thread readiness([&] {
+    bool last = false;
+    while (!stopping.load()) {
+      const bool ready = (*manager)->Probe().state() == v1::MEMBER_STATE_READY;
+      if (ready != last) {
+        health->SetServingStatus("shardd.ready", ready);
+        last = ready;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  });
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -268,6 +294,9 @@ int Run() {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
+  stopping = true;
+  readiness.join();
+  health->SetServingStatus("shardd.ready", false);
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");

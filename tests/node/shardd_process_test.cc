@@ -26,11 +26,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/core/adamw.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -237,11 +239,50 @@ class ShardProcessTest : public ::testing::Test {
       auto ready = daemons_[r]->WaitForLine("shardd rank", deadline);
       ASSERT_TRUE(ready.ok()) << ready.status();
       EXPECT_TRUE(absl::StrContains(*ready, absl::StrCat("rank ", r)));
+      // "... peer HOST:PORT".
+      std::string peer = ready->substr(ready->find(" peer ") + 6);
+      peers_.push_back(peer.substr(0, peer.find_first_of(" \n")));
       auto channel =
           grpc::CreateChannel(absl::StrCat("unix:", sockets_[r]),
                               grpc::experimental::LocalCredentials(UDS));
       stubs_.push_back(pb::Trainer::NewStub(channel));
     }
+  }
+
+  // grpc.health.v1 Check of `service` at `address`, without generated
+  // stubs: 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN, -1 the call failed.
+  static int Health(const std::string& address, const std::string& service) {
+    grpc::GenericStub stub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    std::string request_bytes;
+    if (!service.empty()) {
+      request_bytes =
+          absl::StrCat("\x0a", std::string(1, service.size()), service);
+    }
+    grpc::Slice slice(request_bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Notification done;
+    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check",
+                   grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(10)) ||
+        !status.ok()) {
+      return -1;
+    }
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return -1;
+    std::string bytes;
+    for (const grpc::Slice& part : slices) {
+      bytes.append(reinterpret_cast<const char*>(part.begin()), part.size());
+    }
+    return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
   }
 
   void TearDown() override {
@@ -387,6 +428,7 @@ class ShardProcessTest : public ::testing::Test {
 
   std::string dir_, shm_dir_, address_;
   std::vector<std::string> sockets_;
+  std::vector<std::string> peers_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> daemons_;
   std::vector<std::unique_ptr<pb::Trainer::Stub>> stubs_;
@@ -643,6 +685,27 @@ TEST_F(ShardProcessTest,
   auto code = daemons_[0]->Wait(absl::Now() + absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
+}
+
+// Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
+// never depends on peers; readiness ("shardd.ready") follows the epoch.
+TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {
+  ASSERT_EQ(peers_.size(), 2u);
+  EXPECT_EQ(Health(peers_[0], ""), 1);
+  EXPECT_EQ(Health(peers_[0], "shardd.v1.Trainer"), 1);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Health(peers_[0], "shardd.ready") != 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling with a deadline.
+  }
+  EXPECT_EQ(Health(peers_[0], "shardd.ready"), 1);
+  EXPECT_EQ(Health(peers_[0], "no.such.service"), -1);  // NOT_FOUND.
+  // The peer dies: daemon 0 is no longer ready, but still alive.
+  daemons_[1].reset();  // SIGKILL.
+  while (Health(peers_[0], "shardd.ready") != 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(Health(peers_[0], "shardd.ready"), 2);
+  EXPECT_EQ(Health(peers_[0], ""), 1);
 }
 
 }  // namespace
