@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -1089,15 +1090,21 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     return absl::InvalidArgumentError(
         absl::StrCat("step: must be >= 1, got ", request.step()));
   }
-  if (request.has_learning_rate() && !(request.learning_rate() >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learning_rate: must be >= 0, got ", request.learning_rate()));
+  if (request.has_learning_rate() &&
+      !(request.learning_rate() >= 0 &&
+        std::isfinite(request.learning_rate()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learning_rate: must be finite and >= 0, got ",
+                     request.learning_rate()));
   }
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
   const EngineConfig& config = (*engine)->config();
-  const double lr = config.optimizer.kind == core::OptimizerKind::kAdamW
+  // This step's learning rate (schedules), else the configured one; every
+  // rank's vote carries it, so ranks that disagree commit nothing.
+  const double lr = request.has_learning_rate() ? request.learning_rate()
+                    : config.optimizer.kind == core::OptimizerKind::kAdamW
                         ? config.optimizer.adamw.lr
                         : config.optimizer.sgd.lr;
   {
@@ -1127,12 +1134,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
           absl::StrCat("units not reduced in step ", request.step(), ": [",
                        absl::StrJoin(missing, ", "), "]"));
     }
-    if (request.has_learning_rate() && request.learning_rate() != lr) {
-      return absl::UnimplementedError(absl::StrCat(
-          "learning_rate: a per-step learning rate is not implemented yet "
-          "(configured ",
-          lr, ", asked ", request.learning_rate(), ")"));
-    }
+
     if (!ReadyLocked()) {
       return absl::AbortedError(
           "the daemon is not in a ready epoch; WaitReady, then redo the step");
@@ -1170,7 +1172,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   };
   const absl::Time step_started = absl::Now();
   absl::StatusOr<StepResult> result =
-      (*engine)->Step(request.step(), OpTimeout(deadline), vote);
+      (*engine)->Step(request.step(), OpTimeout(deadline), vote, lr);
   if (!result.ok()) {
     if (options_.observer != nullptr && IsCollectiveFailure(result.status())) {
       const absl::string_view message = result.status().message();
@@ -1451,10 +1453,7 @@ void NodeManager::DescribeShardLocked(
   header->set_shard_index(config.rank % f);
   *header->mutable_model() = ProtoConvert::ModelToProto(*model_);
   header->set_model_fingerprint(fingerprint_);
-  header->set_last_learning_rate(config.optimizer.kind ==
-                                         core::OptimizerKind::kAdamW
-                                     ? config.optimizer.adamw.lr
-                                     : config.optimizer.sgd.lr);
+  header->set_last_learning_rate(engine.learning_rate());
   // StateSections hands out pointers into buffers that live as long as the
   // engine; reading them needs no lock of the engine's.
   for (const StepEngine::StateSection& section :

@@ -460,7 +460,8 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
 
 absl::StatusOr<StepResult> StepEngine::Step(
     int64_t expected_step, absl::Duration timeout,
-    const std::function<absl::Status(const StepResult&)>& before_apply) {
+    const std::function<absl::Status(const StepResult&)>& before_apply,
+    std::optional<double> learning_rate) {
   absl::MutexLock lock(&mu_);
   if (expected_step != committed_step_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -529,6 +530,13 @@ absl::StatusOr<StepResult> StepEngine::Step(
       return s;
     }
   }
+  if (learning_rate.has_value()) {
+    // Validated before the vote by the caller; set_lr's check is the last
+    // line of defence and changes nothing on error.
+    absl::Status s =
+        adamw_ ? adamw_->set_lr(*learning_rate) : sgd_->set_lr(*learning_rate);
+    if (!s.ok()) return s;
+  }
   float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
   int64_t total_stored = 0;
   for (const UnitState& st : units_) total_stored += st.shard_stored;
@@ -556,6 +564,11 @@ absl::StatusOr<StepResult> StepEngine::Step(
   }
   committed_step_ = step;
   return StepResult{step, clip->total_norm, clip->scale};
+}
+
+double StepEngine::learning_rate() const {
+  absl::MutexLock lock(&mu_);
+  return adamw_ ? adamw_->options().lr : sgd_->options().lr;
 }
 
 int64_t StepEngine::committed_step() const { return committed_step_.load(); }

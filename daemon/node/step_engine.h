@@ -133,10 +133,18 @@ class StepEngine {
   // `before_apply`, when set, runs after the gradient collectives and the
   // norm and before the optimizer touches anything (the commit vote): an
   // error from it is returned and the step is not applied.
+  //
+  // `learning_rate`, when set, is this step's (schedules) and stays the
+  // optimizer's until changed again; INVALID_ARGUMENT (nothing applied) if
+  // it is negative or not finite.
   absl::StatusOr<StepResult> Step(
       int64_t expected_step, absl::Duration timeout,
       const std::function<absl::Status(const StepResult&)>& before_apply =
-          nullptr);
+          nullptr,
+      std::optional<double> learning_rate = std::nullopt);
+
+  // The optimizer's current learning rate.
+  double learning_rate() const;
 
   int64_t committed_step() const;
 

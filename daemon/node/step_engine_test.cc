@@ -348,5 +348,68 @@ TEST(StepEngineCreateTest, RejectsARankOutsideThePlan) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Reduces every unit of `e` with gradient `value * (i + 1)`.
+void ReduceAll(StepEngine& e, float value) {
+  for (int u = 0; u < static_cast<int>(e.config().units.size()); ++u) {
+    WriteGrad(e, u, value);
+    ASSERT_TRUE(e.ReduceGrad(u, absl::Seconds(1)).ok());
+  }
+}
+
+TEST_F(StepEngineSingleRankTest, ARejectedVoteLeavesTheStepUnapplied) {
+  const auto before = *engine_->MasterShard(0);
+  ReduceAll(*engine_, 0.5f);
+  int64_t voted_on = 0;
+  auto step = engine_->Step(1, absl::Seconds(1), [&](const StepResult& r) {
+    voted_on = r.step;
+    return absl::AbortedError("vote: no");
+  });
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(voted_on, 1);
+  EXPECT_EQ(engine_->committed_step(), 0);
+  EXPECT_EQ(*engine_->MasterShard(0), before);
+}
+
+TEST_F(StepEngineSingleRankTest, PerStepLearningRateZeroChangesNothing) {
+  const auto before = *engine_->MasterShard(0);
+  ReduceAll(*engine_, 0.5f);
+  auto step = engine_->Step(1, absl::Seconds(1), nullptr, 0.0);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(engine_->learning_rate(), 0.0);
+  EXPECT_EQ(*engine_->MasterShard(0), before);
+  // The next step with the configured rate moves the parameters.
+  ReduceAll(*engine_, 0.5f);
+  ASSERT_TRUE(engine_->Step(2, absl::Seconds(1), nullptr, 1e-2).ok());
+  EXPECT_NE(*engine_->MasterShard(0), before);
+}
+
+TEST_F(StepEngineSingleRankTest, InstalledStateContinuesLikeTheOriginal) {
+  // Two steps on the original; a second engine gets its state bytes (as a
+  // replica transfer or a checkpoint would) and both take step 3 alike.
+  for (int64_t s = 1; s <= 2; ++s) {
+    ReduceAll(*engine_, 0.25f * s);
+    ASSERT_TRUE(engine_->Step(s, absl::Seconds(1)).ok());
+  }
+  memory::HeapAllocator heap;
+  auto copy = StepEngine::Create(Config(1, 1, 0, 1), Init, heap);
+  ASSERT_TRUE(copy.ok());
+  const auto from = engine_->StateSections();
+  const auto to = (*copy)->StateSections();
+  ASSERT_EQ(from.size(), to.size());
+  for (size_t i = 0; i < from.size(); ++i) {
+    ASSERT_EQ(from[i].bytes, to[i].bytes);
+    std::memcpy(to[i].data, from[i].data, from[i].bytes);
+  }
+  (*copy)->InstallState(2);
+  EXPECT_EQ((*copy)->committed_step(), 2);
+  ReduceAll(*engine_, 0.75f);
+  ReduceAll(**copy, 0.75f);
+  ASSERT_TRUE(engine_->Step(3, absl::Seconds(1)).ok());
+  ASSERT_TRUE((*copy)->Step(3, absl::Seconds(1)).ok());
+  for (int u = 0; u < 2; ++u) {
+    EXPECT_EQ(*engine_->MasterShard(u), *(*copy)->MasterShard(u));
+  }
+}
+
 }  // namespace
 }  // namespace shardd::node
