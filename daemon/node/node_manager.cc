@@ -280,6 +280,7 @@ NodeManager::~NodeManager() {
 
 absl::Status NodeManager::Shutdown(absl::string_view reason) {
   stop_ = true;
+  events_.Close();
   if (epoch_thread_.joinable()) epoch_thread_.join();
   {
     absl::MutexLock lock(&mu_);
@@ -311,6 +312,21 @@ void NodeManager::EpochLoop() {
       // member left, died or hung). Abort them at once so that a trainer
       // operation blocked in a collective with a hung peer returns now,
       // not at the collective timeout.
+      {
+        v1::TrainerEvent event;
+        event.set_epoch(view->epoch);
+        v1::EpochChanged* changed = event.mutable_epoch_changed();
+        {
+          absl::MutexLock lock(&mu_);
+          changed->set_previous_epoch(comm_epoch_);
+        }
+        changed->set_epoch(view->epoch);
+        changed->set_reason(view->reason);
+        for (const v1::MemberInfo& m : view->members) {
+          *changed->add_members() = m;
+        }
+        events_.Append(std::move(event));
+      }
       absl::MutexLock lock(&mu_);
       if (comm_epoch_ < view->epoch) {
         const std::string why =
@@ -435,6 +451,12 @@ void NodeManager::EpochLoop() {
       if (engine_ != nullptr) step = engine_->committed_step();
     }
     absl::Status ready = client_->SetReady(view->epoch, step);
+    if (ready.ok()) {
+      v1::TrainerEvent event;
+      event.set_epoch(view->epoch);
+      event.mutable_ready()->set_committed_step(step);
+      events_.Append(std::move(event));
+    }
     if (options_.observer != nullptr) {
       options_.observer->EpochChanged(view->epoch, ready.ok());
     }
@@ -550,6 +572,17 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
   {
     absl::MutexLock lock(&mu_);
     epoch = op_epoch_;
+  }
+  {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    v1::StepAborted* aborted = event.mutable_step_aborted();
+    {
+      absl::MutexLock lock(&mu_);
+      if (engine_ != nullptr) aborted->set_step(engine_->committed_step() + 1);
+    }
+    aborted->set_reason(absl::StrCat(what, ": ", status.message()));
+    events_.Append(std::move(event));
   }
   AbandonEpoch(absl::StrCat(what, ": ", status.message()),
                absl::IsDeadlineExceeded(status)
@@ -1190,6 +1223,13 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     ReportMemory(**engine);
   }
   LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
+  {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    event.mutable_step_committed()->set_step(result->step);
+    event.mutable_step_committed()->set_grad_norm(result->grad_norm);
+    events_.Append(std::move(event));
+  }
   if (options_.checkpoint_interval_steps > 0 &&
       result->step % options_.checkpoint_interval_steps == 0) {
     WriteCheckpoint(result->step, epoch);
@@ -1739,6 +1779,12 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
       });
   int64_t total = -1;
   bool fired = false;
+  {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    event.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+    events_.Append(std::move(event));
+  }
   absl::Status streamed = options_.fetch_shard(
       address, request, deadline,
       [&](const v1::FetchShardResponse& message) -> absl::Status {
@@ -1792,8 +1838,58 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
       seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0);
   std::fflush(stdout);
   ReportMemory(*engine);
+  {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    v1::RecoveryProgress* progress = event.mutable_recovery();
+    progress->set_phase(v1::RECOVERY_PHASE_COMPLETE);
+    progress->set_bytes_done(header.total_bytes());
+    progress->set_bytes_total(header.total_bytes());
+    events_.Append(std::move(event));
+  }
   LogCommit(recovery::CommitRecord::Kind::kRecovered, header.step(), epoch);
   return absl::OkStatus();
+}
+
+absl::Status NodeManager::WatchEvents(
+    const v1::WatchEventsRequest& request, absl::Time deadline,
+    const std::function<bool(const v1::TrainerEvent&)>& send,
+    const std::function<bool()>& cancelled) {
+  if (request.after_sequence() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "after_sequence: must be >= 0, got ", request.after_sequence()));
+  }
+  int64_t after = request.after_sequence();
+  const int64_t oldest = events_.oldest_sequence();
+  const int64_t last = events_.last_sequence();
+  // Resume only when nothing after `after` was dropped; else a snapshot.
+  const bool resumable =
+      after > 0 && after <= last && (oldest == 0 || after >= oldest - 1);
+  if (!resumable) {
+    v1::TrainerEvent snapshot;
+    snapshot.set_sequence(last);
+    snapshot.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+    *snapshot.mutable_snapshot() = GetStatus();
+    snapshot.set_epoch(snapshot.snapshot().epoch());
+    if (!send(snapshot)) return absl::CancelledError("the watcher went away");
+    after = last;
+  }
+  while (true) {
+    if (cancelled()) return absl::CancelledError("the watcher cancelled");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError("WatchEvents: deadline reached");
+    }
+    std::vector<v1::TrainerEvent> fresh;
+    // Wake at least twice a second to notice a cancelled watcher.
+    const bool open = events_.WaitAfter(
+        after, std::min(deadline, now + absl::Milliseconds(500)), &fresh);
+    for (const v1::TrainerEvent& event : fresh) {
+      if (!send(event)) return absl::CancelledError("the watcher went away");
+      after = event.sequence();
+    }
+    if (!open) return absl::UnavailableError("the daemon is shutting down");
+  }
 }
 
 v1::GetStatusResponse NodeManager::GetStatus() const {

@@ -18,6 +18,7 @@
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
 #include "daemon/metrics/node_observer.h"
+#include "daemon/node/event_log.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
 #include "daemon/recovery/shard_stream.h"
@@ -135,6 +136,15 @@ class NodeManager {
       const v1::FetchShardRequest& request, absl::Time deadline,
       const std::function<bool(const v1::FetchShardResponse&)>& send);
 
+  // Trainer.WatchEvents: a snapshot (unless resuming after_sequence, while
+  // the events after it are still kept), then every event in order until
+  // `cancelled()`, the deadline (DEADLINE_EXCEEDED) or shutdown
+  // (UNAVAILABLE). `send` false: the client went away (CANCELLED).
+  absl::Status WatchEvents(
+      const v1::WatchEventsRequest& request, absl::Time deadline,
+      const std::function<bool(const v1::TrainerEvent&)>& send,
+      const std::function<bool()>& cancelled);
+
   v1::GetStatusResponse GetStatus() const;
   v1::ProbeResponse Probe() const;
 
@@ -234,6 +244,7 @@ class NodeManager {
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
   std::string recovery_error_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<recovery::CommitLog> commit_log_;
+  EventLog events_;
   // A replacement that restored a checkpoint (no replica held its shard)
   // tells every epoch's members to restore the same step, until a step
   // commits after it. -1: none.

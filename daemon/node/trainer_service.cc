@@ -78,11 +78,17 @@ grpc::Status TrainerService::GetStatus(grpc::ServerContext*,
 }
 
 grpc::Status TrainerService::WatchEvents(
-    grpc::ServerContext*, const v1::WatchEventsRequest*,
-    grpc::ServerWriter<v1::TrainerEvent>*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "WatchEvents is not implemented yet; poll GetStatus or "
-                      "call WaitReady");
+    grpc::ServerContext* context, const v1::WatchEventsRequest* request,
+    grpc::ServerWriter<v1::TrainerEvent>* writer) {
+  const auto client_deadline = context->deadline();
+  const absl::Time deadline =
+      client_deadline == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteFuture()
+          : absl::FromChrono(client_deadline);
+  return rpc::ToGrpc(manager_->WatchEvents(
+      *request, deadline,
+      [&](const v1::TrainerEvent& event) { return writer->Write(event); },
+      [&] { return context->IsCancelled(); }));
 }
 
 }  // namespace shardd::node

@@ -8,8 +8,8 @@
 namespace shardd::node {
 
 // The Trainer gRPC service: a thin adapter over NodeManager (deadline from
-// the call's context, statuses through daemon/rpc). WatchEvents is not
-// implemented yet (UNIMPLEMENTED). Borrows the manager.
+// the call's context, statuses through daemon/rpc). WatchEvents streams
+// the manager's events. Borrows the manager.
 class TrainerService final : public v1::Trainer::Service {
  public:
   explicit TrainerService(NodeManager* manager) : manager_(manager) {}

@@ -708,6 +708,49 @@ TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {
   EXPECT_EQ(Health(peers_[0], ""), 1);
 }
 
+// WatchEvents: a snapshot first; a dead peer shows as an epoch change; a
+// watcher that reconnects with after_sequence gets what it missed, not a
+// snapshot.
+TEST_F(ShardProcessTest, WatchEventsStartsWithASnapshotAndResumes) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!Status(0).ready() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling with a deadline.
+  }
+  ASSERT_TRUE(Status(0).ready());
+  auto context = Ctx(absl::Seconds(30));
+  std::unique_ptr<grpc::ClientReader<pb::TrainerEvent>> reader =
+      stubs_[0]->WatchEvents(context.get(), pb::WatchEventsRequest());
+  pb::TrainerEvent first;
+  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_TRUE(first.has_snapshot()) << first.DebugString();
+  EXPECT_TRUE(first.snapshot().ready());
+  const int64_t epoch = first.snapshot().epoch();
+  daemons_[1].reset();  // SIGKILL: the next epoch starts.
+  pb::TrainerEvent event;
+  int64_t changed_seq = 0;
+  while (reader->Read(&event)) {
+    EXPECT_GT(event.sequence(), first.sequence());
+    if (event.has_epoch_changed() && event.epoch_changed().epoch() > epoch) {
+      changed_seq = event.sequence();
+      break;
+    }
+  }
+  ASSERT_GT(changed_seq, 0) << "no epoch change seen";
+  context->TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+
+  auto again = Ctx(absl::Seconds(10));
+  pb::WatchEventsRequest resume;
+  resume.set_after_sequence(changed_seq - 1);
+  reader = stubs_[0]->WatchEvents(again.get(), resume);
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_FALSE(event.has_snapshot());
+  EXPECT_EQ(event.sequence(), changed_seq);
+  EXPECT_TRUE(event.has_epoch_changed());
+  again->TryCancel();
+  reader->Finish();
+}
+
 }  // namespace
 }  // namespace shardd::tests
 
