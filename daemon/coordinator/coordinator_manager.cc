@@ -1,8 +1,10 @@
 #include "daemon/coordinator/coordinator_manager.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -73,8 +75,10 @@ std::string CoordinatorManager::NewLeaseToken() {
   return absl::StrFormat("%016x-%d", token_salt_, token_counter_);
 }
 
-void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
-                                 absl::string_view removal_cause) {
+void CoordinatorManager::Changed(
+    int64_t epoch_before, size_t decisions_before,
+    absl::string_view removal_cause,
+    const std::vector<absl::Time>* heartbeats_before) {
   const int64_t fresh = table_.decisions_total() - decisions_before;
   const auto& log = table_.decisions();
   for (int64_t i =
@@ -85,7 +89,7 @@ void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
         options_.observer != nullptr) {
       options_.observer->MemberFailed(removal_cause);
     }
-    TrackRecovery(log[i]);
+    TrackRecovery(log[i], heartbeats_before);
   }
   if (table_.epoch() != epoch_before) {
     rendezvous_.AdvanceEpoch(table_.epoch());
@@ -97,7 +101,8 @@ void CoordinatorManager::Changed(int64_t epoch_before, size_t decisions_before,
   Publish();
 }
 
-void CoordinatorManager::TrackRecovery(const Decision& d) {
+void CoordinatorManager::TrackRecovery(
+    const Decision& d, const std::vector<absl::Time>* heartbeats_before) {
   metrics::CoordinatorObserver* const observer = options_.observer;
   switch (d.kind) {
     case DecisionKind::kMemberRemoved:
@@ -105,30 +110,52 @@ void CoordinatorManager::TrackRecovery(const Decision& d) {
         recovery_ = RecoveryTimes{};
         recovery_.active = true;
         recovery_.removed = d.time;
-        // The last sign of life: detection is measured from there.
-        const absl::Time last = table_.slots()[d.ranks[0]].last_heartbeat;
-        recovery_.last_alive = last == absl::InfinitePast() ? d.time : last;
+        // The last sign of life: detection is measured from there. A member
+        // replaced by its new incarnation has lost its slot to the newcomer
+        // by now: its heartbeat is in heartbeats_before.
+        const int rank = d.ranks[0];
+        const absl::Time last =
+            heartbeats_before != nullptr &&
+                    rank < static_cast<int>(heartbeats_before->size())
+                ? (*heartbeats_before)[rank]
+                : table_.slots()[rank].last_heartbeat;
+        recovery_.last_alive =
+            last == absl::InfinitePast() ? d.time : std::min(last, d.time);
       }
       break;
     case DecisionKind::kRecoveryPlanned:
     case DecisionKind::kUnrecoverable:
-      if (recovery_.active && !recovery_.planned) {
-        recovery_.planned = true;
-        recovery_.joined = d.time;
-        if (observer != nullptr) observer->RecoveryStarted();
+      if (recovery_.active && !d.ranks.empty()) {
+        // A later replacement (the first one died too) starts the
+        // rendezvous again; the wait for a replacement ended at the first.
+        recovery_.replacement = d.ranks[0];
+        recovery_.rendezvous_done = false;
+        if (!recovery_.planned) {
+          recovery_.planned = true;
+          recovery_.joined = d.time;
+          if (observer != nullptr) observer->RecoveryStarted();
+        }
       }
       break;
     case DecisionKind::kEpochReady:
       if (recovery_.active) {
         if (recovery_.planned && observer != nullptr) {
           namespace labels = metrics::coordinator_labels;
+          // The last member to report READY may be a survivor: then the
+          // rendezvous ends with the epoch and the transfer took no time of
+          // its own.
+          const absl::Time rendezvous =
+              recovery_.rendezvous_done ? recovery_.rendezvous : d.time;
           observer->RecoveryPhase(labels::kDetection,
                                   recovery_.removed - recovery_.last_alive);
           observer->RecoveryPhase(labels::kAwaitingReplacement,
                                   recovery_.joined - recovery_.removed);
-          // From the replacement's join to the ready epoch: its shard copy
-          // (or checkpoint restore) and everyone's communicators.
-          observer->RecoveryPhase(labels::kTransfer, d.time - recovery_.joined);
+          // The replacement builds its communicators with everyone, then
+          // copies its shard (a checkpoint fallback restores before the
+          // communicators, so there the restore counts as rendezvous).
+          observer->RecoveryPhase(labels::kRendezvous,
+                                  rendezvous - recovery_.joined);
+          observer->RecoveryPhase(labels::kTransfer, d.time - rendezvous);
           observer->RecoveryPhase(labels::kTotal,
                                   d.time - recovery_.last_alive);
           observer->RecoveryCompleted();
@@ -141,6 +168,18 @@ void CoordinatorManager::TrackRecovery(const Decision& d) {
     default:
       break;
   }
+}
+
+void CoordinatorManager::NoteRendezvous(absl::Time now) {
+  if (!recovery_.planned || recovery_.rendezvous_done) return;
+  for (const SlotRecord& s : table_.slots()) {
+    if (s.rank == recovery_.replacement || !s.live()) continue;
+    if (s.phase != MemberPhase::kReady || s.ready_epoch != table_.epoch()) {
+      return;
+    }
+  }
+  recovery_.rendezvous_done = true;
+  recovery_.rendezvous = now;
 }
 
 void CoordinatorManager::Publish() {
@@ -191,11 +230,17 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
     return absl::UnavailableError("the coordinator is shutting down");
   const int64_t epoch = table_.epoch();
   const int64_t logged = table_.decisions_total();
+  std::vector<absl::Time> heartbeats;
+  heartbeats.reserve(table_.slots().size());
+  for (const SlotRecord& s : table_.slots()) {
+    heartbeats.push_back(s.last_heartbeat);
+  }
   absl::StatusOr<JoinOutcome> out =
       table_.Join(request, clock_->Now(), NewLeaseToken());
   // A removal here is a live member replaced by a new incarnation of the
   // same identity: its previous process is gone.
-  Changed(epoch, logged, metrics::coordinator_labels::kProcessExited);
+  Changed(epoch, logged, metrics::coordinator_labels::kProcessExited,
+          &heartbeats);
   return out;
 }
 
@@ -214,8 +259,10 @@ absl::Status CoordinatorManager::Heartbeat(int rank,
       rank >= 0 && rank < static_cast<int>(table_.slots().size());
   const MemberPhase phase_before =
       known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
-  absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
-                                    state, clock_->Now());
+  const absl::Time now = clock_->Now();
+  absl::Status s =
+      table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now);
+  NoteRendezvous(now);  // Before Changed reports a recovery's ready epoch.
   Changed(before, logged);
   // A member's state change (JOINING -> READY, say) is a membership change
   // for watchers too, not only a new epoch or readiness.

@@ -137,21 +137,38 @@ class CoordinatorManager {
 
   // After any call that may have changed the table. Members removed by the
   // call are reported to the observer with `removal_cause`.
+  // `heartbeats_before`, when given, holds every slot's last heartbeat from
+  // before the call (a Join overwrites the slot of the member it replaces).
   void Changed(int64_t epoch_before, size_t decisions_before,
-               absl::string_view removal_cause = "other")
+               absl::string_view removal_cause = "other",
+               const std::vector<absl::Time>* heartbeats_before = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the observer the epoch, readiness, live members and committed
   // step when they differ from what it was last told.
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Follows a failure through its recovery from the decisions log and
-  // reports the phases' durations when the epoch is ready again.
-  void TrackRecovery(const Decision& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // reports the phases' durations when the epoch is ready again:
+  // detection (last heartbeat of the removed member -> removal),
+  // awaiting_replacement (-> the replacement's join), rendezvous (-> every
+  // other member READY in the epoch: their communicators, which include the
+  // replacement's, are up), transfer (-> the epoch is ready: the
+  // replacement copied its shard and reported READY) and total (the sum).
+  void TrackRecovery(const Decision& d,
+                     const std::vector<absl::Time>* heartbeats_before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a heartbeat at `now` (the time the table was given): notes the
+  // end of a recovery's rendezvous phase when every live member but the
+  // replacement is READY in the current epoch.
+  void NoteRendezvous(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct RecoveryTimes {
     bool active = false;   // A member was removed; not ready since.
     bool planned = false;  // A replacement joined and must copy a shard.
+    int replacement = -1;  // Its rank, once planned.
+    bool rendezvous_done = false;
     absl::Time last_alive;
     absl::Time removed;
     absl::Time joined;
+    absl::Time rendezvous;  // When rendezvous_done became true.
   };
   RecoveryTimes recovery_ ABSL_GUARDED_BY(mu_);
   int64_t published_fallbacks_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,6 @@
 #include "daemon/coordinator/coordinator_manager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <string>
@@ -343,6 +344,18 @@ class RecordingObserver : public metrics::CoordinatorObserver {
     absl::MutexLock lock(&mu_);
     this->lease = lease;
   }
+  void RecoveryStarted() override {
+    absl::MutexLock lock(&mu_);
+    ++recoveries_started;
+  }
+  void RecoveryCompleted() override {
+    absl::MutexLock lock(&mu_);
+    ++recoveries_completed;
+  }
+  void RecoveryPhase(absl::string_view phase, absl::Duration d) override {
+    absl::MutexLock lock(&mu_);
+    phases[std::string(phase)].push_back(d);
+  }
 
   absl::Mutex mu_;
   std::vector<std::pair<int64_t, bool>> epochs;
@@ -352,6 +365,9 @@ class RecordingObserver : public metrics::CoordinatorObserver {
   std::map<std::string, int> failures;
   std::vector<std::string> reports;
   absl::Duration lease;
+  int recoveries_started = 0;
+  int recoveries_completed = 0;
+  std::map<std::string, std::vector<absl::Duration>> phases;
 };
 
 class CoordinatorManagerObserverTest : public CoordinatorManagerTest {
@@ -371,6 +387,48 @@ class CoordinatorManagerObserverTest : public CoordinatorManagerTest {
     }
     EXPECT_TRUE(manager_->Snapshot().ready);
     return joined;
+  }
+
+  // Advances the clock by `d` in heartbeat intervals; the `ranks` renew
+  // their leases (READY in the current epoch) and leases are checked.
+  void Pass(absl::Duration d, const std::vector<JoinOutcome>& joined,
+            const std::vector<int>& ranks) {
+    for (absl::Duration left = d; left > absl::ZeroDuration();
+         left -= absl::Milliseconds(500)) {
+      clock_->Advance(std::min(left, absl::Milliseconds(500)));
+      ReportReady(joined, ranks);
+      manager_->Tick();
+    }
+  }
+  void ReportReady(const std::vector<JoinOutcome>& joined,
+                   const std::vector<int>& ranks) {
+    const int64_t epoch = manager_->Snapshot().epoch;
+    for (int r : ranks) {
+      EXPECT_TRUE(manager_
+                      ->Heartbeat(r, joined[r].lease_token, epoch, 0,
+                                  MemberPhase::kReady)
+                      .ok());
+    }
+  }
+  // A new incarnation of rank r's identity joins (it holds no shard).
+  JoinOutcome Replace(int r) {
+    JoinRequestInfo req;
+    req.rank = r;
+    req.identity = absl::StrCat("pod-", r);
+    req.peer_address = absl::StrCat("127.0.0.1:", 9100 + r);
+    req.incarnation = "i2";
+    auto out = manager_->Join(req);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return *out;
+  }
+  // The one observation of each recovery phase, in milliseconds.
+  std::map<std::string, int64_t> PhasesMs() {
+    std::map<std::string, int64_t> out;
+    for (const auto& [phase, ds] : recorder_.phases) {
+      EXPECT_EQ(ds.size(), 1u) << phase;
+      if (!ds.empty()) out[phase] = absl::ToInt64Milliseconds(ds[0]);
+    }
+    return out;
   }
 
   RecordingObserver recorder_;
@@ -471,6 +529,83 @@ TEST_F(CoordinatorManagerObserverTest, AGracefulLeaveIsNoFailure) {
   EXPECT_TRUE(recorder_.failures.empty());
   EXPECT_EQ(recorder_.live, 3);
   EXPECT_FALSE(recorder_.epochs.back().second);
+}
+
+TEST_F(CoordinatorManagerObserverTest,
+       RecoveryPhasesFollowTheReplacementFromJoinToTheReadyEpoch) {
+  Make();
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  // Rank 1 falls silent; its lease runs out 1500 ms after its last
+  // heartbeat, and its replacement joins 2000 ms later.
+  Pass(absl::Milliseconds(1500), joined, {0, 2, 3});
+  ASSERT_EQ(recorder_.failures,
+            (std::map<std::string, int>{{"lease_expired", 1}}));
+  Pass(absl::Milliseconds(2000), joined, {0, 2, 3});
+  joined[1] = Replace(1);
+  EXPECT_EQ(recorder_.recoveries_started, 1);
+  EXPECT_TRUE(recorder_.phases.empty());
+  // The survivors' communicators (with the replacement's) are up after
+  // 300 ms; the replacement copies its shard and is READY 700 ms later.
+  clock_->Advance(absl::Milliseconds(300));
+  ReportReady(joined, {0, 2, 3});
+  EXPECT_EQ(recorder_.recoveries_completed, 0);
+  clock_->Advance(absl::Milliseconds(700));
+  ReportReady(joined, {1});
+  ASSERT_TRUE(manager_->Snapshot().ready);
+  EXPECT_EQ(recorder_.recoveries_started, 1);
+  EXPECT_EQ(recorder_.recoveries_completed, 1);
+  EXPECT_EQ(PhasesMs(), (std::map<std::string, int64_t>{
+                            {"detection", 1500},
+                            {"awaiting_replacement", 2000},
+                            {"rendezvous", 300},
+                            {"transfer", 700},
+                            {"total", 4500},
+                        }));
+}
+
+TEST_F(CoordinatorManagerObserverTest,
+       ANewIncarnationsDetectionStartsAtTheOldProcessLastHeartbeat) {
+  Make();
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  // Rank 1's process dies; its replacement joins before the lease runs
+  // out, 800 ms after the old process's last heartbeat.
+  Pass(absl::Milliseconds(800), joined, {0, 2, 3});
+  joined[1] = Replace(1);
+  ASSERT_EQ(recorder_.failures,
+            (std::map<std::string, int>{{"process_exited", 1}}));
+  clock_->Advance(absl::Milliseconds(100));
+  ReportReady(joined, {0, 2, 3});
+  clock_->Advance(absl::Milliseconds(200));
+  ReportReady(joined, {1});
+  ASSERT_TRUE(manager_->Snapshot().ready);
+  EXPECT_EQ(recorder_.recoveries_completed, 1);
+  EXPECT_EQ(PhasesMs(), (std::map<std::string, int64_t>{
+                            {"detection", 800},
+                            {"awaiting_replacement", 0},
+                            {"rendezvous", 100},
+                            {"transfer", 200},
+                            {"total", 1100},
+                        }));
+}
+
+TEST_F(CoordinatorManagerObserverTest,
+       ASurvivorReadyLastEndsTheRendezvousWithTheEpoch) {
+  Make();
+  std::vector<JoinOutcome> joined = ReadyCluster();
+  Pass(absl::Milliseconds(500), joined, {0, 2, 3});
+  joined[1] = Replace(1);
+  clock_->Advance(absl::Milliseconds(100));
+  ReportReady(joined, {1, 0, 2});
+  clock_->Advance(absl::Milliseconds(100));
+  ReportReady(joined, {3});
+  ASSERT_TRUE(manager_->Snapshot().ready);
+  EXPECT_EQ(PhasesMs(), (std::map<std::string, int64_t>{
+                            {"detection", 500},
+                            {"awaiting_replacement", 0},
+                            {"rendezvous", 200},
+                            {"transfer", 0},
+                            {"total", 700},
+                        }));
 }
 
 }  // namespace
