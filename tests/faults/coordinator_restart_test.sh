@@ -11,6 +11,7 @@
 # coordinator with its shard, which declared a ready epoch at the step the
 # shards hold, and no daemon was restarted.
 set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # FL_* globals are for the tests
 # Shared helpers of the fault tests (tests/faults/*_test.sh), sourced, not
 # run. A test calls
 #
@@ -176,7 +177,7 @@ fl_start_daemon() {
   "$FL_SHARDD" --coordinator=127.0.0.1:"$FL_PORT" --identity=node-"$r" \
     --rank="$r" --listen_unix="$d/s$r.sock" --shm_dir="$d" \
     --commit_log="$d/commit-$r-$n.log" "$@" >"$d/d$r-$n.log" 2>&1 &
-  FL_DAEMON_PID[$r]=$!
+  FL_DAEMON_PID[r]=$!
   fl_pids+=($!)
 }
 
@@ -197,7 +198,7 @@ fl_start_trainer() {
     --sharding_factor=$FL_F --world_size=$FL_W --rank="$r" \
     --steps="$FL_STEPS" --params_out="$d/params.bin" \
     --rpc_timeout_ms=60000 "$@" >"$d/t$r-$n.log" 2>&1 &
-  FL_TRAINER_PID[$r]=$!
+  FL_TRAINER_PID[r]=$!
   fl_pids+=($!)
 }
 
@@ -232,9 +233,9 @@ fl_wait_trainers() {
   local run=$1 end=$((SECONDS + FL_DEADLINE)) r
   for ((r = 0; r < FL_W; r++)); do
     if fl_wait_exit "${FL_TRAINER_PID[$r]}" $((end - SECONDS)); then
-      FL_TRAINER_RC[$r]=$FL_RC
+      FL_TRAINER_RC[r]=$FL_RC
     else
-      FL_TRAINER_RC[$r]=124
+      FL_TRAINER_RC[r]=124
       echo "$run: trainer $r still running after ${FL_DEADLINE} s: killed"
       kill -9 "${FL_TRAINER_PID[$r]}" 2>/dev/null
     fi
@@ -275,32 +276,37 @@ fl_reference() {
   [[ $fl_fail -eq 0 ]] || fl_die "the no-fault reference run failed"
 }
 
+# Coordinator lines start with an ISO-8601 UTC timestamp
+# (2026-12-02T17:47:43.487Z); this awk program turns field 1 into epoch
+# seconds (t), in one process for all lines (no fork per line).
+# shellcheck disable=SC2016  # an awk program: $1 is awk's
+FL_AWK_TIME='{ split($1, a, /[-T:Z]/); s = int(a[6]);
+  t = mktime(a[1] " " a[2] " " a[3] " " a[4] " " a[5] " " s) + a[6] - s }'
+
 # fl_coord_time LINE: a coordinator log line's timestamp in epoch seconds.
-fl_coord_time() { date -u -d "${1%% *}" +%s.%N; }
+fl_coord_time() {
+  TZ=UTC awk "$FL_AWK_TIME"' { printf "%.3f\n", t }' <<<"$1"
+}
 
 # fl_event_after RUN T0 EXTENDED_REGEX: prints the first coordinator line
 # (of any incarnation) matching the pattern whose timestamp is at or after
 # T0 - 0.01 s (the coordinator's timestamps have millisecond resolution),
-# or nothing.
+# or nothing (and returns 1).
 fl_event_after() {
-  local line t
-  while IFS= read -r line; do
-    t=$(fl_coord_time "$line") || continue
-    if awk -v t="$t" -v t0="$2" 'BEGIN { exit !(t >= t0 - 0.01) }'; then
-      echo "$line"
-      return 0
-    fi
-  done < <(cat "$FL_ROOT/$1"/coord-*.log | grep -E "coordinator: .*($3)" |
-    sort)
-  return 1
+  cat "$FL_ROOT/$1"/coord-*.log | grep -E "coordinator: .*($3)" | sort |
+    TZ=UTC awk -v t0="$2" "$FL_AWK_TIME"'
+      t >= t0 - 0.01 { print; found = 1; exit }
+      END { exit !found }'
 }
 
 # fl_report_since RUN T0 WHAT EXTENDED_REGEX: prints "WHAT: +S s (line)"
-# for the first coordinator event matching after T0; returns 1 if none.
+# for the first coordinator event matching after T0. That no such event
+# came is a failure (every event asked for must follow the fault).
 fl_report_since() {
   local line
   line=$(fl_event_after "$1" "$2" "$4") || {
-    echo "timeline: $3: no coordinator line matches '$4'"
+    echo "FAILED: timeline: $3: no coordinator line after the fault matches '$4'"
+    fl_fail=1
     return 1
   }
   echo "timeline: $3: +$(fl_sub "$(fl_coord_time "$line")" "$2") s" \
@@ -383,7 +389,7 @@ fl_check_recovered() {
 }
 
 # fl_timeline RUN RANK T0: prints the coordinator's view after a fault at T0
-# (detection, removal, recovery plan, ready again); informational.
+# (detection, removal, recovery plan, ready again); each must be there.
 fl_timeline() {
   local run=$1 r=$2 t0=$3
   fl_report_since "$run" "$t0" "fault -> first detection" \

@@ -11,6 +11,7 @@
 # survivors' trainers committed step 4 in the first attempt, and the
 # replacement and rank 3's trainer continue from step 4.
 set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference

@@ -5,8 +5,8 @@
 #   SHARDD_SOAK=1             required (the target is also tagged manual);
 #                             scripts/soak sets it
 #   SHARDD_SOAK_KILLS=20      how many daemons to kill
-#   SHARDD_SOAK_STEPS=500     training steps (enough to outlast the kills:
-#                             each kill and recovery lets ~15 steps pass)
+#   SHARDD_SOAK_STEPS=600     training steps (enough to outlast the kills:
+#                             each kill and recovery lets 15-30 steps pass)
 #   SHARDD_SOAK_SEED=N        the random sequence (default: from the time;
 #                             printed, so that a run can be repeated)
 #
@@ -21,6 +21,7 @@
 # step, how long until the coordinator noticed, and until all ranks were
 # ready again.
 set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 if [[ "${SHARDD_SOAK:-}" != 1 ]]; then
   echo "The soak is opt-in: run scripts/soak, or" \
@@ -28,7 +29,7 @@ if [[ "${SHARDD_SOAK:-}" != 1 ]]; then
   exit 1
 fi
 KILLS=${SHARDD_SOAK_KILLS:-20}
-FL_STEPS=${SHARDD_SOAK_STEPS:-500}
+FL_STEPS=${SHARDD_SOAK_STEPS:-600}
 SEED=${SHARDD_SOAK_SEED:-$(($(date +%s) % 32768))}
 FL_DEADLINE=$((120 + 2 * FL_STEPS))
 RANDOM=$SEED
@@ -43,7 +44,7 @@ fl_wait_line "$(fl_trainer_log run 0)" '^step 1 ' 60 ||
 ready_times=()
 for ((k = 1; k <= KILLS; k++)); do
   # The random moment. This sleep is the point of the soak, not a wait.
-  sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.05 + 0.55 * r / 32767 }')"
+  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", 0.05 + 0.55 * r / 32767 }')"
   r=$((RANDOM % FL_W))
   step=$(fl_last_step "$(fl_trainer_log run 0)")
   if ((step >= FL_STEPS - 5)); then
@@ -67,6 +68,10 @@ for ((k = 1; k <= KILLS; k++)); do
       "EPOCH_READY: epoch [0-9]+ ready: all $FL_W members READY")
     [[ -n "$ready" ]] || sleep 0.01  # poll interval
   done
+  [[ -n "$ready" ]] || {
+    echo "FAILED: kill $k: all ranks not ready again within 30 s"
+    fl_fail=1
+  }
   d_detect="?" d_ready="?"
   [[ -n "$detect" ]] && d_detect=$(fl_sub "$(fl_coord_time "$detect")" "$t_kill")
   [[ -n "$ready" ]] && d_ready=$(fl_sub "$(fl_coord_time "$ready")" "$t_kill")

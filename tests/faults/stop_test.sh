@@ -9,6 +9,7 @@
 # (bit-equal parameters, commit logs), the removal was by lease expiry,
 # rank 2 re-joined, and its daemon was never replaced.
 set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference

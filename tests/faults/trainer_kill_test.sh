@@ -14,6 +14,7 @@
 # trainer never saw step 5 committed, the new one re-attached at step 4 and
 # ran steps 5..12 only, the survivors aborted step 5 and redid it.
 set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference
