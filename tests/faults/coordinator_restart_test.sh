@@ -23,8 +23,8 @@ t_kill=$(fl_now)
 kill -9 "$FL_COORD_PID"
 fl_wait_exit "$FL_COORD_PID" 10 || fl_die "the coordinator survived SIGKILL"
 fl_log "run: coordinator killed"
-fl_start_coordinator run "$FL_PORT"
 t_restart=$(fl_now)
+fl_start_coordinator run "$FL_PORT"
 fl_log "run: coordinator restarted on port $FL_PORT"
 fl_wait_trainers run
 fl_check_run run "$FL_REF"
@@ -37,7 +37,7 @@ for r in 0 1 2 3; do
 done
 fl_expect "the new coordinator declared a ready epoch at step >= 4" \
   "grep -Eq 'EPOCH_READY: .* all $FL_W members READY at step ([4-9]|1[0-9])' '$new'"
-echo "restart after the kill: +$(fl_sub "$t_restart" "$t_kill") s"
+echo "timeline: kill -> new coordinator launched: +$(fl_sub "$t_restart" "$t_kill") s"
 fl_report_since run "$t_kill" "kill -> first re-join" "MEMBER_JOINED"
 fl_report_since run "$t_kill" "kill -> all ranks ready again" \
   "EPOCH_READY: epoch [0-9]+ ready: all $FL_W members READY at step [1-9]"
