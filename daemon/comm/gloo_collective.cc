@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -20,6 +21,7 @@
 #include "daemon/comm/completion_work.h"
 #include "daemon/comm/gloo_abort_signal.h"
 #include "daemon/comm/gloo_abortable_buffer.h"
+#include "daemon/comm/gloo_direct_reduce_scatter.h"
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
@@ -54,6 +56,10 @@ uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
 constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
 constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
 constexpr int64_t kSegmentsPerBlock = 4;
+// Reduce-scatters whose largest block is at most this go direct (one step),
+// larger ones round the ring (SHARDD_REDUCE_SCATTER=ring|direct forces one,
+// for benchmarks).
+constexpr int64_t kDirectReduceScatterMaxBlockBytes = int64_t{2} << 20;
 
 int64_t SegmentElements(int64_t max_count) {
   const int64_t max_elements = kMaxSegmentBytes / sizeof(float);
@@ -691,12 +697,22 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   args.scratch = Scratch(ring_, (size() - 1) * max_count);
   args.segment_elements = SegmentElements(max_count);
   args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
-  GlooRingReduceScatter(
-      *context_,
-      [this, deadline](void* ptr, size_t bytes) {
-        return MakeBuffer(ptr, bytes, deadline);
-      },
-      args);
+  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
+    return MakeBuffer(ptr, bytes, deadline);
+  };
+  // Both give the same bits (the ring's order of additions). The direct one
+  // takes one step instead of W - 1: better while per-message latency
+  // dominates (measured with scripts/bench collectives).
+  static const char* const forced = std::getenv("SHARDD_REDUCE_SCATTER");
+  const bool direct = forced != nullptr
+                          ? std::string(forced) != "ring"
+                          : max_count * static_cast<int64_t>(sizeof(float)) <=
+                                kDirectReduceScatterMaxBlockBytes;
+  if (direct) {
+    GlooDirectReduceScatter(*context_, factory, args);
+  } else {
+    GlooRingReduceScatter(*context_, factory, args);
+  }
 }
 
 void GlooCollective::RunReduceScatter(const void* input, void* output,

@@ -4,7 +4,9 @@
 // uneven counts (zeros included), fp32/bf16/fp16, sum and average; each
 // worker checks its results against a reference it computes itself (see
 // collective_worker.cc). A determinism test runs the same random reductions
-// twice and compares the bits.
+// twice, once with each reduce-scatter algorithm, and compares the bits.
+#include <stdlib.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -108,9 +110,14 @@ void ExpectDeterministic(int world) {
       "--scenario=determinism", "--seed=777", "--op_timeout_ms=120000",
       "--dtypes=fp32,bf16,fp16", "--sizes=7,1001,100003"};
   const std::string label = absl::StrCat("determinism_w", world);
+  // The two runs also use the two reduce-scatter algorithms (the workers
+  // inherit the environment): direct and ring must give the same bits.
+  setenv("SHARDD_REDUCE_SCATTER", "direct", 1);
   const auto first = RunWorld(world, label + "_run1", args, absl::Seconds(120));
+  setenv("SHARDD_REDUCE_SCATTER", "ring", 1);
   const auto second =
       RunWorld(world, label + "_run2", args, absl::Seconds(120));
+  unsetenv("SHARDD_REDUCE_SCATTER");
   for (int r = 0; r < world; ++r) {
     ASSERT_FALSE(first[r].count("hash") == 0 || second[r].count("hash") == 0)
         << "rank " << r << " reported no hash";
