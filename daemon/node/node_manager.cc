@@ -517,6 +517,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     reduced_.clear();
     accumulated_.clear();
     ops_in_step_ = 0;
+    abort_counted_ = false;
     engine = engine_;
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
@@ -568,6 +569,7 @@ absl::Duration NodeManager::OpTimeout(absl::Time deadline) const {
 absl::Status NodeManager::OnCollectiveError(absl::string_view what,
                                             absl::Status status) {
   if (!IsCollectiveFailure(status)) return status;
+  CountAbort(metrics::node_labels::kPeerFailure);
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -951,6 +953,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
           unit));
     }
     if (!ReadyLocked()) {
+      CountAbortLocked(metrics::node_labels::kEpochChanged);
       return absl::AbortedError(
           absl::StrCat("the daemon is not in a ready epoch",
                        comm_failed_ ? absl::StrCat(" (", comm_error_, ")") : "",
@@ -1097,6 +1100,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   {
     absl::MutexLock lock(&mu_);
     if (!ReadyLocked()) {
+      CountAbortLocked(metrics::node_labels::kEpochChanged);
       return absl::AbortedError(
           "the daemon is not in a ready epoch; WaitReady, then redo the step");
     }
@@ -1169,6 +1173,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     }
 
     if (!ReadyLocked()) {
+      CountAbortLocked(metrics::node_labels::kEpochChanged);
       return absl::AbortedError(
           "the daemon is not in a ready epoch; WaitReady, then redo the step");
     }
@@ -1207,14 +1212,13 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   absl::StatusOr<StepResult> result =
       (*engine)->Step(request.step(), OpTimeout(deadline), vote, lr);
   if (!result.ok()) {
-    if (options_.observer != nullptr && IsCollectiveFailure(result.status())) {
+    if (IsCollectiveFailure(result.status())) {
       const absl::string_view message = result.status().message();
-      options_.observer->StepAborted(
-          absl::StrContains(message, "rejected by the commit vote")
-              ? metrics::node_labels::kVoteRejected
-          : absl::StrContains(message, "commit vote on step")
-              ? metrics::node_labels::kEpochChanged
-              : metrics::node_labels::kPeerFailure);
+      CountAbort(absl::StrContains(message, "rejected by the commit vote")
+                     ? metrics::node_labels::kVoteRejected
+                 : absl::StrContains(message, "commit vote on step")
+                     ? metrics::node_labels::kEpochChanged
+                     : metrics::node_labels::kPeerFailure);
     }
     return OnCollectiveError("Step", result.status());
   }
@@ -1238,6 +1242,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   restore_step_ = -1;
   reduced_.clear();
   ops_in_step_ = 0;
+  abort_counted_ = false;
   v1::StepResponse response;
   response.set_committed_step(result->step);
   response.set_epoch(comm_epoch_);
@@ -1650,6 +1655,18 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
   LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
             epoch);
   return header.step();
+}
+
+void NodeManager::CountAbort(absl::string_view reason) {
+  absl::MutexLock lock(&mu_);
+  CountAbortLocked(reason);
+}
+
+void NodeManager::CountAbortLocked(absl::string_view reason) {
+  // Once per step attempt, whichever call saw the abort first.
+  if (abort_counted_ || options_.observer == nullptr) return;
+  abort_counted_ = true;
+  options_.observer->StepAborted(reason);
 }
 
 void NodeManager::ReportMemory(const StepEngine& engine) const {

@@ -200,6 +200,11 @@ class NodeManager {
   // Only when `epoch` is still the communicators' epoch: a failure of an
   // already replaced epoch's collective changes nothing.
   void AbandonEpoch(absl::string_view why, v1::FailureKind kind, int64_t epoch);
+  // Counts an aborted step attempt for the metrics, once per attempt (the
+  // first of Gather, ReduceGrad or Step to see it).
+  void CountAbort(absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountAbortLocked(absl::string_view reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the observer what the engine's buffers hold.
   void ReportMemory(const StepEngine& engine) const;
   // Appends to the commit log, if configured (CRC of the current state).
@@ -239,6 +244,8 @@ class NodeManager {
   // The epoch of the communicators the current trainer operation uses (set
   // before it issues a collective; operations are serialised by op_mu_).
   int64_t op_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // An aborted attempt of the current step was counted (metrics).
+  bool abort_counted_ ABSL_GUARDED_BY(mu_) = false;
   // A replacement copying its shard; what it has done so far.
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
