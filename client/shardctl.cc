@@ -2,6 +2,8 @@
 //
 //   shardctl [--socket=/dev/shm/shardd.sock] status|units|memory|members
 //   shardctl export --path=/abs/file [--layout=full|sharded]
+//   shardctl --socket=HOST:PORT --tls_ca=CA --tls_cert=C --tls_key=K status
+//     (the daemon's --listen_tcp with TLS; mutual TLS needs cert and key)
 //
 // Exit codes: 0 OK; 1 the daemon is unreachable or the call failed; 2 bad
 // usage.
@@ -23,6 +25,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/trainer_client.h"
+#include "daemon/rpc/tls_config.h"
+#include "daemon/rpc/tls_flags.h"
 #include "shardd/v1/trainer.pb.h"
 
 ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
@@ -224,6 +228,15 @@ int Run(const std::vector<char*>& args) {
     std::fprintf(stderr, "shardctl: --timeout_ms must be > 0\n");
     return 2;
   }
+  // TLS for a host:port --socket (the daemon's --listen_tcp with TLS): the
+  // daemon's CA, and this client's certificate where it requires one.
+  absl::StatusOr<rpc::TlsConfig> tls =
+      rpc::TlsConfigFromFlags(rpc::TlsRole::kClient);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n", tls.status().ToString().c_str());
+    return 2;
+  }
+  if (tls->enabled()) options.credentials = tls->ChannelCredentials();
   auto created = TrainerClient::Create(options);
   if (!created.ok()) {
     std::fprintf(stderr, "shardctl: %s\n",

@@ -75,8 +75,11 @@ absl::StatusOr<std::unique_ptr<TrainerClient>> TrainerClient::Create(
   // Reconnect quickly after a daemon restart.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options.credentials != nullptr && !absl::StartsWith(target, "unix:")
+          ? options.credentials
+          : grpc::InsecureChannelCredentials();
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   return std::unique_ptr<TrainerClient>(
       new TrainerClient(std::move(options), std::move(target), channel));
 }

@@ -26,6 +26,10 @@ struct TrainerClientOptions {
   absl::Duration default_timeout = absl::Seconds(30);
   // RegisterModel waits for every rank: it gets this longer default.
   absl::Duration register_timeout = absl::Minutes(2);
+  // Credentials of a host:port target: rpc::TlsConfig::ChannelCredentials
+  // when the daemon's --listen_tcp uses TLS. Null: insecure. A unix: target
+  // ignores them (the socket's file mode, 0600, is its access control).
+  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
 };
 
 // A unit gathered by the daemon: its parameters (read-only fp32 views into

@@ -2,11 +2,18 @@
 // rendezvous store of one shardd job.
 //
 //   coordinator --listen=0.0.0.0:7070 --world_size=4 --sharding_factor=2
+//               [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]]
+//               [--health_listen=0.0.0.0:7072]
 //
 // Prints "coordinator listening on HOST:PORT" once it serves (with
 // --listen=HOST:0 the port is the one the kernel chose), then, with
+// --health_listen, "coordinator health on HOST:PORT", and with
 // --metrics_port, "coordinator metrics on HOST:PORT" (Prometheus /metrics;
-// docs/metrics.md lists the names). SIGTERM or SIGINT
+// docs/metrics.md lists the names). With --tls_cert/--tls_key the
+// Coordinator API is TLS, mutual with --tls_ca, and the coordinator's
+// Peer.Probe calls present the same certificate; grpc.health.v1 then stays
+// reachable without credentials only on --health_listen. The TLS mode is
+// printed on stderr at start ("coordinator: TLS off ..."). SIGTERM or SIGINT
 // shut it down cleanly: watchers and waiters are released, in-flight calls
 // get a grace period.
 
@@ -31,6 +38,9 @@
 #include "daemon/core/host_port.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
+#include "daemon/rpc/health_server.h"
+#include "daemon/rpc/tls_config.h"
+#include "daemon/rpc/tls_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/registry.h"
@@ -56,6 +66,10 @@ ABSL_FLAG(int, metrics_port, 0,
           "port, printed)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
           "IP address /metrics listens on");
+ABSL_FLAG(std::string, health_listen, "",
+          "also serve grpc.health.v1, and nothing else, in plaintext on this "
+          "host:port (port 0: any), for probes that cannot present a "
+          "certificate when --tls_cert is set; empty: none");
 
 namespace shardd::coordinator {
 namespace {
@@ -86,6 +100,21 @@ int Run() {
   if (metrics_port < -1 || metrics_port > 65535) {
     return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
   }
+  absl::StatusOr<rpc::TlsConfig> tls =
+      rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
+  if (!tls.ok()) return Fail(tls.status().ToString());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      tls->ServerCredentials();
+  if (!server_credentials.ok()) {
+    return Fail(server_credentials.status().ToString());
+  }
+  std::fprintf(stderr, "coordinator: %s\n", tls->Describe().c_str());
+  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (tls->enabled() && health_listen.empty()) {
+    std::fprintf(stderr,
+                 "coordinator: no --health_listen: grpc.health.v1 is only "
+                 "served over TLS, which probes cannot use\n");
+  }
   // Metrics: the registry and observer outlive the manager that reports to
   // them; the server (below) stops first.
   std::shared_ptr<prometheus::Registry> registry;
@@ -103,8 +132,8 @@ int Run() {
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   auto manager = CoordinatorManager::Create(
       options, std::make_unique<RealClock>(),
-      MakePeerProber(
-          absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms))));
+      MakePeerProber(absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms)),
+                     tls->ChannelCredentials()));
   if (!manager.ok()) {
     return Fail(absl::StrCat("--", manager.status().message()));
   }
@@ -127,17 +156,30 @@ int Run() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(absl::StrCat("cannot listen on ", listen));
+    return Fail(absl::StrCat(
+        "cannot listen on ", listen,
+        tls->enabled() ? " with TLS (does --tls_key belong to --tls_cert?)"
+                       : ""));
+  }
+  std::unique_ptr<rpc::HealthServer> health_server;
+  if (!health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
+        rpc::HealthServer::Start(health_listen, "health_listen");
+    if (!started.ok()) return Fail(started.status().ToString());
+    health_server = *std::move(started);
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
   std::printf("coordinator listening on %s:%d (W=%d F=%d lease=%s)\n",
               host.c_str(), port, options.membership.world_size,
               options.membership.sharding_factor,
               absl::FormatDuration(lease).c_str());
+  if (health_server != nullptr) {
+    std::printf("coordinator health on %s\n", health_server->address().c_str());
+  }
   if (metrics_server != nullptr) {
     const std::string& m = metrics_server->address();
     std::printf("coordinator metrics on %s:%d\n",
@@ -171,6 +213,7 @@ int Run() {
   stop.Notify();
   ticker.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  health_server.reset();
   std::fprintf(stderr, "coordinator: stopped\n");
   return 0;
 }

@@ -25,14 +25,19 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", seed(), seed());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   // A restarted coordinator is found again within a second, not after
   // gRPC's default backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+  return grpc::CreateCustomChannel(address,
+                                   credentials != nullptr
+                                       ? std::move(credentials)
+                                       : grpc::InsecureChannelCredentials(),
                                    args);
 }
 
@@ -70,7 +75,8 @@ MemberClient::MemberClient(MemberClientOptions options)
     : options_(std::move(options)),
       channel_(options_.channel != nullptr
                    ? options_.channel
-                   : MakeChannel(options_.coordinator_address)),
+                   : MakeChannel(options_.coordinator_address,
+                                 options_.credentials)),
       stub_(pb::Coordinator::NewStub(channel_)) {}
 
 MemberClient::~MemberClient() {

@@ -35,6 +35,9 @@ struct MemberClientOptions {
   // in benchmarks). Created channels reconnect quickly (100 ms .. 1 s
   // backoff) so that a restarted coordinator is found again at once.
   std::shared_ptr<grpc::Channel> channel;
+  // Credentials of the created channel (rpc::TlsConfig::ChannelCredentials
+  // for TLS to the coordinator). Null: insecure. Ignored with `channel`.
+  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
   // The slot to claim; -1: any empty slot. Re-joins always claim the slot
   // the member holds.
   int rank = -1;

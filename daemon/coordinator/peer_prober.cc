@@ -8,10 +8,13 @@
 
 namespace shardd::coordinator {
 
-Prober MakePeerProber(absl::Duration timeout) {
-  return [timeout](const std::string& address) {
-    auto channel =
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+Prober MakePeerProber(absl::Duration timeout,
+                      std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  return [timeout, credentials](const std::string& address) {
+    auto channel = grpc::CreateChannel(address, credentials);
     auto stub = shardd::v1::Peer::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -243,6 +243,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
                                                          options.shm_prefix);
   coordinator::MemberClientOptions mo;
   mo.coordinator_address = options.coordinator_address;
+  mo.credentials = options.coordinator_credentials;
   mo.rank = options.rank;
   mo.identity = options.identity;
   mo.peer_address = options.peer_address;
@@ -382,6 +383,7 @@ void NodeManager::EpochLoop() {
       // this rank's address is published, so they find the key.
       comm::CoordinatorStoreOptions so;
       so.rank = client_->rank();
+      so.credentials = options_.coordinator_credentials;
       std::unique_ptr<comm::CoordinatorStore> store =
           comm::CoordinatorStore::Connect(options_.coordinator_address,
                                           view->epoch, so);
@@ -408,6 +410,7 @@ void NodeManager::EpochLoop() {
       // Did a replacement restore a checkpoint? Then so does every member.
       comm::CoordinatorStoreOptions so;
       so.rank = client_->rank();
+      so.credentials = options_.coordinator_credentials;
       std::unique_ptr<comm::CoordinatorStore> store =
           comm::CoordinatorStore::Connect(options_.coordinator_address,
                                           view->epoch, so);
@@ -474,6 +477,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   const int rank = client_->rank();
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
+  so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
   comm::GlooCollectiveOptions shard;
@@ -719,6 +723,7 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   }
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
+  so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
   const std::string mine =

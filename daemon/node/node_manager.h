@@ -25,6 +25,10 @@
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace shardd::coordinator {
 class MemberClient;
 }  // namespace shardd::coordinator
@@ -36,8 +40,10 @@ class ShmAllocator;
 namespace shardd::node {
 
 struct NodeOptions {
-  // host:port of the coordinator.
+  // host:port of the coordinator, and the credentials of every channel to
+  // it (membership and rendezvous; null: insecure). Opaque here.
   std::string coordinator_address;
+  std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials = nullptr;
   // Stable identity (required) and the slot to claim (-1: any).
   std::string identity;
   int rank = -1;

@@ -10,11 +10,15 @@
 namespace shardd::node {
 namespace {
 
-std::unique_ptr<v1::Peer::Stub> Connect(const std::string& address) {
+std::unique_ptr<v1::Peer::Stub> Connect(
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   return v1::Peer::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
+      address,
+      credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(),
+      args));
 }
 
 absl::Status Named(const std::string& address, absl::Status s) {
@@ -25,11 +29,12 @@ absl::Status Named(const std::string& address, absl::Status s) {
 }  // namespace
 
 absl::Status PeerClient::FetchShard(
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     const std::string& peer_address, const v1::FetchShardRequest& request,
     absl::Time deadline,
     const std::function<absl::Status(const v1::FetchShardResponse&)>&
         on_message) {
-  std::unique_ptr<v1::Peer::Stub> stub = Connect(peer_address);
+  std::unique_ptr<v1::Peer::Stub> stub = Connect(credentials, peer_address);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   std::unique_ptr<grpc::ClientReader<v1::FetchShardResponse>> reader =
@@ -50,8 +55,9 @@ absl::Status PeerClient::FetchShard(
 }
 
 absl::StatusOr<v1::ProbeResponse> PeerClient::Probe(
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     const std::string& peer_address, absl::Time deadline) {
-  std::unique_ptr<v1::Peer::Stub> stub = Connect(peer_address);
+  std::unique_ptr<v1::Peer::Stub> stub = Connect(credentials, peer_address);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::ProbeRequest request;

@@ -5,10 +5,19 @@
 //   shardd --coordinator=127.0.0.1:7070 --identity=node-0 [--rank=0]
 //          [--listen_unix=/dev/shm/shardd.sock] [--listen_tcp=HOST:PORT]
 //          [--peer_listen=127.0.0.1:0] [--shm_dir=/dev/shm] [--device=cpu]
+//          [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]]
+//          [--health_listen=0.0.0.0:7072]
 //
 // Prints "shardd rank R listening on unix:PATH peer HOST:PORT" once joined,
-// then, with --metrics_port, "shardd metrics on HOST:PORT" (Prometheus
-// /metrics, served from before the join; docs/metrics.md lists the names).
+// then, with --health_listen, "shardd health on HOST:PORT", and with
+// --metrics_port, "shardd metrics on HOST:PORT" (Prometheus /metrics, served
+// from before the join; docs/metrics.md lists the names).
+// TLS (--tls_cert/--tls_key; mutual with --tls_ca, the CA of the peers'
+// and the coordinator's certificates): the Peer API and --listen_tcp are
+// TLS, and every channel to the coordinator and to peers presents the same
+// certificate. The Unix socket stays local (mode 0600). grpc.health.v1 is
+// then reachable without credentials only on --health_listen (plaintext,
+// health only). The TLS mode is printed on stderr at start.
 // SIGTERM/SIGINT: stops accepting, drains in-flight calls (5 s), leaves the
 // coordinator, frees its shared memory and the socket, exits 0.
 
@@ -41,6 +50,9 @@
 #include "daemon/node/peer_service.h"
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/health_server.h"
+#include "daemon/rpc/tls_config.h"
+#include "daemon/rpc/tls_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -53,8 +65,12 @@ ABSL_FLAG(std::string, listen_unix, "",
           "Unix socket of the Trainer API (default <shm_dir>/shardd.sock; "
           "mode 0600)");
 ABSL_FLAG(std::string, listen_tcp, "",
-          "also serve the Trainer API on this host:port (insecure; only when "
-          "asked)");
+          "also serve the Trainer API on this host:port (only when asked; "
+          "TLS with --tls_cert, plaintext without)");
+ABSL_FLAG(std::string, health_listen, "",
+          "also serve grpc.health.v1, and nothing else, in plaintext on this "
+          "host:port (port 0: any), for probes that cannot present a "
+          "certificate when --tls_cert is set; empty: none");
 ABSL_FLAG(std::string, peer_listen, "127.0.0.1:0",
           "host:port of the Peer API; the host is also where Gloo listens "
           "(must be an address peers can reach; port 0: any)");
@@ -148,6 +164,23 @@ int Run() {
   if (metrics_port < -1 || metrics_port > 65535) {
     return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
   }
+  absl::StatusOr<rpc::TlsConfig> tls =
+      rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
+  if (!tls.ok()) return Fail(tls.status().ToString());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      tls->ServerCredentials();
+  if (!server_credentials.ok()) {
+    return Fail(server_credentials.status().ToString());
+  }
+  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      tls->ChannelCredentials();
+  std::fprintf(stderr, "shardd: %s\n", tls->Describe().c_str());
+  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (tls->enabled() && health_listen.empty()) {
+    std::fprintf(stderr,
+                 "shardd: no --health_listen: grpc.health.v1 is only served "
+                 "over TLS, which probes cannot use\n");
+  }
   // Metrics first, so that the join can be watched. The registry and the
   // observer outlive the manager that reports to them; the server stops
   // first.
@@ -173,7 +206,8 @@ int Run() {
   // serves grpc.health.v1 for probes (kubelet): "" is liveness (SERVING
   // while the process runs, never dependent on peers), "shardd.v1.Trainer"
   // startup (the trainer socket listens), "shardd.ready" readiness (in a
-  // ready epoch with the shards loaded).
+  // ready epoch with the shards loaded). With --health_listen the same
+  // statuses are also served in plaintext there (and nothing else).
   grpc::EnableDefaultHealthCheckService(true);
   PeerService peer;
   grpc::ServerBuilder peer_builder;
@@ -182,22 +216,42 @@ int Run() {
                                     ? absl::StrCat("[", peer_hp->host, "]")
                                     : peer_hp->host;
   peer_builder.AddListeningPort(absl::StrCat(peer_host, ":", peer_hp->port),
-                                grpc::InsecureServerCredentials(), &peer_port);
+                                *server_credentials, &peer_port);
   peer_builder.RegisterService(&peer);
   std::unique_ptr<grpc::Server> peer_server = peer_builder.BuildAndStart();
   if (peer_server == nullptr || peer_port == 0) {
-    return Fail(
-        absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_peer_listen)));
+    return Fail(absl::StrCat(
+        "cannot listen on ", absl::GetFlag(FLAGS_peer_listen),
+        tls->enabled() ? " with TLS (does --tls_key belong to --tls_cert?)"
+                       : ""));
   }
   const std::string peer_address = absl::StrCat(peer_host, ":", peer_port);
-  grpc::HealthCheckServiceInterface* health =
+  std::unique_ptr<rpc::HealthServer> health_server;
+  if (!health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
+        rpc::HealthServer::Start(health_listen, "health_listen");
+    if (!started.ok()) {
+      peer_server->Shutdown(std::chrono::system_clock::now());
+      return Fail(started.status().ToString());
+    }
+    health_server = *std::move(started);
+  }
+  grpc::HealthCheckServiceInterface* peer_health =
       peer_server->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus("shardd.v1.Trainer", false);
-  health->SetServingStatus("shardd.ready", false);
+  // Every status goes to both health services.
+  auto set_health = [&](const std::string& service, bool serving) {
+    peer_health->SetServingStatus(service, serving);
+    if (health_server != nullptr) {
+      health_server->SetServingStatus(service, serving);
+    }
+  };
+  set_health("", true);
+  set_health("shardd.v1.Trainer", false);
+  set_health("shardd.ready", false);
 
   NodeOptions options;
   options.coordinator_address = coordinator;
+  options.coordinator_credentials = channel_credentials;
   options.identity = absl::GetFlag(FLAGS_identity);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.peer_address = peer_address;
@@ -223,8 +277,19 @@ int Run() {
   }
   options.recovery_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
-  options.fetch_shard = &PeerClient::FetchShard;
-  options.probe_peer = &PeerClient::Probe;
+  options.fetch_shard =
+      [channel_credentials](
+          const std::string& peer_address, const v1::FetchShardRequest& request,
+          absl::Time deadline,
+          const std::function<absl::Status(const v1::FetchShardResponse&)>&
+              on_message) {
+        return PeerClient::FetchShard(channel_credentials, peer_address,
+                                      request, deadline, on_message);
+      };
+  options.probe_peer = [channel_credentials](const std::string& peer_address,
+                                             absl::Time deadline) {
+    return PeerClient::Probe(channel_credentials, peer_address, deadline);
+  };
   options.observer = observer.get();
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =
       NodeManager::Start(options);
@@ -248,7 +313,7 @@ int Run() {
   int tcp_port = 0;
   const std::string tcp = absl::GetFlag(FLAGS_listen_tcp);
   if (!tcp.empty()) {
-    builder.AddListeningPort(tcp, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(tcp, *server_credentials, &tcp_port);
   }
   builder.RegisterService(&trainer);
   const mode_t old_umask = umask(0077);  // The socket is created 0600.
@@ -262,6 +327,9 @@ int Run() {
   std::printf("shardd rank %d listening on unix:%s peer %s%s\n",
               (*manager)->rank(), socket_path.c_str(), peer_address.c_str(),
               tcp.empty() ? "" : absl::StrCat(" tcp port ", tcp_port).c_str());
+  if (health_server != nullptr) {
+    std::printf("shardd health on %s\n", health_server->address().c_str());
+  }
   if (metrics_server != nullptr) {
     const std::string& m = metrics_server->address();
     std::printf("shardd metrics on %s:%d\n",
@@ -271,7 +339,7 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
-  health->SetServingStatus("shardd.v1.Trainer", true);
+  set_health("shardd.v1.Trainer", true);
   // Readiness follows the daemon's state (a probe reads it; this thread
   // only mirrors it, every 200 ms).
   std::atomic<bool> stopping{false};
@@ -280,7 +348,7 @@ int Run() {
     while (!stopping.load()) {
       const bool ready = (*manager)->Probe().state() == v1::MEMBER_STATE_READY;
       if (ready != last) {
-        health->SetServingStatus("shardd.ready", ready);
+        set_health("shardd.ready", ready);
         last = ready;
       }
       absl::SleepFor(absl::Milliseconds(200));
@@ -296,7 +364,7 @@ int Run() {
   std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
   stopping = true;
   readiness.join();
-  health->SetServingStatus("shardd.ready", false);
+  set_health("shardd.ready", false);
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");
@@ -305,6 +373,7 @@ int Run() {
   }
   peer_server->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(1));
+  health_server.reset();
   manager->reset();  // Frees every buffer: segments are unlinked.
   unlink(socket_path.c_str());
   std::fprintf(stderr, "shardd: stopped\n");

@@ -26,14 +26,17 @@ CoordinatorStore::CoordinatorStore(std::shared_ptr<grpc::Channel> channel,
     : channel_(std::move(channel)),
       stub_(pb::Coordinator::NewStub(channel_)),
       epoch_(epoch),
-      options_(options) {}
+      options_(std::move(options)) {}
 
 std::unique_ptr<CoordinatorStore> CoordinatorStore::Connect(
     const std::string& address, int64_t epoch,
     CoordinatorStoreOptions options) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options.credentials != nullptr ? options.credentials
+                                     : grpc::InsecureChannelCredentials();
   return std::make_unique<CoordinatorStore>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), epoch,
-      options);
+      grpc::CreateChannel(address, std::move(credentials)), epoch,
+      std::move(options));
 }
 
 absl::Status CoordinatorStore::Set(absl::string_view key,

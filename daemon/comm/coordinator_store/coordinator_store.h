@@ -24,6 +24,9 @@ struct CoordinatorStoreOptions {
   // Longest client deadline of one Wait; an infinite (or longer) timeout is
   // cut to this, so that no call waits forever.
   absl::Duration max_wait = absl::Minutes(5);
+  // Credentials of the channel Connect creates (rpc::TlsConfig for TLS to
+  // the coordinator). Null: insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
 };
 
 // The rendezvous Store of one membership epoch, backed by the coordinator's
@@ -42,7 +45,8 @@ class CoordinatorStore : public Store {
   CoordinatorStore(std::shared_ptr<grpc::Channel> channel, int64_t epoch,
                    CoordinatorStoreOptions options = {});
 
-  // A store on a new channel to `address` (host:port).
+  // A store on a new channel to `address` (host:port), with
+  // options.credentials.
   static std::unique_ptr<CoordinatorStore> Connect(
       const std::string& address, int64_t epoch,
       CoordinatorStoreOptions options = {});
