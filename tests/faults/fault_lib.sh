@@ -166,8 +166,10 @@ fl_start_coordinator() {
 
 # fl_start_daemon RUN RANK [FLAG...]: FL_DAEMON_PID[RANK]; incarnation I of
 # rank R logs to dR-I.log and writes commit-R-I.log.
+# FL_DAEMON_FLAGS: extra flags for every daemon (e.g. checkpoints).
 declare -A FL_DAEMON_N
 declare -a FL_DAEMON_PID
+FL_DAEMON_FLAGS=()
 fl_start_daemon() {
   local run=$1 r=$2
   shift 2
@@ -176,7 +178,8 @@ fl_start_daemon() {
   local n=${FL_DAEMON_N[$key]}
   "$FL_SHARDD" --coordinator=127.0.0.1:"$FL_PORT" --identity=node-"$r" \
     --rank="$r" --listen_unix="$d/s$r.sock" --shm_dir="$d" \
-    --commit_log="$d/commit-$r-$n.log" "$@" >"$d/d$r-$n.log" 2>&1 &
+    --commit_log="$d/commit-$r-$n.log" "${FL_DAEMON_FLAGS[@]}" "$@" \
+    >"$d/d$r-$n.log" 2>&1 &
   FL_DAEMON_PID[r]=$!
   fl_pids+=($!)
 }

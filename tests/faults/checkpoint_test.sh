@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Fault test: no replica, so the checkpoint fallback (W = 4, F = 4,
+# FULL_SHARD: W/F = 1, every shard has exactly one holder).
+#
+# Every daemon writes a sharded checkpoint every 3 steps. Rank 1's daemon is
+# SIGKILLed in an all-gather of step 8 (fail point; the example trainer's
+# gathers are a fixed sequence, 4 all-gathers per step), so the cluster has
+# committed step 7 and the latest checkpoint is step 6. Its replacement
+# joins, the coordinator says the shard cannot be rebuilt from replicas
+# (UNRECOVERABLE), the replacement restores rank 1's latest checkpoint and
+# every survivor restores its own checkpoint of the same step; the epoch
+# becomes ready at that step (logged as a checkpoint fallback) and the
+# trainers redo the steps after it. Checks: fault_lib.sh's common ones (the
+# final parameters equal the no-fault run's bit for bit; the commit logs,
+# with their checkpoint_restored records, have no step committed twice or
+# skipped), that all four ranks restored the same step, the last multiple
+# of 3 before the step the daemon died in, and the coordinator's lines.
+# Then a second fault run where the dead rank's latest checkpoint is
+# corrupted before its replacement starts: the replacement refuses it with
+# an error that names the file, and training does not resume on a shard it
+# cannot vouch for.
+set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/fault_lib.sh"
+FL_F=4
+FL_STRATEGY=FULL_SHARD
+fl_init "$@"
+FL_DAEMON_FLAGS=(--checkpoint_dir="$FL_ROOT/ckpt-ref"
+  --checkpoint_interval_steps=3)
+fl_reference
+
+RANK=1
+FL_DAEMON_FLAGS=(--checkpoint_dir="$FL_ROOT/ckpt-run"
+  --checkpoint_interval_steps=3)
+fl_kill_by_failpoint run $RANK "allgather.mid:kill@31"
+fl_start_daemon run $RANK
+died=$(fl_died_in_step run $RANK)
+restored=$(((died - 1) / 3 * 3))
+echo "daemon $RANK died in step $died; the latest common checkpoint is step $restored"
+fl_expect "daemon $RANK died in step 8 (step 7 committed: a rollback to 6)" \
+  "[[ $died -eq 8 && $restored -eq 6 ]]"
+fl_wait_trainers run
+fl_check_run run "$FL_REF"
+for ((r = 0; r < FL_W; r++)); do
+  fl_expect "run: rank $r restored its checkpoint of step $restored" \
+    "cat '$FL_ROOT'/run/d$r-*.log |
+       grep -q '^shardd rank $r restored its checkpoint of step $restored from $FL_ROOT/ckpt-run/rank-$r/step-$restored.shardckpt'"
+done
+fl_expect "run: the coordinator said the shard has no replica" \
+  "cat '$FL_ROOT'/run/coord-*.log | grep -q 'UNRECOVERABLE: shard $RANK of rank $RANK has no live replica'"
+fl_expect "run: the epoch became ready at step $restored as a checkpoint fallback" \
+  "cat '$FL_ROOT'/run/coord-*.log |
+     grep -q 'READY at step $restored (checkpoint fallback'"
+fl_expect "run: trainer $RANK re-attached at step $restored" \
+  "grep -Eq '^re-attached: epoch [0-9]+, committed step $restored\$' \
+     '$(fl_trainer_log run $RANK)'"
+fl_kill_all
+
+# A corrupt checkpoint: an error naming the file; no step runs after it.
+FL_DAEMON_FLAGS=(--checkpoint_dir="$FL_ROOT/ckpt-bad"
+  --checkpoint_interval_steps=3)
+fl_kill_by_failpoint bad $RANK "allgather.mid:kill@27"
+latest=$(ls "$FL_ROOT/ckpt-bad/rank-$RANK"/step-*.shardckpt | sort -V | tail -1)
+size=$(stat -c %s "$latest")
+# Flip one byte in the middle of the payload.
+printf '\xff' | dd of="$latest" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+fl_start_daemon bad $RANK
+fl_expect "bad: the replacement names the corrupt file" \
+  "fl_wait_line '$(fl_daemon_log bad $RANK)' 'DATA_LOSS: $latest' 60"
+fl_expect "bad: no step committed after the failure" \
+  "! cat '$FL_ROOT'/bad/coord-*.log | grep -q 'checkpoint fallback'"
+grep -h "DATA_LOSS" "$(fl_daemon_log bad $RANK)" | head -2 | cut -c1-200
+fl_finish
