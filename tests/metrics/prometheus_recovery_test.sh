@@ -223,10 +223,12 @@ check "trainer 1 re-attached to the replacement" \
   grep -q "^re-attached: " "$d/t1.log"
 
 # --- what prometheus saw ----------------------------------------------------
-# Every target (the old daemon 1 is no longer one) scraped after the end.
+# Every target (the old daemon 1 is no longer one) scraped after the end:
+# the replacement's target found (file_sd refresh) and up, the old one gone
+# (a target still listed but dead would show as up == 0).
 check "prometheus scraped all $((W + 1)) targets after training ended" \
   prom wait "$prom_url" \
-  "count(up) == $((W + 1)) and min(timestamp(up)) > $finished" 30
+  "count(up == 1) == $((W + 1)) and min(timestamp(up == 1)) > $finished and count(up) == $((W + 1))" 30
 check "the old daemon 1 (port $old_port) is no longer scraped" bash -c '
   out=$("$0" "$1" query "$2" "up{instance=\"127.0.0.1:$3\"}")
   echo "up of the old target: ${out:-absent}"; [[ -z $out ]]' \
