@@ -41,8 +41,8 @@
 #include "daemon/node/peer_service.h"
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/health_service.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "prometheus/registry.h"
 
@@ -173,8 +173,11 @@ int Run() {
   // serves grpc.health.v1 for probes (kubelet): "" is liveness (SERVING
   // while the process runs, never dependent on peers), "shardd.v1.Trainer"
   // startup (the trainer socket listens), "shardd.ready" readiness (in a
-  // ready epoch with the shards loaded).
-  grpc::EnableDefaultHealthCheckService(true);
+  // ready epoch with the shards loaded). Our own synchronous health service,
+  // not grpc::EnableDefaultHealthCheckService: gRPC's default one uses the
+  // callback API, whose threads poll every socket of the process and slowed
+  // down each call on the trainer socket (see daemon/rpc/health_service.h).
+  rpc::HealthService health;
   PeerService peer;
   grpc::ServerBuilder peer_builder;
   int peer_port = 0;
@@ -184,17 +187,16 @@ int Run() {
   peer_builder.AddListeningPort(absl::StrCat(peer_host, ":", peer_hp->port),
                                 grpc::InsecureServerCredentials(), &peer_port);
   peer_builder.RegisterService(&peer);
+  peer_builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> peer_server = peer_builder.BuildAndStart();
   if (peer_server == nullptr || peer_port == 0) {
     return Fail(
         absl::StrCat("cannot listen on ", absl::GetFlag(FLAGS_peer_listen)));
   }
   const std::string peer_address = absl::StrCat(peer_host, ":", peer_port);
-  grpc::HealthCheckServiceInterface* health =
-      peer_server->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus("shardd.v1.Trainer", false);
-  health->SetServingStatus("shardd.ready", false);
+  health.SetServingStatus("", true);
+  health.SetServingStatus("shardd.v1.Trainer", false);
+  health.SetServingStatus("shardd.ready", false);
 
   NodeOptions options;
   options.coordinator_address = coordinator;
@@ -271,7 +273,7 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
-  health->SetServingStatus("shardd.v1.Trainer", true);
+  health.SetServingStatus("shardd.v1.Trainer", true);
   // Readiness follows the daemon's state (a probe reads it; this thread
   // only mirrors it, every 200 ms).
   std::atomic<bool> stopping{false};
@@ -280,7 +282,7 @@ int Run() {
     while (!stopping.load()) {
       const bool ready = (*manager)->Probe().state() == v1::MEMBER_STATE_READY;
       if (ready != last) {
-        health->SetServingStatus("shardd.ready", ready);
+        health.SetServingStatus("shardd.ready", ready);
         last = ready;
       }
       absl::SleepFor(absl::Milliseconds(200));
@@ -296,13 +298,14 @@ int Run() {
   std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
   stopping = true;
   readiness.join();
-  health->SetServingStatus("shardd.ready", false);
+  health.SetServingStatus("shardd.ready", false);
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");
   if (!left.ok()) {
     std::fprintf(stderr, "shardd: leave: %s\n", left.ToString().c_str());
   }
+  health.Shutdown();  // NOT_SERVING; open Watch streams end.
   peer_server->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(1));
   manager->reset();  // Frees every buffer: segments are unlinked.
