@@ -29,14 +29,25 @@
 // the daemons' collective counters (bytes_sent, ring rule) over the
 // measured steps, divided by their number; the largest over the ranks is
 // reported; the columns give rank 0's calls and MB per collective kind.
-// Note: bytes_ratio_full_to_noshard is 1.5 only when every unit is gathered
-// again for backward (4 AG + 4 AG + 4 RS against 4 AR, ring rule); the
-// example trainer keeps the last units gathered from forward into backward
-// (K = 2), so FULL_SHARD runs 6 unit AllGathers per step (the seventh
-// AllGather call carries the clipping norms, a few bytes) and the measured
-// ratio is (6 + 4) / 8 = 1.25. Peak parameter memory is the daemon's planned
-// figure against sum(psi_i)/F + K * max(psi_i) (fp32 psi from the units' numel;
-// K = 2, the example trainer's max_gathered_units).
+// In the FULL_SHARD cluster a third set of trainers then runs as many
+// measured steps with --reshard_after_forward (each unit released with
+// Release.reshard after its forward, as FSDP's reshard_after_forward frees
+// it), a second FULL_SHARD row. Two byte ratios come out of it:
+//   - bytes_ratio_full_to_noshard: the algorithm's, from the resharding
+//     run: every unit is gathered again for backward, 4 AG + 4 AG + 4 RS
+//     against 4 AR of (W-1)/W psi each by the ring rule (an AR counts 2):
+//     12 / 8 = 1.5 (the ninth AllGather call carries the clipping norms, a
+//     few bytes);
+//   - bytes_ratio_full_to_noshard_cached: the default trainer's, K = 2:
+//     the last two units are still in the daemon's gathered slots when
+//     backward starts and are answered from there (Gather's was_ready), so
+//     6 unit AllGathers per step: (6 + 4) / 8 = 1.25. The cache is a real
+//     saving, not a measuring error.
+// step_ms_full_shard_w4 is the default trainer's;
+// step_ms_full_shard_reshard_w4 the resharding one's. Peak parameter memory
+// is the daemon's planned figure against sum(psi_i)/F + K * max(psi_i) (fp32
+// psi from the units' numel; K = 2, the example trainer's
+// max_gathered_units).
 //
 // In the FULL_SHARD cluster, after training, this process registers again on
 // every rank (re-attach, one thread and one TrainerClient per rank) and
@@ -44,12 +55,28 @@
 //   - Gather RPC latency for a unit that is already gathered (the daemon
 //     answers from its table: no collective), p50 and p99 over the calls
 //     of rank 0: the control-path overhead of the Unix-socket API;
+//   - the floor of that figure in the same loop: each Gather is followed
+//     by a Release of a unit that is not gathered (the daemon looks it up
+//     and answers was_gathered = false), the cheapest call of the API over
+//     the same channel and server (rpc_floor_p50_us); on this shared 2-core
+//     machine the load moves both by 2x from run to run, their difference
+//     much less;
+//   - the cost per call of that loop (both kinds): CPU time of rank 0's
+//     daemon (/proc/PID/stat, 10 ms ticks) and of this process, and this
+//     process's time slices (wake-ups) per call. The other ranks wait on a
+//     notification meanwhile, not inside a gRPC call: a thread blocked in a
+//     call of this process could become its gRPC poller and take every
+//     reply first (5 more wake-ups per call were measured that way);
 //   - gather bandwidth: fresh AllGathers of one unit (Gather then Release,
 //     all ranks), unit bytes / median Gather time, against memcpy of the
 //     same number of bytes in this process (buffers pre-faulted).
 //
-// --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps, 200
-// latency calls and 5 fresh gathers (the model is the same).
+// --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps (4
+// more with --reshard_after_forward), 200 latency calls and 5 fresh
+// gathers (the model is the same). --gather_only: only the Gather
+// measurements, on a FULL_SHARD cluster that registers the model without
+// training (for profiling the control path); --gather_calls=N: N latency
+// calls instead.
 //
 // Every child gets SIGKILL if this process dies (Subprocess sets
 // PR_SET_PDEATHSIG) and when its Subprocess object is destroyed, so no
@@ -844,9 +871,13 @@ int main(int argc, char** argv) {
       options.bin_dir = arg.substr(10);
     } else if (arg == "--gather_only") {
       options.gather_only = true;
-    } else if (absl::StartsWith(arg, "--gather_calls=") &&
-               absl::SimpleAtoi(arg.substr(15), &options.gather_calls) &&
-               options.gather_calls > 0) {
+    } else if (absl::StartsWith(arg, "--gather_calls=")) {
+      if (!absl::SimpleAtoi(arg.substr(15), &options.gather_calls) ||
+          options.gather_calls < 1) {
+        std::cerr << "--gather_calls: expected a number >= 1, got '"
+                  << arg.substr(15) << "'\n";
+        return 2;
+      }
     } else {
       std::cerr << "usage: " << argv[0]
                 << " [--quick] [--gather_only] [--gather_calls=N] "
