@@ -29,14 +29,25 @@
 // the daemons' collective counters (bytes_sent, ring rule) over the
 // measured steps, divided by their number; the largest over the ranks is
 // reported; the columns give rank 0's calls and MB per collective kind.
-// Note: bytes_ratio_full_to_noshard is 1.5 only when every unit is gathered
-// again for backward (4 AG + 4 AG + 4 RS against 4 AR, ring rule); the
-// example trainer keeps the last units gathered from forward into backward
-// (K = 2), so FULL_SHARD runs 6 unit AllGathers per step (the seventh
-// AllGather call carries the clipping norms, a few bytes) and the measured
-// ratio is (6 + 4) / 8 = 1.25. Peak parameter memory is the daemon's planned
-// figure against sum(psi_i)/F + K * max(psi_i) (fp32 psi from the units' numel;
-// K = 2, the example trainer's max_gathered_units).
+// In the FULL_SHARD cluster a third set of trainers then runs as many
+// measured steps with --reshard_after_forward (each unit released with
+// Release.reshard after its forward, as FSDP's reshard_after_forward frees
+// it), a second FULL_SHARD row. Two byte ratios come out of it:
+//   - bytes_ratio_full_to_noshard: the algorithm's, from the resharding
+//     run: every unit is gathered again for backward, 4 AG + 4 AG + 4 RS
+//     against 4 AR of (W-1)/W psi each by the ring rule (an AR counts 2):
+//     12 / 8 = 1.5 (the ninth AllGather call carries the clipping norms, a
+//     few bytes);
+//   - bytes_ratio_full_to_noshard_cached: the default trainer's, K = 2:
+//     the last two units are still in the daemon's gathered slots when
+//     backward starts and are answered from there (Gather's was_ready), so
+//     6 unit AllGathers per step: (6 + 4) / 8 = 1.25. The cache is a real
+//     saving, not a measuring error.
+// step_ms_full_shard_w4 is the default trainer's;
+// step_ms_full_shard_reshard_w4 the resharding one's. Peak parameter memory
+// is the daemon's planned figure against sum(psi_i)/F + K * max(psi_i) (fp32
+// psi from the units' numel; K = 2, the example trainer's
+// max_gathered_units).
 //
 // In the FULL_SHARD cluster, after training, this process registers again on
 // every rank (re-attach, one thread and one TrainerClient per rank) and
@@ -44,12 +55,28 @@
 //   - Gather RPC latency for a unit that is already gathered (the daemon
 //     answers from its table: no collective), p50 and p99 over the calls
 //     of rank 0: the control-path overhead of the Unix-socket API;
+//   - the floor of that figure in the same loop: each Gather is followed
+//     by a Release of a unit that is not gathered (the daemon looks it up
+//     and answers was_gathered = false), the cheapest call of the API over
+//     the same channel and server (rpc_floor_p50_us); on this shared 2-core
+//     machine the load moves both by 2x from run to run, their difference
+//     much less;
+//   - the cost per call of that loop (both kinds): CPU time of rank 0's
+//     daemon (/proc/PID/stat, 10 ms ticks) and of this process, and this
+//     process's time slices (wake-ups) per call. The other ranks wait on a
+//     notification meanwhile, not inside a gRPC call: a thread blocked in a
+//     call of this process could become its gRPC poller and take every
+//     reply first (5 more wake-ups per call were measured that way);
 //   - gather bandwidth: fresh AllGathers of one unit (Gather then Release,
 //     all ranks), unit bytes / median Gather time, against memcpy of the
 //     same number of bytes in this process (buffers pre-faulted).
 //
-// --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps, 200
-// latency calls and 5 fresh gathers (the model is the same).
+// --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps (4
+// more with --reshard_after_forward), 200 latency calls and 5 fresh
+// gathers (the model is the same). --gather_only: only the Gather
+// measurements, on a FULL_SHARD cluster that registers the model without
+// training (for profiling the control path); --gather_calls=N: N latency
+// calls instead.
 //
 // Every child gets SIGKILL if this process dies (Subprocess sets
 // PR_SET_PDEATHSIG) and when its Subprocess object is destroyed, so no
@@ -60,6 +87,7 @@
 // are taken from bazel-bin/ (--bin_dir=DIR to change).
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -68,19 +96,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_report.h"
@@ -106,6 +138,10 @@ constexpr uint64_t kSeed = 1;
 
 struct Options {
   bool quick = false;
+  // Only the Gather control-path and bandwidth part, on a FULL_SHARD
+  // cluster that registers the model without training (profiling).
+  bool gather_only = false;
+  int gather_calls = 0;  // 0: 200 with --quick, else 1000.
   std::string out;
   std::string bin_dir = "bazel-bin";
 };
@@ -117,6 +153,7 @@ struct Config {
 
 struct ConfigResult {
   Config config;
+  bool reshard_after_forward = false;  // The trainers' flag.
   double step_ms_median = 0;
   double step_ms_min = 0;
   int64_t bytes_sent_per_step = 0;  // Largest over the ranks.
@@ -131,6 +168,13 @@ struct ConfigResult {
 struct GatherResult {
   double rpc_p50_us = 0;
   double rpc_p99_us = 0;
+  // The bare-RPC floor over the same socket, interleaved with the Gathers.
+  double floor_p50_us = 0;
+  double floor_p99_us = 0;
+  // Over both kinds of calls of that loop, per call: CPU time of rank 0's
+  // daemon, CPU time and time slices (~ wake-ups) of this process.
+  double daemon_cpu_us = 0;
+  double client_cpu_us = 0, client_slices = 0;
   int rpc_calls = 0;
   double gather_gbps = 0;
   double memcpy_gbps = 0;
@@ -138,6 +182,50 @@ struct GatherResult {
   int fresh_gathers = 0;
   int64_t allgathers_run = 0;  // Rank 0's counter over the fresh loop.
 };
+
+// CPU time and time slices (runs on a CPU, ~ wake-ups) of the live
+// threads of a process, from /proc/PID/task/*/schedstat (ns on the CPU, ns
+// waiting, slices). Threads that exit take their share with them: used for
+// this process, whose threads live as long as the measurement.
+struct SchedStat {
+  double cpu_ns = 0;
+  double slices = 0;
+};
+
+SchedStat ReadSchedStat(pid_t pid) {
+  SchedStat total;
+  std::error_code error;
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& task : std::filesystem::directory_iterator(dir, error)) {
+    std::ifstream in(task.path() / "schedstat");
+    double cpu = 0, wait = 0, slices = 0;
+    if (in >> cpu >> wait >> slices) {  // A thread may have exited.
+      total.cpu_ns += cpu;
+      total.slices += slices;
+    }
+  }
+  return total;
+}
+
+// CPU time (user + system, exited threads included) of a process in
+// microseconds, from /proc/PID/stat (clock ticks: coarse, 10 ms here).
+double ProcessCpuUs(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis: state is field 3,
+  // utime 14, stime 15.
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::vector<std::string> fields =
+      absl::StrSplit(text.substr(paren + 2), ' ', absl::SkipEmpty());
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return 0;
+  }
+  return (utime + stime) * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -245,10 +333,14 @@ class Cluster {
     return absl::StrCat(dir_, "/shardd-", r, ".sock");
   }
   TrainerClient& client(int r) { return *clients_[r]; }
+  pid_t daemon_pid(int r) const { return daemons_[r]->pid(); }
 
   // Runs W example trainers until committed step `steps`; returns the times
   // at which rank 0 printed each "step N" line.
-  absl::StatusOr<std::vector<absl::Time>> Train(int64_t steps) {
+  // With `reshard_after_forward` the trainers release each unit after its
+  // forward with reshard, so backward gathers every unit again.
+  absl::StatusOr<std::vector<absl::Time>> Train(int64_t steps,
+                                                bool reshard_after_forward) {
     std::vector<std::unique_ptr<Subprocess>> trainers;
     for (int r = 0; r < kWorld; ++r) {
       absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
@@ -262,6 +354,8 @@ class Cluster {
            absl::StrCat("--lr=", kLr), "--weight_decay=0",
            absl::StrCat("--max_grad_norm=", kMaxGradNorm),
            absl::StrCat("--max_gathered_units=", kMaxGathered),
+           absl::StrCat("--reshard_after_forward=",
+                        reshard_after_forward ? "true" : "false"),
            absl::StrCat("--seed=", kSeed)},
           absl::StrCat(dir_, "/trainer-", r, ".log"),
           absl::StrCat("trainer-", r));
@@ -363,10 +457,18 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
   const v1::RegisterModelRequest request = model->RegisterRequest();
   std::vector<absl::Status> statuses(kWorld);
   std::vector<std::vector<double>> rpc_us(kWorld), fresh_s(kWorld);
+  std::vector<double> floor_us;  // Rank 0's Release of an ungathered unit.
+  absl::Notification measured;   // Rank 0's latency loop is over.
+  double daemon_cpu_us = 0;
+  double client_cpu_us = 0, client_slices = 0;
   int64_t ag_before = 0, ag_after = 0;
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
+      // Rank 0 lets the others go on however it leaves.
+      absl::Cleanup release_others = [&] {
+        if (r == 0 && !measured.HasBeenNotified()) measured.Notify();
+      };
       TrainerClient& c = cluster.client(r);
       auto deadline = [] { return absl::Now() + absl::Seconds(60); };
       absl::StatusOr<v1::RegisterModelResponse> reg =
@@ -383,7 +485,15 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
         return;
       }
       // Only rank 0 measures (the others would compete for the 2 cores);
-      // they wait in their first fresh Gather below until rank 0 arrives.
+      // the others wait on `measured`, not inside a gRPC call: a thread
+      // blocked in a call of this process can become the process's gRPC
+      // poller and hand rank 0's replies over to it (a wake-up more per
+      // call, which a trainer with one client does not pay).
+      // Each cached Gather is followed by the floor: Release of a unit that
+      // is not gathered (the daemon looks it up and answers
+      // was_gathered = false), so both see the same moment of the box.
+      const double daemon0 = ProcessCpuUs(cluster.daemon_pid(0));
+      const SchedStat client0 = ReadSchedStat(getpid());
       for (int i = 0; r == 0 && i < calls; ++i) {
         const absl::Time t0 = absl::Now();
         g = c.Gather(0, v1::PASS_FORWARD, {}, deadline());
@@ -392,7 +502,35 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
           statuses[r] = g.status();
           return;
         }
+        absl::StatusOr<v1::ReleaseResponse> floor =
+            c.Release(kLayers - 1, v1::PASS_FORWARD, deadline());
+        const absl::Time t2 = absl::Now();
+        if (!floor.ok()) {
+          statuses[r] = floor.status();
+          return;
+        }
+        if (floor->was_gathered()) {
+          statuses[r] = absl::InternalError(
+              "the floor's Release found its unit gathered");
+          return;
+        }
         rpc_us[r].push_back(absl::ToDoubleMicroseconds(t1 - t0));
+        floor_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
+      }
+      if (r == 0) {
+        const double daemon1 = ProcessCpuUs(cluster.daemon_pid(0));
+        const SchedStat client1 = ReadSchedStat(getpid());
+        const double n = 2.0 * calls;
+        daemon_cpu_us = (daemon1 - daemon0) / n;
+        client_cpu_us = (client1.cpu_ns - client0.cpu_ns) / 1e3 / n;
+        client_slices = (client1.slices - client0.slices) / n;
+      }
+      if (r == 0) {
+        std::move(release_others).Invoke();
+      } else if (!measured.WaitForNotificationWithTimeout(absl::Minutes(5))) {
+        statuses[r] = absl::DeadlineExceededError(
+            "rank 0 did not finish its latency loop in 5 minutes");
+        return;
       }
       if (auto rel = c.Release(0, v1::PASS_FORWARD); !rel.ok()) {
         statuses[r] = rel.status();
@@ -447,6 +585,11 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
   result.rpc_calls = calls;
   result.rpc_p50_us = Percentile(rpc_us[0], 0.5);
   result.rpc_p99_us = Percentile(rpc_us[0], 0.99);
+  result.floor_p50_us = Percentile(floor_us, 0.5);
+  result.floor_p99_us = Percentile(floor_us, 0.99);
+  result.daemon_cpu_us = daemon_cpu_us;
+  result.client_cpu_us = client_cpu_us;
+  result.client_slices = client_slices;
   result.fresh_gathers = fresh;
   result.allgathers_run = ag_after - ag_before;
   result.unit_bytes = (kWidth * kWidth + kWidth) * 4;
@@ -468,21 +611,19 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
   return result;
 }
 
-absl::StatusOr<ConfigResult> RunConfig(const Options& options,
-                                       const Config& config,
-                                       std::optional<GatherResult>* gather) {
-  const int warmup = options.quick ? 1 : 2;
-  const int measured = options.quick ? 4 : 10;
-  Cluster cluster;
-  if (absl::Status s = cluster.Start(options, config); !s.ok()) return s;
-  std::cerr << "step: " << config.name << " F=" << config.f << ": " << warmup
-            << " warm-up + " << measured << " measured steps\n";
-  absl::StatusOr<std::vector<absl::Time>> warm = cluster.Train(warmup);
-  if (!warm.ok()) return warm.status();
+int GatherCalls(const Options& options) {
+  if (options.gather_calls > 0) return options.gather_calls;
+  return options.quick ? 200 : 1000;
+}
+
+// Trains until committed step `until` (the last `measured` steps measured)
+// and fills `result`'s step time, bytes and collective calls.
+absl::Status MeasureSteps(Cluster& cluster, int64_t until, int measured,
+                          ConfigResult& result) {
   absl::StatusOr<Cluster::Counters> before = cluster.ReadCounters();
   if (!before.ok()) return before.status();
   absl::StatusOr<std::vector<absl::Time>> times =
-      cluster.Train(warmup + measured);
+      cluster.Train(until, result.reshard_after_forward);
   if (!times.ok()) return times.status();
   absl::StatusOr<Cluster::Counters> after = cluster.ReadCounters();
   if (!after.ok()) return after.status();
@@ -490,9 +631,6 @@ absl::StatusOr<ConfigResult> RunConfig(const Options& options,
     return absl::InternalError(absl::StrCat("rank 0 printed ", times->size(),
                                             " steps, expected ", measured));
   }
-
-  ConfigResult result;
-  result.config = config;
   std::vector<double> ms;
   for (size_t i = 1; i < times->size(); ++i) {
     ms.push_back(absl::ToDoubleMilliseconds((*times)[i] - (*times)[i - 1]));
@@ -518,6 +656,47 @@ absl::StatusOr<ConfigResult> RunConfig(const Options& options,
   result.all_gathers = per_step(v1::COLLECTIVE_KIND_ALL_GATHER);
   result.reduce_scatters = per_step(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
   result.all_reduces = per_step(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  return absl::OkStatus();
+}
+
+// One cluster per configuration: warm-up steps, then the measured steps
+// with the default trainer; FULL_SHARD measures as many steps again with
+// --reshard_after_forward (a second result) and then the Gather latency
+// and bandwidth.
+absl::StatusOr<std::vector<ConfigResult>> RunConfig(
+    const Options& options, const Config& config,
+    std::optional<GatherResult>* gather) {
+  const int warmup = options.quick ? 1 : 2;
+  const int measured = options.quick ? 4 : 10;
+  const bool full = config.f == kWorld;
+  Cluster cluster;
+  if (absl::Status s = cluster.Start(options, config); !s.ok()) return s;
+  std::cerr << "step: " << config.name << " F=" << config.f << ": " << warmup
+            << " warm-up + " << measured << " measured steps"
+            << (full ? absl::StrCat(" + ", measured,
+                                    " with --reshard_after_forward")
+                     : "")
+            << "\n";
+  absl::StatusOr<std::vector<absl::Time>> warm =
+      cluster.Train(warmup, /*reshard_after_forward=*/false);
+  if (!warm.ok()) return warm.status();
+
+  std::vector<ConfigResult> results(full ? 2 : 1);
+  results[0].config = config;
+  if (absl::Status s =
+          MeasureSteps(cluster, warmup + measured, measured, results[0]);
+      !s.ok()) {
+    return s;
+  }
+  if (full) {
+    results[1].config = config;
+    results[1].reshard_after_forward = true;
+    if (absl::Status s =
+            MeasureSteps(cluster, warmup + 2 * measured, measured, results[1]);
+        !s.ok()) {
+      return s;
+    }
+  }
 
   absl::StatusOr<v1::GetStatusResponse> status = cluster.client(0).GetStatus();
   if (!status.ok()) return status.status();
@@ -526,89 +705,23 @@ absl::StatusOr<ConfigResult> RunConfig(const Options& options,
     sum += u.numel() * 4;
     max = std::max<int64_t>(max, u.numel() * 4);
   }
-  result.formula = sum / config.f + kMaxGathered * max;
-  result.planned_peak_param = status->memory().planned().peak_parameter_bytes();
-  result.planned_total = status->memory().planned().total_bytes();
+  for (ConfigResult& result : results) {
+    result.formula = sum / config.f + kMaxGathered * max;
+    result.planned_peak_param =
+        status->memory().planned().peak_parameter_bytes();
+    result.planned_total = status->memory().planned().total_bytes();
+  }
 
   if (gather != nullptr) {
     absl::StatusOr<GatherResult> g = MeasureGather(
-        cluster, config, options.quick ? 200 : 1000, options.quick ? 5 : 20);
+        cluster, config, GatherCalls(options), options.quick ? 5 : 20);
     if (!g.ok()) return g.status();
     *gather = *g;
   }
-  return result;
+  return results;
 }
 
-int Run(const Options& options) {
-  std::vector<Config> configs = {{"NO_SHARD", 1}};
-  if (!options.quick) configs.push_back({"HYBRID_SHARD", 2});
-  configs.push_back({"FULL_SHARD", kWorld});
-
-  BenchReport report("step");
-  std::optional<GatherResult> gather;
-  std::vector<ConfigResult> results;
-  for (const Config& config : configs) {
-    absl::StatusOr<ConfigResult> r =
-        RunConfig(options, config, config.f == kWorld ? &gather : nullptr);
-    if (!r.ok()) {
-      std::cerr << "step: " << config.name << ": " << r.status() << "\n";
-      return 1;
-    }
-    results.push_back(*r);
-    report.AddRow({{"what", std::string("step")},
-                   {"strategy", config.name},
-                   {"F", static_cast<double>(config.f)},
-                   {"step_ms_median", r->step_ms_median},
-                   {"step_ms_min", r->step_ms_min},
-                   {"MB_sent_per_step_rank", r->bytes_sent_per_step / 1e6},
-                   {"AG_per_step", r->all_gathers},
-                   {"RS_per_step", r->reduce_scatters},
-                   {"AR_per_step", r->all_reduces},
-                   {"AG_MB", r->ag_mb},
-                   {"RS_MB", r->rs_mb},
-                   {"AR_MB", r->ar_mb},
-                   {"peak_param_B", static_cast<double>(r->planned_peak_param)},
-                   {"formula_B", static_cast<double>(r->formula)},
-                   {"planned_total_MB", r->planned_total / 1e6}});
-  }
-  const ConfigResult* full = nullptr;
-  const ConfigResult* none = nullptr;
-  for (const ConfigResult& r : results) {
-    if (r.config.name == "FULL_SHARD") full = &r;
-    if (r.config.name == "NO_SHARD") none = &r;
-    if (r.config.name == "HYBRID_SHARD") {
-      report.SetFigure("step_ms_hybrid_shard_w4", r.step_ms_median);
-    }
-  }
-  report.SetFigure("step_ms_full_shard_w4", full->step_ms_median);
-  report.SetFigure("step_ms_no_shard_w4", none->step_ms_median);
-  report.SetFigure("bytes_ratio_full_to_noshard",
-                   static_cast<double>(full->bytes_sent_per_step) /
-                       static_cast<double>(none->bytes_sent_per_step));
-  report.SetFigure(
-      "peak_param_bytes_minus_formula",
-      static_cast<double>(full->planned_peak_param - full->formula));
-  if (gather.has_value()) {
-    report.AddRow({{"what", std::string("gather_rpc_cached")},
-                   {"strategy", std::string("FULL_SHARD")},
-                   {"F", static_cast<double>(kWorld)},
-                   {"calls", static_cast<double>(gather->rpc_calls)},
-                   {"p50_us", gather->rpc_p50_us},
-                   {"p99_us", gather->rpc_p99_us}});
-    report.AddRow(
-        {{"what", std::string("gather_fresh_vs_memcpy")},
-         {"strategy", std::string("FULL_SHARD")},
-         {"F", static_cast<double>(kWorld)},
-         {"calls", static_cast<double>(gather->fresh_gathers)},
-         {"allgathers_run", static_cast<double>(gather->allgathers_run)},
-         {"unit_MB", gather->unit_bytes / 1e6},
-         {"gather_GBps", gather->gather_gbps},
-         {"memcpy_GBps", gather->memcpy_gbps}});
-    report.SetFigure("gather_rpc_p50_us", gather->rpc_p50_us);
-    report.SetFigure("gather_rpc_p99_us", gather->rpc_p99_us);
-    report.SetFigure("gather_bw_to_memcpy_ratio",
-                     gather->gather_gbps / gather->memcpy_gbps);
-  }
+int WriteReport(const Options& options, const BenchReport& report) {
   std::cout << report.Table() << std::flush;
   if (!options.out.empty()) {
     if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
@@ -617,6 +730,130 @@ int Run(const Options& options) {
     }
   }
   return 0;
+}
+
+void AddGatherRows(const GatherResult& gather, BenchReport& report) {
+  report.AddRow({{"what", std::string("gather_rpc_cached")},
+                 {"strategy", std::string("FULL_SHARD")},
+                 {"F", static_cast<double>(kWorld)},
+                 {"calls", static_cast<double>(gather.rpc_calls)},
+                 {"p50_us", gather.rpc_p50_us},
+                 {"p99_us", gather.rpc_p99_us}});
+  report.AddRow({{"what", std::string("release_rpc_floor")},
+                 {"strategy", std::string("FULL_SHARD")},
+                 {"F", static_cast<double>(kWorld)},
+                 {"calls", static_cast<double>(gather.rpc_calls)},
+                 {"p50_us", gather.floor_p50_us},
+                 {"p99_us", gather.floor_p99_us}});
+  report.AddRow({{"what", std::string("rpc_cost_per_call")},
+                 {"strategy", std::string("FULL_SHARD")},
+                 {"F", static_cast<double>(kWorld)},
+                 {"calls", static_cast<double>(2 * gather.rpc_calls)},
+                 {"daemon_cpu_us", gather.daemon_cpu_us},
+                 {"client_cpu_us", gather.client_cpu_us},
+                 {"client_slices", gather.client_slices}});
+  report.AddRow({{"what", std::string("gather_fresh_vs_memcpy")},
+                 {"strategy", std::string("FULL_SHARD")},
+                 {"F", static_cast<double>(kWorld)},
+                 {"calls", static_cast<double>(gather.fresh_gathers)},
+                 {"allgathers_run", static_cast<double>(gather.allgathers_run)},
+                 {"unit_MB", gather.unit_bytes / 1e6},
+                 {"gather_GBps", gather.gather_gbps},
+                 {"memcpy_GBps", gather.memcpy_gbps}});
+  report.SetFigure("gather_rpc_p50_us", gather.rpc_p50_us);
+  report.SetFigure("gather_rpc_p99_us", gather.rpc_p99_us);
+  report.SetFigure("rpc_floor_p50_us", gather.floor_p50_us);
+  report.SetFigure("gather_bw_to_memcpy_ratio",
+                   gather.gather_gbps / gather.memcpy_gbps);
+}
+
+// --gather_only: a FULL_SHARD cluster, no training, only MeasureGather.
+int RunGatherOnly(const Options& options) {
+  const Config config{"FULL_SHARD", kWorld};
+  Cluster cluster;
+  absl::StatusOr<GatherResult> gather = absl::UnknownError("not run");
+  if (absl::Status s = cluster.Start(options, config); !s.ok()) {
+    gather = s;
+  } else {
+    gather = MeasureGather(cluster, config, GatherCalls(options),
+                           options.quick ? 5 : 20);
+  }
+  if (!gather.ok()) {
+    std::cerr << "step: gather_only: " << gather.status() << "\n";
+    return 1;
+  }
+  BenchReport report("step");
+  AddGatherRows(*gather, report);
+  return WriteReport(options, report);
+}
+
+int Run(const Options& options) {
+  if (options.gather_only) return RunGatherOnly(options);
+  std::vector<Config> configs = {{"NO_SHARD", 1}};
+  if (!options.quick) configs.push_back({"HYBRID_SHARD", 2});
+  configs.push_back({"FULL_SHARD", kWorld});
+
+  BenchReport report("step");
+  std::optional<GatherResult> gather;
+  std::vector<ConfigResult> results;
+  for (const Config& config : configs) {
+    absl::StatusOr<std::vector<ConfigResult>> rs =
+        RunConfig(options, config, config.f == kWorld ? &gather : nullptr);
+    if (!rs.ok()) {
+      std::cerr << "step: " << config.name << ": " << rs.status() << "\n";
+      return 1;
+    }
+    for (const ConfigResult& r : *rs) {
+      results.push_back(r);
+      report.AddRow(
+          {{"what", std::string("step")},
+           {"strategy", config.name},
+           {"F", static_cast<double>(config.f)},
+           {"trainer",
+            std::string(r.reshard_after_forward ? "reshard_fwd" : "default")},
+           {"step_ms_median", r.step_ms_median},
+           {"step_ms_min", r.step_ms_min},
+           {"MB_sent_per_step_rank", r.bytes_sent_per_step / 1e6},
+           {"AG_per_step", r.all_gathers},
+           {"RS_per_step", r.reduce_scatters},
+           {"AR_per_step", r.all_reduces},
+           {"AG_MB", r.ag_mb},
+           {"RS_MB", r.rs_mb},
+           {"AR_MB", r.ar_mb},
+           {"peak_param_B", static_cast<double>(r.planned_peak_param)},
+           {"formula_B", static_cast<double>(r.formula)},
+           {"planned_total_MB", r.planned_total / 1e6}});
+    }
+  }
+  const ConfigResult* full = nullptr;          // The default trainer.
+  const ConfigResult* full_reshard = nullptr;  // --reshard_after_forward.
+  const ConfigResult* none = nullptr;
+  for (const ConfigResult& r : results) {
+    if (r.config.name == "FULL_SHARD") {
+      (r.reshard_after_forward ? full_reshard : full) = &r;
+    }
+    if (r.config.name == "NO_SHARD") none = &r;
+    if (r.config.name == "HYBRID_SHARD") {
+      report.SetFigure("step_ms_hybrid_shard_w4", r.step_ms_median);
+    }
+  }
+  auto bytes_ratio = [&](const ConfigResult* r) {
+    return static_cast<double>(r->bytes_sent_per_step) /
+           static_cast<double>(none->bytes_sent_per_step);
+  };
+  report.SetFigure("step_ms_full_shard_w4", full->step_ms_median);
+  report.SetFigure("step_ms_full_shard_reshard_w4",
+                   full_reshard->step_ms_median);
+  report.SetFigure("step_ms_no_shard_w4", none->step_ms_median);
+  // The algorithm's figure (every unit gathered again for backward) and
+  // the default trainer's (the last K units answered from the cache).
+  report.SetFigure("bytes_ratio_full_to_noshard", bytes_ratio(full_reshard));
+  report.SetFigure("bytes_ratio_full_to_noshard_cached", bytes_ratio(full));
+  report.SetFigure(
+      "peak_param_bytes_minus_formula",
+      static_cast<double>(full->planned_peak_param - full->formula));
+  if (gather.has_value()) AddGatherRows(*gather, report);
+  return WriteReport(options, report);
 }
 
 }  // namespace
@@ -632,9 +869,19 @@ int main(int argc, char** argv) {
       options.out = arg.substr(6);
     } else if (absl::StartsWith(arg, "--bin_dir=")) {
       options.bin_dir = arg.substr(10);
+    } else if (arg == "--gather_only") {
+      options.gather_only = true;
+    } else if (absl::StartsWith(arg, "--gather_calls=")) {
+      if (!absl::SimpleAtoi(arg.substr(15), &options.gather_calls) ||
+          options.gather_calls < 1) {
+        std::cerr << "--gather_calls: expected a number >= 1, got '"
+                  << arg.substr(15) << "'\n";
+        return 2;
+      }
     } else {
       std::cerr << "usage: " << argv[0]
-                << " [--quick] [--out=PATH] [--bin_dir=DIR]\n";
+                << " [--quick] [--gather_only] [--gather_calls=N] "
+                   "[--out=PATH] [--bin_dir=DIR]\n";
       return 2;
     }
   }

@@ -9,14 +9,16 @@
 // layer l computes (at most two units gathered: the one in use and the
 // next), releasing each after use; MSE on this rank's batch; backward in
 // reverse order, gathering again (cheap when the daemon still holds the
-// unit) with layer l-1's Gather overlapping layer l's backward, writing each
-// layer's gradient straight into the daemon's gradient slot and ReduceGrad
-// once that Gather is done (collectives are matched by order, so no rank
-// may let a Gather race its ReduceGrad); then Step(step). An ABORTED call (a
-// peer failed) releases what is gathered, waits for the daemon to be ready
-// again and redoes the step. Prints "step N loss L grad_norm G" per step (L:
-// mean MSE of this rank's batch, before the update; G: the daemon's global
-// gradient norm before clipping) and "final loss L steps N" at the end.
+// unit, i.e. the last K; with --reshard_after_forward every unit is
+// released with reshard after its forward, so all are gathered again) with
+// layer l-1's Gather overlapping layer l's backward, writing each layer's
+// gradient straight into the daemon's gradient slot and ReduceGrad once that
+// Gather is done (collectives are matched by order, so no rank may let a Gather
+// race its ReduceGrad); then Step(step). An ABORTED call (a peer failed)
+// releases what is gathered, waits for the daemon to be ready again and redoes
+// the step. Prints "step N loss L grad_norm G" per step (L: mean MSE of this
+// rank's batch, before the update; G: the daemon's global gradient norm before
+// clipping) and "final loss L steps N" at the end.
 //
 // --params_out=FILE: after training every rank gathers every unit once more
 // and rank 0 writes the final parameters, layer after layer, as raw
@@ -71,6 +73,11 @@ ABSL_FLAG(std::string, strategy, "FULL_SHARD",
           "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
 ABSL_FLAG(int, sharding_factor, 0, "F (0: the strategy's default)");
 ABSL_FLAG(int, max_gathered_units, 2, "K: units the daemon gathers at once");
+ABSL_FLAG(bool, reshard_after_forward, false,
+          "release each unit after its forward with reshard (FSDP's "
+          "reshard_after_forward taken literally): backward gathers every "
+          "unit again, none is answered from the daemon's cache; every rank "
+          "must pass the same value");
 ABSL_FLAG(uint64_t, seed, 1, "names the task (teacher, data) and the init");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
@@ -98,14 +105,16 @@ class ExampleTrainer {
  public:
   ExampleTrainer(TrainerClient* client, client::Mlp mlp,
                  const client::TeacherStudent* task, int rank, int world_size,
-                 int64_t batch_per_rank, absl::Duration rpc_timeout)
+                 int64_t batch_per_rank, absl::Duration rpc_timeout,
+                 bool reshard_after_forward)
       : client_(client),
         mlp_(std::move(mlp)),
         task_(task),
         rank_(rank),
         world_size_(world_size),
         batch_(batch_per_rank),
-        rpc_timeout_(rpc_timeout) {
+        rpc_timeout_(rpc_timeout),
+        reshard_after_forward_(reshard_after_forward) {
     const int L = mlp_.num_layers();
     acts_.resize(L + 1);
     grad_acts_.resize(L + 1);
@@ -139,7 +148,11 @@ class ExampleTrainer {
           !s.ok()) {
         return s;
       }
-      if (auto r = client_->Release(l, v1::PASS_FORWARD); !r.ok()) {
+      v1::ReleaseRequest release;
+      release.set_unit(l);
+      release.set_pass(v1::PASS_FORWARD);
+      release.set_reshard(reshard_after_forward_);
+      if (auto r = client_->Release(release); !r.ok()) {
         return Annotate(r.status(), "Release", l);
       }
     }
@@ -224,6 +237,7 @@ class ExampleTrainer {
   int world_size_;
   int64_t batch_;
   absl::Duration rpc_timeout_;
+  bool reshard_after_forward_;
   std::vector<std::vector<float>> acts_;
   std::vector<std::vector<float>> grad_acts_;
 };
@@ -336,7 +350,8 @@ int Run() {
   std::fflush(stdout);
 
   ExampleTrainer trainer(client->get(), std::move(*mlp), &*task, rank,
-                         world_size, batch_per_rank, rpc_timeout);
+                         world_size, batch_per_rank, rpc_timeout,
+                         absl::GetFlag(FLAGS_reshard_after_forward));
   int64_t committed = registered->committed_step();
   double last_loss = 0.0;
   int aborted = 0;

@@ -185,6 +185,11 @@ absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
   v1::ReleaseRequest request;
   request.set_unit(unit);
   request.set_pass(pass);
+  return Release(request, deadline);
+}
+
+absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
+    const v1::ReleaseRequest& request, std::optional<absl::Time> deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::ReleaseResponse response;

@@ -110,6 +110,10 @@ class TrainerClient {
   absl::StatusOr<v1::ReleaseResponse> Release(
       int unit, v1::Pass pass,
       std::optional<absl::Time> deadline = std::nullopt);
+  // The same with every field of the request (e.g. `reshard`).
+  absl::StatusOr<v1::ReleaseResponse> Release(
+      const v1::ReleaseRequest& request,
+      std::optional<absl::Time> deadline = std::nullopt);
 
   // Hands the daemon the gradient written into `gradient_slot` (the DataRef
   // of a BACKWARD Gather's grad_buffer).

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/memory/shared_memory_segment.h"
@@ -20,7 +21,8 @@ namespace shardd::client {
 namespace {
 
 // A stand-in daemon: Gather hands out a 2-float unit in a segment it owns;
-// WaitReady blocks until the call's deadline; Step returns ABORTED.
+// Release keeps the request it got; WaitReady blocks until the call's
+// deadline; Step returns ABORTED.
 class FakeTrainer final : public v1::Trainer::Service {
  public:
   explicit FakeTrainer(const memory::SharedMemorySegment* segment)
@@ -58,9 +60,23 @@ class FakeTrainer final : public v1::Trainer::Service {
                     v1::StepResponse*) override {
     return grpc::Status(grpc::StatusCode::ABORTED, "peer 3 failed");
   }
+  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    last_release_ = *request;
+    response->set_was_gathered(true);
+    return grpc::Status::OK;
+  }
+
+  v1::ReleaseRequest last_release() const {
+    absl::MutexLock lock(&mu_);
+    return last_release_;
+  }
 
  private:
   const memory::SharedMemorySegment* segment_;
+  mutable absl::Mutex mu_;
+  v1::ReleaseRequest last_release_ ABSL_GUARDED_BY(mu_);
 };
 
 class TrainerClientTest : public ::testing::Test {
@@ -160,6 +176,25 @@ TEST_F(TrainerClientTest, BlockingCallEndsAtItsDeadline) {
   EXPECT_EQ(ready.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(took, absl::Milliseconds(250));
   EXPECT_LT(took, absl::Seconds(3));
+}
+
+TEST_F(TrainerClientTest, ReleaseSendsTheWholeRequest) {
+  auto client = Client(StartFakeDaemon());
+  v1::ReleaseRequest request;
+  request.set_unit(2);
+  request.set_pass(v1::PASS_FORWARD);
+  request.set_reshard(true);
+  auto released = client->Release(request);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_TRUE(released->was_gathered());
+  EXPECT_EQ(service_->last_release().unit(), 2);
+  EXPECT_EQ(service_->last_release().pass(), v1::PASS_FORWARD);
+  EXPECT_TRUE(service_->last_release().reshard());
+  // The short form keeps the cached copy (reshard = false).
+  ASSERT_TRUE(client->Release(1, v1::PASS_BACKWARD).ok());
+  EXPECT_EQ(service_->last_release().unit(), 1);
+  EXPECT_EQ(service_->last_release().pass(), v1::PASS_BACKWARD);
+  EXPECT_FALSE(service_->last_release().reshard());
 }
 
 TEST_F(TrainerClientTest, GatherMapsParamsAndGradientSlot) {

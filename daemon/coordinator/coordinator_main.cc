@@ -39,10 +39,10 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/rpc/health_server.h"
+#include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -153,11 +153,16 @@ int Run() {
   CoordinatorService service(
       manager->get(), heartbeat,
       absl::Seconds(absl::GetFlag(FLAGS_max_rendezvous_wait_s)));
-  grpc::EnableDefaultHealthCheckService(true);
+  // grpc.health.v1 ("" SERVING while the process runs) from the same
+  // synchronous service as shardd's (daemon/rpc/health_service.h), on the
+  // API port and on --health_listen.
+  rpc::HealthService health;
+  health.SetServingStatus("", true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::StrCat(
@@ -168,7 +173,7 @@ int Run() {
   std::unique_ptr<rpc::HealthServer> health_server;
   if (!health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
-        rpc::HealthServer::Start(health_listen, "health_listen");
+        rpc::HealthServer::Start(health_listen, "health_listen", &health);
     if (!started.ok()) return Fail(started.status().ToString());
     health_server = *std::move(started);
   }
@@ -212,6 +217,7 @@ int Run() {
   (*manager)->Shutdown();
   stop.Notify();
   ticker.join();
+  health.Shutdown();  // NOT_SERVING; open Watch streams end.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   health_server.reset();
   std::fprintf(stderr, "coordinator: stopped\n");

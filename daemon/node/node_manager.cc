@@ -1001,7 +1001,9 @@ absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
     response.set_was_gathered(false);
     return response;
   }
-  if (absl::Status s = (*engine)->Release(unit); !s.ok()) return s;
+  if (absl::Status s = (*engine)->Release(unit, request.reshard()); !s.ok()) {
+    return s;
+  }
   held_.erase(unit);
   response.set_was_gathered(true);
   return response;

@@ -51,10 +51,10 @@
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/rpc/health_server.h"
+#include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "prometheus/registry.h"
 
@@ -207,8 +207,12 @@ int Run() {
   // while the process runs, never dependent on peers), "shardd.v1.Trainer"
   // startup (the trainer socket listens), "shardd.ready" readiness (in a
   // ready epoch with the shards loaded). With --health_listen the same
-  // statuses are also served in plaintext there (and nothing else).
-  grpc::EnableDefaultHealthCheckService(true);
+  // statuses are also served in plaintext there (and nothing else). Our own
+  // synchronous health service, not grpc::EnableDefaultHealthCheckService:
+  // gRPC's default one uses the callback API, whose threads poll every
+  // socket of the process and slowed down each call on the trainer socket
+  // (see daemon/rpc/health_service.h).
+  rpc::HealthService health;
   PeerService peer;
   grpc::ServerBuilder peer_builder;
   int peer_port = 0;
@@ -218,6 +222,7 @@ int Run() {
   peer_builder.AddListeningPort(absl::StrCat(peer_host, ":", peer_hp->port),
                                 *server_credentials, &peer_port);
   peer_builder.RegisterService(&peer);
+  peer_builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> peer_server = peer_builder.BuildAndStart();
   if (peer_server == nullptr || peer_port == 0) {
     return Fail(absl::StrCat(
@@ -229,25 +234,16 @@ int Run() {
   std::unique_ptr<rpc::HealthServer> health_server;
   if (!health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
-        rpc::HealthServer::Start(health_listen, "health_listen");
+        rpc::HealthServer::Start(health_listen, "health_listen", &health);
     if (!started.ok()) {
       peer_server->Shutdown(std::chrono::system_clock::now());
       return Fail(started.status().ToString());
     }
     health_server = *std::move(started);
   }
-  grpc::HealthCheckServiceInterface* peer_health =
-      peer_server->GetHealthCheckService();
-  // Every status goes to both health services.
-  auto set_health = [&](const std::string& service, bool serving) {
-    peer_health->SetServingStatus(service, serving);
-    if (health_server != nullptr) {
-      health_server->SetServingStatus(service, serving);
-    }
-  };
-  set_health("", true);
-  set_health("shardd.v1.Trainer", false);
-  set_health("shardd.ready", false);
+  health.SetServingStatus("", true);
+  health.SetServingStatus("shardd.v1.Trainer", false);
+  health.SetServingStatus("shardd.ready", false);
 
   NodeOptions options;
   options.coordinator_address = coordinator;
@@ -303,6 +299,13 @@ int Run() {
   TrainerService trainer(manager->get());
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(max_message);
+  // gRPC's sync server keeps 1 to 2 polling threads by default; with the
+  // trainer's calls coming one at a time it still created and destroyed a
+  // thread every few calls (the thrashing gRPC's thread_manager.cc warns
+  // about when max_pollers is small): 32 server threads over 6,000 calls in
+  // bench/step --gather_only, 4 with up to 4 pollers.
+  builder.SetSyncServerOption(
+      grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
   builder.SetMaxSendMessageSize(max_message);
   struct stat st;
   if (lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
@@ -339,7 +342,7 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
-  set_health("shardd.v1.Trainer", true);
+  health.SetServingStatus("shardd.v1.Trainer", true);
   // Readiness follows the daemon's state (a probe reads it; this thread
   // only mirrors it, every 200 ms).
   std::atomic<bool> stopping{false};
@@ -348,7 +351,7 @@ int Run() {
     while (!stopping.load()) {
       const bool ready = (*manager)->Probe().state() == v1::MEMBER_STATE_READY;
       if (ready != last) {
-        set_health("shardd.ready", ready);
+        health.SetServingStatus("shardd.ready", ready);
         last = ready;
       }
       absl::SleepFor(absl::Milliseconds(200));
@@ -364,13 +367,14 @@ int Run() {
   std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
   stopping = true;
   readiness.join();
-  set_health("shardd.ready", false);
+  health.SetServingStatus("shardd.ready", false);
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");
   if (!left.ok()) {
     std::fprintf(stderr, "shardd: leave: %s\n", left.ToString().c_str());
   }
+  health.Shutdown();  // NOT_SERVING; open Watch streams end.
   peer_server->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(1));
   health_server.reset();

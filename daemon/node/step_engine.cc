@@ -365,14 +365,20 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   return UnitData{slots_[slot].get(), 0, layout.padded_bytes(), dtype};
 }
 
-absl::Status StepEngine::Release(int unit) {
+absl::Status StepEngine::Release(int unit, bool reshard) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (!units_[unit].held) {
+  UnitState& st = units_[unit];
+  if (!st.held) {
     return absl::FailedPreconditionError(
         absl::StrCat("unit ", unit, " is not gathered (released twice?)"));
   }
-  units_[unit].held = false;
+  st.held = false;
+  if (reshard && st.slot >= 0) {
+    slot_unit_[st.slot] = -1;
+    st.slot = -1;
+    st.gathered_at_step = -1;
+  }
   return absl::OkStatus();
 }
 

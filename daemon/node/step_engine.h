@@ -71,8 +71,8 @@ struct StepResult {
 //  * Gather all-gathers a unit's shards (fp32 master, or the bf16/fp16 copy
 //    for low-precision units) within the shard group into one of K gathered
 //    slots; a released unit stays cached in its slot until the slot is
-//    needed or the parameters change. With F = 1 the shard is the unit and
-//    Gather returns it without a collective.
+//    needed, the parameters change or it is released with `reshard`. With F = 1
+//    the shard is the unit and Gather returns it without a collective.
 //  * ReduceGrad reduce-scatters (average) the unit's full gradient, which
 //    the trainer wrote into the gradient slot, within the shard group and
 //    adds the result to the fp32 gradient shard (gradient accumulation over
@@ -110,7 +110,11 @@ class StepEngine {
   absl::StatusOr<UnitData> Gather(int unit, absl::Duration timeout);
 
   // FAILED_PRECONDITION when the unit is not gathered (double release).
-  absl::Status Release(int unit);
+  // With `reshard` the unit's slot gives up its parameters at once (FSDP's
+  // reshard after forward): the next Gather runs the AllGather again, even
+  // within the same step. Without it they stay cached (see above). No
+  // effect with F = 1 (no slots).
+  absl::Status Release(int unit, bool reshard = false);
 
   // The slot the trainer writes the unit's full gradient into (reduce
   // dtype, the unit's flat layout). NOT_FOUND for an unknown unit.

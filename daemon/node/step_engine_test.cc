@@ -198,6 +198,75 @@ TEST(StepEngineTest, HybridShardStepsEqualTheUnshardedReferenceBitForBit) {
   }
 }
 
+// W = F = 2: a released unit is answered from its slot without an
+// AllGather; released with reshard it is all-gathered again, with the same
+// values.
+TEST(StepEngineTest, ReshardOnReleaseGathersTheUnitAgain) {
+  constexpr int kW = 2;
+  comm::InMemoryStore store;
+  struct Seen {
+    absl::Status status;
+    std::vector<int64_t> all_gathers;  // AllGather calls after each Gather.
+    std::vector<std::vector<float>> values;
+  };
+  std::vector<Seen> seen(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      Seen& out = seen[r];
+      comm::GlooCollectiveOptions so{
+          .rank = r, .size = kW, .epoch = 1, .group = "shard/0"};
+      comm::GlooCollectiveOptions ro{.rank = 0,
+                                     .size = 1,
+                                     .epoch = 1,
+                                     .group = absl::StrCat("replica/", r)};
+      auto shard = comm::CreateGlooCollective(so, store);
+      auto replica = comm::CreateGlooCollective(ro, store);
+      if (!shard.ok() || !replica.ok()) {
+        out.status = shard.ok() ? replica.status() : shard.status();
+        return;
+      }
+      std::shared_ptr<comm::Collective> group = std::move(*shard);
+      memory::HeapAllocator heap;
+      auto engine = StepEngine::Create(Config(kW, kW, r, 2), Init, heap);
+      if (!engine.ok()) {
+        out.status = engine.status();
+        return;
+      }
+      StepEngine& e = **engine;
+      e.SetCommunicators(group, std::move(*replica));
+      // Gather, release (cached), gather, release with reshard, gather.
+      for (int i = 0; i < 3; ++i) {
+        auto gathered = e.Gather(0, absl::Seconds(30));
+        if (!gathered.ok()) {
+          out.status = gathered.status();
+          return;
+        }
+        out.all_gathers.push_back(
+            group->Stats().of(comm::OpKind::kAllGather).calls);
+        const float* p = reinterpret_cast<const float*>(
+            gathered->buffer->data() + gathered->offset);
+        out.values.emplace_back(p, p + e.config().units[0].numel());
+        if (absl::Status s = e.Release(0, /*reshard=*/i == 1); !s.ok()) {
+          out.status = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<float> initial(18);
+  Init(0, 0, initial.data(), 18);
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(seen[r].status.ok()) << "rank " << r << ": " << seen[r].status;
+    EXPECT_EQ(seen[r].all_gathers, (std::vector<int64_t>{1, 1, 2}))
+        << "rank " << r;
+    for (const std::vector<float>& values : seen[r].values) {
+      EXPECT_EQ(values, initial) << "rank " << r;
+    }
+  }
+}
+
 class StepEngineSingleRankTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -6,12 +6,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "grpcpp/health_check_service_interface.h"
 
 namespace shardd::rpc {
 
 absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
-    const std::string& address, absl::string_view flag) {
+    const std::string& address, absl::string_view flag,
+    HealthService* health) {
   const size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || colon == 0 ||
@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, "=", address, ": expected HOST:PORT (port 0: any)"));
   }
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  builder.RegisterService(health);
   // A port another process already serves is an error, not shared.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int bound = 0;
@@ -30,10 +30,6 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
   if (server == nullptr || bound == 0) {
     return absl::UnavailableError(
         absl::StrCat("--", flag, "=", address, ": cannot listen"));
-  }
-  if (server->GetHealthCheckService() == nullptr) {
-    return absl::InternalError(
-        absl::StrCat("--", flag, ": gRPC built no health service"));
   }
   std::string host = address.substr(0, colon);
   return std::unique_ptr<HealthServer>(new HealthServer(
@@ -47,10 +43,6 @@ HealthServer::HealthServer(std::unique_ptr<grpc::Server> server,
 HealthServer::~HealthServer() {
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(500));
-}
-
-void HealthServer::SetServingStatus(const std::string& service, bool serving) {
-  server_->GetHealthCheckService()->SetServingStatus(service, serving);
 }
 
 }  // namespace shardd::rpc

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/rpc/health_service.h"
 #include "grpcpp/grpcpp.h"
 
 namespace shardd::rpc {
@@ -13,20 +14,20 @@ namespace shardd::rpc {
 // A plaintext gRPC server that serves grpc.health.v1 and nothing else, so
 // that probes which cannot present credentials (kubelet's gRPC probes)
 // reach the health statuses while every API port requires TLS. Any other
-// method is UNIMPLEMENTED here. The owner mirrors the statuses it sets on
-// its API servers (SetServingStatus); "" is SERVING from the start (gRPC's
-// default health service).
+// method is UNIMPLEMENTED here. It serves the same HealthService object as
+// the owner's API servers, so one SetServingStatus updates both ports.
 //
-// Thread-safe (gRPC's health service is). Owns its server; destruction
-// shuts it down (every status becomes NOT_SERVING first).
+// Thread-safe. Owns its server, not the service (which must outlive it);
+// destruction shuts the server down. Call the service's Shutdown first so
+// that open Watch streams end at once.
 class HealthServer {
  public:
   // Listens on `address` (HOST:PORT, port 0: any free one; `flag` names the
-  // flag in errors). Turns on gRPC's default health service, which is
-  // process-wide (grpc::EnableDefaultHealthCheckService). INVALID_ARGUMENT
-  // for a malformed address, UNAVAILABLE when it cannot listen.
+  // flag in errors) and serves `health` there. INVALID_ARGUMENT for a
+  // malformed address, UNAVAILABLE when it cannot listen.
   static absl::StatusOr<std::unique_ptr<HealthServer>> Start(
-      const std::string& address, absl::string_view flag);
+      const std::string& address, absl::string_view flag,
+      HealthService* health);
 
   ~HealthServer();
   HealthServer(const HealthServer&) = delete;
@@ -35,8 +36,6 @@ class HealthServer {
   // "HOST:PORT" with the port bound (brackets around an IPv6 host).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
-
-  void SetServingStatus(const std::string& service, bool serving);
 
  private:
   HealthServer(std::unique_ptr<grpc::Server> server, std::string address,

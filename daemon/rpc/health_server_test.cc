@@ -17,7 +17,8 @@ namespace {
 class HealthServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = HealthServer::Start("127.0.0.1:0", "health_listen");
+    health_.SetServingStatus("", true);
+    auto server = HealthServer::Start("127.0.0.1:0", "health_listen", &health_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_GT(server_->port(), 0);
@@ -26,6 +27,12 @@ class HealthServerTest : public ::testing::Test {
                                    grpc::InsecureChannelCredentials());
   }
 
+  void TearDown() override {
+    health_.Shutdown();
+    server_.reset();
+  }
+
+  HealthService health_;
   std::unique_ptr<HealthServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -33,12 +40,12 @@ class HealthServerTest : public ::testing::Test {
 TEST_F(HealthServerTest, ServesStatusesSetWithoutCredentials) {
   absl::StatusOr<int> overall = tests::CheckHealth(channel_, "");
   ASSERT_TRUE(overall.ok()) << overall.status();
-  EXPECT_EQ(*overall, 1);  // SERVING from the start.
+  EXPECT_EQ(*overall, 1);
   EXPECT_EQ(tests::CheckHealth(channel_, "shardd.ready").status().code(),
             absl::StatusCode::kNotFound);
-  server_->SetServingStatus("shardd.ready", false);
+  health_.SetServingStatus("shardd.ready", false);
   EXPECT_EQ(*tests::CheckHealth(channel_, "shardd.ready"), 2);
-  server_->SetServingStatus("shardd.ready", true);
+  health_.SetServingStatus("shardd.ready", true);
   EXPECT_EQ(*tests::CheckHealth(channel_, "shardd.ready"), 1);
 }
 
@@ -57,7 +64,8 @@ TEST_F(HealthServerTest, ServesNothingButHealth) {
 TEST(HealthServerStartTest, RejectsMalformedAddressNamingTheFlag) {
   for (const std::string bad :
        {"127.0.0.1", "127.0.0.1:x", ":80", "127.0.0.1:70000", "127.0.0.1:-1"}) {
-    auto server = HealthServer::Start(bad, "health_listen");
+    HealthService health;
+    auto server = HealthServer::Start(bad, "health_listen", &health);
     ASSERT_FALSE(server.ok()) << bad;
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(
@@ -66,9 +74,11 @@ TEST(HealthServerStartTest, RejectsMalformedAddressNamingTheFlag) {
 }
 
 TEST(HealthServerStartTest, PortInUseIsUnavailable) {
-  auto first = HealthServer::Start("127.0.0.1:0", "health_listen");
+  HealthService health;
+  auto first = HealthServer::Start("127.0.0.1:0", "health_listen", &health);
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = HealthServer::Start((*first)->address(), "health_listen");
+  auto second =
+      HealthServer::Start((*first)->address(), "health_listen", &health);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }

@@ -16,6 +16,10 @@
 #     the final parameters equal the reference's after STEPS steps. The kill
 #     is at a step boundary: a trainer killed in the middle of a step leaves
 #     gathered/reduced units in the daemon, which re-attach does not undo.
+#   * --reshard_after_forward (W=2 FULL_SHARD): the same parameters bit for
+#     bit as the default trainer, with exactly 2 more AllGathers per step
+#     (3 layers, K=2: the default answers the last 2 units' backward gathers
+#     from the daemon's cache, resharding gathers them again).
 # Every child is SIGKILLed on any exit path (trap).
 set -uo pipefail
 coordinator="$1"; shardd="$2"; trainer="$3"; compare="$4"; shardctl="$5"
@@ -24,6 +28,7 @@ KILL_AT=4
 TOLERANCE=1e-5
 fail=0
 pids=()
+trainer_extra=()  # Extra flags of every trainer of the next run.
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
@@ -74,7 +79,7 @@ run() {
     timeout 240 "$trainer" --socket="$d/s$r.sock" --strategy="$strategy" \
       --sharding_factor="$f" --world_size="$w" --rank="$r" --steps=$STEPS \
       --params_out="$d/params.bin" --rpc_timeout_ms=60000 "${extra[@]}" \
-      >"$d/t$r.log" 2>&1 &
+      "${trainer_extra[@]}" >"$d/t$r.log" 2>&1 &
     tps+=($!)
     pids+=($!)
   done
@@ -113,6 +118,7 @@ run() {
   fi
   local st
   st=$("$shardctl" --socket="$d/s0.sock" status 2>&1)
+  echo "$st" >"$d/status.txt"
   expect "$name: shardctl status shows step $STEPS" \
     "grep -q 'committed step  $STEPS' <<<\"\$st\""
   cleanup
@@ -140,4 +146,19 @@ for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD" \
 done
 run w2_crash 2 2 FULL_SHARD crash
 check w2_crash 2
+
+# all_gathers NAME: rank 0's AllGather calls in its shard group.
+all_gathers() {
+  awk '$1 == "ALL_GATHER" && $2 == "SHARD" { print $3 }' "$root/$1/status.txt"
+}
+trainer_extra=(--reshard_after_forward)
+run w2_reshard 2 2 FULL_SHARD
+trainer_extra=()
+expect "w2_reshard: bit-identical to the default trainer's run" \
+  "cmp -s '$root/w2_full_a/params.bin' '$root/w2_reshard/params.bin'"
+ag_default=$(all_gathers w2_full_a)
+ag_reshard=$(all_gathers w2_reshard)
+echo "AllGathers: default $ag_default, --reshard_after_forward $ag_reshard"
+expect "w2_reshard: 2 more AllGathers per step than the default trainer" \
+  "[[ -n '$ag_default' && '$ag_reshard' -eq \$(( $ag_default + 2 * STEPS )) ]]"
 exit $fail
