@@ -92,6 +92,7 @@
 // binaries are taken from bazel-bin/ (--bin_dir=DIR to change);
 // --models=10m,50m picks models.
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -126,6 +127,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_report.h"
+#include "bench/recovery_timeline.h"
 #include "client/trainer_client.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -134,6 +136,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/collectives/process_group.h"
@@ -195,6 +198,25 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// User + system CPU seconds of a process, all threads (0 if unreadable).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  std::vector<std::string> f =
+      absl::StrSplit(stat.substr(paren + 2), ' ', absl::SkipEmpty());
+  int64_t utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) ||
+      !absl::SimpleAtoi(f[12], &stime)) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 std::string SelfPath() {
@@ -281,26 +303,24 @@ struct Timeline {
   absl::Time kill;
   absl::Time replacement_spawned;
   absl::Time replacement_listening;
-  int64_t recovered_step = -1;
-  int64_t transfer_bytes = 0;
-  double transfer_s = 0;
-  int transfer_source = -1;
+  RecoveredLine recovered;
+  // Arrival of the replacement's "engine ready for the shard copy" and
+  // "recovered shard" lines.
+  absl::Time engine_ready;
+  absl::Time recovered_line;
 };
 
 struct RecoveryResult {
   ModelSize model;
+  RecoveryPhases phases;
   int64_t shard_bytes = 0;
-  double detection_s = 0, join_wait_s = 0, rendezvous_s = 0, transfer_s = 0,
-         first_step_s = 0, total_s = 0;
-  double ready_minus_joined_s = 0;
-  double replacement_startup_s = 0;  // spawn -> "listening on" (joined)
-  double step_s = 0;
-  std::string detected_by;
   int64_t recovered_step = 0;
+  double replacement_startup_s = 0;  // spawn -> "listening on" (joined)
   // The direct fetch by this process from rank 3.
   double fetch_fresh_s = 0, fetch_prefaulted_s = 0;
+  // CPU seconds of this process and the source daemon during the fetch.
+  double fetch_fresh_cpu_s = 0, fetch_prefaulted_cpu_s = 0;
   int64_t fetch_bytes = 0;
-  double checkpoint_write_s = 0;
 };
 
 // A local cluster for one model, and the failure. Destruction stops and
@@ -519,25 +539,14 @@ class RecoveryRun {
     absl::StatusOr<LineLog::Line> recovered =
         log_.WaitFor(name, "recovered shard", deadline);
     if (!recovered.ok()) return Annotated(recovered.status());
-    // "shardd rank 1 recovered shard 1 at step N from rank X: B bytes in
-    // T s (M MB/s)"
-    // Words from the end: "... B bytes in T s (M MB/s)"; "from rank X:".
-    std::vector<std::string> w = absl::StrSplit(recovered->text, ' ');
-    bool parsed = w.size() >= 16 &&
-                  absl::SimpleAtoi(w[w.size() - 7], &t.transfer_bytes) &&
-                  absl::SimpleAtod(w[w.size() - 4], &t.transfer_s);
-    for (size_t i = 0; parsed && i + 2 < w.size(); ++i) {
-      if (w[i] == "step")
-        parsed = absl::SimpleAtoi(w[i + 1], &t.recovered_step);
-      if (w[i] == "from" && w[i + 1] == "rank") {
-        parsed = absl::SimpleAtoi(absl::StripSuffix(w[i + 2], ":"),
-                                  &t.transfer_source);
-      }
-    }
-    if (!parsed || t.recovered_step < 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot parse: ", recovered->text));
-    }
+    t.recovered_line = recovered->time;
+    absl::StatusOr<LineLog::Line> engine =
+        log_.WaitFor(name, "engine ready for the shard copy", deadline);
+    if (!engine.ok()) return Annotated(engine.status());
+    t.engine_ready = engine->time;
+    absl::StatusOr<RecoveredLine> parsed = ParseRecoveredLine(recovered->text);
+    if (!parsed.ok()) return parsed.status();
+    t.recovered = *parsed;
     return t;
   }
 
@@ -576,107 +585,32 @@ class RecoveryRun {
                                                "; --keep_dirs keeps them)"));
   }
 
-  // The coordinator's decisions: "2026-...Z coordinator: epoch E KIND: ...".
-  struct Decision {
-    absl::Time time;
-    int64_t epoch = 0;
-    std::string kind;
-    std::string reason;
-  };
-  std::vector<Decision> Decisions() const {
-    std::vector<Decision> out;
+  absl::Status Analyse(const Timeline& t, RecoveryResult* r) {
+    RecoveryObservations obs;
+    obs.kill = t.kill;
+    obs.killed_rank = kKilledRank;
+    obs.world_size = kWorld;
+    obs.recovered = t.recovered;
+    obs.engine_ready_line = t.engine_ready;
+    obs.recovered_line = t.recovered_line;
     std::ifstream in(CoordinatorLog());
     std::string line;
     while (std::getline(in, line)) {
-      const size_t space = line.find(' ');
-      if (space == std::string::npos) continue;
-      Decision d;
-      std::string err;
-      if (!absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", line.substr(0, space),
-                           absl::UTCTimeZone(), &d.time, &err)) {
-        continue;
-      }
-      std::vector<std::string> w =
-          absl::StrSplit(line.substr(space + 1), absl::MaxSplits(' ', 3));
-      // w: "coordinator:", "epoch", "E", "KIND: reason"
-      if (w.size() < 4 || w[0] != "coordinator:" || w[1] != "epoch" ||
-          !absl::SimpleAtoi(w[2], &d.epoch)) {
-        continue;
-      }
-      const size_t colon = w[3].find(':');
-      d.kind = w[3].substr(0, colon);
-      d.reason = colon == std::string::npos ? "" : w[3].substr(colon + 2);
-      out.push_back(std::move(d));
-    }
-    return out;
-  }
-
-  absl::Status Analyse(const Timeline& t, RecoveryResult* r) {
-    // Millisecond timestamps: a decision at the kill's millisecond counts.
-    const absl::Time since = absl::FromUnixMillis(absl::ToUnixMillis(t.kill));
-    std::optional<Decision> detected, joined, ready;
-    for (const Decision& d : Decisions()) {
-      if (d.time < since) continue;
-      if (!detected &&
-          (d.kind == "EPOCH_STARTED" || d.kind == "MEMBER_REMOVED")) {
-        detected = d;
-      }
-      if (!joined && d.kind == "MEMBER_JOINED" &&
-          absl::StrContains(d.reason,
-                            absl::StrCat("rank ", kKilledRank, " joined"))) {
-        joined = d;
-      }
-      if (joined && !ready && d.kind == "EPOCH_READY") ready = d;
-    }
-    if (!detected || !joined || !ready) {
-      return Annotated(absl::InternalError(
-          "the coordinator's log lacks the detection, the replacement's join "
-          "or the ready epoch after the kill"));
-    }
-    // Training resumed: every trainer's first step after the recovered one.
-    std::map<std::string, absl::Time> resumed;
-    std::map<std::string, std::vector<absl::Time>> step_times;
-    for (const LineLog::Line& l : log_.Snapshot()) {
-      if (!absl::StartsWith(l.source, "trainer-")) continue;
-      int64_t step = 0;
-      std::vector<std::string> w = absl::StrSplit(l.text, ' ');
-      if (w.size() < 2 || w[0] != "step" || !absl::SimpleAtoi(w[1], &step)) {
-        continue;
-      }
-      if (w.size() > 2 && w[2] == "aborted") continue;
-      step_times[l.source].push_back(l.time);
-      if (step > t.recovered_step && !resumed.count(l.source)) {
-        resumed[l.source] = l.time;
+      if (std::optional<CoordinatorDecision> d =
+              ParseCoordinatorDecision(line)) {
+        obs.decisions.push_back(*std::move(d));
       }
     }
-    if (static_cast<int>(resumed.size()) != kWorld) {
-      return Annotated(absl::InternalError(
-          "not every trainer committed a step after the recovery"));
+    for (LineLog::Line& l : log_.Snapshot()) {
+      if (absl::StartsWith(l.source, "trainer-")) {
+        obs.trainer_lines.push_back({l.time, l.source, l.text});
+      }
     }
-    absl::Time last = absl::InfinitePast();
-    for (const auto& [name, time] : resumed) last = std::max(last, time);
-    // Normal step time: rank 0's intervals, leaving out the failed one.
-    std::vector<double> intervals;
-    const std::vector<absl::Time>& s0 = step_times["trainer-0"];
-    for (size_t i = 1; i < s0.size(); ++i) {
-      if (s0[i - 1] < t.kill && s0[i] > t.kill) continue;
-      intervals.push_back(absl::ToDoubleSeconds(s0[i] - s0[i - 1]));
-    }
-    r->step_s = Median(intervals);
-    r->detected_by = detected->kind == "MEMBER_REMOVED"
-                         ? detected->reason
-                         : absl::StrCat(detected->kind, ": ", detected->reason);
-    if (r->detected_by.size() > 60) r->detected_by.resize(60);
-    r->recovered_step = t.recovered_step;
-    r->shard_bytes = t.transfer_bytes;
-    r->transfer_s = t.transfer_s;
-    r->detection_s = absl::ToDoubleSeconds(detected->time - t.kill);
-    r->join_wait_s =
-        std::max(0.0, absl::ToDoubleSeconds(joined->time - detected->time));
-    r->ready_minus_joined_s = absl::ToDoubleSeconds(ready->time - joined->time);
-    r->rendezvous_s = r->ready_minus_joined_s - t.transfer_s;
-    r->first_step_s = absl::ToDoubleSeconds(last - ready->time);
-    r->total_s = absl::ToDoubleSeconds(last - t.kill);
+    absl::StatusOr<RecoveryPhases> phases = ComputeRecoveryPhases(obs);
+    if (!phases.ok()) return Annotated(phases.status());
+    r->phases = *phases;
+    r->recovered_step = t.recovered.step;
+    r->shard_bytes = t.recovered.bytes;
     r->replacement_startup_s =
         absl::ToDoubleSeconds(t.replacement_listening - t.replacement_spawned);
     return absl::OkStatus();
@@ -695,7 +629,11 @@ class RecoveryRun {
     request.set_requester_rank(kKilledRank);
     request.set_shard_index(kKilledRank % kFactor);
     request.set_step(status->committed_step());
-    for (int pass = 0; pass < 2; ++pass) {
+    // Pass 0 into fresh buffers, then kPrefaultedPasses into the same ones.
+    constexpr int kPrefaultedPasses = 3;
+    std::vector<double> seconds_prefaulted, cpu_prefaulted;
+    const pid_t source_pid = daemons_[kSourceRank].pid;
+    for (int pass = 0; pass <= kPrefaultedPasses; ++pass) {
       recovery::ShardStreamAssembler assembler(
           [&](const v1::ShardHeader& header,
               int index) -> absl::StatusOr<uint8_t*> {
@@ -707,17 +645,27 @@ class RecoveryRun {
             }
             return fetched_[index].get();
           });
+      const double cpu0 = CpuSeconds(getpid()) + CpuSeconds(source_pid);
       const absl::Time t0 = absl::Now();
       absl::Status s = node::PeerClient::FetchShard(
           peer_address_[kSourceRank], request, absl::Now() + absl::Minutes(5),
           [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
       if (s.ok()) s = assembler.Finish();
       const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+      const double cpu = CpuSeconds(getpid()) + CpuSeconds(source_pid) - cpu0;
       if (!s.ok()) return s;
-      (pass == 0 ? r->fetch_fresh_s : r->fetch_prefaulted_s) = seconds;
       r->fetch_bytes = assembler.header().total_bytes();
+      if (pass == 0) {
+        r->fetch_fresh_s = seconds;
+        r->fetch_fresh_cpu_s = cpu;
+      } else {
+        seconds_prefaulted.push_back(seconds);
+        cpu_prefaulted.push_back(cpu);
+      }
       fetched_header_ = assembler.header();
     }
+    r->fetch_prefaulted_s = Median(seconds_prefaulted);
+    r->fetch_prefaulted_cpu_s = Median(cpu_prefaulted);
     return absl::OkStatus();
   }
 
@@ -934,29 +882,45 @@ int LoopbackWorker(const Options& o) {
   std::unique_ptr<char[]> data(new char[bytes]);
   std::memset(data.get(), o.rank, bytes);  // Pre-fault.
   auto buffer = context->createUnboundBuffer(data.get(), bytes);
-  std::vector<double> times;
-  for (int i = 0; i < 1 + o.reps; ++i) {
+  // Pre-faulted buffers: a warm-up and o.reps timed transfers. Then 2 into
+  // a freshly allocated, untouched receive buffer each (the first touch of
+  // the pages happens in the receive, as in a fresh process).
+  std::vector<double> times, fresh_times;
+  for (int i = 0; i < 1 + o.reps + 2; ++i) {
+    const bool fresh = i > o.reps;
+    std::unique_ptr<char[]> fresh_data;
+    std::unique_ptr<gloo::transport::UnboundBuffer> fresh_buffer;
+    if (fresh && o.rank == 1) {
+      fresh_data.reset(new char[bytes]);
+      fresh_buffer = context->createUnboundBuffer(fresh_data.get(), bytes);
+    }
+    gloo::transport::UnboundBuffer& b =
+        fresh_buffer != nullptr ? *fresh_buffer : *buffer;
     gloo::BarrierOptions barrier(context);
     gloo::barrier(barrier);
     const auto t0 = std::chrono::steady_clock::now();
     if (o.rank == 0) {
-      buffer->send(1, /*slot=*/i);
-      buffer->waitSend();
+      b.send(1, /*slot=*/i);
+      b.waitSend();
     } else {
-      buffer->recv(0, /*slot=*/i);
-      buffer->waitRecv();
+      b.recv(0, /*slot=*/i);
+      b.waitRecv();
     }
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
-    if (i > 0) times.push_back(s);
+    if (fresh) {
+      fresh_times.push_back(s);
+    } else if (i > 0) {
+      times.push_back(s);
+    }
   }
   gloo::BarrierOptions barrier(context);
   gloo::barrier(barrier);
   if (o.rank == 1) {
     std::cout << "RESULT median_s=" << Median(times)
               << " min_s=" << *std::min_element(times.begin(), times.end())
-              << std::endl;
+              << " fresh_s=" << Median(fresh_times) << std::endl;
   }
   return 0;
 }
@@ -964,6 +928,7 @@ int LoopbackWorker(const Options& o) {
 struct LoopbackResult {
   double median_s = 0;
   double min_s = 0;
+  double fresh_s = 0;  // Into an untouched receive buffer.
 };
 
 absl::StatusOr<LoopbackResult> MeasureLoopback(int64_t bytes, int reps) {
@@ -994,7 +959,8 @@ absl::StatusOr<LoopbackResult> MeasureLoopback(int64_t bytes, int reps) {
   if (!fields.ok()) return fields.status();
   LoopbackResult r;
   if (!absl::SimpleAtod((*fields)["median_s"], &r.median_s) ||
-      !absl::SimpleAtod((*fields)["min_s"], &r.min_s)) {
+      !absl::SimpleAtod((*fields)["min_s"], &r.min_s) ||
+      !absl::SimpleAtod((*fields)["fresh_s"], &r.fresh_s)) {
     return absl::InternalError("loopback worker: no RESULT line");
   }
   return r;
@@ -1049,64 +1015,59 @@ int Run(const Options& options) {
       return 1;
     }
     const double mb = r->shard_bytes / 1e6;
-    const double transfer_mbps = mb / r->transfer_s;
     const double loopback_mbps = mb / loop->median_s;
-    const double ratio = transfer_mbps / loopback_mbps;
+    const double ratio = mb / r->phases.transfer_s / loopback_mbps;
     const RestoreResult& cold = ckpt->restores[0];
     report.AddRow({{"what", std::string("recovery")},
                    {"model", model.name},
                    {"params_M", model.Params() / 1e6},
                    {"shard_MB", mb},
-                   {"step_s", r->step_s},
-                   {"detection_s", r->detection_s},
-                   {"join_wait_s", r->join_wait_s},
-                   {"rendezvous_s", r->rendezvous_s},
-                   {"transfer_s", r->transfer_s},
-                   {"first_step_s", r->first_step_s},
-                   {"total_s", r->total_s},
-                   {"transfer_MBps", transfer_mbps},
-                   {"loopback_MBps", loopback_mbps},
-                   {"bw_ratio", ratio},
+                   {"step_s", r->phases.step_s},
+                   {"detection_s", r->phases.detection_s},
+                   {"join_wait_s", r->phases.join_wait_s},
+                   {"rendezvous_s", r->phases.rendezvous_s},
+                   {"transfer_s", r->phases.transfer_s},
+                   {"first_step_s", r->phases.first_step_s},
+                   {"total_s", r->phases.total_s},
                    {"startup_s", r->replacement_startup_s},
-                   {"detected_by", r->detected_by}});
-    report.AddRow(
-        {{"what", std::string("direct_fetch")},
-         {"model", model.name},
-         {"shard_MB", r->fetch_bytes / 1e6},
-         {"fresh_s", r->fetch_fresh_s},
-         {"fresh_MBps", r->fetch_bytes / 1e6 / r->fetch_fresh_s},
-         {"prefaulted_s", r->fetch_prefaulted_s},
-         {"prefaulted_MBps", r->fetch_bytes / 1e6 / r->fetch_prefaulted_s},
-         {"bw_ratio",
-          r->fetch_bytes / 1e6 / r->fetch_prefaulted_s / loopback_mbps}});
-    report.AddRow({{"what", std::string("loopback_gloo")},
-                   {"model", model.name},
-                   {"shard_MB", mb},
-                   {"median_s", loop->median_s},
-                   {"min_s", loop->min_s},
-                   {"MBps", loopback_mbps}});
-    report.AddRow({{"what", std::string("checkpoint_write")},
-                   {"model", model.name},
-                   {"shard_MB", mb},
-                   {"file_MB", ckpt->file_bytes / 1e6},
-                   {"seconds", ckpt->write_s},
-                   {"MBps", ckpt->file_bytes / 1e6 / ckpt->write_s}});
+                   {"detected_by", r->phases.detected_by}});
+    // Moving the shard's bytes, every way, against raw Gloo.
+    auto add = [&](const std::string& what, double seconds,
+                   std::optional<double> cached = std::nullopt,
+                   std::optional<double> cpu_s = std::nullopt) {
+      BenchReport::Row row = {
+          {"what", what},         {"model", model.name},
+          {"shard_MB", mb},       {"seconds", seconds},
+          {"MBps", mb / seconds}, {"x_loopback", mb / seconds / loopback_mbps}};
+      if (cached.has_value()) row.push_back({"cached", *cached});
+      if (cpu_s.has_value()) {
+        row.push_back({"cpu_ns_per_B", *cpu_s * 1e9 / r->shard_bytes});
+      }
+      report.AddRow(std::move(row));
+    };
+    add("transfer (replacement)", r->phases.transfer_s);
+    add("  engine+probe part", r->phases.engine_s);
+    add("  stream part", r->phases.stream_s);
+    add("direct fetch, fresh", r->fetch_fresh_s, std::nullopt,
+        r->fetch_fresh_cpu_s);
+    add("direct fetch, prefaulted", r->fetch_prefaulted_s, std::nullopt,
+        r->fetch_prefaulted_cpu_s);
+    add("raw gloo send/recv", loop->median_s);
+    add("raw gloo, fresh recv buffer", loop->fresh_s);
+    add("checkpoint write", ckpt->write_s);
     for (const RestoreResult& restore : ckpt->restores) {
-      report.AddRow({{"what", absl::StrCat("restore_", restore.mode)},
-                     {"model", model.name},
-                     {"shard_MB", restore.bytes / 1e6},
-                     {"seconds", restore.seconds},
-                     {"MBps", restore.bytes / 1e6 / restore.seconds},
-                     {"cached_before", restore.resident_before}});
+      add(absl::StrCat("restore, ", restore.mode), restore.seconds,
+          restore.resident_before);
     }
-    report.SetFigure(absl::StrCat("recovery_seconds_", model.name), r->total_s);
+    report.SetFigure(absl::StrCat("recovery_seconds_", model.name),
+                     r->phases.total_s);
     report.SetFigure(absl::StrCat("checkpoint_restore_seconds_", model.name),
                      cold.seconds);
     report.SetFigure(absl::StrCat("transfer_bw_ratio_to_loopback_", model.name),
                      ratio);
     if (model.name == headline) {
       report.SetFigure("recovery_to_checkpoint_restore_ratio",
-                       r->total_s / cold.seconds);
+                       r->phases.total_s / cold.seconds);
       report.SetFigure("transfer_bw_ratio_to_loopback", ratio);
     }
   }
@@ -1124,6 +1085,10 @@ int Run(const Options& options) {
 }  // namespace shardd::bench
 
 int main(int argc, char** argv) {
+  // The same heap settings as shardd's main (see there), so that this
+  // process's own FetchShard client behaves like a daemon's.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   shardd::bench::Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

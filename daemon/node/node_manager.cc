@@ -1780,6 +1780,10 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
           engine = std::move(*created);
           model = *std::move(m);
           mine = engine->StateSections();
+          // bench/recovery splits the copy at this line: engine vs. stream.
+          std::printf("shardd rank %d: engine ready for the shard copy\n",
+                      client_->rank());
+          std::fflush(stdout);
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
                 absl::StrCat("the source sends ", header.sections_size(),
