@@ -47,29 +47,47 @@
 // consecutive committed steps outside the failure (for scale: first_step is
 // essentially one step).
 //
+// The transfer row is split at the replacement's "engine ready for the
+// shard copy" line (printed when the header arrived and its engine exists):
+// "engine+probe" before it, "stream" (and the install) after it, both by
+// the arrival times of the two lines here.
+//
 // After training, with the cluster still up, this process fetches the same
-// shard from rank 3 (rank 1's replica) over Peer.FetchShard itself, twice:
-// into freshly allocated buffers and again into the same, now faulted-in,
-// buffers: the stream's own speed (gRPC, chunk CRCs, copies) without the
-// replacement's engine creation. The fetched shard is then written as a
-// sharded checkpoint (WriteShardCheckpoint, fsynced) to a directory under
-// /tmp (local disk), the cluster is stopped (SIGTERM; the directory
-// removed), and a new process restores the checkpoint with
-// ReadShardCheckpoint (every section's CRC verified) into freshly allocated
-// buffers, as a replacement without replicas would:
-//   cold   after posix_fadvise(DONTNEED) on the file (the page cache cannot
-//          be dropped globally without disturbing the other users of this
-//          machine, and /proc/sys/vm/drop_caches needs root, so this evicts
-//          just this file's clean pages; the fraction still resident is
-//          measured with mincore and reported; the host of this VM may
-//          still cache the disk);
+// shard from rank 3 (rank 1's replica) over Peer.FetchShard itself: once
+// into freshly allocated buffers, then 3 times into the same, now
+// faulted-in buffers (median): the stream's own speed (gRPC, chunk CRCs,
+// copies) without the replacement's engine creation; cpu_ns_per_B is the
+// CPU time of this process and of the source daemon (all threads, from
+// /proc) per shard byte. The fetched shard is then written as a sharded
+// checkpoint (WriteShardCheckpoint, fsynced) to a directory under /tmp
+// (local disk), the cluster is stopped (SIGTERM; the directory removed),
+// and a new process restores the checkpoint with ReadShardCheckpoint
+// (every section's CRC verified) into freshly allocated buffers, as a
+// replacement without replicas would:
+//   cold   after posix_fadvise(DONTNEED) on the file: the page cache is not
+//          dropped globally (/proc/sys/vm/drop_caches needs root and would
+//          disturb everyone else on this shared machine), only this file's
+//          clean pages are evicted; the fraction still cached is measured
+//          with mincore and reported ("cached"); the VM's host may still
+//          cache the disk;
 //   warm   file in the page cache;
 //   warm_prefaulted  destination buffers faulted in before the timing (the
 //          pure read + CRC cost).
+// Stream probe: the FetchShard stream alone between two fresh processes of
+// this binary (a Peer service with the daemon's ShardStreamWriter over a
+// pre-faulted buffer; PeerClient::FetchShard into a ShardStreamAssembler
+// whose destination is pre-faulted, as an engine is): the first fetch of
+// the fresh receiver ("fresh", as in a replacement) and the median of 4
+// more ("warm"), with glibc's default heap settings and with shardd's
+// (mallopt in shardd_main.cc), CPU of both processes per byte.
 // Finally two processes measure raw Gloo over 127.0.0.1 (W = 2, TCP device,
 // as bench/collectives drives it): one send/recv of the shard's byte count
 // between pre-faulted buffers, the median of 3 after a warm-up, timed on
-// the receiver from a barrier to the end of waitRecv.
+// the receiver from a barrier to the end of waitRecv (the x_loopback
+// reference); and 2 into a freshly allocated, untouched receive buffer:
+// first touch of memory costs ~11 us per 4 KiB page on these VMs, which
+// bounds anything that lands in fresh memory (an engine's buffers, a
+// restore's destination) to a few hundred MB/s.
 //
 // Figures: recovery_seconds_<m>, checkpoint_restore_seconds_<m> (cold),
 // transfer_bw_ratio_to_loopback_<m> per model; the headline
@@ -137,6 +155,8 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/collectives/process_group.h"
@@ -170,6 +190,12 @@ struct Options {
   std::string store;
   int64_t bytes = 0;
   int reps = 3;
+  bool stream_source = false;
+  bool stream_sink = false;
+  std::string port_file;
+  std::string address;
+  int source_pid = 0;
+  bool default_malloc = false;  // Skip main's mallopt (stream probe A/B).
 };
 
 struct ModelSize {
@@ -308,6 +334,7 @@ struct Timeline {
   // "recovered shard" lines.
   absl::Time engine_ready;
   absl::Time recovered_line;
+  int copy_attempts = 0;  // Engines created: 1 unless an attempt failed.
 };
 
 struct RecoveryResult {
@@ -316,6 +343,7 @@ struct RecoveryResult {
   int64_t shard_bytes = 0;
   int64_t recovered_step = 0;
   double replacement_startup_s = 0;  // spawn -> "listening on" (joined)
+  int copy_attempts = 0;
   // The direct fetch by this process from rank 3.
   double fetch_fresh_s = 0, fetch_prefaulted_s = 0;
   // CPU seconds of this process and the source daemon during the fetch.
@@ -540,10 +568,25 @@ class RecoveryRun {
         log_.WaitFor(name, "recovered shard", deadline);
     if (!recovered.ok()) return Annotated(recovered.status());
     t.recovered_line = recovered->time;
-    absl::StatusOr<LineLog::Line> engine =
-        log_.WaitFor(name, "engine ready for the shard copy", deadline);
-    if (!engine.ok()) return Annotated(engine.status());
-    t.engine_ready = engine->time;
+    // The last copy attempt's engine line (an attempt that failed, e.g.
+    // when the epoch changed under it, printed one too), and the failures.
+    bool engine_seen = false;
+    for (const LineLog::Line& l : log_.Snapshot()) {
+      if (l.source != name || l.time > recovered->time) continue;
+      if (absl::StrContains(l.text, "engine ready for the shard copy")) {
+        t.engine_ready = l.time;
+        engine_seen = true;
+        ++t.copy_attempts;
+      }
+      if (absl::StrContains(l.text, "failed")) {
+        std::cerr << "recovery: " << model_.name << ": " << name << ": "
+                  << l.text << "\n";
+      }
+    }
+    if (!engine_seen) {
+      return Annotated(absl::InternalError(
+          "the replacement printed no \"engine ready\" line"));
+    }
     absl::StatusOr<RecoveredLine> parsed = ParseRecoveredLine(recovered->text);
     if (!parsed.ok()) return parsed.status();
     t.recovered = *parsed;
@@ -611,6 +654,7 @@ class RecoveryRun {
     r->phases = *phases;
     r->recovered_step = t.recovered.step;
     r->shard_bytes = t.recovered.bytes;
+    r->copy_attempts = t.copy_attempts;
     r->replacement_startup_s =
         absl::ToDoubleSeconds(t.replacement_listening - t.replacement_spawned);
     return absl::OkStatus();
@@ -966,6 +1010,178 @@ absl::StatusOr<LoopbackResult> MeasureLoopback(int64_t bytes, int reps) {
   return r;
 }
 
+// ------------------------------------------------------ stream probe ---
+
+// The FetchShard stream alone, between two processes of this binary: the
+// daemon's writer (ShardStreamWriter over a pre-faulted buffer, 36
+// sections, the default chunk size) behind a Peer service, and the
+// replacement's client (PeerClient::FetchShard into a ShardStreamAssembler
+// whose destination is pre-faulted, as the replacement's engine is).
+class StreamSource final : public v1::Peer::Service {
+ public:
+  StreamSource(const uint8_t* data, int64_t bytes)
+      : data_(data), bytes_(bytes) {}
+
+  grpc::Status FetchShard(
+      grpc::ServerContext* context, const v1::FetchShardRequest* request,
+      grpc::ServerWriter<v1::FetchShardResponse>* writer) override {
+    constexpr int kSections = 36;
+    const int64_t per = bytes_ / kSections;
+    std::vector<recovery::SectionSource> sources;
+    for (int i = 0; i < kSections; ++i) {
+      recovery::SectionSource source;
+      source.section.set_unit(i / 3);
+      source.section.set_kind(static_cast<v1::ShardSectionKind>(
+          v1::SHARD_SECTION_KIND_PARAMETERS + i % 3));
+      source.section.set_dtype(v1::DTYPE_FP32);
+      source.section.set_numel(per / 4);
+      source.section.set_byte_length(per / 4 * 4);
+      source.data = data_ + i * (per / 4 * 4);
+      sources.push_back(std::move(source));
+    }
+    absl::StatusOr<recovery::ShardStreamWriter> stream =
+        recovery::ShardStreamWriter::Create(v1::ShardHeader(), sources,
+                                            request->max_chunk_bytes(), 0);
+    if (!stream.ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          std::string(stream.status().message()));
+    }
+    v1::FetchShardResponse message;
+    while (stream->Next(&message)) {
+      if (context->IsCancelled() || !writer->Write(message)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "receiver gone");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const uint8_t* data_;
+  int64_t bytes_;
+};
+
+// Worker: serves o.bytes until killed; writes its port to o.port_file.
+int StreamSourceWorker(const Options& o) {
+  std::unique_ptr<uint8_t[]> data(new uint8_t[o.bytes]);
+  std::memset(data.get(), 7, o.bytes);  // Pre-fault.
+  StreamSource service(data.get(), o.bytes);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return 1;
+  {
+    const std::string tmp = o.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::filesystem::rename(tmp, o.port_file);
+  }
+  pause();  // The parent kills this process.
+  return 0;
+}
+
+// Worker: in this fresh process, fetches the stream o.reps + 1 times;
+// prints "RESULT fresh_s= fresh_cpu_s= warm_s= warm_cpu_s=" (CPU: this
+// process and the source, all threads; warm: the median of the later
+// passes).
+int StreamSinkWorker(const Options& o) {
+  std::unique_ptr<uint8_t[]> data(new uint8_t[o.bytes]);
+  std::memset(data.get(), 0, o.bytes);  // Pre-fault, as an engine is.
+  std::vector<double> warm_s, warm_cpu;
+  double fresh_s = 0, fresh_cpu = 0;
+  for (int pass = 0; pass <= o.reps; ++pass) {
+    recovery::ShardStreamAssembler assembler(
+        [&](const v1::ShardHeader& header,
+            int index) -> absl::StatusOr<uint8_t*> {
+          return data.get() + header.sections(index).stream_offset();
+        });
+    const double cpu0 = CpuSeconds(getpid()) + CpuSeconds(o.source_pid);
+    const absl::Time t0 = absl::Now();
+    absl::Status s = node::PeerClient::FetchShard(
+        o.address, v1::FetchShardRequest(), absl::Now() + absl::Minutes(5),
+        [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
+    if (s.ok()) s = assembler.Finish();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    const double cpu = CpuSeconds(getpid()) + CpuSeconds(o.source_pid) - cpu0;
+    if (!s.ok()) {
+      std::cerr << "stream sink: " << s << "\n";
+      return 1;
+    }
+    if (pass == 0) {
+      fresh_s = seconds;
+      fresh_cpu = cpu;
+    } else {
+      warm_s.push_back(seconds);
+      warm_cpu.push_back(cpu);
+    }
+  }
+  std::cout << "RESULT fresh_s=" << fresh_s << " fresh_cpu_s=" << fresh_cpu
+            << " warm_s=" << Median(warm_s)
+            << " warm_cpu_s=" << Median(warm_cpu) << std::endl;
+  return 0;
+}
+
+struct StreamProbeResult {
+  bool default_malloc = false;
+  double fresh_s = 0, fresh_cpu_s = 0, warm_s = 0, warm_cpu_s = 0;
+};
+
+absl::StatusOr<StreamProbeResult> MeasureStream(int64_t bytes,
+                                                bool default_malloc, int reps) {
+  char dir_template[] = "/tmp/shardd-recovery-stream.XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    return absl::InternalError("mkdtemp /tmp failed");
+  }
+  const std::string dir = dir_template;
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove{dir};
+  const std::string self = SelfPath();
+  const std::string port_file = absl::StrCat(dir, "/port");
+  std::vector<std::string> common = {absl::StrCat("--bytes=", bytes)};
+  if (default_malloc) common.push_back("--default_malloc");
+  testing::ProcessGroup sources;  // Kills the source on every exit path.
+  std::vector<std::string> argv = {self, "--stream_source",
+                                   absl::StrCat("--port_file=", port_file)};
+  argv.insert(argv.end(), common.begin(), common.end());
+  absl::StatusOr<pid_t> source = sources.Spawn(
+      argv, absl::StrCat(dir, "/source.out"), absl::StrCat(dir, "/source.err"));
+  if (!source.ok()) return source.status();
+  // The source writes its port once it serves (after pre-faulting).
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  std::string port;
+  while (port.empty()) {
+    std::ifstream(port_file) >> port;
+    if (!port.empty()) break;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("stream source: no port in ", port_file));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // Polling a file, not a sync.
+  }
+  argv = {self, "--stream_sink", absl::StrCat("--address=127.0.0.1:", port),
+          absl::StrCat("--source_pid=", *source),
+          absl::StrCat("--reps=", reps)};
+  argv.insert(argv.end(), common.begin(), common.end());
+  absl::StatusOr<std::map<std::string, std::string>> fields =
+      RunWorkers({argv}, dir, absl::Minutes(5), 0);
+  if (!fields.ok()) return fields.status();
+  StreamProbeResult r;
+  r.default_malloc = default_malloc;
+  if (!absl::SimpleAtod((*fields)["fresh_s"], &r.fresh_s) ||
+      !absl::SimpleAtod((*fields)["fresh_cpu_s"], &r.fresh_cpu_s) ||
+      !absl::SimpleAtod((*fields)["warm_s"], &r.warm_s) ||
+      !absl::SimpleAtod((*fields)["warm_cpu_s"], &r.warm_cpu_s)) {
+    return absl::InternalError("stream sink: no RESULT line");
+  }
+  return r;
+}
+
 // -------------------------------------------------------------- main ---
 
 int Run(const Options& options) {
@@ -1014,6 +1230,17 @@ int Run(const Options& options) {
                 << "\n";
       return 1;
     }
+    std::vector<StreamProbeResult> probes;
+    for (bool default_malloc : {true, false}) {
+      absl::StatusOr<StreamProbeResult> probe =
+          MeasureStream(r->shard_bytes, default_malloc, 4);
+      if (!probe.ok()) {
+        std::cerr << "recovery: " << model.name
+                  << ": stream probe: " << probe.status() << "\n";
+        return 1;
+      }
+      probes.push_back(*probe);
+    }
     const double mb = r->shard_bytes / 1e6;
     const double loopback_mbps = mb / loop->median_s;
     const double ratio = mb / r->phases.transfer_s / loopback_mbps;
@@ -1030,6 +1257,7 @@ int Run(const Options& options) {
                    {"first_step_s", r->phases.first_step_s},
                    {"total_s", r->phases.total_s},
                    {"startup_s", r->replacement_startup_s},
+                   {"copy_attempts", static_cast<double>(r->copy_attempts)},
                    {"detected_by", r->phases.detected_by}});
     // Moving the shard's bytes, every way, against raw Gloo.
     auto add = [&](const std::string& what, double seconds,
@@ -1052,6 +1280,13 @@ int Run(const Options& options) {
         r->fetch_fresh_cpu_s);
     add("direct fetch, prefaulted", r->fetch_prefaulted_s, std::nullopt,
         r->fetch_prefaulted_cpu_s);
+    for (const StreamProbeResult& p : probes) {
+      const std::string malloc_name = p.default_malloc ? "default" : "tuned";
+      add(absl::StrCat("stream probe, ", malloc_name, " malloc, fresh"),
+          p.fresh_s, std::nullopt, p.fresh_cpu_s);
+      add(absl::StrCat("stream probe, ", malloc_name, " malloc, warm"),
+          p.warm_s, std::nullopt, p.warm_cpu_s);
+    }
     add("raw gloo send/recv", loop->median_s);
     add("raw gloo, fresh recv buffer", loop->fresh_s);
     add("checkpoint write", ckpt->write_s);
@@ -1085,10 +1320,6 @@ int Run(const Options& options) {
 }  // namespace shardd::bench
 
 int main(int argc, char** argv) {
-  // The same heap settings as shardd's main (see there), so that this
-  // process's own FetchShard client behaves like a daemon's.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   shardd::bench::Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -1105,6 +1336,16 @@ int main(int argc, char** argv) {
       options.restore_worker = true;
     } else if (arg == "--loopback_worker") {
       options.loopback_worker = true;
+    } else if (arg == "--stream_source") {
+      options.stream_source = true;
+    } else if (arg == "--stream_sink") {
+      options.stream_sink = true;
+    } else if (arg == "--default_malloc") {
+      options.default_malloc = true;
+    } else if (auto v = value("--port_file")) {
+      options.port_file = *v;
+    } else if (auto v = value("--address")) {
+      options.address = *v;
     } else if (auto v = value("--out")) {
       options.out = *v;
     } else if (auto v = value("--bin_dir")) {
@@ -1119,6 +1360,8 @@ int main(int argc, char** argv) {
       options.store = *v;
     } else if (auto v = value("--rank");
                v && absl::SimpleAtoi(*v, &options.rank)) {
+    } else if (auto v = value("--source_pid");
+               v && absl::SimpleAtoi(*v, &options.source_pid)) {
     } else if (auto v = value("--bytes");
                v && absl::SimpleAtoi(*v, &options.bytes)) {
     } else if (auto v = value("--reps");
@@ -1130,6 +1373,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // The same heap settings as shardd's main (see there), so that this
+  // process's own FetchShard client behaves like a daemon's; the stream
+  // probe's workers run once without them (--default_malloc).
+  if (!options.default_malloc) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  }
+  if (options.stream_source) {
+    return shardd::bench::StreamSourceWorker(options);
+  }
+  if (options.stream_sink) return shardd::bench::StreamSinkWorker(options);
   if (options.restore_worker) return shardd::bench::RestoreWorker(options);
   if (options.loopback_worker) return shardd::bench::LoopbackWorker(options);
   return shardd::bench::Run(options);
