@@ -692,7 +692,8 @@ class RecoveryRun {
       const double cpu0 = CpuSeconds(getpid()) + CpuSeconds(source_pid);
       const absl::Time t0 = absl::Now();
       absl::Status s = node::PeerClient::FetchShard(
-          peer_address_[kSourceRank], request, absl::Now() + absl::Minutes(5),
+          nullptr, peer_address_[kSourceRank], request,
+          absl::Now() + absl::Minutes(5),
           [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
       if (s.ok()) s = assembler.Finish();
       const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
@@ -1099,7 +1100,8 @@ int StreamSinkWorker(const Options& o) {
     const double cpu0 = CpuSeconds(getpid()) + CpuSeconds(o.source_pid);
     const absl::Time t0 = absl::Now();
     absl::Status s = node::PeerClient::FetchShard(
-        o.address, v1::FetchShardRequest(), absl::Now() + absl::Minutes(5),
+        nullptr, o.address, v1::FetchShardRequest(),
+        absl::Now() + absl::Minutes(5),
         [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
     if (s.ok()) s = assembler.Finish();
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
