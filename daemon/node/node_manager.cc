@@ -359,6 +359,7 @@ void NodeManager::EpochLoop() {
     if (unrecoverable) {
       // No live replica holds this shard: fall back to the latest sharded
       // checkpoint, and have every member restore the same step.
+      SHARDD_FAILPOINT("recovery.before_install");
       absl::StatusOr<int64_t> restored =
           RestoreCheckpoint(/*step=*/-1, view->epoch);
       absl::MutexLock lock(&mu_);
@@ -437,6 +438,7 @@ void NodeManager::EpochLoop() {
       }
     }
     if (needs_copy) {
+      SHARDD_FAILPOINT("recovery.before_install");
       absl::Status copied = RecoverFromReplicas(view->epoch, joined.recovery());
       if (!copied.ok()) {
         absl::MutexLock lock(&mu_);
@@ -804,9 +806,12 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       ProtoConvert::ModelFromProto(request.model());
   if (!model.ok()) return model.status();
   if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
-  absl::MutexLock op(&op_mu_);
-  // Wait for the coordinator's topology (W and F) and a ready epoch.
+  // Wait for the coordinator's topology (W and F) and a ready epoch, and
+  // only then take op_mu_: a replacement's epoch becomes ready after its
+  // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
+  // re-attached early would otherwise hold it until its deadline).
   absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, 0);
+  absl::MutexLock op(&op_mu_);
   int world = 0, factor = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -1782,6 +1787,10 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
           engine = std::move(*created);
           model = *std::move(m);
           mine = engine->StateSections();
+          // bench/recovery splits the copy at this line: engine vs. stream.
+          std::printf("shardd rank %d: engine ready for the shard copy\n",
+                      client_->rank());
+          std::fflush(stdout);
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
                 absl::StrCat("the source sends ", header.sections_size(),

@@ -20,8 +20,9 @@ namespace shardd::node {
 //
 // Each call opens its own channel to `peer_address` (recovery is rare and
 // the address changes with membership); the channel accepts messages of up
-// to 64 MiB (FetchShard chunks are at most 16 MiB). Thread-safe: no shared
-// state.
+// to 64 MiB (FetchShard chunks are at most 16 MiB) and uses a fixed 8 MiB
+// HTTP/2 stream window (no BDP probing: see peer_client.cc). Thread-safe:
+// no shared state.
 class PeerClient {
  public:
   // Streams Peer.FetchShard, handing each message to `on_message`; an error

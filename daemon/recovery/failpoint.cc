@@ -151,7 +151,8 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "allreduce.mid",        "vote.before",
           "vote.after",           "optimizer.mid",
           "transfer.source.mid",  "transfer.target.mid",
-          "checkpoint.write.mid", "recovery.before_ready",
+          "checkpoint.write.mid", "recovery.before_install",
+          "recovery.before_ready",
       };
   return *names;
 }

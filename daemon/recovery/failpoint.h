@@ -34,6 +34,9 @@
 //                           payload was received and verified
 //   checkpoint.write.mid    in WriteShardCheckpoint, after half of the
 //                           payload was written to the temporary file
+//   recovery.before_install in a replacement's epoch thread, before it
+//                           restores a checkpoint or copies its shard
+//                           from replicas
 //   recovery.before_ready   in a replacement, after its shard is installed
 //                           and before it reports ready
 //

@@ -42,7 +42,7 @@ TEST_F(FailpointTest, AcceptsEveryKnownNameAndAction) {
                   "recovery.before_ready:sleep=10@2")
                   .ok());
   EXPECT_TRUE(Failpoints::armed());
-  EXPECT_EQ(Failpoints::KnownNames().size(), 10u);
+  EXPECT_EQ(Failpoints::KnownNames().size(), 11u);
 }
 
 TEST_F(FailpointTest, EmptySpecDisarms) {

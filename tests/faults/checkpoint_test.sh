@@ -7,7 +7,8 @@
 # gathers are a fixed sequence, 4 all-gathers per step), so the cluster has
 # committed step 7 and the latest checkpoint is step 6. Its replacement
 # joins, the coordinator says the shard cannot be rebuilt from replicas
-# (UNRECOVERABLE), the replacement restores rank 1's latest checkpoint and
+# (UNRECOVERABLE), the replacement restores rank 1's latest checkpoint (after
+# its trainer re-attached) and
 # every survivor restores its own checkpoint of the same step; the epoch
 # becomes ready at that step (logged as a checkpoint fallback) and the
 # trainers redo the steps after it. Checks: fault_lib.sh's common ones (the
@@ -33,7 +34,11 @@ RANK=1
 FL_DAEMON_FLAGS=(--checkpoint_dir="$FL_ROOT/ckpt-run"
   --checkpoint_interval_steps=3)
 fl_kill_by_failpoint run $RANK "allgather.mid:kill@31"
-fl_start_daemon run $RANK
+# The replacement waits 1.5 s before it restores, so that its trainer has
+# re-attached and is waiting in RegisterModel for the ready epoch (a
+# RegisterModel that held the trainer-operation lock while it waited kept
+# the restore, and so the epoch, waiting until the trainer's deadline).
+fl_start_daemon run $RANK --failpoint=recovery.before_install:sleep=1500
 died=$(fl_died_in_step run $RANK)
 restored=$(((died - 1) / 3 * 3))
 echo "daemon $RANK died in step $died; the latest common checkpoint is step $restored"
