@@ -147,11 +147,16 @@ void Act(const Entry& entry, int64_t hit) {
 const std::vector<absl::string_view>& Failpoints::KnownNames() {
   static const std::vector<absl::string_view>* names =
       new std::vector<absl::string_view>{
-          "allgather.mid",        "reducescatter.mid",
-          "allreduce.mid",        "vote.before",
-          "vote.after",           "optimizer.mid",
-          "transfer.source.mid",  "transfer.target.mid",
-          "checkpoint.write.mid", "recovery.before_install",
+          "allgather.mid",
+          "reducescatter.mid",
+          "allreduce.mid",
+          "vote.before",
+          "vote.after",
+          "optimizer.mid",
+          "transfer.source.mid",
+          "transfer.target.mid",
+          "checkpoint.write.mid",
+          "recovery.before_install",
           "recovery.before_ready",
       };
   return *names;

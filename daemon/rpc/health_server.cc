@@ -10,8 +10,7 @@
 namespace shardd::rpc {
 
 absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
-    const std::string& address, absl::string_view flag,
-    HealthService* health) {
+    const std::string& address, absl::string_view flag, HealthService* health) {
   const size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || colon == 0 ||
