@@ -8,13 +8,21 @@
 namespace shardd::core {
 
 absl::StatusOr<DeviceChoice> ResolveDevice(absl::string_view requested,
-                                           const DeviceInventory& inventory) {
+                                           const DeviceInventory& inventory,
+                                           const DeviceSupport& support) {
   const bool usable =
       inventory.cuda_compiled && inventory.cuda_device_count > 0;
   if (requested == "cpu") {
     return DeviceChoice{DeviceKind::kCpu, -1, "cpu: requested"};
   }
   if (requested == "auto") {
+    if (usable && !support.cuda) {
+      return DeviceChoice{
+          DeviceKind::kCpu, -1,
+          absl::StrCat("auto: ", inventory.cuda_device_count,
+                       " CUDA device(s) usable, but ",
+                       support.cuda_missing_reason, "; using CPU")};
+    }
     if (usable) {
       return DeviceChoice{DeviceKind::kCuda, 0,
                           absl::StrCat("auto: ", inventory.cuda_device_count,
@@ -48,6 +56,11 @@ absl::StatusOr<DeviceChoice> ResolveDevice(absl::string_view requested,
           inventory.cuda_unavailable_reason.empty()
               ? ""
               : absl::StrCat(" (", inventory.cuda_unavailable_reason, ")")));
+    }
+    if (!support.cuda) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "device: ", requested, " requested, but ",
+          support.cuda_missing_reason, " (use --device=cpu, or auto)"));
     }
     return DeviceChoice{DeviceKind::kCuda, index,
                         absl::StrCat(requested, ": requested")};

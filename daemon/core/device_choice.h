@@ -21,6 +21,15 @@ struct DeviceInventory {
   std::string cuda_unavailable_reason;
 };
 
+// What the consumer of the choice can run on, beside what the machine
+// offers: a daemon whose GPU data plane is missing cannot use a GPU that
+// exists.
+struct DeviceSupport {
+  bool cuda = true;
+  // Why not, when !cuda (named in the reason and in errors).
+  std::string cuda_missing_reason;
+};
+
 enum class DeviceKind { kCpu, kCuda };
 
 struct DeviceChoice {
@@ -32,12 +41,14 @@ struct DeviceChoice {
 };
 
 // Resolves the daemon's --device flag: "cpu", "cuda:N" (N >= 0) or "auto"
-// (CUDA device 0 when one is usable, else CPU). Errors: INVALID_ARGUMENT for
-// malformed text; FAILED_PRECONDITION when CUDA is asked for explicitly but
-// is not compiled in or the device does not exist — a user who asks for a
-// GPU must not silently get a CPU.
+// (CUDA device 0 when one is usable and `support.cuda`, else CPU, with the
+// reason). Errors: INVALID_ARGUMENT for malformed text; FAILED_PRECONDITION
+// when CUDA is asked for explicitly but is not compiled in, the device does
+// not exist or the consumer cannot use it — a user who asks for a GPU must
+// not silently get a CPU.
 absl::StatusOr<DeviceChoice> ResolveDevice(absl::string_view requested,
-                                           const DeviceInventory& inventory);
+                                           const DeviceInventory& inventory,
+                                           const DeviceSupport& support = {});
 
 }  // namespace shardd::core
 

@@ -49,6 +49,29 @@ TEST(DeviceChoiceTest, ExplicitCudaWithoutADeviceIsAFailedPrecondition) {
             std::string::npos);
 }
 
+const DeviceSupport kNoGpuDataPlane{false, "no GPU data plane in this build"};
+
+TEST(DeviceChoiceTest, AutoUsesCpuWhenTheConsumerCannotUseTheGpu) {
+  auto choice = ResolveDevice("auto", kTwoGpus, kNoGpuDataPlane);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->kind, DeviceKind::kCpu);
+  EXPECT_EQ(choice->reason,
+            "auto: 2 CUDA device(s) usable, but no GPU data plane in this "
+            "build; using CPU");
+  // Without a device the usual reason stays.
+  auto no_driver = ResolveDevice("auto", kNoDriver, kNoGpuDataPlane);
+  ASSERT_TRUE(no_driver.ok());
+  EXPECT_NE(no_driver->reason.find("insufficient"), std::string::npos);
+}
+
+TEST(DeviceChoiceTest, ExplicitCudaTheConsumerCannotUseIsAFailedPrecondition) {
+  auto choice = ResolveDevice("cuda:0", kTwoGpus, kNoGpuDataPlane);
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(choice.status().message().find("no GPU data plane in this build"),
+            std::string::npos);
+  EXPECT_TRUE(ResolveDevice("cpu", kTwoGpus, kNoGpuDataPlane).ok());
+}
+
 TEST(DeviceChoiceTest, RejectsMalformedDeviceNames) {
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "CPU", ""}) {
     auto choice = ResolveDevice(bad, kTwoGpus);

@@ -128,15 +128,18 @@ int Run() {
       return Fail(absl::StrCat("--failpoint: ", armed.message()));
     }
   }
-  absl::StatusOr<core::DeviceChoice> device =
-      core::ResolveDevice(absl::GetFlag(FLAGS_device), memory::ProbeDevices());
+  // Shards live in host memory on every machine until the GPU data plane
+  // exists: auto takes the CPU even where a GPU is usable (so that a
+  // deployment with --device=auto on GPU nodes runs), cuda:N is an error.
+  core::DeviceSupport support;
+  support.cuda = false;
+  support.cuda_missing_reason =
+      "shardd has no GPU data plane yet (shards live in host memory)";
+  absl::StatusOr<core::DeviceChoice> device = core::ResolveDevice(
+      absl::GetFlag(FLAGS_device), memory::ProbeDevices(), support);
   if (!device.ok())
     return Fail(absl::StrCat("--device: ", device.status().message()));
-  if (device->kind == core::DeviceKind::kCuda) {
-    return Fail(absl::StrCat(
-        "--device: FAILED_PRECONDITION: resolved to cuda:", device->cuda_index,
-        " but the GPU data plane is not implemented yet; use --device=cpu"));
-  }
+  std::fprintf(stderr, "shardd: device %s\n", device->reason.c_str());
   // host:port with port 0 allowed (ParseHostPort wants a real port).
   const std::string peer_flag = absl::GetFlag(FLAGS_peer_listen);
   const size_t colon = peer_flag.rfind(':');

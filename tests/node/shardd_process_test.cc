@@ -687,6 +687,44 @@ TEST_F(ShardProcessTest,
   EXPECT_EQ(*code, 0);
 }
 
+// --device: auto takes the CPU and says why (no GPU data plane, or none
+// usable); an explicit CUDA device is refused with the reason, before the
+// daemon joins anything.
+TEST(ShardProcessDeviceTest, AutoSaysWhyItUsesTheCpu) {
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary,
+                    "' --device=auto --coordinator=127.0.0.1:1 --identity=dev "
+                    "--peer_listen=127.0.0.1:0 --listen_unix=/tmp/shardd-dev-",
+                    getpid(), ".sock 2>&1")},
+      "shardd-auto");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line = (*d)->WaitForLine("shardd: device auto:",
+                                absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, "using CPU")) << *line;
+  (*d)->Signal(SIGKILL);
+  EXPECT_TRUE((*d)->Wait(absl::Now() + absl::Seconds(10)).ok());
+}
+
+TEST(ShardProcessDeviceTest, ExplicitCudaDeviceIsRefusedWithTheReason) {
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat(
+           "exec '", g_shardd_binary,
+           "' --device=cuda:0 --coordinator=127.0.0.1:1 --identity=dev 2>&1")},
+      "shardd-cuda");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line = (*d)->WaitForLine("--device:", absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  // CPU build: "built without CUDA"; CUDA build: no device, or no GPU data
+  // plane. Either way the request is named.
+  EXPECT_TRUE(absl::StrContains(*line, "cuda:0 requested, but")) << *line;
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+}
+
 // Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
 // never depends on peers; readiness ("shardd.ready") follows the epoch.
 TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {
