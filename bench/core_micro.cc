@@ -1,11 +1,14 @@
 // Micro-benchmarks of daemon/core on Google Benchmark: how long planning a
 // large model takes (the daemon does it at registration) and the throughput
-// of the fp32 -> bf16/fp16 conversions that produce gathered copies.
+// of the fp32 -> bf16/fp16 conversions that produce gathered copies, and of
+// CRC-32C (every FetchShard chunk and checkpoint section is checksummed)
+// against memcpy of the same bytes.
 //
 //   scripts/bench core_micro [--quick]
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
 #include "benchmark/benchmark.h"
+#include "daemon/core/crc32c.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/shard_plan.h"
@@ -90,6 +94,32 @@ BENCHMARK(BM_Convert<core::FloatToHalf>)
     ->ArgNames({"elements"})
     ->Arg(1 << 20);
 
+// 4 MiB (the FetchShard chunk), in cache after the first pass.
+void BM_Crc32c(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<uint8_t> in(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 131 + 7);
+  uint32_t crc = 0;
+  for (auto _ : state) {
+    crc = core::Crc32cExtend(crc, in.data(), in.size());
+    benchmark::DoNotOptimize(crc);
+  }
+  state.SetBytesProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_Crc32c)->ArgNames({"bytes"})->Arg(4 << 20);
+
+void BM_Memcpy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<uint8_t> in(n, 1), out(n, 0);
+  for (auto _ : state) {
+    std::memcpy(out.data(), in.data(), in.size());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_Memcpy)->ArgNames({"bytes"})->Arg(4 << 20);
+
 // Collects every run into a BenchReport as well as printing it.
 class ReportCollector : public benchmark::ConsoleReporter {
  public:
@@ -103,10 +133,15 @@ class ReportCollector : public benchmark::ConsoleReporter {
       const double items_per_second = items == run.counters.end()
                                           ? 0.0
                                           : static_cast<double>(items->second);
+      const auto bytes = run.counters.find("bytes_per_second");
+      const double bytes_per_second = bytes == run.counters.end()
+                                          ? 0.0
+                                          : static_cast<double>(bytes->second);
       report_->AddRow({{"benchmark", run.benchmark_name()},
                        {"iterations", static_cast<double>(run.iterations)},
                        {"real_ns", ns},
-                       {"items_per_second", items_per_second}});
+                       {"items_per_second", items_per_second},
+                       {"bytes_per_second", bytes_per_second}});
       const std::string name = run.benchmark_name();
       if (absl::StartsWith(name, "BM_FloatToBFloat16")) {
         report_->SetFigure("bf16_convert_gelem_per_s", items_per_second / 1e9);
@@ -114,6 +149,10 @@ class ReportCollector : public benchmark::ConsoleReporter {
         report_->SetFigure("fp16_convert_gelem_per_s", items_per_second / 1e9);
       } else if (name == "BM_UnitLayoutCreate/tensors:1024/block:1") {
         report_->SetFigure("layout_1024_tensors_block_us", ns / 1e3);
+      } else if (absl::StartsWith(name, "BM_Crc32c")) {
+        report_->SetFigure("crc32c_gb_per_s", bytes_per_second / 1e9);
+      } else if (absl::StartsWith(name, "BM_Memcpy")) {
+        report_->SetFigure("memcpy_gb_per_s", bytes_per_second / 1e9);
       } else if (name == "BM_MemoryPlanForRank/units:96") {
         report_->SetFigure("memory_plan_96_units_us", ns / 1e3);
       }

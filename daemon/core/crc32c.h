@@ -5,10 +5,15 @@
 //   uint32_t crc = Crc32c(data, n);              // crc32c("123456789") ==
 //                                                //   0xE3069283
 //   crc = Crc32cExtend(Crc32c(a, na), b, nb);    // == Crc32c(a ++ b)
+//   crc = Crc32cCombine(Crc32c(a, na), Crc32c(b, nb), nb);  // the same,
+//                                                // without reading a or b
 //
 // Uses the SSE4.2 crc32 instruction when the CPU has it (checked once, at
-// run time; about 3 cycles per 8 bytes), otherwise portable slice-by-8
-// tables. Pure functions: thread-safe, no state besides constant tables.
+// run time), on three independent streams at once for blocks of 3 x 4 KiB
+// (the instruction has a latency of 3 cycles and a throughput of 1, so one
+// dependent chain uses a third of it), merged by polynomial shifts;
+// otherwise portable slice-by-8 tables. Pure functions: thread-safe, no
+// state besides constant tables.
 
 #ifndef SHARDD_DAEMON_CORE_CRC32C_H_
 #define SHARDD_DAEMON_CORE_CRC32C_H_
@@ -25,6 +30,12 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 inline uint32_t Crc32c(const void* data, size_t n) {
   return Crc32cExtend(0, data, n);
 }
+
+// The CRC-32C of A ++ B from crc_a = CRC-32C(A), crc_b = CRC-32C(B) and
+// len_b = |B| (zlib's crc32_combine for this polynomial; O(log len_b)).
+// Lets a stream keep a whole-payload checksum from its per-chunk ones
+// without a second pass over the bytes.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 namespace crc32c_internal {
 

@@ -80,6 +80,55 @@ TEST(Crc32cTest, ExtendEqualsChecksumOfConcatenation) {
   EXPECT_EQ(Crc32cExtend(0x12345678u, nullptr, 0), 0x12345678u);
 }
 
+TEST(Crc32cTest, CombineEqualsChecksumOfConcatenation) {
+  const std::vector<uint8_t> buffer = RandomBytes(40000, 13);
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t split = rng() % (buffer.size() + 1);
+    const uint32_t whole = Crc32c(buffer.data(), buffer.size());
+    const uint32_t a = Crc32c(buffer.data(), split);
+    const uint32_t b = Crc32c(buffer.data() + split, buffer.size() - split);
+    EXPECT_EQ(Crc32cCombine(a, b, buffer.size() - split), whole)
+        << "split " << split;
+  }
+  // An empty B changes nothing; an empty A gives B's checksum.
+  EXPECT_EQ(Crc32cCombine(0xDEADBEEFu, 0, 0), 0xDEADBEEFu);
+  EXPECT_EQ(Crc32cCombine(0, Crc32c(buffer.data(), 100), 100),
+            Crc32c(buffer.data(), 100));
+}
+
+TEST(Crc32cTest, CombineHandlesLengthsBeyondFourGiB) {
+  // Small lengths agree with extending; lengths past 2^31 (a 64-bit shift
+  // count) give the same result in both groupings (associativity).
+  const std::vector<uint8_t> zeros(4096, 0);
+  const uint32_t z4k = Crc32c(zeros.data(), zeros.size());
+  EXPECT_EQ(Crc32cCombine(z4k, z4k, 4096),
+            Crc32cExtend(z4k, zeros.data(), zeros.size()));
+  const uint64_t big = (uint64_t{1} << 31) + 1;
+  const uint32_t x = 0x11111111u, y = 0x22222222u, z = 0x33333333u;
+  EXPECT_EQ(Crc32cCombine(Crc32cCombine(x, y, big), z, 1),
+            Crc32cCombine(x, Crc32cCombine(y, z, 1), big + 1));
+}
+
+TEST(Crc32cTest, InterleavedHardwarePathMatchesPortableAroundStripes) {
+  // 3 x 4 KiB blocks run as three chains (Crc32cExtend takes the hardware
+  // path where the CPU has SSE4.2); lengths and alignments around the block
+  // size and a running starting CRC.
+  const std::vector<uint8_t> buffer = RandomBytes(5 * 3 * 4096 + 64, 19);
+  for (size_t offset : {0, 1, 3, 8}) {
+    for (size_t length :
+         {size_t{3 * 4096 - 1}, size_t{3 * 4096}, size_t{3 * 4096 + 1},
+          size_t{2 * 3 * 4096 + 7}, size_t{5 * 3 * 4096}}) {
+      const uint8_t* p = buffer.data() + offset;
+      for (uint32_t start : {0u, 0xCAFEF00Du}) {
+        EXPECT_EQ(Crc32cExtend(start, p, length),
+                  crc32c_internal::ExtendPortable(start, p, length))
+            << "offset " << offset << " length " << length;
+      }
+    }
+  }
+}
+
 TEST(Crc32cTest, LargeBufferMatchesPortable) {
   const std::vector<uint8_t> buffer = RandomBytes(1 << 20, 9);
   EXPECT_EQ(

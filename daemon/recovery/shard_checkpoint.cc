@@ -372,10 +372,12 @@ absl::StatusOr<std::string> WriteShardCheckpoint(
       const uint8_t* data = source.data + offset;
       status = WriteAll(fd.get(), data, piece, temp);
       if (!status.ok()) return fail(status);
-      section_crc =
-          core::Crc32cExtend(section_crc, data, static_cast<size_t>(piece));
-      payload_crc =
-          core::Crc32cExtend(payload_crc, data, static_cast<size_t>(piece));
+      // One pass over the bytes; the payload CRC is folded from the piece's.
+      const uint32_t piece_crc = core::Crc32c(data, static_cast<size_t>(piece));
+      section_crc = core::Crc32cCombine(section_crc, piece_crc,
+                                        static_cast<uint64_t>(piece));
+      payload_crc = core::Crc32cCombine(payload_crc, piece_crc,
+                                        static_cast<uint64_t>(piece));
       offset += piece;
       written += piece;
       maybe_fire();
@@ -473,7 +475,7 @@ absl::Status ReadShardCheckpoint(const std::string& path,
           "%s: %s: crc32c mismatch (stored 0x%08x, computed 0x%08x)", path,
           DescribeSection(header, i), expected, crc));
     }
-    payload_crc = core::Crc32cExtend(payload_crc, *out, length);
+    payload_crc = core::Crc32cCombine(payload_crc, crc, length);
   }
   const uint32_t expected_payload = GetLe32(stored + 4 * n);
   if (payload_crc != expected_payload) {

@@ -154,8 +154,13 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       chunk->set_section_offset(section_offset);
       chunk->set_stream_offset(position_);
       chunk->set_data(data, static_cast<size_t>(length));
-      chunk->set_crc32c(core::Crc32c(data, static_cast<size_t>(length)));
-      crc_ = core::Crc32cExtend(crc_, data, static_cast<size_t>(length));
+      // One pass over the bytes: the whole-payload CRC is folded from the
+      // chunk's.
+      const uint32_t chunk_crc =
+          core::Crc32c(data, static_cast<size_t>(length));
+      chunk->set_crc32c(chunk_crc);
+      crc_ =
+          core::Crc32cCombine(crc_, chunk_crc, static_cast<uint64_t>(length));
       position_ += length;
       bytes_sent_ += length;
       return true;
@@ -297,7 +302,7 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
   }
   std::memcpy(destinations_[section_] + section_offset, chunk.data().data(),
               chunk.data().size());
-  crc_ = core::Crc32cExtend(crc_, chunk.data().data(), chunk.data().size());
+  crc_ = core::Crc32cCombine(crc_, crc, chunk.data().size());
   verified_ += size;
   return absl::OkStatus();
 }
