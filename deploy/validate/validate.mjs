@@ -3,8 +3,10 @@
 // Prometheus Operator schemas (npm kubernetes-models and
 // @kubernetes-models/prometheus-operator), rejects unknown fields, and
 // checks what the schemas cannot: the shardd sidecar, the shared GPU claim,
-// the restricted securityContext, the probes, the job shape, the alert rules
-// and the Grafana dashboard against the metric names the binaries export.
+// the restricted securityContext, the probes, mutual TLS (flags, probes on
+// the plaintext health port, certificates from a read-only Secret), the job
+// shape, the alert rules and the Grafana dashboard against the metric names
+// the binaries export.
 //
 //   node validate.mjs check                 every check; exit 1 on an error
 //   node validate.mjs render DIR            prints DIR's rendered YAML
@@ -699,6 +701,99 @@ export function checkJob(objects) {
   return errors;
 }
 
+// The port of a HOST:PORT flag value ("[::]:7072" too); NaN when absent.
+function portOf(hostPort) {
+  return hostPort === undefined ? NaN : Number(hostPort.slice(hostPort.lastIndexOf(":") + 1));
+}
+
+// The host of a HOST:PORT flag value, without IPv6 brackets.
+function hostOf(hostPort) {
+  return hostPort.slice(0, hostPort.lastIndexOf(":")).replace(/^\[(.*)\]$/, "$1");
+}
+
+function octal(mode) {
+  return `0${mode.toString(8)}`;
+}
+
+// Mutual TLS (--tls_cert): every container that turns it on also gives the
+// key and the CA (without --tls_ca the servers ask for no client
+// certificate), serves health in plaintext on --health_listen and points
+// every gRPC probe there (the kubelet cannot present a certificate, and the
+// TLS ports refuse plaintext), and reads the PEM files from a read-only
+// Secret mount its user can read. A daemon's --peer_listen host is what
+// peers and the coordinator dial and verify against the certificate's
+// subject alternative names, so it must be a name a shared certificate can
+// hold, not a pod IP. Containers without --tls_cert are not checked.
+export function checkTls(objects) {
+  const errors = [];
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    const pod = spec.securityContext ?? {};
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      if (flag(c, "tls_cert") === undefined) continue;
+      const where = `${objectId(o)}: container ${c.name}`;
+      for (const [name, why] of [["tls_key", "the certificate's private key"], ["tls_ca", "without it the servers do not ask for client certificates: TLS, but not mutual"]]) {
+        if (flag(c, name) === undefined) errors.push(`${where}: --tls_cert without --${name} (${why})`);
+      }
+      // Probes.
+      const tlsPorts = new Map();
+      for (const name of ["listen", "peer_listen", "listen_tcp"]) {
+        const port = portOf(flag(c, name));
+        if (port > 0) tlsPorts.set(port, name);
+      }
+      const health = flag(c, "health_listen");
+      const healthPort = portOf(health);
+      if (health === undefined) {
+        errors.push(`${where}: --tls_cert without --health_listen: the kubelet's plaintext gRPC probes cannot reach a TLS port`);
+      } else {
+        for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+          const port = c[kind]?.grpc?.port;
+          if (port === undefined || port === healthPort) continue;
+          const tls = tlsPorts.has(port) ? ` is the TLS port of --${tlsPorts.get(port)}, which refuses the kubelet's plaintext probe;` : "";
+          errors.push(`${where}: ${kind}.grpc.port ${port}${tls} must be the --health_listen port ${healthPort}`);
+        }
+      }
+      // The PEM files: a read-only Secret mount the container's user reads.
+      for (const name of ["tls_cert", "tls_key", "tls_ca"]) {
+        const file = flag(c, name);
+        if (file === undefined) continue;
+        const mount = (c.volumeMounts ?? [])
+          .filter((m) => file.startsWith(`${m.mountPath.replace(/\/$/, "")}/`))
+          .sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+        if (!mount) {
+          errors.push(`${where}: --${name} ${file} is not under a volumeMount (mount the TLS Secret read-only)`);
+          continue;
+        }
+        const volume = (spec.volumes ?? []).find((x) => x.name === mount.name);
+        if (!volume?.secret) {
+          errors.push(`${where}: --${name} ${file} is under mount ${mount.mountPath} of volume '${mount.name}', which is not a Secret`);
+          continue;
+        }
+        if (mount.readOnly !== true) errors.push(`${where}: --${name} ${file}: mount ${mount.mountPath} must be readOnly`);
+        // Secret files belong to root (group fsGroup when the pod has one).
+        const key = file.slice(mount.mountPath.replace(/\/$/, "").length + 1);
+        const item = (volume.secret.items ?? []).find((i) => i.path === key);
+        const mode = item?.mode ?? volume.secret.defaultMode ?? 0o644;
+        const uid = c.securityContext?.runAsUser ?? pod.runAsUser;
+        const readable = uid === 0 || (mode & 0o004) !== 0 || (pod.fsGroup !== undefined && (mode & 0o040) !== 0);
+        if (!readable) {
+          errors.push(`${where}: --${name} ${file}: Secret volume '${mount.name}' mode ${octal(mode)} is not readable by uid ${uid} (the files belong to root; give the pod an fsGroup and mode 0440)`);
+        }
+      }
+      // What peers dial.
+      const peer = flag(c, "peer_listen");
+      if (peer !== undefined) {
+        const host = hostOf(peer);
+        if (host === "$(POD_IP)" || /^[0-9.]+$/.test(host) || host.includes(":")) {
+          errors.push(`${where}: --peer_listen host ${host}: peers and the coordinator verify the dialled host against the certificate, and a shared certificate cannot name every pod IP; use the pod's DNS name under the headless Service`);
+        }
+      }
+    }
+  }
+  return errors;
+}
+
 // Seconds of a Prometheus duration such as 1m30s.
 export function parseDuration(d) {
   const units = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800, y: 31536000 };
@@ -927,6 +1022,7 @@ export function dashboardAsRules(file) {
 export const KUSTOMIZATIONS = {
   base: path.join(DEPLOY, "k8s/base"),
   example: path.join(DEPLOY, "k8s/overlays/example"),
+  mtls: path.join(DEPLOY, "k8s/overlays/mtls"),
 };
 
 // Every check on every kustomization; errors as strings.
@@ -943,8 +1039,8 @@ export async function checkAll() {
     }
     const tag = (list) => list.map((e) => `${name}: ${e}`);
     errors.push(...tag(await validateSchemas(objects)), ...tag(checkSidecar(objects)),
-      ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkJob(objects)),
-      ...tag(checkRules(objects)));
+      ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkTls(objects)),
+      ...tag(checkJob(objects)), ...tag(checkRules(objects)));
     if (name !== "base") errors.push(...tag(checkImagesPinned(objects)));
   }
   return errors;

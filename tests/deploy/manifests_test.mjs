@@ -1,5 +1,5 @@
 // Offline validation of deploy/ (node --test; run by manifests_test.sh).
-// The kustomize base and the example overlay are rendered without kubectl,
+// The kustomize base and the overlays (example, mtls) are rendered without kubectl,
 // every object is validated against the Kubernetes / Prometheus Operator
 // schemas with unknown fields refused, and the shardd rules are checked.
 // Each check also has a case that breaks the input on purpose and expects
@@ -16,6 +16,7 @@ import * as v from "../../deploy/validate/validate.mjs";
 const render = (name) => v.renderKustomization(v.KUSTOMIZATIONS[name]);
 const trainerOf = (objects) => objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === "shardd-trainer");
 const sidecarOf = (objects) => trainerOf(objects).spec.template.spec.initContainers.find((c) => c.name === "shardd");
+const coordinatorOf = (objects) => objects.find((o) => o.kind === "Deployment" && o.metadata.name === "shardd-coordinator").spec.template.spec.containers[0];
 const trainerContainerOf = (objects) => trainerOf(objects).spec.template.spec.containers.find((c) => c.name === "trainer");
 const some = (errors, pattern) => errors.some((e) => pattern.test(e));
 
@@ -23,7 +24,7 @@ function tmpDir() {
   return fs.mkdtempSync(path.join(process.env.TEST_TMPDIR ?? os.tmpdir(), "deploy-"));
 }
 
-for (const name of ["base", "example"]) {
+for (const name of ["base", "example", "mtls"]) {
   describe(`kustomization ${name}`, () => {
     test("renders the coordinator, trainer, GPU claim, services, monitors and rules", () => {
       const kinds = render(name).map((o) => `${o.kind}/${o.metadata.name}`).sort();
@@ -50,6 +51,9 @@ for (const name of ["base", "example"]) {
     });
     test("gRPC health probes; liveness differs from readiness", () => {
       assert.deepEqual(v.checkProbes(render(name)), []);
+    });
+    test("TLS: key and CA with the certificate, probes on the health port, PEM files from a read-only Secret", () => {
+      assert.deepEqual(v.checkTls(render(name)), []);
     });
     test("job shape: replicas = W, F divides W, addresses, monitors, alert window", () => {
       assert.deepEqual(v.checkJob(render(name)), []);
@@ -95,6 +99,130 @@ describe("example overlay", () => {
       assert.equal(o.metadata.labels.release, "kube-prometheus-stack", `${o.kind}/${o.metadata.name}`);
       assert.equal(o.metadata.labels["app.kubernetes.io/part-of"], "shardd");
     }
+  });
+});
+
+describe("mtls overlay", () => {
+  const tlsFlags = ["--tls_cert=/etc/shardd/tls/tls.crt", "--tls_key=/etc/shardd/tls/tls.key", "--tls_ca=/etc/shardd/tls/ca.crt", "--health_listen=0.0.0.0:7072"];
+  test("inherits the example: namespace, W = 8, pinned images, monitor labels", () => {
+    const objects = render("mtls");
+    for (const o of objects) assert.equal(o.metadata.namespace, "ml-training", `${o.kind}/${o.metadata.name}`);
+    assert.equal(trainerOf(objects).spec.replicas, 8);
+    assert.equal(sidecarOf(objects).resources.limits.memory, "20Gi");
+    assert.deepEqual(v.checkImagesPinned(objects), []);
+    assert.equal(objects.find((o) => o.kind === "PodMonitor").metadata.labels.release, "kube-prometheus-stack");
+  });
+  test("turns on mutual TLS in the coordinator and the sidecar, not in the trainer", () => {
+    const objects = render("mtls");
+    for (const c of [coordinatorOf(objects), sidecarOf(objects)]) {
+      for (const f of tlsFlags) assert.ok(c.args.includes(f), `${c.name}: ${f}`);
+    }
+    assert.equal(v.flag(trainerContainerOf(objects), "tls_cert"), undefined);
+    assert.ok(!(trainerContainerOf(objects).volumeMounts ?? []).some((m) => m.name === "shardd-tls"), "the trainer does not see the key");
+  });
+  test("keeps the base's other arguments", () => {
+    const base = render("base");
+    const objects = render("mtls");
+    for (const [c, b] of [[coordinatorOf(objects), coordinatorOf(base)], [sidecarOf(objects), sidecarOf(base)]]) {
+      const rest = c.args.filter((a) => !tlsFlags.includes(a));
+      const changed = b.args.filter((a) => !rest.includes(a));
+      assert.deepEqual(changed, c.name === "shardd" ? ["--peer_listen=$(POD_IP):7071"] : [], c.name);
+    }
+    assert.equal(v.flag(sidecarOf(objects), "peer_listen"), "$(POD_NAME).shardd-peers.$(POD_NAMESPACE).svc.cluster.local:7071");
+    assert.ok(sidecarOf(objects).env.some((e) => e.name === "POD_NAMESPACE" && e.valueFrom.fieldRef.fieldPath === "metadata.namespace"));
+  });
+  test("moves every gRPC probe to the health port 7072, with the base's services", () => {
+    const base = render("base");
+    const objects = render("mtls");
+    for (const [c, b] of [[coordinatorOf(objects), coordinatorOf(base)], [sidecarOf(objects), sidecarOf(base)]]) {
+      assert.ok(c.ports.some((p) => p.name === "health" && p.containerPort === 7072), c.name);
+      assert.ok(c.ports.some((p) => p.name === "metrics" && p.containerPort === 9090), `${c.name}: the base's ports stay`);
+      for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        if (!b[kind]) continue;
+        assert.equal(c[kind].grpc.port, 7072, `${c.name} ${kind}`);
+        assert.equal(c[kind].grpc.service, b[kind].grpc.service, `${c.name} ${kind} service`);
+        assert.equal(c[kind].periodSeconds, b[kind].periodSeconds, `${c.name} ${kind}: timing stays`);
+      }
+    }
+  });
+  test("mounts Secret shardd-tls read-only, mode 0440, readable through fsGroup 65532", () => {
+    const objects = render("mtls");
+    for (const o of objects.filter((x) => ["Deployment", "StatefulSet"].includes(x.kind))) {
+      const spec = o.spec.template.spec;
+      assert.equal(spec.securityContext.fsGroup, 65532, o.kind);
+      assert.deepEqual(spec.volumes.find((x) => x.name === "shardd-tls").secret, { secretName: "shardd-tls", defaultMode: 0o440 });
+    }
+    for (const c of [coordinatorOf(objects), sidecarOf(objects)]) {
+      assert.deepEqual(c.volumeMounts.find((m) => m.name === "shardd-tls"), { name: "shardd-tls", mountPath: "/etc/shardd/tls", readOnly: true });
+    }
+  });
+});
+
+describe("TLS checks fail when", () => {
+  const without = (c, name) => { c.args = c.args.filter((a) => !a.startsWith(`--${name}=`)); };
+  test("a probe targets the TLS peer port", () => {
+    const objects = render("mtls");
+    sidecarOf(objects).readinessProbe.grpc.port = 7071;
+    assert.deepEqual(v.checkTls(objects), [
+      "StatefulSet/ml-training/shardd-trainer: container shardd: readinessProbe.grpc.port 7071 is the TLS port of --peer_listen, which refuses the kubelet's plaintext probe; must be the --health_listen port 7072",
+    ]);
+  });
+  test("a probe targets the coordinator's TLS API port", () => {
+    const objects = render("mtls");
+    coordinatorOf(objects).livenessProbe.grpc.port = 7070;
+    const errors = v.checkTls(objects);
+    assert.ok(some(errors, /Deployment\/ml-training\/shardd-coordinator: container coordinator: livenessProbe.grpc.port 7070 is the TLS port of --listen/), errors.join("\n"));
+  });
+  test("--tls_ca is missing", () => {
+    const objects = render("mtls");
+    without(sidecarOf(objects), "tls_ca");
+    const errors = v.checkTls(objects);
+    assert.ok(some(errors, /container shardd: --tls_cert without --tls_ca \(.*not mutual\)/), errors.join("\n"));
+  });
+  test("--tls_key is missing", () => {
+    const objects = render("mtls");
+    without(coordinatorOf(objects), "tls_key");
+    assert.ok(some(v.checkTls(objects), /container coordinator: --tls_cert without --tls_key/));
+  });
+  test("--health_listen is missing", () => {
+    const objects = render("mtls");
+    without(coordinatorOf(objects), "health_listen");
+    assert.deepEqual(v.checkTls(objects), [
+      "Deployment/ml-training/shardd-coordinator: container coordinator: --tls_cert without --health_listen: the kubelet's plaintext gRPC probes cannot reach a TLS port",
+    ]);
+  });
+  test("a certificate path is not under a Secret mount", () => {
+    const objects = render("mtls");
+    const c = sidecarOf(objects);
+    c.args = c.args.map((a) => (a.startsWith("--tls_cert=") ? "--tls_cert=/tmp/tls.crt" : a));
+    c.args = c.args.map((a) => (a.startsWith("--tls_ca=") ? "--tls_ca=/etc/ssl/ca.crt" : a));
+    const errors = v.checkTls(objects);
+    assert.ok(some(errors, /container shardd: --tls_cert \/tmp\/tls.crt is under mount \/tmp of volume 'tmp', which is not a Secret/), errors.join("\n"));
+    assert.ok(some(errors, /container shardd: --tls_ca \/etc\/ssl\/ca.crt is not under a volumeMount/), errors.join("\n"));
+  });
+  test("the Secret mount is writable", () => {
+    const objects = render("mtls");
+    delete sidecarOf(objects).volumeMounts.find((m) => m.name === "shardd-tls").readOnly;
+    assert.ok(some(v.checkTls(objects), /container shardd: --tls_key \/etc\/shardd\/tls\/tls.key: mount \/etc\/shardd\/tls must be readOnly/));
+  });
+  test("the container's user cannot read the Secret's files", () => {
+    const objects = render("mtls");
+    const coordinator = objects.find((o) => o.kind === "Deployment");
+    delete coordinator.spec.template.spec.securityContext.fsGroup;
+    const errors = v.checkTls(objects);
+    assert.ok(some(errors, /container coordinator: --tls_key \/etc\/shardd\/tls\/tls.key: Secret volume 'shardd-tls' mode 0440 is not readable by uid 65532/), errors.join("\n"));
+    assert.ok(!some(errors, /container shardd/), "the trainer pod keeps its fsGroup");
+  });
+  test("the daemon registers its pod IP as its peer address", () => {
+    const objects = render("mtls");
+    const c = sidecarOf(objects);
+    c.args = c.args.map((a) => (a.startsWith("--peer_listen=") ? "--peer_listen=$(POD_IP):7071" : a));
+    assert.ok(some(v.checkTls(objects), /container shardd: --peer_listen host \$\(POD_IP\): .*cannot name every pod IP/));
+  });
+  test("but containers without --tls_cert are not checked", () => {
+    const objects = render("example");
+    sidecarOf(objects).args.push("--tls_ca=/nowhere/ca.crt");
+    assert.deepEqual(v.checkTls(objects), []);
   });
 });
 
