@@ -86,6 +86,7 @@ namespace shardd::bench {
 namespace {
 
 using comm::Collective;
+using comm::OpOptions;
 using comm::ReduceOp;
 using core::DType;
 
@@ -274,17 +275,23 @@ class Worker {
           raw_, std::vector<float*>{b}, static_cast<int>(n),
           std::vector<int>(world_, static_cast<int>(shard)));
     }
+    // Issued and waited for at once, as the daemon's step engine does
+    // (OpOptions::caller_waits: run on this thread while idle).
+    OpOptions waited;
+    waited.caller_waits = true;
     auto ours = [&] {
       if (op == "allgather") {
-        OursWait(ours_->AllGather(a, b, counts, DType::kFloat32), op);
+        OursWait(ours_->AllGather(a, b, counts, DType::kFloat32, waited), op);
       } else if (op == "reducescatter") {
-        OursWait(
-            ours_->ReduceScatter(a, b, counts, DType::kFloat32, ReduceOp::kSum),
-            op);
+        OursWait(ours_->ReduceScatter(a, b, counts, DType::kFloat32,
+                                      ReduceOp::kSum, waited),
+                 op);
       } else if (op == "allreduce") {
-        OursWait(ours_->AllReduce(a, n, DType::kFloat32, ReduceOp::kSum), op);
+        OursWait(
+            ours_->AllReduce(a, n, DType::kFloat32, ReduceOp::kSum, waited),
+            op);
       } else {
-        OursWait(ours_->Broadcast(a, n, DType::kFloat32, 0), op);
+        OursWait(ours_->Broadcast(a, n, DType::kFloat32, 0, waited), op);
       }
     };
     auto raw = [&] {

@@ -36,6 +36,15 @@ struct OpOptions {
   // Deadline for this operation, counted from when it starts running (not
   // from when it was queued). Zero means the communicator's default.
   absl::Duration timeout = absl::ZeroDuration();
+  // The caller will Wait() for this operation right away (it issues and
+  // waits, as the daemon's step engine does). A backend may then run it on
+  // the calling thread when nothing else is queued or running, instead of
+  // handing it to its worker and back: two thread wake-ups less per
+  // operation (~0.1 ms on the 2-core VMs here, a third of a 1 MiB
+  // all-gather). The call then returns only when the operation is done;
+  // issue order and every other guarantee stay the same. A hint: backends
+  // may ignore it.
+  bool caller_waits = false;
 };
 
 // Counters for one kind of operation, since the communicator was created.

@@ -171,7 +171,9 @@ absl::Status ValidateTimeout(const OpOptions& options) {
 }
 
 // The CPU communicator: Gloo's TCP transport, one worker thread that runs
-// operations in issue order. See Collective for the contract.
+// operations in issue order (or the caller's thread, for an operation with
+// OpOptions::caller_waits issued while the communicator is idle; never two
+// at once). See Collective for the contract.
 //
 // Which algorithm runs each operation:
 // - AllGather: gloo::allgather (equal counts) or gloo::allgatherv (uneven),
@@ -238,15 +240,19 @@ class GlooCollective : public Collective {
   std::shared_ptr<Work> Reject(OpKind kind, absl::Status status);
   void WorkerLoop();
   absl::Status Run(Op& op);
+  // The worker waits while an operation runs on a caller's thread
+  // (OpOptions::caller_waits): operations of one communicator never overlap.
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
+    return !running_ && (stopping_ || !queue_.empty());
   }
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; }
   // Hard-closes every connection (RST), so that peers blocked on this rank
   // fail at once instead of at their deadlines.
   void ClosePairs();
   std::string Describe() const;
 
-  // Operation bodies (worker thread).
+  // Operation bodies (the worker's or a waiting caller's thread, one at a
+  // time).
   std::unique_ptr<GlooAbortableBuffer> MakeBuffer(void* ptr, size_t bytes,
                                                   absl::Time deadline);
   void GatherInPlace(uint8_t* output, const std::vector<size_t>& byte_counts,
@@ -269,8 +275,8 @@ class GlooCollective : public Collective {
                absl::Time deadline);
   void RunBarrier(absl::Time deadline);
 
-  // Grow-only scratch (worker thread only): first touch of fresh memory is
-  // slow, so it is allocated once and reused by every later call.
+  // Grow-only scratch (used by one operation at a time): first touch of fresh
+  // memory is slow, so it is allocated once and reused by every later call.
   float* Scratch(std::vector<float>& buffer, int64_t elements);
   // Send and Recv take the same arguments and reject the same mistakes.
   absl::Status ValidatePointToPoint(const void* buffer, int64_t bytes, int peer,
@@ -321,6 +327,9 @@ GlooCollective::~GlooCollective() {
   // running operation at once.
   if (busy) Abort("communicator destroyed");
   worker_.join();
+  // An operation on a caller's thread ends at once after the abort.
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &GlooCollective::Idle));
 }
 
 std::string GlooCollective::Describe() const {
@@ -357,7 +366,20 @@ std::shared_ptr<Work> GlooCollective::Enqueue(OpKind kind, int64_t bytes,
       const absl::Duration timeout = options.timeout > absl::ZeroDuration()
                                          ? options.timeout
                                          : options_.default_op_timeout;
-      queue_.push_back(Op{kind, bytes, timeout, std::move(body), work});
+      Op op{kind, bytes, timeout, std::move(body), work};
+      if (!options.caller_waits || running_ || stopping_ || !queue_.empty()) {
+        queue_.push_back(std::move(op));
+        return work;
+      }
+      // Idle, and the caller waits anyway: run it here (see OpOptions).
+      running_ = true;
+      ++stats_.ops[static_cast<int>(kind)].calls;
+      mu_.Unlock();
+      {
+        ScopedSigpipeBlock block_sigpipe;  // As on the worker.
+        work->Complete(Run(op));
+      }
+      mu_.Lock();
       return work;
     }
     ++stats_.ops[static_cast<int>(kind)].failures;

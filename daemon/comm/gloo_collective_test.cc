@@ -1,5 +1,6 @@
 #include "daemon/comm/gloo_collective.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -392,6 +393,70 @@ TEST_P(GlooCollectiveTest, OperationsIssuedTogetherRunInIssueOrder) {
   EXPECT_EQ(stats.of(OpKind::kAllGather).failures, 0);
 }
 
+OpOptions CallerWaits() {
+  OpOptions options;
+  options.caller_waits = true;
+  return options;
+}
+
+TEST_P(GlooCollectiveTest, CallerWaitsRunsOnTheCallingThreadWhenIdle) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  const std::vector<int64_t> counts(world, 1000);
+  std::vector<std::vector<float>> gathered(world,
+                                           std::vector<float>(1000 * world));
+  ForEachRank(world, [&](int r) {
+    const std::vector<float> mine = IntegerValues(1000, r);
+    std::shared_ptr<Work> work =
+        comms[r]->AllGather(mine.data(), gathered[r].data(), counts,
+                            DType::kFloat32, CallerWaits());
+    // Run here: done when the call returns.
+    EXPECT_TRUE(work->Done());
+    EXPECT_TRUE(work->Wait().ok());
+  });
+  for (int r = 0; r < world; ++r) {
+    for (int q = 0; q < world; ++q) {
+      const std::vector<float> expected = IntegerValues(1000, q);
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(),
+                             gathered[r].begin() + 1000 * q))
+          << "rank " << r << " block " << q;
+    }
+  }
+  EXPECT_EQ(comms[0]->Stats().of(OpKind::kAllGather).calls, 1);
+  EXPECT_EQ(comms[0]->Stats().of(OpKind::kAllGather).bytes, 1000 * world * 4);
+}
+
+TEST_P(GlooCollectiveTest, CallerWaitsQueuesBehindEarlierWorkInIssueOrder) {
+  const int world = GetParam();
+  Comms comms = Connect(world);
+  std::vector<std::vector<float>> buffers(world);
+  ForEachRank(world, [&](int r) {
+    Collective& c = *comms[r];
+    buffers[r].assign(1 << 16, static_cast<float>(r + 1));
+    // Async work first, then caller_waits work on the same buffer: the
+    // second must run after the first (it is queued, not run here), and
+    // both reduce in order.
+    std::shared_ptr<Work> first = c.AllReduce(buffers[r].data(), 1 << 16,
+                                              DType::kFloat32, ReduceOp::kSum);
+    std::shared_ptr<Work> second =
+        c.AllReduce(buffers[r].data(), 1 << 16, DType::kFloat32, ReduceOp::kSum,
+                    CallerWaits());
+    EXPECT_TRUE(second->Wait().ok());
+    EXPECT_TRUE(first->Done());
+    EXPECT_TRUE(first->Wait().ok());
+    // And once idle again, the next one runs here.
+    std::shared_ptr<Work> third = c.Barrier(CallerWaits());
+    EXPECT_TRUE(third->Done());
+    EXPECT_TRUE(third->Wait().ok());
+  });
+  const float once = world * (world + 1) / 2.0f;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(buffers[r], std::vector<float>(1 << 16, once * world)) << r;
+  }
+  EXPECT_EQ(comms[0]->Stats().of(OpKind::kAllReduce).calls, 2);
+  EXPECT_EQ(comms[0]->Stats().of(OpKind::kBarrier).calls, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooCollectiveTest,
                          ::testing::Values(1, 2, 3, 4), [](const auto& info) {
                            return absl::StrCat("W", info.param);
@@ -604,6 +669,36 @@ TEST_P(GlooCollectiveAbortTest, AbortEndsRunningAndQueuedWorkPromptly) {
   absl::Status peer = comms[1]->Barrier()->Wait();
   EXPECT_FALSE(peer.ok());
   // Destroying an aborted communicator returns at once.
+  const absl::Time destroy = absl::Now();
+  comms.clear();
+  EXPECT_LT(absl::Now() - destroy, absl::Seconds(2));
+}
+
+TEST(GlooCollectiveFixedTest, AbortEndsAnOperationRunningOnTheCallersThread) {
+  Comms comms = Connect(2);  // 30 s operation deadline.
+  Collective& c = *comms[0];
+  std::vector<float> buf(1024, 1.0f);
+  absl::Status status;
+  absl::Time returned;
+  // Rank 1 never posts its send: the receive runs on this thread until the
+  // abort.
+  std::thread caller([&] {
+    status = c.Recv(buf.data(), 1024, 1, 7, CallerWaits())->Wait();
+    returned = absl::Now();
+  });
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (c.Stats().of(OpKind::kRecv).calls == 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));  // Polling with a deadline.
+  }
+  ASSERT_EQ(c.Stats().of(OpKind::kRecv).calls, 1);
+  // Queued behind it meanwhile: failed by the abort, never run.
+  std::shared_ptr<Work> queued = c.Barrier();
+  const absl::Time start = absl::Now();
+  c.Abort("test abort");
+  caller.join();
+  EXPECT_LT(returned - start, absl::Seconds(2));
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kAborted);
   const absl::Time destroy = absl::Now();
   comms.clear();
   EXPECT_LT(absl::Now() - destroy, absl::Seconds(2));

@@ -14,13 +14,13 @@ class ObservedWork : public comm::Work {
  public:
   ObservedWork(std::shared_ptr<comm::Work> inner,
                metrics::NodeObserver* observer, const char* op,
-               const std::string& group, int64_t bytes)
+               const std::string& group, int64_t bytes, absl::Time issued)
       : inner_(std::move(inner)),
         observer_(observer),
         op_(op),
         group_(group),
         bytes_(bytes),
-        issued_(absl::Now()) {}
+        issued_(issued) {}
 
   absl::Status Wait() override {
     absl::Status s = inner_->Wait();
@@ -55,43 +55,48 @@ int64_t Total(const std::vector<int64_t>& counts) {
 }  // namespace
 
 std::shared_ptr<comm::Work> ObservedCollective::Observe(
-    std::shared_ptr<comm::Work> work, const char* op, int64_t bytes) {
+    std::shared_ptr<comm::Work> work, const char* op, int64_t bytes,
+    absl::Time issued) {
   if (observer_ == nullptr) return work;
   return std::make_shared<ObservedWork>(std::move(work), observer_, op, group_,
-                                        bytes);
+                                        bytes, issued);
 }
 
 std::shared_ptr<comm::Work> ObservedCollective::AllGather(
     const void* input, void* output, const std::vector<int64_t>& counts,
     core::DType dtype, const comm::OpOptions& options) {
+  const absl::Time issued = absl::Now();
   return Observe(inner_->AllGather(input, output, counts, dtype, options),
                  metrics::node_labels::kAllGather,
-                 Total(counts) * core::DTypeSize(dtype));
+                 Total(counts) * core::DTypeSize(dtype), issued);
 }
 
 std::shared_ptr<comm::Work> ObservedCollective::ReduceScatter(
     const void* input, void* output, const std::vector<int64_t>& counts,
     core::DType dtype, comm::ReduceOp op, const comm::OpOptions& options) {
+  const absl::Time issued = absl::Now();
   return Observe(
       inner_->ReduceScatter(input, output, counts, dtype, op, options),
       metrics::node_labels::kReduceScatter,
-      Total(counts) * core::DTypeSize(dtype));
+      Total(counts) * core::DTypeSize(dtype), issued);
 }
 
 std::shared_ptr<comm::Work> ObservedCollective::AllReduce(
     void* buffer, int64_t count, core::DType dtype, comm::ReduceOp op,
     const comm::OpOptions& options) {
+  const absl::Time issued = absl::Now();
   return Observe(inner_->AllReduce(buffer, count, dtype, op, options),
                  metrics::node_labels::kAllReduce,
-                 count * core::DTypeSize(dtype));
+                 count * core::DTypeSize(dtype), issued);
 }
 
 std::shared_ptr<comm::Work> ObservedCollective::Broadcast(
     void* buffer, int64_t count, core::DType dtype, int root,
     const comm::OpOptions& options) {
+  const absl::Time issued = absl::Now();
   return Observe(inner_->Broadcast(buffer, count, dtype, root, options),
                  metrics::node_labels::kBroadcast,
-                 count * core::DTypeSize(dtype));
+                 count * core::DTypeSize(dtype), issued);
 }
 
 }  // namespace shardd::node

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/metrics/node_observer.h"
 
@@ -62,8 +63,11 @@ class ObservedCollective : public comm::Collective {
   comm::CollectiveStats Stats() const override { return inner_->Stats(); }
 
  private:
+  // `issued`: taken before the inner call, which may run the operation on
+  // the calling thread (OpOptions::caller_waits).
   std::shared_ptr<comm::Work> Observe(std::shared_ptr<comm::Work> work,
-                                      const char* op, int64_t bytes);
+                                      const char* op, int64_t bytes,
+                                      absl::Time issued);
 
   const std::shared_ptr<comm::Collective> inner_;
   const std::string group_;

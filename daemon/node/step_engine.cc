@@ -10,6 +10,18 @@
 namespace shardd::node {
 namespace {
 
+// Every collective here is issued and waited for at once: let the backend
+// run it on this thread when it is idle (OpOptions::caller_waits). Not
+// while fail points are armed: the *.mid ones fire between issue and Wait,
+// and must find the operation still in flight on the worker (the fault
+// tests kill a daemon in the middle of a collective).
+comm::OpOptions WaitedOptions(absl::Duration timeout) {
+  comm::OpOptions options;
+  options.timeout = timeout;
+  options.caller_waits = !recovery::Failpoints::armed();
+  return options;
+}
+
 using core::DType;
 
 // Adds n elements of `src` (dtype) into the fp32 `acc`, or copies them
@@ -355,7 +367,7 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
   std::shared_ptr<comm::Work> work =
       shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
-                              dtype, comm::OpOptions{timeout});
+                              dtype, WaitedOptions(timeout));
   SHARDD_FAILPOINT("allgather.mid");
   absl::Status s = work->Wait();
   if (!s.ok()) return s;
@@ -454,7 +466,7 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     // In place: this rank's block of the slot receives the average.
     std::shared_ptr<comm::Work> work = shard_group_->ReduceScatter(
         slot, slot + shard.offset * elem, StoredCounts(unit), rd,
-        comm::ReduceOp::kAverage, comm::OpOptions{timeout});
+        comm::ReduceOp::kAverage, WaitedOptions(timeout));
     SHARDD_FAILPOINT("reducescatter.mid");
     absl::Status s = work->Wait();
     if (!s.ok()) return s;
@@ -488,7 +500,7 @@ absl::StatusOr<StepResult> StepEngine::Step(
     return absl::FailedPreconditionError(
         "no communicators yet: the daemon is not in a ready epoch");
   }
-  const comm::OpOptions options{timeout};
+  const comm::OpOptions options = WaitedOptions(timeout);
   // 1. Average the gradient shards over the replicas (W/F of them).
   if (replicas) {
     std::vector<std::shared_ptr<comm::Work>> works;
