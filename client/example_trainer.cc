@@ -20,6 +20,14 @@
 // rank's batch, before the update; G: the daemon's global gradient norm before
 // clipping) and "final loss L steps N" at the end.
 //
+// --daemon_prefetch: the daemon prefetches instead: each Gather is
+// synchronous and names the next unit (l+1 forward, l-1 backward) as its
+// prefetch hint, so the daemon starts that AllGather while this trainer
+// computes. Prints "gathers N ready M prefetched P" at the end (M: the
+// unit's AllGather had finished before the Gather, or none was needed,
+// GatherResponse.was_ready; P: a prefetch had started it, was_prefetched).
+// Same parameters, bit for bit, as the default.
+//
 // --params_out=FILE: after training every rank gathers every unit once more
 // and rank 0 writes the final parameters, layer after layer, as raw
 // little-endian fp32 [weight, bias] (Mlp layout), for comparisons.
@@ -79,6 +87,9 @@ ABSL_FLAG(bool, reshard_after_forward, false,
           "reshard_after_forward taken literally): backward gathers every "
           "unit again, none is answered from the daemon's cache; every rank "
           "must pass the same value");
+ABSL_FLAG(bool, daemon_prefetch, false,
+          "Gather synchronously with the next unit as the daemon's prefetch "
+          "hint, instead of asynchronous Gathers from this trainer");
 ABSL_FLAG(uint64_t, seed, 1, "names the task (teacher, data) and the init");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
@@ -107,7 +118,7 @@ class ExampleTrainer {
   ExampleTrainer(TrainerClient* client, client::Mlp mlp,
                  const client::TeacherStudent* task, int rank, int world_size,
                  int64_t batch_per_rank, absl::Duration rpc_timeout,
-                 bool reshard_after_forward)
+                 bool reshard_after_forward, bool daemon_prefetch)
       : client_(client),
         mlp_(std::move(mlp)),
         task_(task),
@@ -115,7 +126,8 @@ class ExampleTrainer {
         world_size_(world_size),
         batch_(batch_per_rank),
         rpc_timeout_(rpc_timeout),
-        reshard_after_forward_(reshard_after_forward) {
+        reshard_after_forward_(reshard_after_forward),
+        daemon_prefetch_(daemon_prefetch) {
     const int L = mlp_.num_layers();
     acts_.resize(L + 1);
     grad_acts_.resize(L + 1);
@@ -134,13 +146,21 @@ class ExampleTrainer {
     if (!batch.ok()) return batch.status();
     acts_[0] = batch->inputs;
 
-    // Forward, prefetching the next layer while this one computes.
-    PendingGather next = client_->GatherAsync(0, v1::PASS_FORWARD, {},
-                                              absl::Now() + rpc_timeout_);
+    // Forward, prefetching the next layer while this one computes: here
+    // (an asynchronous Gather), or in the daemon (--daemon_prefetch).
+    PendingGather next;
+    if (!daemon_prefetch_) {
+      next = client_->GatherAsync(0, v1::PASS_FORWARD, {},
+                                  absl::Now() + rpc_timeout_);
+    }
     for (int l = 0; l < L; ++l) {
-      absl::StatusOr<GatheredUnit> unit = next.Wait(absl::Now() + rpc_timeout_);
+      absl::StatusOr<GatheredUnit> unit =
+          daemon_prefetch_ ? client_->Gather(l, v1::PASS_FORWARD, Hint(l + 1),
+                                             absl::Now() + rpc_timeout_)
+                           : next.Wait(absl::Now() + rpc_timeout_);
       if (!unit.ok()) return Annotate(unit.status(), "Gather", l);
-      if (l + 1 < L) {
+      CountGather(*unit);
+      if (l + 1 < L && !daemon_prefetch_) {
         next = client_->GatherAsync(l + 1, v1::PASS_FORWARD, {},
                                     absl::Now() + rpc_timeout_);
       }
@@ -165,14 +185,20 @@ class ExampleTrainer {
     // backward, but it must complete before ReduceGrad(l) is issued: the
     // daemon runs collectives in call order, and every rank must issue
     // them in the same order (a Gather racing a ReduceGrad would not be).
-    absl::StatusOr<GatheredUnit> current = client_->Gather(
-        L - 1, v1::PASS_BACKWARD, {}, absl::Now() + rpc_timeout_);
+    // With --daemon_prefetch, Gather(l) names l-1 and the daemon queues
+    // that AllGather before ReduceGrad(l) on every rank; the trainer's own
+    // Gather(l-1) then comes after ReduceGrad(l) and finds it.
+    absl::StatusOr<GatheredUnit> current =
+        client_->Gather(L - 1, v1::PASS_BACKWARD,
+                        daemon_prefetch_ ? Hint(L - 2) : std::vector<int>{},
+                        absl::Now() + rpc_timeout_);
     for (int l = L - 1; l >= 0; --l) {
       if (!current.ok()) {
         return Annotate(current.status(), "Gather(backward)", l);
       }
+      CountGather(*current);
       PendingGather below;
-      if (l > 0) {
+      if (l > 0 && !daemon_prefetch_) {
         below = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
                                      absl::Now() + rpc_timeout_);
       }
@@ -181,9 +207,10 @@ class ExampleTrainer {
           l, current->params.flat, grad_acts_[l + 1], current->grad->flat,
           l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
       absl::StatusOr<GatheredUnit> next =
-          l > 0 ? below.Wait(absl::Now() + rpc_timeout_)
-                : absl::StatusOr<GatheredUnit>(
-                      absl::CancelledError("no layer below"));
+          l > 0 && !daemon_prefetch_
+              ? below.Wait(absl::Now() + rpc_timeout_)
+              : absl::StatusOr<GatheredUnit>(
+                    absl::CancelledError("no layer below"));
       if (!computed.ok()) return computed;
       if (auto r = client_->ReduceGrad(l, current->response.grad_buffer());
           !r.ok()) {
@@ -192,12 +219,20 @@ class ExampleTrainer {
       if (auto r = client_->Release(l, v1::PASS_BACKWARD); !r.ok()) {
         return Annotate(r.status(), "Release(backward)", l);
       }
+      if (l > 0 && daemon_prefetch_) {
+        next = client_->Gather(l - 1, v1::PASS_BACKWARD, Hint(l - 2),
+                               absl::Now() + rpc_timeout_);
+      }
       current = std::move(next);
     }
     absl::StatusOr<v1::StepResponse> committed = client_->Step(step);
     if (!committed.ok()) return Annotate(committed.status(), "Step", -1);
     return StepOutcome{*loss, *committed};
   }
+
+  int64_t gathers() const { return gathers_; }
+  int64_t ready_gathers() const { return ready_gathers_; }
+  int64_t prefetched_gathers() const { return prefetched_gathers_; }
 
   // After a failed step: release whatever may still be gathered.
   void ReleaseAll() {
@@ -223,6 +258,17 @@ class ExampleTrainer {
   }
 
  private:
+  // The prefetch hint for the unit after this one: {unit} when it exists.
+  std::vector<int> Hint(int unit) const {
+    if (unit < 0 || unit >= mlp_.num_layers()) return {};
+    return {unit};
+  }
+  void CountGather(const GatheredUnit& unit) {
+    ++gathers_;
+    if (unit.response.was_ready()) ++ready_gathers_;
+    if (unit.response.was_prefetched()) ++prefetched_gathers_;
+  }
+
   static absl::Status Annotate(const absl::Status& s, absl::string_view call,
                                int unit) {
     return absl::Status(
@@ -239,6 +285,10 @@ class ExampleTrainer {
   int64_t batch_;
   absl::Duration rpc_timeout_;
   bool reshard_after_forward_;
+  bool daemon_prefetch_;
+  int64_t gathers_ = 0;
+  int64_t ready_gathers_ = 0;
+  int64_t prefetched_gathers_ = 0;
   std::vector<std::vector<float>> acts_;
   std::vector<std::vector<float>> grad_acts_;
 };
@@ -352,7 +402,8 @@ int Run() {
 
   ExampleTrainer trainer(client->get(), std::move(*mlp), &*task, rank,
                          world_size, batch_per_rank, rpc_timeout,
-                         absl::GetFlag(FLAGS_reshard_after_forward));
+                         absl::GetFlag(FLAGS_reshard_after_forward),
+                         absl::GetFlag(FLAGS_daemon_prefetch));
   int64_t committed = registered->committed_step();
   double last_loss = 0.0;
   int aborted = 0;
@@ -449,6 +500,10 @@ int Run() {
       }
     }
   }
+  std::printf("gathers %lld ready %lld prefetched %lld\n",
+              static_cast<long long>(trainer.gathers()),
+              static_cast<long long>(trainer.ready_gathers()),
+              static_cast<long long>(trainer.prefetched_gathers()));
   std::printf("final loss %.6g steps %lld%s\n", last_loss,
               static_cast<long long>(committed),
               aborted > 0

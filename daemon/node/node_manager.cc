@@ -977,6 +977,12 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   }
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
   if (!data.ok()) return OnCollectiveError("Gather", data.status());
+  // The hints, in order: their AllGathers start now and run while the
+  // trainer computes (at most K units held or in flight; the rest dropped).
+  const int64_t k = (*engine)->config().max_gathered_units;
+  for (int p : request.prefetch()) {
+    (void)(*engine)->Prefetch(p, OpTimeout(deadline), k);
+  }
   v1::GatherResponse response;
   absl::MutexLock lock(&mu_);
   held_.insert(unit);
@@ -988,7 +994,8 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   }
   response.set_epoch(comm_epoch_);
   response.set_committed_step((*engine)->committed_step());
-  response.set_was_ready(was_ready);
+  response.set_was_ready(was_ready || data->was_ready);
+  response.set_was_prefetched(data->was_prefetched);
   return response;
 }
 

@@ -247,6 +247,9 @@ void StepEngine::SetCommunicators(
     std::shared_ptr<comm::Collective> shard_group,
     std::shared_ptr<comm::Collective> replica_group) {
   absl::MutexLock lock(&mu_);
+  // Prefetches of the old epoch still write into slots (its communicators
+  // are aborted by now, so they end at once).
+  DrainAllLocked();
   shard_group_ = std::move(shard_group);
   replica_group_ = std::move(replica_group);
   // A new epoch abandons the step in progress (its collectives may have
@@ -294,6 +297,7 @@ std::vector<StepEngine::StateSection> StepEngine::StateSections() {
 
 void StepEngine::InstallState(int64_t committed_step) {
   absl::MutexLock lock(&mu_);
+  DrainAllLocked();
   committed_step_ = committed_step;
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& st = units_[u];
@@ -321,13 +325,31 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
     // The shard is the unit: hand out the shard storage itself.
     st.held = true;
     memory::ByteBuffer* b = lowp_units_ ? lowp_.get() : master_.get();
-    return UnitData{b, st.shard_offset * elem, st.shard_stored * elem, dtype};
+    return UnitData{b, st.shard_offset * elem, st.shard_stored * elem, dtype,
+                    /*was_ready=*/true};
+  }
+  bool was_ready = true;
+  bool was_prefetched = false;
+  if (st.inflight != nullptr) {
+    // Prefetched: wait for it here, as this call's own AllGather would.
+    was_ready = st.inflight->Done();
+    const absl::Status s = st.inflight->Wait();
+    st.inflight.reset();
+    if (!s.ok()) {
+      slot_unit_[st.slot] = -1;
+      st.slot = -1;
+      return s;
+    }
+    st.gathered_at_step = st.inflight_step;  // Stale if a Step came since.
+    was_prefetched = st.gathered_at_step == committed_step_;
   }
   if (st.slot >= 0 && st.gathered_at_step == committed_step_) {
     // Still in its slot and unchanged since: no collective needed.
     st.held = true;
     slot_last_use_[st.slot] = ++use_counter_;
-    return UnitData{slots_[st.slot].get(), 0, layout.padded_bytes(), dtype};
+    return UnitData{
+        slots_[st.slot].get(), 0, layout.padded_bytes(), dtype, was_ready,
+        was_prefetched};
   }
   if (shard_group_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -338,17 +360,14 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
     slot = unit;  // One slot per unit, sized for it.
   } else if (slot < 0) {
     // A free slot first; else the least recently used slot of a released
-    // unit (its cached parameters are given up).
+    // unit (its cached parameters are given up); else one a prefetch is
+    // filling (the hint is given up once it has finished writing).
     for (size_t i = 0; i < slots_.size() && slot < 0; ++i) {
       if (slot_unit_[i] < 0) slot = static_cast<int>(i);
     }
-    if (slot < 0) {
-      for (size_t i = 0; i < slots_.size(); ++i) {
-        if (units_[slot_unit_[i]].held) continue;
-        if (slot < 0 || slot_last_use_[i] < slot_last_use_[slot]) {
-          slot = static_cast<int>(i);
-        }
-      }
+    for (const bool prefetched : {false, true}) {
+      if (slot >= 0) break;
+      slot = LeastRecentlyUsedSlotLocked(prefetched);
     }
   }
   if (slot < 0) {
@@ -358,12 +377,7 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
         "one before gathering unit ",
         unit));
   }
-  if (slot_unit_[slot] >= 0 && slot_unit_[slot] != unit) {
-    units_[slot_unit_[slot]].slot = -1;
-  }
-  slot_unit_[slot] = unit;
-  st.slot = slot;
-  st.gathered_at_step = -1;
+  TakeSlotLocked(slot, unit);
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
   std::shared_ptr<comm::Work> work =
       shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
@@ -374,7 +388,91 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   st.gathered_at_step = committed_step_;
   st.held = true;
   slot_last_use_[slot] = ++use_counter_;
-  return UnitData{slots_[slot].get(), 0, layout.padded_bytes(), dtype};
+  return UnitData{slots_[slot].get(), 0, layout.padded_bytes(), dtype,
+                  /*was_ready=*/false};
+}
+
+int StepEngine::LeastRecentlyUsedSlotLocked(bool prefetched) const {
+  int best = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slot_unit_[i] < 0) continue;
+    const UnitState& other = units_[slot_unit_[i]];
+    if (other.held || (other.inflight != nullptr) != prefetched) continue;
+    if (best < 0 || slot_last_use_[i] < slot_last_use_[best]) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+void StepEngine::TakeSlotLocked(int slot, int unit) {
+  const int previous = slot_unit_[slot];
+  if (previous >= 0 && previous != unit) {
+    DrainLocked(previous);  // A prefetch may still be writing into it.
+    units_[previous].slot = -1;
+  }
+  slot_unit_[slot] = unit;
+  units_[unit].slot = slot;
+  units_[unit].gathered_at_step = -1;
+}
+
+bool StepEngine::Prefetch(int unit, absl::Duration timeout,
+                          int64_t max_in_use) {
+  if (!CheckUnit(unit).ok()) return false;
+  absl::MutexLock lock(&mu_);
+  UnitState& st = units_[unit];
+  if (config_.plan.sharding_factor() == 1 || shard_group_ == nullptr ||
+      st.held || st.inflight != nullptr ||
+      (st.slot >= 0 && st.gathered_at_step == committed_step_)) {
+    return false;
+  }
+  int64_t in_use = 0;
+  for (const UnitState& other : units_) {
+    if (other.held || other.inflight != nullptr) ++in_use;
+  }
+  if (in_use >= max_in_use) return false;
+  int slot = st.slot;
+  if (config_.plan.strategy() == core::ShardingStrategy::kShardGradOp) {
+    slot = unit;
+  } else if (slot < 0) {
+    // A free slot, else the least recently used one of a released unit
+    // that is not being prefetched itself; never a held one.
+    for (size_t i = 0; i < slots_.size() && slot < 0; ++i) {
+      if (slot_unit_[i] < 0) slot = static_cast<int>(i);
+    }
+    if (slot < 0) slot = LeastRecentlyUsedSlotLocked(/*prefetched=*/false);
+  }
+  if (slot < 0) return false;
+  TakeSlotLocked(slot, unit);
+  slot_last_use_[slot] = ++use_counter_;
+  const void* input = lowp_units_ ? lowp(unit) : master(unit);
+  // Not caller_waits: the point is not to wait.
+  st.inflight = shard_group_->AllGather(
+      input, slots_[slot]->data(), StoredCounts(unit),
+      config_.units[unit].dtype(), comm::OpOptions{timeout});
+  st.inflight_step = committed_step_;
+  return true;
+}
+
+void StepEngine::DrainLocked(int unit) {
+  UnitState& st = units_[unit];
+  if (st.inflight == nullptr) return;
+  (void)st.inflight->Wait();
+  st.inflight.reset();
+  st.gathered_at_step = -1;
+  if (st.slot >= 0) {
+    slot_unit_[st.slot] = -1;
+    st.slot = -1;
+  }
+}
+
+void StepEngine::DrainAllLocked() {
+  for (size_t u = 0; u < units_.size(); ++u) DrainLocked(static_cast<int>(u));
+}
+
+StepEngine::~StepEngine() {
+  absl::MutexLock lock(&mu_);
+  DrainAllLocked();
 }
 
 absl::Status StepEngine::Release(int unit, bool reshard) {
@@ -481,6 +579,9 @@ absl::StatusOr<StepResult> StepEngine::Step(
     const std::function<absl::Status(const StepResult&)>& before_apply,
     std::optional<double> learning_rate) {
   absl::MutexLock lock(&mu_);
+  // A prefetch reads the shards the optimizer is about to change (and its
+  // parameters would be stale after this step anyway).
+  DrainAllLocked();
   if (expected_step != committed_step_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "expected_step ", expected_step, " is not the next step (committed ",

@@ -56,6 +56,11 @@ struct UnitData {
   int64_t offset = 0;
   int64_t bytes = 0;
   core::DType dtype = core::DType::kFloat32;
+  // Gather: no collective was waited for (the unit was still gathered, or
+  // its prefetch had completed).
+  bool was_ready = false;
+  // Gather: the AllGather was a prefetch's (Prefetch).
+  bool was_prefetched = false;
 };
 
 struct StepResult {
@@ -96,6 +101,11 @@ class StepEngine {
       EngineConfig config, const ShardInitializer& init,
       memory::BufferAllocator& allocator);
 
+  // Waits for prefetches still writing into the slots.
+  ~StepEngine();
+  StepEngine(const StepEngine&) = delete;
+  StepEngine& operator=(const StepEngine&) = delete;
+
   // The communicators of a new epoch (shard group: size F, rank = shard
   // index; replica group: size W/F, rank = shard group). Gathered slots are
   // kept (parameters do not change with the epoch); a step in progress is
@@ -108,6 +118,19 @@ class StepEngine {
   // unreleased units), FAILED_PRECONDITION (no communicators), and the
   // collective's error (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) unchanged.
   absl::StatusOr<UnitData> Gather(int unit, absl::Duration timeout);
+
+  // Starts the AllGather of `unit` on the shard group without waiting (a
+  // trainer's prefetch hint), so that a later Gather(unit) finds it done or
+  // in flight. A hint, never an error: returns whether an AllGather was
+  // started. Not started when F = 1, the unit is held, still gathered or
+  // already in flight, there are no communicators, `max_in_use` units are
+  // already held or in flight (FSDP's all-gather rate limit, K), or no slot
+  // is free or held by a released unit. Every rank must give the same hints
+  // in the same order (the collective order, as for every other call); the
+  // decisions above depend only on state that is the same on every rank.
+  // A prefetch whose parameters a Step changed before the Gather is
+  // gathered again.
+  bool Prefetch(int unit, absl::Duration timeout, int64_t max_in_use);
 
   // FAILED_PRECONDITION when the unit is not gathered (double release).
   // With `reshard` the unit's slot gives up its parameters at once (FSDP's
@@ -198,9 +221,27 @@ class StepEngine {
     bool held = false;  // Gathered and not released.
     int64_t gathered_at_step = -1;
     bool reduced = false;  // Reduced in the current step.
+    // A prefetch AllGather into `slot` not yet waited for, and the step
+    // whose parameters it gathers.
+    std::shared_ptr<comm::Work> inflight;
+    int64_t inflight_step = -1;
   };
 
   StepEngine(EngineConfig config, core::MemoryBreakdown planned);
+
+  // Waits for the unit's prefetch, if any, and forgets it (its status too:
+  // a failed collective breaks the communicator, and the next operation
+  // reports it). Before anything reads or writes what it touches: the
+  // shard it reads (Step, InstallState), the slot it writes (eviction, a
+  // new epoch, destruction).
+  void DrainLocked(int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DrainAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees `slot` for `unit`: detaches the unit that held it.
+  void TakeSlotLocked(int slot, int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least recently used slot of a released unit that is (or is not)
+  // being prefetched; -1 if none.
+  int LeastRecentlyUsedSlotLocked(bool prefetched) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status CheckUnit(int unit) const;
   float* master(int unit);

@@ -1,5 +1,6 @@
 #include "daemon/node/step_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -264,6 +265,110 @@ TEST(StepEngineTest, ReshardOnReleaseGathersTheUnitAgain) {
     for (const std::vector<float>& values : seen[r].values) {
       EXPECT_EQ(values, initial) << "rank " << r;
     }
+  }
+}
+
+// Prefetch (a trainer's hint): the AllGather starts at once and the next
+// Gather of the unit is served by it; hints beyond K units in use, of units
+// still gathered or already in flight are dropped; a Step waits for a
+// prefetch and its stale result is gathered again.
+TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
+  constexpr int kW = 2;
+  comm::InMemoryStore store;
+  struct Seen {
+    absl::Status status;
+    std::vector<bool> started;         // Prefetch results, in call order.
+    std::vector<bool> prefetched;      // Gather.was_prefetched, in call order.
+    std::vector<int64_t> all_gathers;  // AllGather calls after each Gather.
+    std::vector<float> unit1;          // Unit 1 as gathered by a prefetch.
+    bool changed_after_step = false;
+  };
+  std::vector<Seen> seen(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      Seen& out = seen[r];
+      auto fail = [&](absl::Status s) {
+        if (out.status.ok()) out.status = s;
+      };
+      comm::GlooCollectiveOptions so{
+          .rank = r, .size = kW, .epoch = 1, .group = "shard/0"};
+      comm::GlooCollectiveOptions ro{.rank = 0,
+                                     .size = 1,
+                                     .epoch = 1,
+                                     .group = absl::StrCat("replica/", r)};
+      auto shard = comm::CreateGlooCollective(so, store);
+      auto replica = comm::CreateGlooCollective(ro, store);
+      if (!shard.ok() || !replica.ok()) {
+        return fail(shard.ok() ? replica.status() : shard.status());
+      }
+      std::shared_ptr<comm::Collective> group = std::move(*shard);
+      memory::HeapAllocator heap;
+      auto engine = StepEngine::Create(Config(kW, kW, r, 2), Init, heap);
+      if (!engine.ok()) return fail(engine.status());
+      StepEngine& e = **engine;
+      e.SetCommunicators(group, std::move(*replica));
+      const absl::Duration t = absl::Seconds(30);
+      auto gather = [&](int unit) -> const float* {
+        auto g = e.Gather(unit, t);
+        if (!g.ok()) {
+          fail(g.status());
+          return nullptr;
+        }
+        out.prefetched.push_back(g->was_prefetched);
+        out.all_gathers.push_back(
+            group->Stats().of(comm::OpKind::kAllGather).calls);
+        return reinterpret_cast<const float*>(g->buffer->data() + g->offset);
+      };
+      if (gather(0) == nullptr) return;            // AG 1.
+      out.started.push_back(e.Prefetch(1, t, 2));  // AG 2: started.
+      out.started.push_back(e.Prefetch(1, t, 2));  // In flight.
+      const float* p1 = gather(1);                 // Served.
+      if (p1 == nullptr) return;
+      out.unit1.assign(p1, p1 + e.config().units[1].numel());
+      if (!e.Release(0).ok() || !e.Release(1, /*reshard=*/true).ok()) {
+        return fail(absl::InternalError("release"));
+      }
+      out.started.push_back(e.Prefetch(0, t, 2));  // Still gathered.
+      if (gather(0) == nullptr) return;            // Cached: no AG.
+      out.started.push_back(e.Prefetch(1, t, 1));  // K = 1 in use: dropped.
+      out.started.push_back(e.Prefetch(1, t, 2));  // AG 3: started.
+      // Reduce a gradient for every unit, then Step with the prefetch of
+      // unit 1 (parameters of step 0) still unconsumed.
+      if (!e.Release(0).ok()) return fail(absl::InternalError("release"));
+      for (int u = 0; u < 2; ++u) {
+        auto slot = e.GradientSlot(u);
+        if (!slot.ok()) return fail(slot.status());
+        float* g = reinterpret_cast<float*>(slot->buffer->data());
+        for (int64_t i = 0; i < e.config().units[u].padded_numel(); ++i) {
+          g[i] = i < e.config().units[u].numel() ? GradValue(r, 1, u, i) : 0;
+        }
+        if (absl::Status s = e.ReduceGrad(u, t); !s.ok()) return fail(s);
+      }
+      auto stepped = e.Step(1, t);
+      if (!stepped.ok()) return fail(stepped.status());
+      const float* after = gather(1);  // Stale prefetch dropped: AG 4.
+      if (after == nullptr) return;
+      out.changed_after_step =
+          !std::equal(out.unit1.begin(), out.unit1.end(), after);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<float> initial(5);
+  Init(1, 0, initial.data(), 5);
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(seen[r].status.ok()) << "rank " << r << ": " << seen[r].status;
+    EXPECT_EQ(seen[r].started,
+              (std::vector<bool>{true, false, false, false, true}))
+        << "rank " << r;
+    EXPECT_EQ(seen[r].prefetched,
+              (std::vector<bool>{false, true, false, false}))
+        << "rank " << r;
+    // The step's own collectives gather the norm partials (1 AllGather).
+    EXPECT_EQ(seen[r].all_gathers, (std::vector<int64_t>{1, 2, 2, 5}))
+        << "rank " << r;
+    EXPECT_EQ(seen[r].unit1, initial) << "rank " << r;
+    EXPECT_TRUE(seen[r].changed_after_step) << "rank " << r;
   }
 }
 

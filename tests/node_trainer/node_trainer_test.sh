@@ -20,6 +20,11 @@
 #     bit as the default trainer, with exactly 2 more AllGathers per step
 #     (3 layers, K=2: the default answers the last 2 units' backward gathers
 #     from the daemon's cache, resharding gathers them again).
+#   * --daemon_prefetch (W=2 FULL_SHARD, W=4 HYBRID_SHARD): synchronous
+#     Gathers naming the next unit as the daemon's prefetch hint give the
+#     same parameters bit for bit as the default trainer's asynchronous
+#     Gathers, with the same number of AllGathers, and Gathers do find
+#     their unit already gathered by the prefetch (was_ready).
 # Every child is SIGKILLed on any exit path (trap).
 set -uo pipefail
 coordinator="$1"; shardd="$2"; trainer="$3"; compare="$4"; shardctl="$5"
@@ -161,4 +166,27 @@ ag_reshard=$(all_gathers w2_reshard)
 echo "AllGathers: default $ag_default, --reshard_after_forward $ag_reshard"
 expect "w2_reshard: 2 more AllGathers per step than the default trainer" \
   "[[ -n '$ag_default' && '$ag_reshard' -eq \$(( $ag_default + 2 * STEPS )) ]]"
+
+trainer_extra=(--daemon_prefetch)
+for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD"; do
+  set -- $cfg
+  run "$1_prefetch" "$2" "$3" "$4"
+  expect "$1_prefetch: bit-identical to the default trainer's run" \
+    "cmp -s '$root/$1_a/params.bin' '$root/$1_prefetch/params.bin'"
+  ag_default=$(all_gathers "$1_a")
+  ag_prefetch=$(all_gathers "$1_prefetch")
+  sum() { grep -h '^gathers ' "$root/$1"/t*.log | awk -v f="$2" '{ s += $f } END { print s + 0 }'; }
+  pf_default=$(sum "$1_a" 6)
+  pf=$(sum "$1_prefetch" 6)
+  echo "$1: AllGathers default $ag_default, --daemon_prefetch $ag_prefetch;" \
+    "Gathers served by a prefetch: default $pf_default, --daemon_prefetch" \
+    "$pf; Gathers that found their unit ready: $(sum "$1_prefetch" 4)"
+  expect "$1_prefetch: as many AllGathers as the default trainer" \
+    "[[ -n '$ag_default' && '$ag_prefetch' -eq '$ag_default' ]]"
+  # 3 layers, K = 2: per step and rank, forward Gathers of units 1 and 2
+  # and the backward Gather of unit 0 (units 2 and 1 are still cached).
+  expect "$1_prefetch: 3 Gathers per step and rank served by a prefetch" \
+    "[[ '$pf_default' -eq 0 && '$pf' -eq \$(( 3 * STEPS * $2 )) ]]"
+done
+trainer_extra=()
 exit $fail
