@@ -72,6 +72,21 @@ v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind) {
   return v1::SHARD_SECTION_KIND_UNSPECIFIED;
 }
 
+// An optimizer state's name in exports, as PyTorch's optimizers name it.
+const char* StateKindName(StepEngine::StateKind kind) {
+  switch (kind) {
+    case StepEngine::StateKind::kParameters:
+      return "param";
+    case StepEngine::StateKind::kExpAvg:
+      return "exp_avg";
+    case StepEngine::StateKind::kExpAvgSq:
+      return "exp_avg_sq";
+    case StepEngine::StateKind::kMomentum:
+      return "momentum_buffer";
+  }
+  return "unknown";
+}
+
 // The learning rate and model fingerprint of a step, which every rank's
 // vote must agree on.
 uint64_t StepFingerprint(uint64_t model_fingerprint, double lr) {
@@ -1294,11 +1309,6 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       request.layout() != v1::EXPORT_LAYOUT_SHARDED) {
     return absl::InvalidArgumentError("layout: FULL or SHARDED required");
   }
-  if (request.include_optimizer_state()) {
-    return absl::UnimplementedError(
-        "include_optimizer_state: exporting optimizer state is not "
-        "implemented yet");
-  }
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
@@ -1325,6 +1335,21 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       {"step", absl::StrCat(step)},
       {"world_size", absl::StrCat(config.plan.world_size())},
       {"sharding_factor", absl::StrCat(f)}};
+  // With include_optimizer_state: each unit's optimizer state next to its
+  // parameters, named as PyTorch's optimizers name it.
+  std::vector<StepEngine::StateKind> state_kinds;
+  if (request.include_optimizer_state()) {
+    state_kinds = (*engine)->OptimizerStateKinds();
+    const char* optimizer =
+        config.optimizer.kind == core::OptimizerKind::kAdamW ? "adamw"
+        : config.optimizer.kind == core::OptimizerKind::kSgdMomentum
+            ? "sgd_momentum"
+            : "sgd";
+    metadata.push_back({"optimizer", optimizer});
+    metadata.push_back({"optimizer_step", absl::StrCat(step)});
+    metadata.push_back(
+        {"learning_rate", absl::StrCat((*engine)->learning_rate())});
+  }
   std::vector<SafetensorsEntry> entries;
   v1::ExportStateResponse response;
   response.set_step(step);
@@ -1352,6 +1377,20 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
           std::string(reinterpret_cast<const char*>(shard->data()),
                       range.numel * sizeof(float))};
       entries.push_back(std::move(e));
+      for (const StepEngine::StateSection& section :
+           (*engine)->StateSections()) {
+        if (section.unit != static_cast<int>(u) ||
+            std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
+                state_kinds.end()) {
+          continue;
+        }
+        entries.push_back(SafetensorsEntry{
+            absl::StrCat(name, ".", StateKindName(section.kind)),
+            "F32",
+            {range.numel},
+            std::string(reinterpret_cast<const char*>(section.data),
+                        range.numel * sizeof(float))});
+      }
     }
     absl::StatusOr<v1::ExportedFile> file = WriteSafetensors(
         absl::StrCat(request.path(), "/rank-", rank, ".safetensors"), entries,
@@ -1393,6 +1432,20 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       }
     }
     if (absl::Status s = (*engine)->Release(u); !s.ok()) return s;
+    for (StepEngine::StateKind kind : state_kinds) {
+      absl::StatusOr<std::vector<float>> full =
+          (*engine)->GatherState(u, kind, OpTimeout(deadline));
+      if (!full.ok()) return OnCollectiveError("ExportState", full.status());
+      if (rank != 0) continue;
+      for (const core::TensorView& t : config.units[u].tensors()) {
+        entries.push_back(SafetensorsEntry{
+            absl::StrCat(model.units[u].name, ".", t.name, ".",
+                         StateKindName(kind)),
+            "F32", t.shape,
+            std::string(reinterpret_cast<const char*>(full->data() + t.offset),
+                        t.numel * sizeof(float))});
+      }
+    }
   }
   if (rank != 0) return response;
   absl::StatusOr<v1::ExportedFile> file =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -292,6 +293,66 @@ std::vector<StepEngine::StateSection> StepEngine::StateSections() {
         break;
     }
   }
+  return out;
+}
+
+std::vector<StepEngine::StateKind> StepEngine::OptimizerStateKinds() const {
+  switch (config_.optimizer.kind) {
+    case core::OptimizerKind::kAdamW:
+      return {StateKind::kExpAvg, StateKind::kExpAvgSq};
+    case core::OptimizerKind::kSgdMomentum:
+      return {StateKind::kMomentum};
+    case core::OptimizerKind::kSgd:
+      break;
+  }
+  return {};
+}
+
+absl::StatusOr<std::vector<float>> StepEngine::GatherState(
+    int unit, StateKind kind, absl::Duration timeout) {
+  if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const UnitState& st = units_[unit];
+  int64_t total_stored = 0;
+  for (const UnitState& other : units_) total_stored += other.shard_stored;
+  float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
+  const float* mine = nullptr;
+  switch (kind) {
+    case StateKind::kParameters:
+      mine = master(unit);
+      break;
+    case StateKind::kExpAvg:
+    case StateKind::kMomentum:
+      mine = state == nullptr ? nullptr : state + st.shard_offset;
+      break;
+    case StateKind::kExpAvgSq:
+      mine =
+          state == nullptr ? nullptr : state + total_stored + st.shard_offset;
+      break;
+  }
+  const std::vector<StateKind> kinds = OptimizerStateKinds();
+  if (mine == nullptr ||
+      (kind != StateKind::kParameters &&
+       std::find(kinds.begin(), kinds.end(), kind) == kinds.end())) {
+    return absl::FailedPreconditionError("this optimizer keeps no such state");
+  }
+  const int64_t f = config_.plan.sharding_factor();
+  const std::vector<int64_t> counts = StoredCounts(unit);
+  std::vector<float> out(static_cast<size_t>(
+      std::accumulate(counts.begin(), counts.end(), int64_t{0})));
+  if (f == 1) {
+    std::copy(mine, mine + st.shard_stored, out.begin());
+    return out;
+  }
+  if (shard_group_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no communicators yet: the daemon is not in a ready epoch");
+  }
+  absl::Status s = shard_group_
+                       ->AllGather(mine, out.data(), counts, DType::kFloat32,
+                                   WaitedOptions(timeout))
+                       ->Wait();
+  if (!s.ok()) return s;
   return out;
 }
 

@@ -193,6 +193,18 @@ class StepEngine {
   // against Step (NodeManager's op lock).
   std::vector<StateSection> StateSections();
 
+  // The optimizer's state kinds after kParameters, in StateSections order
+  // (AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum; plain SGD:
+  // none).
+  std::vector<StateKind> OptimizerStateKinds() const;
+
+  // The whole unit's `kind` (fp32, the unit's flat layout, padding
+  // included): this rank's shard all-gathered over the shard group, like
+  // Gather's parameters (a collective: every rank of the group calls it,
+  // in the same order). For exports.
+  absl::StatusOr<std::vector<float>> GatherState(int unit, StateKind kind,
+                                                 absl::Duration timeout);
+
   // After the sections were overwritten with another rank's or a
   // checkpoint's state at `committed_step`: adopts that step, refreshes the
   // low-precision copies, forgets gathered slots and any step in progress.

@@ -18,7 +18,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,7 +122,12 @@ pb::ModelSpec Model(double lr = kLr) {
   return spec;
 }
 
-std::vector<std::vector<float>> Reference() {
+// The reference's parameters and AdamW state after kSteps.
+struct ReferenceState {
+  std::vector<std::vector<float>> params, m, v;
+};
+
+ReferenceState ReferenceWithState() {
   std::vector<std::vector<float>> params, m, v;
   for (size_t u = 0; u < kUnits.size(); ++u) {
     const int64_t n = UnitNumel(u);
@@ -160,7 +169,42 @@ std::vector<std::vector<float>> Reference() {
                       .ok());
     }
   }
-  return params;
+  return ReferenceState{std::move(params), std::move(m), std::move(v)};
+}
+
+std::vector<std::vector<float>> Reference() {
+  return ReferenceWithState().params;
+}
+
+// The F32 tensors of a safetensors file by name (our writer's layout:
+// "NAME":{"dtype":"F32","shape":[...],"data_offsets":[A,B]}), and its
+// header text.
+absl::StatusOr<std::map<std::string, std::vector<float>>> ReadSafetensors(
+    const std::string& path, std::string* header_out = nullptr) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) return absl::NotFoundError(path);
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  const std::string data((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  std::map<std::string, std::vector<float>> out;
+  const std::regex entry(
+      "\"([^\"]+)\":\\{\"dtype\":\"F32\",\"shape\":\\[[0-9,]*\\],"
+      "\"data_offsets\":\\[([0-9]+),([0-9]+)\\]\\}");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), entry);
+       it != std::sregex_iterator(); ++it) {
+    const size_t a = std::stoull((*it)[2]), b = std::stoull((*it)[3]);
+    if (b > data.size() || a > b || (b - a) % 4 != 0) {
+      return absl::DataLossError(absl::StrCat(path, ": bad offsets"));
+    }
+    std::vector<float> values((b - a) / 4);
+    std::memcpy(values.data(), data.data() + a, b - a);
+    out[(*it)[1]] = std::move(values);
+  }
+  if (header_out != nullptr) *header_out = header;
+  return out;
 }
 
 // The daemon's held memory, per category, equals the plan to the byte.
@@ -618,6 +662,84 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
       struct stat st;
       ASSERT_EQ(stat(responses[r].files(0).path().c_str(), &st), 0);
       EXPECT_EQ(st.st_size, responses[r].files(0).bytes());
+    }
+  }
+
+  // Both layouts with the optimizer state: AdamW's exp_avg and exp_avg_sq
+  // equal the reference's bit for bit (sharded: the ranks' shards in rank
+  // order make the unit), with the step in the metadata.
+  {
+    const ReferenceState ref = ReferenceWithState();
+    const std::string sharded_dir = dir_ + "/export-opt";
+    const std::string full_path = dir_ + "/full-opt.safetensors";
+    for (const pb::ExportLayout layout :
+         {pb::EXPORT_LAYOUT_SHARDED, pb::EXPORT_LAYOUT_FULL}) {
+      std::vector<grpc::Status> exported(kW);
+      std::vector<pb::ExportStateResponse> responses(kW);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < kW; ++r) {
+        threads.emplace_back([&, r] {
+          pb::ExportStateRequest request;
+          request.set_path(layout == pb::EXPORT_LAYOUT_FULL ? full_path
+                                                            : sharded_dir);
+          request.set_layout(layout);
+          request.set_include_optimizer_state(true);
+          exported[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(10)).get(),
+                                               request, &responses[r]);
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < kW; ++r) {
+        ASSERT_TRUE(exported[r].ok()) << exported[r].error_message();
+      }
+    }
+    std::string header;
+    auto full = ReadSafetensors(full_path, &header);
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_TRUE(absl::StrContains(header, "\"optimizer\":\"adamw\""));
+    EXPECT_TRUE(absl::StrContains(
+        header, absl::StrCat("\"optimizer_step\":\"", kSteps, "\"")));
+    std::vector<std::map<std::string, std::vector<float>>> shards;
+    for (int r = 0; r < kW; ++r) {
+      auto read = ReadSafetensors(
+          absl::StrCat(sharded_dir, "/rank-", r, ".safetensors"));
+      ASSERT_TRUE(read.ok()) << read.status();
+      shards.push_back(*std::move(read));
+    }
+    for (size_t u = 0; u < kUnits.size(); ++u) {
+      const std::string unit = absl::StrCat("layer", u);
+      for (const auto& [kind, expected] :
+           {std::pair{"exp_avg", &ref.m[u]},
+            std::pair{"exp_avg_sq", &ref.v[u]}}) {
+        // FULL: per tensor, in the unit's order.
+        std::vector<float> joined;
+        for (const auto& [tensor, shape] : kUnits[u]) {
+          const std::string name = absl::StrCat(unit, ".", tensor, ".", kind);
+          ASSERT_EQ(full->count(name), 1u) << name;
+          joined.insert(joined.end(), (*full)[name].begin(),
+                        (*full)[name].end());
+        }
+        ASSERT_EQ(joined.size(), expected->size()) << unit << " " << kind;
+        EXPECT_EQ(std::memcmp(joined.data(), expected->data(),
+                              joined.size() * sizeof(float)),
+                  0)
+            << "FULL " << unit << " " << kind;
+        // SHARDED: rank 0's shard, then rank 1's.
+        std::vector<float> concatenated;
+        for (int r = 0; r < kW; ++r) {
+          const std::string name = absl::StrCat(unit, ".", kind);
+          ASSERT_EQ(shards[r].count(name), 1u) << name << " rank " << r;
+          concatenated.insert(concatenated.end(), shards[r][name].begin(),
+                              shards[r][name].end());
+        }
+        ASSERT_EQ(concatenated.size(), expected->size());
+        EXPECT_EQ(std::memcmp(concatenated.data(), expected->data(),
+                              concatenated.size() * sizeof(float)),
+                  0)
+            << "SHARDED " << unit << " " << kind;
+        // The state moved.
+        EXPECT_NE((*expected)[0], 0.0f);
+      }
     }
   }
 
