@@ -1399,14 +1399,9 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     *response.add_files() = *file;
     return response;
   }
-  // FULL: every rank gathers every unit in its shard group; rank 0 writes.
-  for (size_t u = 0; u < config.units.size(); ++u) {
-    if (config.units[u].dtype() != core::DType::kFloat32) {
-      return absl::UnimplementedError(
-          "layout: FULL export of low-precision units is not implemented yet; "
-          "use SHARDED");
-    }
-  }
+  // FULL: every rank gathers every unit's fp32 master shards in its shard
+  // group (whatever the units' parameter dtype: the masters are the state);
+  // rank 0 writes.
   {
     absl::MutexLock lock(&mu_);
     if (!ReadyLocked()) {
@@ -1419,19 +1414,18 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   }
   metadata.push_back({"layout", "full"});
   for (size_t u = 0; u < config.units.size(); ++u) {
-    absl::StatusOr<UnitData> data = (*engine)->Gather(u, OpTimeout(deadline));
-    if (!data.ok()) return OnCollectiveError("ExportState", data.status());
+    absl::StatusOr<std::vector<float>> master = (*engine)->GatherState(
+        u, StepEngine::StateKind::kParameters, OpTimeout(deadline));
+    if (!master.ok()) return OnCollectiveError("ExportState", master.status());
     if (rank == 0) {
-      const uint8_t* base = data->buffer->data() + data->offset;
       for (const core::TensorView& t : config.units[u].tensors()) {
         entries.push_back(SafetensorsEntry{
             absl::StrCat(model.units[u].name, ".", t.name), "F32", t.shape,
             std::string(
-                reinterpret_cast<const char*>(base) + t.offset * sizeof(float),
+                reinterpret_cast<const char*>(master->data() + t.offset),
                 t.numel * sizeof(float))});
       }
     }
-    if (absl::Status s = (*engine)->Release(u); !s.ok()) return s;
     for (StepEngine::StateKind kind : state_kinds) {
       absl::StatusOr<std::vector<float>> full =
           (*engine)->GatherState(u, kind, OpTimeout(deadline));

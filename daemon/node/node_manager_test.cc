@@ -232,5 +232,62 @@ TEST(NodeManagerTest, NoShardTrainsWithInlineGradientsAndExportsFull) {
   rmdir(c.dir.c_str());
 }
 
+// FULL export writes the fp32 master parameters whatever the units'
+// parameter dtype (the bf16 copies are what Gather hands out).
+TEST(NodeManagerTest, FullExportOfBf16UnitsWritesTheFp32Masters) {
+  Cluster c = Start(2, 2);
+  std::vector<absl::Status> done(2);
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const std::string path = absl::StrCat(c.dir, "/bf16.safetensors");
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      NodeManager& node = *c.nodes[r];
+      pb::RegisterModelRequest reg;
+      *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2);
+      for (pb::TensorSpec& t :
+           *reg.mutable_model()->mutable_units(0)->mutable_tensors()) {
+        t.set_dtype(pb::DTYPE_BF16);
+      }
+      // 1/3 is not a bf16 value: the fp32 master keeps what bf16 rounds.
+      reg.mutable_model()
+          ->mutable_units(0)
+          ->mutable_tensors(0)
+          ->mutable_init()
+          ->mutable_constant()
+          ->set_value(1.0f / 3.0f);
+      auto registered = node.RegisterModel(reg, deadline);
+      if (!registered.ok()) {
+        done[r] = registered.status();
+        return;
+      }
+      pb::ExportStateRequest ex;
+      ex.set_path(path);
+      ex.set_layout(pb::EXPORT_LAYOUT_FULL);
+      auto exported = node.ExportState(ex, deadline);
+      done[r] = exported.ok() ? absl::OkStatus() : exported.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(done[r].ok()) << done[r];
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in.good());
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, ' ');
+  in.read(header.data(), header_len);
+  EXPECT_TRUE(absl::StrContains(header,
+                                "\"layer0.weight\":{\"dtype\":\"F32\","
+                                "\"shape\":[4,3],\"data_offsets\":[0,48]}"))
+      << header;
+  std::vector<float> values(15);
+  in.read(reinterpret_cast<char*>(values.data()), 60);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(values[i], 1.0f / 3.0f) << i;
+  for (int i = 12; i < 15; ++i) EXPECT_EQ(values[i], 0.0f) << i;
+  std::remove(path.c_str());
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
 }  // namespace
 }  // namespace shardd::node
