@@ -806,7 +806,15 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
                       .reduce_dtype = core::ToMemoryOptions(model).reduce_dtype,
                       .optimizer = optimizer,
                       .max_grad_norm = model.config.max_grad_norm,
-                      .max_gathered_units = model.config.max_gathered_units};
+                      .max_gathered_units = model.config.max_gathered_units,
+                      .exclude_from_weight_decay = {}};
+  for (const core::UnitConfig& unit : model.units) {
+    std::vector<bool>& excluded =
+        config.exclude_from_weight_decay.emplace_back();
+    for (const core::TensorConfig& tensor : unit.tensors) {
+      excluded.push_back(tensor.exclude_from_weight_decay);
+    }
+  }
   return StepEngine::Create(std::move(config), init, *allocator_);
 }
 
@@ -881,20 +889,6 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     return absl::FailedPreconditionError(absl::StrCat(
         "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
         " but the coordinator runs the job with F = ", factor));
-  }
-  for (size_t u = 0; u < model->units.size(); ++u) {
-    for (size_t t = 0; t < model->units[u].tensors.size(); ++t) {
-      const auto* adamw =
-          std::get_if<core::AdamWOptions>(&model->config.optimizer);
-      const auto* sgd = std::get_if<core::SgdOptions>(&model->config.optimizer);
-      const double wd = adamw ? adamw->weight_decay : sgd->weight_decay;
-      if (model->units[u].tensors[t].exclude_from_weight_decay && wd != 0.0) {
-        return absl::UnimplementedError(absl::StrCat(
-            "model.units[", u, "].tensors[", t,
-            "].exclude_from_weight_decay: not implemented yet with a non-zero "
-            "weight_decay"));
-      }
-    }
   }
   if (absl::Status s = ExchangeModel(*epoch, *model, deadline); !s.ok()) {
     return s;

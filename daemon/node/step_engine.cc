@@ -104,11 +104,20 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   auto engine =
       std::unique_ptr<StepEngine>(new StepEngine(std::move(config), *planned));
   StepEngine& e = *engine;
+  bool any_excluded = false;
+  for (const std::vector<bool>& unit : e.config_.exclude_from_weight_decay) {
+    for (bool excluded : unit) any_excluded = any_excluded || excluded;
+  }
   switch (e.config_.optimizer.kind) {
     case core::OptimizerKind::kAdamW: {
       auto a = core::AdamW::Create(e.config_.optimizer.adamw);
       if (!a.ok()) return a.status();
       e.adamw_.emplace(*std::move(a));
+      if (any_excluded) {
+        core::AdamWOptions o = e.config_.optimizer.adamw;
+        o.weight_decay = 0.0;
+        e.adamw_no_decay_.emplace(*core::AdamW::Create(o));
+      }
       break;
     }
     case core::OptimizerKind::kSgd:
@@ -116,6 +125,11 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
       auto s = core::Sgd::Create(e.config_.optimizer.sgd);
       if (!s.ok()) return s.status();
       e.sgd_.emplace(*std::move(s));
+      if (any_excluded) {
+        core::SgdOptions o = e.config_.optimizer.sgd;
+        o.weight_decay = 0.0;
+        e.sgd_no_decay_.emplace(*core::Sgd::Create(o));
+      }
       break;
     }
   }
@@ -132,6 +146,26 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     st.shard_stored = shard.stored();
     st.shard_real = shard.numel;
     total_stored += shard.stored();
+    // This shard's pieces of excluded tensors, merged when adjacent.
+    const std::vector<bool>* excluded =
+        u < e.config_.exclude_from_weight_decay.size()
+            ? &e.config_.exclude_from_weight_decay[u]
+            : nullptr;
+    const std::vector<core::TensorView>& views = e.config_.units[u].tensors();
+    for (size_t t = 0; excluded != nullptr && t < views.size(); ++t) {
+      if (t >= excluded->size() || !(*excluded)[t]) continue;
+      const int64_t lo = std::max(views[t].offset, shard.offset);
+      const int64_t hi =
+          std::min(views[t].offset + views[t].numel, shard.end());
+      if (lo >= hi) continue;
+      if (!st.no_decay.empty() &&
+          st.no_decay.back().first + st.no_decay.back().second ==
+              lo - shard.offset) {
+        st.no_decay.back().second += hi - lo;
+      } else {
+        st.no_decay.emplace_back(lo - shard.offset, hi - lo);
+      }
+    }
   }
   // One allocation per category, sized exactly as the plan says.
   auto alloc = [&](absl::string_view what, int64_t bytes,
@@ -716,6 +750,8 @@ absl::StatusOr<StepResult> StepEngine::Step(
     absl::Status s =
         adamw_ ? adamw_->set_lr(*learning_rate) : sgd_->set_lr(*learning_rate);
     if (!s.ok()) return s;
+    if (adamw_no_decay_) (void)adamw_no_decay_->set_lr(*learning_rate);
+    if (sgd_no_decay_) (void)sgd_no_decay_->set_lr(*learning_rate);
   }
   float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
   int64_t total_stored = 0;
@@ -724,20 +760,35 @@ absl::StatusOr<StepResult> StepEngine::Step(
     UnitState& st = units_[u];
     const DType lowp_dtype = config_.units[u].dtype();
     void* lowp_out = lowp_units_ ? lowp(u) : nullptr;
-    absl::Status s;
-    if (adamw_) {
-      s = adamw_->Update(step, clip->scale, grad(u), master(u),
-                         state + st.shard_offset,
-                         state + total_stored + st.shard_offset, st.shard_real,
-                         lowp_dtype, lowp_out);
-    } else {
+    // Elements [begin, begin + n) of the shard, with or without decay.
+    auto update = [&](int64_t begin, int64_t n, bool decay) -> absl::Status {
+      if (n == 0) return absl::OkStatus();
+      void* out = lowp_out == nullptr ? nullptr
+                                      : static_cast<uint8_t*>(lowp_out) +
+                                            begin * core::DTypeSize(lowp_dtype);
+      if (adamw_) {
+        core::AdamW& opt = decay ? *adamw_ : *adamw_no_decay_;
+        return opt.Update(step, clip->scale, grad(u) + begin, master(u) + begin,
+                          state + st.shard_offset + begin,
+                          state + total_stored + st.shard_offset + begin, n,
+                          lowp_dtype, out);
+      }
       float* momentum =
           config_.optimizer.kind == core::OptimizerKind::kSgdMomentum
-              ? state + st.shard_offset
+              ? state + st.shard_offset + begin
               : nullptr;
-      s = sgd_->Update(step, clip->scale, grad(u), master(u), momentum,
-                       st.shard_real, lowp_dtype, lowp_out);
+      core::Sgd& opt = decay ? *sgd_ : *sgd_no_decay_;
+      return opt.Update(step, clip->scale, grad(u) + begin, master(u) + begin,
+                        momentum, n, lowp_dtype, out);
+    };
+    absl::Status s;
+    int64_t next = 0;  // First element not yet updated.
+    for (const auto& [begin, n] : st.no_decay) {
+      if (s.ok()) s = update(next, begin - next, /*decay=*/true);
+      if (s.ok()) s = update(begin, n, /*decay=*/false);
+      next = begin + n;
     }
+    if (s.ok()) s = update(next, st.shard_real - next, /*decay=*/true);
     if (!s.ok()) return s;
     st.reduced = false;
     if (u + 1 == (units_.size() + 1) / 2) SHARDD_FAILPOINT("optimizer.mid");

@@ -40,6 +40,10 @@ struct EngineConfig {
   OptimizerSpec optimizer;
   double max_grad_norm = 0.0;  // <= 0: no clipping.
   int64_t max_gathered_units = 1;
+  // [unit][tensor]: the optimizer runs on this tensor without weight decay
+  // (biases, norms: PyTorch's parameter groups with weight_decay 0). Empty,
+  // or a shorter inner vector: every tensor decays.
+  std::vector<std::vector<bool>> exclude_from_weight_decay;
 };
 
 // Fills elements [offset, offset + n) of unit `unit`'s flat fp32 buffer with
@@ -237,6 +241,9 @@ class StepEngine {
     // whose parameters it gathers.
     std::shared_ptr<comm::Work> inflight;
     int64_t inflight_step = -1;
+    // The element ranges of the shard (from its start) whose tensors are
+    // excluded from weight decay, in order; empty when none are.
+    std::vector<std::pair<int64_t, int64_t>> no_decay;  // (begin, count)
   };
 
   StepEngine(EngineConfig config, core::MemoryBreakdown planned);
@@ -286,6 +293,10 @@ class StepEngine {
   std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
   std::optional<core::AdamW> adamw_;
   std::optional<core::Sgd> sgd_;
+  // The same optimizer with weight_decay 0, for excluded tensors (set only
+  // when some are).
+  std::optional<core::AdamW> adamw_no_decay_;
+  std::optional<core::Sgd> sgd_no_decay_;
   std::optional<core::GradClipper> clipper_;
   // Written under mu_; read without it, so that status and probes never
   // wait behind a collective or the commit vote.

@@ -39,7 +39,14 @@ float GradValue(int rank, int step, int unit, int64_t i) {
          8.0f;
 }
 
-EngineConfig Config(int w, int f, int rank, int64_t k) {
+// Weight decay and the excluded tensors ([unit][tensor]) of a run.
+struct Decay {
+  double weight_decay = 0.0;
+  std::vector<std::vector<bool>> excluded;
+};
+
+EngineConfig Config(int w, int f, int rank, int64_t k,
+                    const Decay& decay = {}) {
   std::vector<core::UnitLayout> units;
   for (const core::UnitSpec& spec : Model()) {
     units.push_back(*core::UnitLayout::Create(spec, f));
@@ -47,6 +54,7 @@ EngineConfig Config(int w, int f, int rank, int64_t k) {
   OptimizerSpec optimizer;
   optimizer.kind = core::OptimizerKind::kAdamW;
   optimizer.adamw.lr = 0.01;
+  optimizer.adamw.weight_decay = decay.weight_decay;
   return EngineConfig{
       .rank = rank,
       .plan =
@@ -55,7 +63,8 @@ EngineConfig Config(int w, int f, int rank, int64_t k) {
       .reduce_dtype = DType::kFloat32,
       .optimizer = optimizer,
       .max_grad_norm = 0.25,  // Small enough to clip every step.
-      .max_gathered_units = k};
+      .max_gathered_units = k,
+      .exclude_from_weight_decay = decay.excluded};
 }
 
 void Init(int unit, int64_t offset, float* out, int64_t n) {
@@ -64,7 +73,7 @@ void Init(int unit, int64_t offset, float* out, int64_t n) {
 
 // The unsharded reference: every rank's gradient averaged, the norm over
 // the whole model, AdamW on whole units.
-std::vector<std::vector<float>> Reference(int w) {
+std::vector<std::vector<float>> Reference(int w, const Decay& decay = {}) {
   const auto model = Model();
   std::vector<std::vector<float>> params, m, v;
   for (size_t u = 0; u < model.size(); ++u) {
@@ -76,7 +85,10 @@ std::vector<std::vector<float>> Reference(int w) {
   }
   core::AdamWOptions o;
   o.lr = 0.01;
+  o.weight_decay = decay.weight_decay;
   auto adamw = *core::AdamW::Create(o);
+  o.weight_decay = 0.0;
+  auto no_decay = *core::AdamW::Create(o);
   auto clipper = *core::GradClipper::Create(0.25);
   for (int step = 1; step <= kSteps; ++step) {
     std::vector<std::vector<float>> grads;
@@ -97,11 +109,21 @@ std::vector<std::vector<float>> Reference(int w) {
     EXPECT_TRUE(clip.ok());
     EXPECT_LT(clip->scale, 1.0f);
     for (size_t u = 0; u < params.size(); ++u) {
-      EXPECT_TRUE(adamw
-                      .Update(step, clip->scale, grads[u].data(),
-                              params[u].data(), m[u].data(), v[u].data(),
-                              params[u].size(), DType::kFloat32, nullptr)
-                      .ok());
+      // Tensor by tensor, as PyTorch's parameter groups would.
+      for (size_t t = 0; t < model[u].tensors.size(); ++t) {
+        const core::TensorView& view =
+            core::UnitLayout::Create(model[u], 1)->tensors()[t];
+        const bool excluded = u < decay.excluded.size() &&
+                              t < decay.excluded[u].size() &&
+                              decay.excluded[u][t];
+        const int64_t at = view.offset;
+        EXPECT_TRUE((excluded ? no_decay : adamw)
+                        .Update(step, clip->scale, grads[u].data() + at,
+                                params[u].data() + at, m[u].data() + at,
+                                v[u].data() + at, view.numel, DType::kFloat32,
+                                nullptr)
+                        .ok());
+      }
     }
   }
   return params;
@@ -116,7 +138,8 @@ struct RankResult {
   absl::Status exhausted;  // Gathering past K.
 };
 
-RankResult RunRank(int w, int f, int rank, comm::Store& store) {
+RankResult RunRank(int w, int f, int rank, comm::Store& store,
+                   const Decay& decay = {}) {
   RankResult out;
   auto fail = [&](absl::Status s) {
     out.status = s;
@@ -135,7 +158,7 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store) {
   auto replica = comm::CreateGlooCollective(ro, store);
   if (!replica.ok()) return fail(replica.status());
   memory::HeapAllocator heap;
-  auto engine = StepEngine::Create(Config(w, f, rank, 1), Init, heap);
+  auto engine = StepEngine::Create(Config(w, f, rank, 1, decay), Init, heap);
   if (!engine.ok()) return fail(engine.status());
   StepEngine& e = **engine;
   e.SetCommunicators(std::move(*shard), std::move(*replica));
@@ -202,6 +225,41 @@ TEST(StepEngineTest, HybridShardStepsEqualTheUnshardedReferenceBitForBit) {
 // W = F = 2: a released unit is answered from its slot without an
 // AllGather; released with reshard it is all-gathered again, with the same
 // values.
+// Weight decay with unit 0's bias excluded (it straddles the F = 2 shard
+// boundary of unit 0: elements 15..17 of 18, shard 1 = 9..17): the
+// parameters equal the reference's, which updates tensor by tensor with
+// and without decay, bit for bit; and differ from decaying everything.
+TEST(StepEngineTest, ExcludedTensorsSkipWeightDecayBitForBit) {
+  constexpr int kW = 2, kF = 2;
+  const Decay decay{0.5, {{false, true}, {false}}};
+  comm::InMemoryStore store;
+  std::vector<RankResult> results(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back(
+        [&, r] { results[r] = RunRank(kW, kF, r, store, decay); });
+  }
+  for (auto& t : threads) t.join();
+  const auto reference = Reference(kW, decay);
+  const auto all_decay = Reference(kW, Decay{0.5, {}});
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status;
+    for (size_t u = 0; u < reference.size(); ++u) {
+      ASSERT_EQ(results[r].gathered[u].size(), reference[u].size());
+      EXPECT_EQ(std::memcmp(results[r].gathered[u].data(), reference[u].data(),
+                            reference[u].size() * sizeof(float)),
+                0)
+          << "rank " << r << " unit " << u;
+    }
+    // The bias (unit 0, elements 15..17) is what differs.
+    EXPECT_EQ(std::memcmp(results[r].gathered[0].data(), all_decay[0].data(),
+                          15 * sizeof(float)),
+              0);
+    EXPECT_NE(results[r].gathered[0][16], all_decay[0][16]);
+  }
+}
+
 TEST(StepEngineTest, ReshardOnReleaseGathersTheUnitAgain) {
   constexpr int kW = 2;
   comm::InMemoryStore store;
