@@ -225,13 +225,14 @@ TEST(StepEngineTest, HybridShardStepsEqualTheUnshardedReferenceBitForBit) {
 // W = F = 2: a released unit is answered from its slot without an
 // AllGather; released with reshard it is all-gathered again, with the same
 // values.
-// Weight decay with unit 0's bias excluded (it straddles the F = 2 shard
-// boundary of unit 0: elements 15..17 of 18, shard 1 = 9..17): the
-// parameters equal the reference's, which updates tensor by tensor with
-// and without decay, bit for bit; and differ from decaying everything.
+// Weight decay with unit 0's weight excluded (elements 0..14 of 18: it
+// straddles the F = 2 shard boundary at 9, and shard 1 also holds the
+// decayed bias, 15..17): the parameters equal the reference's, which
+// updates tensor by tensor with and without decay, bit for bit; the weight
+// differs from decaying everything, the bias does not.
 TEST(StepEngineTest, ExcludedTensorsSkipWeightDecayBitForBit) {
   constexpr int kW = 2, kF = 2;
-  const Decay decay{0.5, {{false, true}, {false}}};
+  const Decay decay{0.5, {{true, false}, {false}}};
   comm::InMemoryStore store;
   std::vector<RankResult> results(kW);
   std::vector<std::thread> threads;
@@ -252,11 +253,12 @@ TEST(StepEngineTest, ExcludedTensorsSkipWeightDecayBitForBit) {
                 0)
           << "rank " << r << " unit " << u;
     }
-    // The bias (unit 0, elements 15..17) is what differs.
-    EXPECT_EQ(std::memcmp(results[r].gathered[0].data(), all_decay[0].data(),
-                          15 * sizeof(float)),
+    for (int64_t i : {0, 8, 9, 14}) {  // Both shards of the weight.
+      EXPECT_NE(results[r].gathered[0][i], all_decay[0][i]) << i;
+    }
+    EXPECT_EQ(std::memcmp(results[r].gathered[0].data() + 15,
+                          all_decay[0].data() + 15, 3 * sizeof(float)),
               0);
-    EXPECT_NE(results[r].gathered[0][16], all_decay[0][16]);
   }
 }
 
