@@ -32,7 +32,11 @@
 // In the FULL_SHARD cluster a third set of trainers then runs as many
 // measured steps with --reshard_after_forward (each unit released with
 // Release.reshard after its forward, as FSDP's reshard_after_forward frees
-// it), a second FULL_SHARD row. Two byte ratios come out of it:
+// it), a second FULL_SHARD row, and then as many with --daemon_prefetch
+// (synchronous Gathers naming the next unit as the daemon's prefetch hint
+// instead of the trainer's asynchronous Gathers: the same collectives, the
+// overlap done in the daemon), a third row and the figure
+// step_ms_full_shard_daemon_prefetch_w4. Two byte ratios come out of it:
 //   - bytes_ratio_full_to_noshard: the algorithm's, from the resharding
 //     run: every unit is gathered again for backward, 4 AG + 4 AG + 4 RS
 //     against 4 AR of (W-1)/W psi each by the ring rule (an AR counts 2):
@@ -72,7 +76,8 @@
 //     same number of bytes in this process (buffers pre-faulted).
 //
 // --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps (4
-// more with --reshard_after_forward), 200 latency calls and 5 fresh
+// more each with --reshard_after_forward and --daemon_prefetch), 200
+// latency calls and 5 fresh
 // gathers (the model is the same). --gather_only: only the Gather
 // measurements, on a FULL_SHARD cluster that registers the model without
 // training (for profiling the control path); --gather_calls=N: N latency
@@ -153,7 +158,9 @@ struct Config {
 
 struct ConfigResult {
   Config config;
-  bool reshard_after_forward = false;  // The trainers' flag.
+  // The example trainers' variant: "default", "reshard_fwd"
+  // (--reshard_after_forward) or "daemon_prefetch" (--daemon_prefetch).
+  std::string trainer = "default";
   double step_ms_median = 0;
   double step_ms_min = 0;
   int64_t bytes_sent_per_step = 0;  // Largest over the ranks.
@@ -337,10 +344,12 @@ class Cluster {
 
   // Runs W example trainers until committed step `steps`; returns the times
   // at which rank 0 printed each "step N" line.
-  // With `reshard_after_forward` the trainers release each unit after its
-  // forward with reshard, so backward gathers every unit again.
+  // `trainer` (see ConfigResult): with reshard_fwd the trainers release
+  // each unit after its forward with reshard, so backward gathers every
+  // unit again; with daemon_prefetch they gather synchronously with the
+  // next unit as the daemon's prefetch hint.
   absl::StatusOr<std::vector<absl::Time>> Train(int64_t steps,
-                                                bool reshard_after_forward) {
+                                                const std::string& trainer) {
     std::vector<std::unique_ptr<Subprocess>> trainers;
     for (int r = 0; r < kWorld; ++r) {
       absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
@@ -355,7 +364,9 @@ class Cluster {
            absl::StrCat("--max_grad_norm=", kMaxGradNorm),
            absl::StrCat("--max_gathered_units=", kMaxGathered),
            absl::StrCat("--reshard_after_forward=",
-                        reshard_after_forward ? "true" : "false"),
+                        trainer == "reshard_fwd" ? "true" : "false"),
+           absl::StrCat("--daemon_prefetch=",
+                        trainer == "daemon_prefetch" ? "true" : "false"),
            absl::StrCat("--seed=", kSeed)},
           absl::StrCat(dir_, "/trainer-", r, ".log"),
           absl::StrCat("trainer-", r));
@@ -623,7 +634,7 @@ absl::Status MeasureSteps(Cluster& cluster, int64_t until, int measured,
   absl::StatusOr<Cluster::Counters> before = cluster.ReadCounters();
   if (!before.ok()) return before.status();
   absl::StatusOr<std::vector<absl::Time>> times =
-      cluster.Train(until, result.reshard_after_forward);
+      cluster.Train(until, result.trainer);
   if (!times.ok()) return times.status();
   absl::StatusOr<Cluster::Counters> after = cluster.ReadCounters();
   if (!after.ok()) return after.status();
@@ -661,7 +672,8 @@ absl::Status MeasureSteps(Cluster& cluster, int64_t until, int measured,
 
 // One cluster per configuration: warm-up steps, then the measured steps
 // with the default trainer; FULL_SHARD measures as many steps again with
-// --reshard_after_forward (a second result) and then the Gather latency
+// --reshard_after_forward and with --daemon_prefetch (two more results) and
+// then the Gather latency
 // and bandwidth.
 absl::StatusOr<std::vector<ConfigResult>> RunConfig(
     const Options& options, const Config& config,
@@ -674,14 +686,15 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
   std::cerr << "step: " << config.name << " F=" << config.f << ": " << warmup
             << " warm-up + " << measured << " measured steps"
             << (full ? absl::StrCat(" + ", measured,
-                                    " with --reshard_after_forward")
+                                    " each with --reshard_after_forward and "
+                                    "--daemon_prefetch")
                      : "")
             << "\n";
   absl::StatusOr<std::vector<absl::Time>> warm =
-      cluster.Train(warmup, /*reshard_after_forward=*/false);
+      cluster.Train(warmup, "default");
   if (!warm.ok()) return warm.status();
 
-  std::vector<ConfigResult> results(full ? 2 : 1);
+  std::vector<ConfigResult> results(full ? 3 : 1);
   results[0].config = config;
   if (absl::Status s =
           MeasureSteps(cluster, warmup + measured, measured, results[0]);
@@ -689,12 +702,14 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
     return s;
   }
   if (full) {
-    results[1].config = config;
-    results[1].reshard_after_forward = true;
-    if (absl::Status s =
-            MeasureSteps(cluster, warmup + 2 * measured, measured, results[1]);
-        !s.ok()) {
-      return s;
+    for (int i : {1, 2}) {
+      results[i].config = config;
+      results[i].trainer = i == 1 ? "reshard_fwd" : "daemon_prefetch";
+      if (absl::Status s = MeasureSteps(cluster, warmup + (i + 1) * measured,
+                                        measured, results[i]);
+          !s.ok()) {
+        return s;
+      }
     }
   }
 
@@ -809,8 +824,7 @@ int Run(const Options& options) {
           {{"what", std::string("step")},
            {"strategy", config.name},
            {"F", static_cast<double>(config.f)},
-           {"trainer",
-            std::string(r.reshard_after_forward ? "reshard_fwd" : "default")},
+           {"trainer", r.trainer},
            {"step_ms_median", r.step_ms_median},
            {"step_ms_min", r.step_ms_min},
            {"MB_sent_per_step_rank", r.bytes_sent_per_step / 1e6},
@@ -825,12 +839,15 @@ int Run(const Options& options) {
            {"planned_total_MB", r.planned_total / 1e6}});
     }
   }
-  const ConfigResult* full = nullptr;          // The default trainer.
-  const ConfigResult* full_reshard = nullptr;  // --reshard_after_forward.
+  const ConfigResult* full = nullptr;           // The default trainer.
+  const ConfigResult* full_reshard = nullptr;   // --reshard_after_forward.
+  const ConfigResult* full_prefetch = nullptr;  // --daemon_prefetch.
   const ConfigResult* none = nullptr;
   for (const ConfigResult& r : results) {
     if (r.config.name == "FULL_SHARD") {
-      (r.reshard_after_forward ? full_reshard : full) = &r;
+      (r.trainer == "reshard_fwd"       ? full_reshard
+       : r.trainer == "daemon_prefetch" ? full_prefetch
+                                        : full) = &r;
     }
     if (r.config.name == "NO_SHARD") none = &r;
     if (r.config.name == "HYBRID_SHARD") {
@@ -844,6 +861,8 @@ int Run(const Options& options) {
   report.SetFigure("step_ms_full_shard_w4", full->step_ms_median);
   report.SetFigure("step_ms_full_shard_reshard_w4",
                    full_reshard->step_ms_median);
+  report.SetFigure("step_ms_full_shard_daemon_prefetch_w4",
+                   full_prefetch->step_ms_median);
   report.SetFigure("step_ms_no_shard_w4", none->step_ms_median);
   // The algorithm's figure (every unit gathered again for backward) and
   // the default trainer's (the last K units answered from the cache).
