@@ -63,6 +63,28 @@ class FdCloser {
   int fd_;
 };
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14.
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// Fills the page tables of [data, data + bytes) a slice at a time (see the
+// class comment: the mmap lock is released between slices). Best effort:
+// a kernel without MADV_POPULATE_* leaves it to the touch that follows.
+void PopulateInSlices(void* data, int64_t bytes, bool write) {
+  constexpr int64_t kSlice = int64_t{64} << 20;
+  char* p = static_cast<char*>(data);
+  for (int64_t offset = 0; offset < bytes; offset += kSlice) {
+    const int64_t n = std::min(kSlice, bytes - offset);
+    if (madvise(p + offset, static_cast<size_t>(n),
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0) {
+      return;
+    }
+  }
+}
+
 int64_t RoundUpToPage(int64_t size) {
   const int64_t page = SharedMemorySegment::PageSize();
   return (size + page - 1) / page * page;
@@ -174,11 +196,12 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Create(
   }
 
   const int64_t mapped_size = RoundUpToPage(size);
-  void* data = mmap(nullptr, mapped_size, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* data =
+      mmap(nullptr, mapped_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     return fail(ErrnoStatus(errno, kWhat, path, "mmap"));
   }
+  PopulateInSlices(data, mapped_size, /*write=*/true);
   TouchForWrite(data, mapped_size, /*fresh=*/true);
   return SharedMemorySegment(path, data, size, mapped_size, Access::kReadWrite,
                              /*owns_file=*/true);
@@ -213,12 +236,12 @@ absl::StatusOr<SharedMemorySegment> SharedMemorySegment::Open(
   const int64_t mapped_size = RoundUpToPage(size);
   const int prot =
       access == Access::kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
-  void* data =
-      mmap(nullptr, mapped_size, prot, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* data = mmap(nullptr, mapped_size, prot, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return ErrnoStatus(errno, kWhat, path, "mmap");
   // Only pages inside the file may be touched (beyond it is SIGBUS).
   const int64_t touchable =
       std::min<int64_t>(mapped_size, RoundUpToPage(file_stat.st_size));
+  PopulateInSlices(data, touchable, access == Access::kReadWrite);
   if (access == Access::kReadWrite) {
     TouchForWrite(data, touchable, /*fresh=*/false);
   } else {
