@@ -30,6 +30,10 @@ inline constexpr char kReceived[] = "received";
 // RecoveryTransfer role.
 inline constexpr char kSource[] = "source";
 inline constexpr char kTarget[] = "target";
+// PrefetchHint result.
+inline constexpr char kStarted[] = "started";
+inline constexpr char kNotNeeded[] = "not_needed";
+inline constexpr char kDropped[] = "dropped";
 }  // namespace node_labels
 
 // The bytes a daemon holds, by category: what the StepEngine's buffers hold
@@ -83,6 +87,12 @@ class NodeObserver {
   virtual void CheckpointWritten(absl::Time /*when*/) {}
   // A shard was restored from a checkpoint (no replica could give it).
   virtual void CheckpointRestored() {}
+  // A Gather's prefetch hint was handled; result: kStarted (its AllGather
+  // started), kNotNeeded (the unit was held, still gathered or already in
+  // flight) or kDropped (K units in use, no free slot, no communicators).
+  virtual void PrefetchHint(absl::string_view /*result*/) {}
+  // A Gather was served by an earlier prefetch.
+  virtual void PrefetchUsed() {}
 };
 
 }  // namespace shardd::metrics

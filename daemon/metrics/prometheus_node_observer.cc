@@ -156,6 +156,11 @@ PrometheusNodeObserver::PrometheusNodeObserver(
           "FetchShard transfers, by this daemon's role and the result.",
           {"role", "result"},
           {{node_labels::kSource, node_labels::kTarget}, {"ok", "failed"}})),
+      prefetch_hints_(NewCounters(
+          registry, "shardd_prefetch_hints_total",
+          "Gather prefetch hints, by what became of them.", {"result"},
+          {{node_labels::kStarted, node_labels::kNotNeeded,
+            node_labels::kDropped}})),
       checkpoint_age_(std::make_shared<CheckpointAge>(std::move(clock))) {
   auto& shard_bytes = prometheus::BuildGauge()
                           .Name("shardd_shard_bytes")
@@ -193,6 +198,9 @@ PrometheusNodeObserver::PrometheusNodeObserver(
   checkpoint_restores_ =
       NewCounter(registry, "shardd_checkpoint_restores_total",
                  "Shards restored from a checkpoint (no replica had them).");
+  prefetch_used_ =
+      NewCounter(registry, "shardd_prefetched_gathers_total",
+                 "Gathers served by an earlier Gather's prefetch hint.");
   prometheus::BuildGauge()
       .Name("shardd_build_info")
       .Help("Always 1; the version label names the shardd build.")
@@ -257,6 +265,12 @@ void PrometheusNodeObserver::RecoveryBytes(absl::string_view direction,
 void PrometheusNodeObserver::RecoveryTransfer(absl::string_view role, bool ok) {
   recovery_transfers_.Get({role, ok ? "ok" : "failed"}).Increment();
 }
+
+void PrometheusNodeObserver::PrefetchHint(absl::string_view result) {
+  prefetch_hints_.Get({result}).Increment();
+}
+
+void PrometheusNodeObserver::PrefetchUsed() { prefetch_used_->Increment(); }
 
 void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
   checkpoints_written_->Increment();

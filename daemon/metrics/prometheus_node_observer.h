@@ -57,6 +57,8 @@ class PrometheusNodeObserver : public NodeObserver {
   void RecoveryTransfer(absl::string_view role, bool ok) override;
   void CheckpointWritten(absl::Time when) override;
   void CheckpointRestored() override;
+  void PrefetchHint(absl::string_view result) override;
+  void PrefetchUsed() override;
 
  private:
   class CheckpointAge;
@@ -78,6 +80,8 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Gauge* ready_;
   BoundedSeries<prometheus::Counter> recovery_bytes_;
   BoundedSeries<prometheus::Counter> recovery_transfers_;
+  BoundedSeries<prometheus::Counter> prefetch_hints_;
+  prometheus::Counter* prefetch_used_;
   prometheus::Counter* checkpoints_written_;
   prometheus::Counter* checkpoint_restores_;
   std::shared_ptr<CheckpointAge> checkpoint_age_;

@@ -195,6 +195,29 @@ TEST_F(PrometheusNodeObserverTest, RecoveryCountsBytesByDirectionAndTransfers) {
       1);
 }
 
+TEST_F(PrometheusNodeObserverTest, PrefetchCountsHintsByResultAndUses) {
+  auto zero = Samples();
+  for (const char* result : {"started", "not_needed", "dropped"}) {
+    EXPECT_EQ(zero.at(absl::StrCat("shardd_prefetch_hints_total{result=\"",
+                                   result, "\"}")),
+              0)
+        << result;
+  }
+  EXPECT_EQ(zero.at("shardd_prefetched_gathers_total"), 0);
+  observer_.PrefetchHint(node_labels::kStarted);
+  observer_.PrefetchHint(node_labels::kStarted);
+  observer_.PrefetchHint(node_labels::kDropped);
+  observer_.PrefetchHint("typo");  // Recorded as "other", never a new series.
+  observer_.PrefetchUsed();
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_prefetch_hints_total{result=\"started\"}"), 2);
+  EXPECT_EQ(s.at("shardd_prefetch_hints_total{result=\"not_needed\"}"), 0);
+  EXPECT_EQ(s.at("shardd_prefetch_hints_total{result=\"dropped\"}"), 1);
+  EXPECT_EQ(s.at("shardd_prefetch_hints_total{result=\"other\"}"), 1);
+  EXPECT_EQ(s.count("shardd_prefetch_hints_total{result=\"typo\"}"), 0u);
+  EXPECT_EQ(s.at("shardd_prefetched_gathers_total"), 1);
+}
+
 TEST_F(PrometheusNodeObserverTest, CheckpointAgeCountsFromTheLatestCheckpoint) {
   observer_.CheckpointWritten(now_ - absl::Seconds(90));
   observer_.CheckpointWritten(now_ - absl::Seconds(30));

@@ -990,7 +990,19 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   // trainer computes (at most K units held or in flight; the rest dropped).
   const int64_t k = (*engine)->config().max_gathered_units;
   for (int p : request.prefetch()) {
-    (void)(*engine)->Prefetch(p, OpTimeout(deadline), k);
+    const StepEngine::PrefetchResult result =
+        (*engine)->Prefetch(p, OpTimeout(deadline), k);
+    if (options_.observer != nullptr) {
+      options_.observer->PrefetchHint(
+          result == StepEngine::PrefetchResult::kStarted
+              ? metrics::node_labels::kStarted
+          : result == StepEngine::PrefetchResult::kNotNeeded
+              ? metrics::node_labels::kNotNeeded
+              : metrics::node_labels::kDropped);
+    }
+  }
+  if (data->was_prefetched && options_.observer != nullptr) {
+    options_.observer->PrefetchUsed();
   }
   v1::GatherResponse response;
   absl::MutexLock lock(&mu_);

@@ -511,21 +511,23 @@ void StepEngine::TakeSlotLocked(int slot, int unit) {
   units_[unit].gathered_at_step = -1;
 }
 
-bool StepEngine::Prefetch(int unit, absl::Duration timeout,
-                          int64_t max_in_use) {
-  if (!CheckUnit(unit).ok()) return false;
+StepEngine::PrefetchResult StepEngine::Prefetch(int unit,
+                                                absl::Duration timeout,
+                                                int64_t max_in_use) {
+  if (!CheckUnit(unit).ok()) return PrefetchResult::kDropped;
   absl::MutexLock lock(&mu_);
   UnitState& st = units_[unit];
-  if (config_.plan.sharding_factor() == 1 || shard_group_ == nullptr ||
-      st.held || st.inflight != nullptr ||
+  if (config_.plan.sharding_factor() == 1 || st.held ||
+      st.inflight != nullptr ||
       (st.slot >= 0 && st.gathered_at_step == committed_step_)) {
-    return false;
+    return PrefetchResult::kNotNeeded;
   }
+  if (shard_group_ == nullptr) return PrefetchResult::kDropped;
   int64_t in_use = 0;
   for (const UnitState& other : units_) {
     if (other.held || other.inflight != nullptr) ++in_use;
   }
-  if (in_use >= max_in_use) return false;
+  if (in_use >= max_in_use) return PrefetchResult::kDropped;
   int slot = st.slot;
   if (config_.plan.strategy() == core::ShardingStrategy::kShardGradOp) {
     slot = unit;
@@ -537,7 +539,7 @@ bool StepEngine::Prefetch(int unit, absl::Duration timeout,
     }
     if (slot < 0) slot = LeastRecentlyUsedSlotLocked(/*prefetched=*/false);
   }
-  if (slot < 0) return false;
+  if (slot < 0) return PrefetchResult::kDropped;
   TakeSlotLocked(slot, unit);
   slot_last_use_[slot] = ++use_counter_;
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
@@ -546,7 +548,7 @@ bool StepEngine::Prefetch(int unit, absl::Duration timeout,
       input, slots_[slot]->data(), StoredCounts(unit),
       config_.units[unit].dtype(), comm::OpOptions{timeout});
   st.inflight_step = committed_step_;
-  return true;
+  return PrefetchResult::kStarted;
 }
 
 void StepEngine::DrainLocked(int unit) {

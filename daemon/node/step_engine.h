@@ -125,16 +125,17 @@ class StepEngine {
 
   // Starts the AllGather of `unit` on the shard group without waiting (a
   // trainer's prefetch hint), so that a later Gather(unit) finds it done or
-  // in flight. A hint, never an error: returns whether an AllGather was
-  // started. Not started when F = 1, the unit is held, still gathered or
-  // already in flight, there are no communicators, `max_in_use` units are
-  // already held or in flight (FSDP's all-gather rate limit, K), or no slot
-  // is free or held by a released unit. Every rank must give the same hints
-  // in the same order (the collective order, as for every other call); the
-  // decisions above depend only on state that is the same on every rank.
-  // A prefetch whose parameters a Step changed before the Gather is
-  // gathered again.
-  bool Prefetch(int unit, absl::Duration timeout, int64_t max_in_use);
+  // in flight. A hint, never an error: kStarted when its AllGather started;
+  // kNotNeeded when F = 1 or the unit is held, still gathered or already
+  // in flight; kDropped when there are no communicators, `max_in_use` units
+  // are already held or in flight (FSDP's all-gather rate limit, K), or no
+  // slot is free or held by a released unit (or the unit is out of range).
+  // Every rank must give the same hints in the same order (the collective
+  // order, as for every other call); the decisions above depend only on state
+  // that is the same on every rank. A prefetch whose parameters a Step changed
+  // before the Gather is gathered again.
+  enum class PrefetchResult { kStarted, kNotNeeded, kDropped };
+  PrefetchResult Prefetch(int unit, absl::Duration timeout, int64_t max_in_use);
 
   // FAILED_PRECONDITION when the unit is not gathered (double release).
   // With `reshard` the unit's slot gives up its parameters at once (FSDP's

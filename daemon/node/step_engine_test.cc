@@ -337,7 +337,7 @@ TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
   comm::InMemoryStore store;
   struct Seen {
     absl::Status status;
-    std::vector<bool> started;         // Prefetch results, in call order.
+    std::vector<StepEngine::PrefetchResult> started;  // In call order.
     std::vector<bool> prefetched;      // Gather.was_prefetched, in call order.
     std::vector<int64_t> all_gathers;  // AllGather calls after each Gather.
     std::vector<float> unit1;          // Unit 1 as gathered by a prefetch.
@@ -418,8 +418,10 @@ TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
   Init(1, 0, initial.data(), 5);
   for (int r = 0; r < kW; ++r) {
     ASSERT_TRUE(seen[r].status.ok()) << "rank " << r << ": " << seen[r].status;
+    using R = StepEngine::PrefetchResult;
     EXPECT_EQ(seen[r].started,
-              (std::vector<bool>{true, false, false, false, true}))
+              (std::vector<R>{R::kStarted, R::kNotNeeded, R::kNotNeeded,
+                              R::kDropped, R::kStarted}))
         << "rank " << r;
     EXPECT_EQ(seen[r].prefetched,
               (std::vector<bool>{false, true, false, false}))
