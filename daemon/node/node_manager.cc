@@ -1364,6 +1364,8 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       return ErrnoStatus(errno, absl::StrCat("cannot create ", request.path()));
     }
     metadata.push_back({"layout", "sharded"});
+    const std::vector<StepEngine::StateSection> sections =
+        (*engine)->StateSections();
     metadata.push_back({"rank", absl::StrCat(rank)});
     for (size_t u = 0; u < config.units.size(); ++u) {
       absl::StatusOr<std::vector<float>> shard = (*engine)->MasterShard(u);
@@ -1383,8 +1385,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
           std::string(reinterpret_cast<const char*>(shard->data()),
                       range.numel * sizeof(float))};
       entries.push_back(std::move(e));
-      for (const StepEngine::StateSection& section :
-           (*engine)->StateSections()) {
+      for (const StepEngine::StateSection& section : sections) {
         if (section.unit != static_cast<int>(u) ||
             std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
                 state_kinds.end()) {

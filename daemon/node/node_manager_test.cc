@@ -52,6 +52,26 @@ pb::ModelSpec Model(pb::ShardingStrategy strategy, int f, int64_t rows = 4) {
   return spec;
 }
 
+// The 15 fp32 values (weight [4, 3], then bias [3]) of Model()'s layer0
+// in a FULL export, after checking the weight's header entry; empty (and
+// a test failure) when the file is not as expected.
+std::vector<float> ReadFullExportOfLayer0(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, ' ');
+  in.read(header.data(), header_len);
+  EXPECT_TRUE(absl::StrContains(header,
+                                "\"layer0.weight\":{\"dtype\":\"F32\","
+                                "\"shape\":[4,3],\"data_offsets\":[0,48]}"))
+      << header;
+  std::vector<float> values(15);
+  in.read(reinterpret_cast<char*>(values.data()), 60);
+  if (!in.good()) return {};
+  return values;
+}
+
 struct Cluster {
   std::unique_ptr<coordinator::InProcessCoordinator> coordinator;
   std::vector<std::unique_ptr<NodeManager>> nodes;
@@ -207,18 +227,9 @@ TEST(NodeManagerTest, NoShardTrainsWithInlineGradientsAndExportsFull) {
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(done[r].ok()) << done[r];
   // SGD lr 0.5, averaged gradient 1.5, two steps: 0.5 - 2 * 0.75 = -1.0
   // for the weight, 0 - 1.5 = -1.5 for the bias.
-  std::ifstream in(absl::StrCat(c.dir, "/full.safetensors"), std::ios::binary);
-  ASSERT_TRUE(in.good());
-  uint64_t header_len = 0;
-  in.read(reinterpret_cast<char*>(&header_len), 8);
-  std::string header(header_len, ' ');
-  in.read(header.data(), header_len);
-  EXPECT_TRUE(absl::StrContains(header,
-                                "\"layer0.weight\":{\"dtype\":\"F32\","
-                                "\"shape\":[4,3],\"data_offsets\":[0,48]}"))
-      << header;
-  std::vector<float> values(15);
-  in.read(reinterpret_cast<char*>(values.data()), 60);
+  std::vector<float> values =
+      ReadFullExportOfLayer0(absl::StrCat(c.dir, "/full.safetensors"));
+  ASSERT_EQ(values.size(), 15u);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(values[i], -1.0f) << i;
   for (int i = 12; i < 15; ++i) EXPECT_EQ(values[i], -1.5f) << i;
   for (int r = 0; r < 2; ++r) {
@@ -270,18 +281,8 @@ TEST(NodeManagerTest, FullExportOfBf16UnitsWritesTheFp32Masters) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(done[r].ok()) << done[r];
-  std::ifstream in(path, std::ios::binary);
-  ASSERT_TRUE(in.good());
-  uint64_t header_len = 0;
-  in.read(reinterpret_cast<char*>(&header_len), 8);
-  std::string header(header_len, ' ');
-  in.read(header.data(), header_len);
-  EXPECT_TRUE(absl::StrContains(header,
-                                "\"layer0.weight\":{\"dtype\":\"F32\","
-                                "\"shape\":[4,3],\"data_offsets\":[0,48]}"))
-      << header;
-  std::vector<float> values(15);
-  in.read(reinterpret_cast<char*>(values.data()), 60);
+  std::vector<float> values = ReadFullExportOfLayer0(path);
+  ASSERT_EQ(values.size(), 15u);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(values[i], 1.0f / 3.0f) << i;
   for (int i = 12; i < 15; ++i) EXPECT_EQ(values[i], 0.0f) << i;
   std::remove(path.c_str());

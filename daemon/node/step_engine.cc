@@ -345,37 +345,26 @@ std::vector<StepEngine::StateKind> StepEngine::OptimizerStateKinds() const {
 absl::StatusOr<std::vector<float>> StepEngine::GatherState(
     int unit, StateKind kind, absl::Duration timeout) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  const UnitState& st = units_[unit];
-  int64_t total_stored = 0;
-  for (const UnitState& other : units_) total_stored += other.shard_stored;
-  float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
+  // The shard's section, where StateSections says it is (the pointers stay
+  // valid for the engine's life).
   const float* mine = nullptr;
-  switch (kind) {
-    case StateKind::kParameters:
-      mine = master(unit);
-      break;
-    case StateKind::kExpAvg:
-    case StateKind::kMomentum:
-      mine = state == nullptr ? nullptr : state + st.shard_offset;
-      break;
-    case StateKind::kExpAvgSq:
-      mine =
-          state == nullptr ? nullptr : state + total_stored + st.shard_offset;
-      break;
+  int64_t stored = 0;
+  for (const StateSection& section : StateSections()) {
+    if (section.unit == unit && section.kind == kind) {
+      mine = reinterpret_cast<const float*>(section.data);
+      stored = section.numel;
+    }
   }
-  const std::vector<StateKind> kinds = OptimizerStateKinds();
-  if (mine == nullptr ||
-      (kind != StateKind::kParameters &&
-       std::find(kinds.begin(), kinds.end(), kind) == kinds.end())) {
+  if (mine == nullptr) {
     return absl::FailedPreconditionError("this optimizer keeps no such state");
   }
+  absl::MutexLock lock(&mu_);
   const int64_t f = config_.plan.sharding_factor();
   const std::vector<int64_t> counts = StoredCounts(unit);
   std::vector<float> out(static_cast<size_t>(
       std::accumulate(counts.begin(), counts.end(), int64_t{0})));
   if (f == 1) {
-    std::copy(mine, mine + st.shard_stored, out.begin());
+    std::copy(mine, mine + stored, out.begin());
     return out;
   }
   if (shard_group_ == nullptr) {

@@ -129,6 +129,25 @@ std::vector<std::vector<float>> Reference(int w, const Decay& decay = {}) {
   return params;
 }
 
+// Rank r of a FULL_SHARD job of w ranks in this process (F = W): the shard
+// group of all ranks and its own one-rank replica group.
+struct Groups {
+  std::shared_ptr<comm::Collective> shard;
+  std::shared_ptr<comm::Collective> replica;
+};
+
+absl::StatusOr<Groups> ConnectFullShard(int r, int w, comm::Store& store) {
+  comm::GlooCollectiveOptions so{
+      .rank = r, .size = w, .epoch = 1, .group = "shard/0"};
+  comm::GlooCollectiveOptions ro{
+      .rank = 0, .size = 1, .epoch = 1, .group = absl::StrCat("replica/", r)};
+  auto shard = comm::CreateGlooCollective(so, store);
+  if (!shard.ok()) return shard.status();
+  auto replica = comm::CreateGlooCollective(ro, store);
+  if (!replica.ok()) return replica.status();
+  return Groups{std::move(*shard), std::move(*replica)};
+}
+
 // One rank: communicators, engine, kSteps steps, then the gathered result.
 struct RankResult {
   absl::Status status;
@@ -275,19 +294,12 @@ TEST(StepEngineTest, ReshardOnReleaseGathersTheUnitAgain) {
   for (int r = 0; r < kW; ++r) {
     threads.emplace_back([&, r] {
       Seen& out = seen[r];
-      comm::GlooCollectiveOptions so{
-          .rank = r, .size = kW, .epoch = 1, .group = "shard/0"};
-      comm::GlooCollectiveOptions ro{.rank = 0,
-                                     .size = 1,
-                                     .epoch = 1,
-                                     .group = absl::StrCat("replica/", r)};
-      auto shard = comm::CreateGlooCollective(so, store);
-      auto replica = comm::CreateGlooCollective(ro, store);
-      if (!shard.ok() || !replica.ok()) {
-        out.status = shard.ok() ? replica.status() : shard.status();
+      auto groups = ConnectFullShard(r, kW, store);
+      if (!groups.ok()) {
+        out.status = groups.status();
         return;
       }
-      std::shared_ptr<comm::Collective> group = std::move(*shard);
+      std::shared_ptr<comm::Collective> group = groups->shard;
       memory::HeapAllocator heap;
       auto engine = StepEngine::Create(Config(kW, kW, r, 2), Init, heap);
       if (!engine.ok()) {
@@ -295,7 +307,7 @@ TEST(StepEngineTest, ReshardOnReleaseGathersTheUnitAgain) {
         return;
       }
       StepEngine& e = **engine;
-      e.SetCommunicators(group, std::move(*replica));
+      e.SetCommunicators(group, groups->replica);
       // Gather, release (cached), gather, release with reshard, gather.
       for (int i = 0; i < 3; ++i) {
         auto gathered = e.Gather(0, absl::Seconds(30));
@@ -351,23 +363,14 @@ TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
       auto fail = [&](absl::Status s) {
         if (out.status.ok()) out.status = s;
       };
-      comm::GlooCollectiveOptions so{
-          .rank = r, .size = kW, .epoch = 1, .group = "shard/0"};
-      comm::GlooCollectiveOptions ro{.rank = 0,
-                                     .size = 1,
-                                     .epoch = 1,
-                                     .group = absl::StrCat("replica/", r)};
-      auto shard = comm::CreateGlooCollective(so, store);
-      auto replica = comm::CreateGlooCollective(ro, store);
-      if (!shard.ok() || !replica.ok()) {
-        return fail(shard.ok() ? replica.status() : shard.status());
-      }
-      std::shared_ptr<comm::Collective> group = std::move(*shard);
+      auto groups = ConnectFullShard(r, kW, store);
+      if (!groups.ok()) return fail(groups.status());
+      std::shared_ptr<comm::Collective> group = groups->shard;
       memory::HeapAllocator heap;
       auto engine = StepEngine::Create(Config(kW, kW, r, 2), Init, heap);
       if (!engine.ok()) return fail(engine.status());
       StepEngine& e = **engine;
-      e.SetCommunicators(group, std::move(*replica));
+      e.SetCommunicators(group, groups->replica);
       const absl::Duration t = absl::Seconds(30);
       auto gather = [&](int unit) -> const float* {
         auto g = e.Gather(unit, t);

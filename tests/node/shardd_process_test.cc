@@ -293,6 +293,24 @@ class ShardProcessTest : public ::testing::Test {
     }
   }
 
+  // ExportState is collective: `request` on every rank at once.
+  std::vector<grpc::Status> ExportOnEveryRank(
+      const pb::ExportStateRequest& request,
+      std::vector<pb::ExportStateResponse>* responses = nullptr) {
+    std::vector<grpc::Status> statuses(kW);
+    std::vector<pb::ExportStateResponse> replies(kW);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] {
+        statuses[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(10)).get(),
+                                             request, &replies[r]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (responses != nullptr) *responses = std::move(replies);
+    return statuses;
+  }
+
   // grpc.health.v1 Check of `service` at `address`, without generated
   // stubs: 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN, -1 the call failed.
   static int Health(const std::string& address, const std::string& service) {
@@ -641,20 +659,12 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
 
   // Sharded export on both ranks.
   {
-    const std::string export_dir = dir_ + "/export";
-    std::vector<grpc::Status> exported(kW);
+    pb::ExportStateRequest request;
+    request.set_path(dir_ + "/export");
+    request.set_layout(pb::EXPORT_LAYOUT_SHARDED);
     std::vector<pb::ExportStateResponse> responses(kW);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kW; ++r) {
-      threads.emplace_back([&, r] {
-        pb::ExportStateRequest request;
-        request.set_path(export_dir);
-        request.set_layout(pb::EXPORT_LAYOUT_SHARDED);
-        exported[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(10)).get(),
-                                             request, &responses[r]);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<grpc::Status> exported =
+        ExportOnEveryRank(request, &responses);
     for (int r = 0; r < kW; ++r) {
       ASSERT_TRUE(exported[r].ok()) << exported[r].error_message();
       ASSERT_EQ(responses[r].files_size(), 1);
@@ -674,23 +684,13 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
     const std::string full_path = dir_ + "/full-opt.safetensors";
     for (const pb::ExportLayout layout :
          {pb::EXPORT_LAYOUT_SHARDED, pb::EXPORT_LAYOUT_FULL}) {
-      std::vector<grpc::Status> exported(kW);
-      std::vector<pb::ExportStateResponse> responses(kW);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < kW; ++r) {
-        threads.emplace_back([&, r] {
-          pb::ExportStateRequest request;
-          request.set_path(layout == pb::EXPORT_LAYOUT_FULL ? full_path
-                                                            : sharded_dir);
-          request.set_layout(layout);
-          request.set_include_optimizer_state(true);
-          exported[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(10)).get(),
-                                               request, &responses[r]);
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (int r = 0; r < kW; ++r) {
-        ASSERT_TRUE(exported[r].ok()) << exported[r].error_message();
+      pb::ExportStateRequest request;
+      request.set_path(layout == pb::EXPORT_LAYOUT_FULL ? full_path
+                                                        : sharded_dir);
+      request.set_layout(layout);
+      request.set_include_optimizer_state(true);
+      for (const grpc::Status& status : ExportOnEveryRank(request)) {
+        ASSERT_TRUE(status.ok()) << status.error_message();
       }
     }
     std::string header;
