@@ -36,6 +36,16 @@
 namespace shardd::node {
 namespace {
 
+// The Send/Recv tag of a shard copy's pieces on the replica group (no other
+// point-to-point traffic uses that communicator).
+constexpr uint32_t kShardTransferTag = 0x53484344;  // "SHCD"
+
+// Waits for every work (they end at their deadline or at the abort that
+// precedes this call), so that no operation still touches its buffer.
+void WaitAll(const std::vector<std::shared_ptr<comm::Work>>& works) {
+  for (const std::shared_ptr<comm::Work>& work : works) (void)work->Wait();
+}
+
 // The unit field of Gather, Release and ReduceGrad (trainer.proto:
 // INVALID_ARGUMENT for a unit out of range).
 absl::Status CheckUnitIndex(int unit, int units) {
@@ -815,7 +825,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
       excluded.push_back(tensor.exclude_from_weight_decay);
     }
   }
-  return StepEngine::Create(std::move(config), init, *allocator_);
+  return StepEngine::Create(std::move(config), init, *allocator_,
+                            private_allocator_);
 }
 
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
@@ -1517,11 +1528,56 @@ absl::Status NodeManager::ServeShard(
   header.set_step(step);
   header.set_optimizer_step(step);
 
+  // The payload over this epoch's replica group, when asked and possible:
+  // the requester holds our shard index, so it is a member of our replica
+  // group (rank requester / F there).
+  std::shared_ptr<comm::Collective> replica;
+  int peer = -1;
+  if (request.payload_over_replica_group()) {
+    replica = ReplicaGroupOf(
+        epoch, std::min(deadline, absl::Now() + absl::Seconds(5)));
+    const int f = engine->config().plan.sharding_factor();
+    peer = request.requester_rank() / f;
+    if (replica != nullptr &&
+        (request.requester_rank() % f != request.shard_index() ||
+         peer == replica->rank() || peer >= replica->size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "requester_rank: ", request.requester_rank(),
+          " is not another member of shard ", request.shard_index(),
+          "'s replica group (F = ", f, ", ", replica->size(), " replicas)"));
+    }
+  }
   absl::StatusOr<recovery::ShardStreamWriter> writer =
-      recovery::ShardStreamWriter::Create(header, std::move(sources),
-                                          request.max_chunk_bytes(),
-                                          request.resume_from_byte());
+      recovery::ShardStreamWriter::Create(
+          header, std::move(sources), request.max_chunk_bytes(),
+          request.resume_from_byte(),
+          /*payload_out_of_band=*/replica != nullptr);
   if (!writer.ok()) return writer.status();
+  // Every piece is queued at once, straight from the shard: the
+  // communicator sends them one after another while this thread computes
+  // the chunks' CRCs. Any failure below aborts the replica group (the
+  // epoch's communicators are never mended: its Sends would otherwise hold
+  // it until their deadline) and waits for the Sends before returning.
+  std::vector<std::shared_ptr<comm::Work>> sends;
+  if (replica != nullptr) {
+    comm::OpOptions op;
+    op.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+    for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
+      sends.push_back(
+          replica->Send(piece.data, piece.length, peer, kShardTransferTag, op));
+    }
+  }
+  struct AbortUnfinished {
+    comm::Collective* replica;
+    const std::vector<std::shared_ptr<comm::Work>>* sends;
+    bool ok = false;
+    ~AbortUnfinished() {
+      if (ok || sends->empty()) return;
+      replica->Abort("a shard copy over the replica group failed");
+      WaitAll(*sends);
+    }
+  } abort_unfinished{replica.get(), &sends};
+  size_t pieces_done = 0;
   int64_t total = 0;
   for (const StepEngine::StateSection& section : engine->StateSections()) {
     total += section.bytes;
@@ -1544,6 +1600,12 @@ absl::Status NodeManager::ServeShard(
       return absl::UnavailableError(
           "FetchShard: the receiver closed the stream");
     }
+    if (message.has_chunk() && pieces_done < sends.size()) {
+      // Pace the chunks to the data (the next piece is already on the wire).
+      if (absl::Status sent = sends[pieces_done++]->Wait(); !sent.ok()) {
+        return sent;
+      }
+    }
     if (!fired && writer->bytes_sent() * 2 >= total) {
       fired = true;
       SHARDD_FAILPOINT("transfer.source.mid");
@@ -1559,7 +1621,29 @@ absl::Status NodeManager::ServeShard(
     }
   }
   report.ok = true;
+  abort_unfinished.ok = pieces_done == sends.size();
+  if (!abort_unfinished.ok) {
+    return absl::InternalError(
+        absl::StrCat("FetchShard: ", sends.size() - pieces_done, " of ",
+                     sends.size(), " pieces were queued but never described"));
+  }
   return absl::OkStatus();
+}
+
+std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
+    int64_t epoch, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  // Our epoch thread may still be building it (the requester's is built, so
+  // ours is connected or moments away). Await re-checks at every unlock.
+  const auto built = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return comm_epoch_ >= epoch;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&built), deadline);
+  if (comm_epoch_ != epoch || comm_failed_ || replica_group_ == nullptr ||
+      !replica_group_->AsyncError().ok()) {
+    return nullptr;
+  }
+  return replica_group_;
 }
 
 void NodeManager::DescribeShardLocked(
@@ -1830,6 +1914,18 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   request.set_requester_rank(client_->rank());
   request.set_shard_index(plan.shard_index());
   request.set_step(plan.step());
+  // The bytes over our replica group when it is healthy (the source is in
+  // it: it holds our shard index); else inside the stream.
+  std::shared_ptr<comm::Collective> replica;
+  if (options_.recovery_over_replica_group && factor > 0) {
+    replica = ReplicaGroupOf(epoch, absl::Now());
+  }
+  if (replica != nullptr) {
+    request.set_payload_over_replica_group(true);
+    request.set_max_chunk_bytes(recovery::kMaxChunkBytesCap);
+  }
+  std::vector<std::shared_ptr<comm::Work>> recvs;
+  size_t pieces_done = 0;
   std::shared_ptr<StepEngine> engine;
   std::vector<StepEngine::StateSection> mine;
   std::optional<core::ModelConfig> model;
@@ -1840,6 +1936,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
           absl::StatusOr<core::ModelConfig> m =
               ProtoConvert::ModelFromProto(header.model());
           if (!m.ok()) return m.status();
+          const absl::Time t_create = absl::Now();
           absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
               *m, world, factor, [](int, int64_t, float* out, int64_t n) {
                 std::fill(out, out + n, 0.0f);
@@ -1849,8 +1946,10 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
           model = *std::move(m);
           mine = engine->StateSections();
           // bench/recovery splits the copy at this line: engine vs. stream.
-          std::printf("shardd rank %d: engine ready for the shard copy\n",
-                      client_->rank());
+          std::printf(
+              "shardd rank %d: engine ready for the shard copy (created in "
+              "%.3f s)\n",
+              client_->rank(), absl::ToDoubleSeconds(absl::Now() - t_create));
           std::fflush(stdout);
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
@@ -1882,19 +1981,57 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   absl::Status streamed = options_.fetch_shard(
       address, request, deadline,
       [&](const v1::FetchShardResponse& message) -> absl::Status {
+        if (message.has_chunk() && !recvs.empty()) {
+          // An out-of-band piece: its chunk is checked over the bytes
+          // once they are in place.
+          if (pieces_done == recvs.size()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("FetchShard: more chunks than the header's ",
+                             recvs.size(), " pieces"));
+          }
+          if (absl::Status got = recvs[pieces_done++]->Wait(); !got.ok()) {
+            return got;
+          }
+        }
         if (absl::Status s = assembler.Add(message); !s.ok()) return s;
-        if (message.has_header()) total = message.header().total_bytes();
+        if (message.has_header()) {
+          total = message.header().total_bytes();
+          if (message.header().payload_out_of_band()) {
+            if (replica == nullptr) {
+              return absl::FailedPreconditionError(
+                  "FetchShard: the source sends the payload over the replica "
+                  "group, which this request did not ask for");
+            }
+            comm::OpOptions op;
+            op.timeout =
+                std::max(deadline - absl::Now(), absl::Milliseconds(1));
+            for (const recovery::PayloadPiece& piece :
+                 assembler.PendingPieces()) {
+              recvs.push_back(replica->Recv(piece.data, piece.length,
+                                            source / factor, kShardTransferTag,
+                                            op));
+            }
+          }
+        }
         if (!fired && total >= 0 && assembler.verified_bytes() * 2 >= total) {
           fired = true;
           SHARDD_FAILPOINT("transfer.target.mid");
         }
         return absl::OkStatus();
       });
+  if (streamed.ok()) streamed = assembler.Finish();
+  if (pieces_done < recvs.size()) {
+    // Receives still pending (the stream broke): end them before the
+    // engine they write into can go away. The replica group is this
+    // epoch's and is never mended; the next source sends inline.
+    replica->Abort(absl::StrCat("the shard copy from rank ", source,
+                                " failed: ", streamed.ToString()));
+    WaitAll(recvs);
+  }
   if (options_.observer != nullptr) {
     options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
                                      assembler.verified_bytes());
   }
-  if (streamed.ok()) streamed = assembler.Finish();
   if (options_.observer != nullptr) {
     options_.observer->RecoveryTransfer(metrics::node_labels::kTarget,
                                         streamed.ok());
@@ -1925,11 +2062,13 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   std::printf(
       "shardd rank %d recovered shard %d at step %lld from rank %d: %lld "
-      "bytes in %.3f s (%.1f MB/s)\n",
+      "bytes in %.3f s (%.1f MB/s, %s)\n",
       client_->rank(), plan.shard_index(),
       static_cast<long long>(header.step()), source,
       static_cast<long long>(header.total_bytes()), seconds,
-      seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0);
+      seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0,
+      header.payload_out_of_band() ? "over the replica group"
+                                   : "in the stream");
   std::fflush(stdout);
   ReportMemory(*engine);
   {

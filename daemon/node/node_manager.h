@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
+#include "daemon/memory/private_allocator.h"
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/step_engine.h"
@@ -77,6 +78,12 @@ struct NodeOptions {
   // How long a replacement keeps trying its sources before it gives up on
   // this epoch (and tries again in the next).
   absl::Duration recovery_timeout = absl::Seconds(120);
+  // Ask sources to send the shard's bytes over the epoch's replica group
+  // (the collective backend's Send/Recv, straight into the new engine)
+  // while FetchShard carries the header, the pieces' CRCs and the trailer;
+  // false: every byte inside the FetchShard stream. An attempt whose
+  // replica group failed falls back to the stream for the next source.
+  bool recovery_over_replica_group = true;
 
   // Optional: a per-rank log of every commit (commit_log.h) that tests and
   // the demo check for steps applied twice or skipped and replicas that
@@ -191,6 +198,10 @@ class NodeManager {
                          int source, absl::Time deadline);
   // The header (model, fingerprint, shard index) and sections of this
   // rank's state, for a transfer or a checkpoint. Needs mu_.
+  // This epoch's replica group once this daemon has built it (waiting
+  // until `deadline`); null when it is another epoch's, failed or absent.
+  std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
+                                                   absl::Time deadline);
   void DescribeShardLocked(const StepEngine& engine, v1::ShardHeader* header,
                            std::vector<recovery::SectionSource>* sources) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -220,6 +231,9 @@ class NodeManager {
   const NodeOptions options_;
   std::unique_ptr<coordinator::MemberClient> client_;
   std::unique_ptr<memory::ShmAllocator> allocator_;
+  // The engine's private state: huge pages make a replacement's GBs of
+  // shards quick to fault in.
+  memory::PrivateAllocator private_allocator_;
   std::atomic<bool> stop_{false};
   std::thread epoch_thread_;
 

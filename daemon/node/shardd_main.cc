@@ -101,6 +101,11 @@ ABSL_FLAG(int64_t, checkpoint_interval_steps, 0,
 ABSL_FLAG(int, checkpoint_keep_last, 2, "checkpoints kept per rank");
 ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
           "how long a replacement tries its sources in one epoch");
+ABSL_FLAG(std::string, recovery_transport, "replica_group",
+          "how a replacement's shard bytes travel: replica_group (the "
+          "epoch's replica-group communicator, Gloo pairs straight into the "
+          "new shard; FetchShard carries header and CRCs) or stream (inside "
+          "the FetchShard gRPC stream)");
 
 namespace shardd::node {
 namespace {
@@ -277,6 +282,12 @@ int Run() {
   }
   options.recovery_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
+  const std::string transport = absl::GetFlag(FLAGS_recovery_transport);
+  if (transport != "replica_group" && transport != "stream") {
+    return Fail(absl::StrCat("--recovery_transport: '", transport,
+                             "' is neither replica_group nor stream"));
+  }
+  options.recovery_over_replica_group = transport == "replica_group";
   options.fetch_shard =
       [channel_credentials](
           const std::string& peer_address, const v1::FetchShardRequest& request,

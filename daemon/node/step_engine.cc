@@ -74,7 +74,7 @@ absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works) {
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     EngineConfig config, const ShardInitializer& init,
-    memory::BufferAllocator& allocator) {
+    memory::BufferAllocator& shared, memory::BufferAllocator& private_memory) {
   const int64_t f = config.plan.sharding_factor();
   if (config.rank < 0 || config.rank >= config.plan.world_size()) {
     return absl::InvalidArgumentError(
@@ -168,9 +168,13 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     }
   }
   // One allocation per category, sized exactly as the plan says.
+  // A trainer maps the slots and, with F = 1, the shard storage Gather hands
+  // out (the low-precision copy for bf16/fp16 units, else the master).
   auto alloc = [&](absl::string_view what, int64_t bytes,
-                   std::unique_ptr<memory::ByteBuffer>* out) -> absl::Status {
+                   std::unique_ptr<memory::ByteBuffer>* out,
+                   bool trainer_maps) -> absl::Status {
     if (bytes == 0) return absl::OkStatus();
+    memory::BufferAllocator& allocator = trainer_maps ? shared : private_memory;
     absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
         allocator.Allocate(what, bytes);
     if (!b.ok()) return b.status();
@@ -179,26 +183,31 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   };
   const core::MemoryBreakdown& p = e.planned_;
   if (absl::Status s =
-          alloc("param_shards", p.parameter_shard_bytes, &e.master_);
+          alloc("param_shards", p.parameter_shard_bytes, &e.master_,
+                /*trainer_maps=*/f == 1 && !e.lowp_units_);
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          alloc("lowp_shards", p.lowp_parameter_shard_bytes, &e.lowp_);
+          alloc("lowp_shards", p.lowp_parameter_shard_bytes, &e.lowp_,
+                /*trainer_maps=*/f == 1);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = alloc("grad_shards", p.gradient_shard_bytes, &e.grad_);
+  if (absl::Status s = alloc("grad_shards", p.gradient_shard_bytes, &e.grad_,
+                             /*trainer_maps=*/false);
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          alloc("optimizer_state", p.optimizer_state_bytes, &e.state_);
+          alloc("optimizer_state", p.optimizer_state_bytes, &e.state_,
+                /*trainer_maps=*/false);
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          alloc("gradient_slot", p.unsharded_gradient_bytes, &e.grad_slot_);
+          alloc("gradient_slot", p.unsharded_gradient_bytes, &e.grad_slot_,
+                /*trainer_maps=*/true);
       !s.ok()) {
     return s;
   }
@@ -219,8 +228,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
       const int64_t bytes =
           keep_all ? e.config_.units[i].padded_bytes() : largest;
       std::unique_ptr<memory::ByteBuffer> slot;
-      if (absl::Status s =
-              alloc(absl::StrCat("gathered_slot", i), bytes, &slot);
+      if (absl::Status s = alloc(absl::StrCat("gathered_slot", i), bytes, &slot,
+                                 /*trainer_maps=*/true);
           !s.ok()) {
         return s;
       }

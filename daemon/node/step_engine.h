@@ -95,15 +95,25 @@ struct StepResult {
 // core::MemoryPlan's figure for this rank to the byte.
 //
 // Thread-safe: calls are serialised by an internal lock (the trainer API is
-// one trainer per daemon). Borrows the allocator only during Create; shares
+// one trainer per daemon). Borrows the allocators only during Create; shares
 // ownership of the communicators.
 class StepEngine {
  public:
   // Validates the config (units laid out for F, rank in range, optimizer
   // hyper-parameters) and allocates and initialises every buffer.
+  // Buffers a trainer maps (gathered slots, the gradient slot, and with
+  // F = 1 the shard Gather hands out) come from `shared`; the rest (the
+  // gradient and optimizer shards, parameter shards no trainer maps) from
+  // `private_memory`, which may be the same allocator.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       EngineConfig config, const ShardInitializer& init,
-      memory::BufferAllocator& allocator);
+      memory::BufferAllocator& shared, memory::BufferAllocator& private_memory);
+  // Everything from one allocator.
+  static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
+      EngineConfig config, const ShardInitializer& init,
+      memory::BufferAllocator& allocator) {
+    return Create(std::move(config), init, allocator, allocator);
+  }
 
   // Waits for prefetches still writing into the slots.
   ~StepEngine();

@@ -69,12 +69,34 @@ absl::Status ValidateShardHeaderLayout(const v1::ShardHeader& header) {
   return absl::OkStatus();
 }
 
+std::vector<PayloadPiece> PayloadPieces(const v1::ShardHeader& header,
+                                        int64_t chunk_bytes,
+                                        int64_t from_byte) {
+  std::vector<PayloadPiece> pieces;
+  if (chunk_bytes <= 0) return pieces;
+  for (int i = 0; i < header.sections_size(); ++i) {
+    const v1::ShardSection& section = header.sections(i);
+    const int64_t end = section.stream_offset() + section.byte_length();
+    for (int64_t at = std::max(from_byte, section.stream_offset()); at < end;
+         at += chunk_bytes) {
+      pieces.push_back(
+          PayloadPiece{.section = i,
+                       .section_offset = at - section.stream_offset(),
+                       .stream_offset = at,
+                       .length = std::min(chunk_bytes, end - at),
+                       .data = nullptr});
+    }
+  }
+  return pieces;
+}
+
 // ---------------------------------------------------------------------------
 // ShardStreamWriter
 
 absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
     v1::ShardHeader header, std::vector<SectionSource> sources,
-    int64_t max_chunk_bytes, int64_t resume_from_byte) {
+    int64_t max_chunk_bytes, int64_t resume_from_byte,
+    bool payload_out_of_band) {
   header.clear_sections();
   int64_t total = 0;
   for (int i = 0; i < static_cast<int>(sources.size()); ++i) {
@@ -121,7 +143,23 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
   }
   writer.crc_ = crc;
   writer.position_ = resume_from_byte;
+  writer.out_of_band_ = payload_out_of_band;
+  writer.header_.set_payload_out_of_band(payload_out_of_band);
+  writer.header_.set_chunk_bytes(payload_out_of_band ? writer.max_chunk_bytes_
+                                                     : 0);
   return writer;
+}
+
+std::vector<PayloadPiece> ShardStreamWriter::PendingPieces() const {
+  if (phase_ == Phase::kDone) return {};
+  std::vector<PayloadPiece> pieces =
+      PayloadPieces(header_, max_chunk_bytes_, position_);
+  for (PayloadPiece& piece : pieces) {
+    // The writer only reads; the pointer type is shared with the assembler.
+    piece.data = const_cast<uint8_t*>(sources_[piece.section].data) +
+                 piece.section_offset;
+  }
+  return pieces;
 }
 
 bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
@@ -153,7 +191,11 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       chunk->set_section(section_);
       chunk->set_section_offset(section_offset);
       chunk->set_stream_offset(position_);
-      chunk->set_data(data, static_cast<size_t>(length));
+      if (out_of_band_) {
+        chunk->set_length(length);
+      } else {
+        chunk->set_data(data, static_cast<size_t>(length));
+      }
       // One pass over the bytes: the whole-payload CRC is folded from the
       // chunk's.
       const uint32_t chunk_crc =
@@ -216,6 +258,11 @@ absl::Status ShardStreamAssembler::AddHeader(const v1::ShardHeader& header) {
   }
   absl::Status layout = ValidateShardHeaderLayout(header);
   if (!layout.ok()) return layout;
+  if (header.payload_out_of_band() && header.chunk_bytes() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header chunk_bytes ", header.chunk_bytes(),
+                     " must be > 0 with the payload out of band"));
+  }
   if (resume_from_byte_ > header.total_bytes()) {
     return absl::OutOfRangeError(
         absl::StrCat("resume_from_byte ", resume_from_byte_,
@@ -250,7 +297,15 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
         "chunk at stream byte ", chunk.stream_offset(), ", expected byte ",
         verified_, " (out of order, repeated or missing)"));
   }
-  if (chunk.data().empty()) {
+  const bool out_of_band = header_.payload_out_of_band();
+  if (out_of_band && !chunk.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at stream byte ", chunk.stream_offset(),
+        " carries data, but the header sends the payload out of band"));
+  }
+  const int64_t size =
+      out_of_band ? chunk.length() : static_cast<int64_t>(chunk.data().size());
+  if (size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("empty chunk at stream byte ", chunk.stream_offset()));
   }
@@ -284,7 +339,6 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
                      chunk.section_offset(), ", expected ", section_offset,
                      " in ", DescribeSection(header_, section_)));
   }
-  const int64_t size = static_cast<int64_t>(chunk.data().size());
   if (size > section.byte_length() - section_offset) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk at byte ", section_offset, " of ",
@@ -292,7 +346,19 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
                      " bytes run past the section's end (",
                      section.byte_length(), " bytes)"));
   }
-  const uint32_t crc = core::Crc32c(chunk.data().data(), chunk.data().size());
+  if (out_of_band && size != std::min(header_.chunk_bytes(),
+                                      section.byte_length() - section_offset)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at byte ", section_offset, " of ",
+        DescribeSection(header_, section_), ": length ", size,
+        " is not the piece's (chunk_bytes ", header_.chunk_bytes(), ")"));
+  }
+  // Out of band the bytes are at their destination already.
+  uint8_t* dest = destinations_[section_] + section_offset;
+  const uint8_t* bytes =
+      out_of_band ? dest
+                  : reinterpret_cast<const uint8_t*>(chunk.data().data());
+  const uint32_t crc = core::Crc32c(bytes, static_cast<size_t>(size));
   if (crc != chunk.crc32c()) {
     return absl::DataLossError(absl::StrFormat(
         "chunk at byte %d of %s: crc32c mismatch (chunk says 0x%08x, data "
@@ -300,9 +366,8 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
         section_offset, DescribeSection(header_, section_), chunk.crc32c(),
         crc));
   }
-  std::memcpy(destinations_[section_] + section_offset, chunk.data().data(),
-              chunk.data().size());
-  crc_ = core::Crc32cCombine(crc_, crc, chunk.data().size());
+  if (!out_of_band) std::memcpy(dest, bytes, static_cast<size_t>(size));
+  crc_ = core::Crc32cCombine(crc_, crc, static_cast<uint64_t>(size));
   verified_ += size;
   return absl::OkStatus();
 }
@@ -330,6 +395,16 @@ absl::Status ShardStreamAssembler::AddTrailer(const v1::ShardTrailer& trailer) {
   }
   phase_ = Phase::kDone;
   return absl::OkStatus();
+}
+
+std::vector<PayloadPiece> ShardStreamAssembler::PendingPieces() const {
+  if (phase_ != Phase::kChunks || !header_.payload_out_of_band()) return {};
+  std::vector<PayloadPiece> pieces =
+      PayloadPieces(header_, header_.chunk_bytes(), verified_);
+  for (PayloadPiece& piece : pieces) {
+    piece.data = destinations_[piece.section] + piece.section_offset;
+  }
+  return pieces;
 }
 
 absl::Status ShardStreamAssembler::Finish() const {

@@ -30,6 +30,13 @@
 // chunks in stream order, each inside one section, never empty, each with
 // the CRC-32C of its data; then one trailer with total_bytes and the CRC-32C
 // of the whole payload in stream order.
+//
+// Payload out of band (header.payload_out_of_band): the bytes travel
+// elsewhere (the replica group's Send/Recv, straight from the source's shard
+// into the replacement's, no copy), one piece per chunk, laid out by
+// PayloadPieces(header, header.chunk_bytes, resume point); the chunks carry
+// length and CRC but no data, and the assembler checks the CRC over the
+// bytes already at the destination.
 
 #ifndef SHARDD_DAEMON_RECOVERY_SHARD_STREAM_H_
 #define SHARDD_DAEMON_RECOVERY_SHARD_STREAM_H_
@@ -56,6 +63,25 @@ struct SectionSource {
 inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 inline constexpr int64_t kMaxChunkBytesCap = int64_t{16} << 20;
 
+// One piece of the payload in stream order: `length` bytes at
+// `section_offset` of section `section` (stream offset `stream_offset`).
+// With the payload out of band each piece is one Send/Recv; `data` is the
+// source's bytes (writer) or the destination (assembler).
+struct PayloadPiece {
+  int section = 0;
+  int64_t section_offset = 0;
+  int64_t stream_offset = 0;
+  int64_t length = 0;
+  uint8_t* data = nullptr;
+};
+
+// The pieces of a payload laid out by `header`'s sections, from stream byte
+// `from_byte` on: chunk_bytes long, except that none crosses a section's end
+// (empty sections have none). Both ends compute the same list. `data` is
+// left null. Requires chunk_bytes > 0 and a valid layout.
+std::vector<PayloadPiece> PayloadPieces(const v1::ShardHeader& header,
+                                        int64_t chunk_bytes, int64_t from_byte);
+
 // "section 2 (unit 1 kind ADAMW_EXP_AVG)"; for an index out of range,
 // "section 9".
 std::string DescribeSection(const v1::ShardHeader& header, int index);
@@ -77,9 +103,20 @@ class ShardStreamWriter {
   // INVALID_ARGUMENT for a negative byte_length, a null data pointer with
   // byte_length > 0, or resume_from_byte < 0; OUT_OF_RANGE for
   // resume_from_byte > the total.
+  //
+  // payload_out_of_band: the header says so (with chunk_bytes = the
+  // effective chunk size), chunks carry `length` and their CRC but no data,
+  // and the caller moves each of PendingPieces() itself (one Send each, in
+  // order).
   static absl::StatusOr<ShardStreamWriter> Create(
       v1::ShardHeader header, std::vector<SectionSource> sources,
-      int64_t max_chunk_bytes, int64_t resume_from_byte);
+      int64_t max_chunk_bytes, int64_t resume_from_byte,
+      bool payload_out_of_band = false);
+
+  // The pieces the chunks still to come describe, with the source's
+  // pointers (the same pieces, in the same order, as the chunks Next will
+  // produce).
+  std::vector<PayloadPiece> PendingPieces() const;
 
   // Fills *out with the next message (header, then chunks, then the
   // trailer) and returns true; returns false once the trailer was produced.
@@ -99,6 +136,7 @@ class ShardStreamWriter {
   v1::ShardHeader header_;
   std::vector<SectionSource> sources_;
   int64_t max_chunk_bytes_ = kDefaultMaxChunkBytes;
+  bool out_of_band_ = false;
   Phase phase_ = Phase::kHeader;
   int section_ = 0;
   int64_t position_ = 0;
@@ -141,6 +179,13 @@ class ShardStreamAssembler {
   // OK only when the trailer arrived and verified; otherwise the earlier
   // error or FAILED_PRECONDITION saying how far the stream got.
   absl::Status Finish() const;
+
+  // After a header with payload_out_of_band: the pieces still to receive,
+  // from verified_bytes() on, with their destinations. The caller receives
+  // each piece into its `data` (one Recv each, in order) and only then Adds
+  // its chunk, whose CRC is checked over the bytes in place (nothing is
+  // copied). Empty before the header or for an inline stream.
+  std::vector<PayloadPiece> PendingPieces() const;
 
   // The header (empty until it arrived).
   const v1::ShardHeader& header() const { return header_; }

@@ -1,6 +1,7 @@
 #include "daemon/recovery/shard_stream.h"
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -376,6 +377,138 @@ TEST_F(ShardStreamTest, ResumesABrokenStreamWithTheSameBytes) {
   // The assembler refuses a resume point beyond the header's total.
   ShardStreamAssembler beyond(Dest(), 4701, 0);
   EXPECT_EQ(beyond.Add(at_end[0]).code(), absl::StatusCode::kOutOfRange);
+}
+
+// Out of band: the writer's pieces are moved by the caller (here a memcpy
+// standing in for the replica group's Send/Recv, which this layer does not
+// know about), the chunks carry only place, length and CRC.
+class ShardStreamOutOfBandTest : public ShardStreamTest {
+ protected:
+  // Runs writer and assembler from `resume`, moving each piece before its
+  // chunk is added; `corrupt` (a stream offset, or -1) flips a byte of the
+  // piece that holds it after the move. Returns the first error.
+  absl::Status Transfer(int64_t chunk, int64_t resume = 0,
+                        uint32_t crc_so_far = 0, int64_t corrupt = -1) {
+    auto writer = ShardStreamWriter::Create(BaseHeader(), Sources(), chunk,
+                                            resume, /*payload_out_of_band=*/
+                                            true);
+    if (!writer.ok()) return writer.status();
+    ShardStreamAssembler assembler(Dest(), resume, crc_so_far);
+    v1::FetchShardResponse header;
+    EXPECT_TRUE(writer->Next(&header));
+    EXPECT_TRUE(header.header().payload_out_of_band());
+    if (absl::Status s = assembler.Add(header); !s.ok()) return s;
+    const std::vector<PayloadPiece> sent = writer->PendingPieces();
+    const std::vector<PayloadPiece> expected = assembler.PendingPieces();
+    EXPECT_EQ(sent.size(), expected.size());
+    pieces_ = static_cast<int>(sent.size());
+    v1::FetchShardResponse msg;
+    for (size_t i = 0; writer->Next(&msg); ++i) {
+      if (msg.has_chunk()) {
+        EXPECT_TRUE(msg.chunk().data().empty());
+        EXPECT_LT(i, sent.size());
+        EXPECT_EQ(sent[i].stream_offset, expected[i].stream_offset);
+        EXPECT_EQ(sent[i].length, expected[i].length);
+        EXPECT_EQ(msg.chunk().stream_offset(), sent[i].stream_offset);
+        EXPECT_EQ(msg.chunk().length(), sent[i].length);
+        std::memcpy(expected[i].data, sent[i].data, sent[i].length);
+        if (corrupt >= sent[i].stream_offset &&
+            corrupt < sent[i].stream_offset + sent[i].length) {
+          expected[i].data[corrupt - sent[i].stream_offset] ^= 0x10;
+        }
+      }
+      if (absl::Status s = assembler.Add(msg); !s.ok()) return s;
+    }
+    return assembler.Finish();
+  }
+
+  int pieces_ = 0;
+};
+
+TEST_F(ShardStreamOutOfBandTest, MovesEveryPieceOnceWithoutDataInChunks) {
+  const std::vector<int64_t> sizes = {0, 1, 1000, 0, 4097, 12345, 3, 0};
+  for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{0}}) {
+    MakeShard(sizes, static_cast<uint32_t>(chunk) + 7);
+    ASSERT_TRUE(Transfer(chunk).ok()) << "chunk " << chunk;
+    EXPECT_EQ(received_, bytes_) << "chunk " << chunk;
+    const int64_t max_chunk = chunk <= 0 ? kDefaultMaxChunkBytes : chunk;
+    int expected = 0;
+    for (int64_t size : sizes) {
+      expected += static_cast<int>((size + max_chunk - 1) / max_chunk);
+    }
+    EXPECT_EQ(pieces_, expected) << "chunk " << chunk;
+  }
+}
+
+TEST_F(ShardStreamOutOfBandTest, CorruptedPieceIsDataLossNamingItsSection) {
+  MakeShard({1000, 5000, 300});
+  const absl::Status status = Transfer(1024, 0, 0, /*corrupt=*/1000 + 2500);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("section 1 (unit 0 kind ADAMW_EXP_AVG)"),
+            std::string::npos)
+      << status;
+}
+
+TEST_F(ShardStreamOutOfBandTest, ResumesAtAnyByteWithTheSamePieces) {
+  MakeShard({0, 1500, 0, 2500, 700});
+  const int64_t resume = 2345;
+  uint32_t prefix_crc = core::Crc32c(bytes_[1].data(), 1500);
+  prefix_crc = core::Crc32cExtend(prefix_crc, bytes_[3].data(), resume - 1500);
+  std::memcpy(received_[1].data(), bytes_[1].data(), 1500);
+  std::memcpy(received_[3].data(), bytes_[3].data(), resume - 1500);
+  ASSERT_TRUE(Transfer(600, resume, prefix_crc).ok());
+  EXPECT_EQ(received_, bytes_);
+  // Pieces start at the resume point: 600 + 600 + 455 bytes to the end of
+  // section 3, then 600 + 100 of section 4.
+  EXPECT_EQ(pieces_, 5);
+}
+
+TEST_F(ShardStreamOutOfBandTest, RejectsChunksThatDisagreeWithTheHeader) {
+  MakeShard({1000});
+  auto writer = ShardStreamWriter::Create(BaseHeader(), Sources(), 400, 0,
+                                          /*payload_out_of_band=*/true);
+  ASSERT_TRUE(writer.ok());
+  v1::FetchShardResponse header, chunk;
+  ASSERT_TRUE(writer->Next(&header));
+  ASSERT_TRUE(writer->Next(&chunk));
+  {
+    // Data inside an out-of-band chunk.
+    ShardStreamAssembler assembler(Dest());
+    ASSERT_TRUE(assembler.Add(header).ok());
+    v1::FetchShardResponse with_data = chunk;
+    with_data.mutable_chunk()->set_data("x");
+    EXPECT_EQ(assembler.Add(with_data).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  {
+    // A length that is not the piece's.
+    ShardStreamAssembler assembler(Dest());
+    ASSERT_TRUE(assembler.Add(header).ok());
+    v1::FetchShardResponse shorter = chunk;
+    shorter.mutable_chunk()->set_length(300);
+    const absl::Status status = assembler.Add(shorter);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("not the piece's"), std::string::npos)
+        << status;
+  }
+  {
+    // A header without a piece size.
+    ShardStreamAssembler assembler(Dest());
+    v1::FetchShardResponse no_size = header;
+    no_size.mutable_header()->set_chunk_bytes(0);
+    EXPECT_EQ(assembler.Add(no_size).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(assembler.PendingPieces().empty());
+  }
+}
+
+TEST_F(ShardStreamOutOfBandTest, InlineStreamHasNoPendingPieces) {
+  MakeShard({1000});
+  std::vector<v1::FetchShardResponse> messages = Stream(400);
+  ShardStreamAssembler assembler(Dest());
+  ASSERT_TRUE(assembler.Add(messages[0]).ok());
+  EXPECT_FALSE(messages[0].header().payload_out_of_band());
+  EXPECT_TRUE(assembler.PendingPieces().empty());
 }
 
 }  // namespace

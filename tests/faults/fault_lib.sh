@@ -167,6 +167,8 @@ fl_start_coordinator() {
 # fl_start_daemon RUN RANK [FLAG...]: FL_DAEMON_PID[RANK]; incarnation I of
 # rank R logs to dR-I.log and writes commit-R-I.log.
 # FL_DAEMON_FLAGS: extra flags for every daemon (e.g. checkpoints).
+# FL_TRANSPORT: how fl_check_recovered expects the shard's bytes to have
+# travelled ("over the replica group", the default, or "in the stream").
 declare -A FL_DAEMON_N
 declare -a FL_DAEMON_PID
 FL_DAEMON_FLAGS=()
@@ -381,6 +383,8 @@ fl_check_recovered() {
     "grep -q '^shardd rank $r recovered shard $s at step $step from rank' <<<\"\$line\""
   fl_expect "$run: ... from a replica of shard $s (rank ${from:-?})" \
     "[[ -n '$from' && '$from' -ne $r && \$((${from:-0} % FL_F)) -eq $s ]]"
+  fl_expect "$run: ... with the bytes ${FL_TRANSPORT:-over the replica group}" \
+    "grep -q '${FL_TRANSPORT:-over the replica group})\$' <<<\"\$line\""
   fl_expect "$run: coordinator removed the dead rank $r" \
     "cat '$d'/coord-*.log | grep -q 'MEMBER_REMOVED: rank $r '"
   fl_expect "$run: coordinator planned rank $r's copy of shard $s at step $step" \

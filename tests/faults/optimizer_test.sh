@@ -10,11 +10,17 @@
 # step 4 committed once per rank, the old rank 3 never committed it), the
 # survivors' trainers committed step 4 in the first attempt, and the
 # replacement and rank 3's trainer continue from step 4.
+#
+# The daemons of the faulty run use --recovery_transport=stream: the other
+# fault tests copy shards over the replica group (the default), this one
+# checks the copy inside the FetchShard stream.
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference
+FL_DAEMON_FLAGS=(--recovery_transport=stream)
+FL_TRANSPORT="in the stream"
 
 RANK=3
 STEP=4
