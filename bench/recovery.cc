@@ -35,10 +35,14 @@
 //               (0 otherwise);
 //   rendezvous  MEMBER_JOINED -> EPOCH_READY minus the transfer: recovery
 //               planning, the new epoch's communicators, the READY reports;
+//               the replacement builds its step engine meanwhile (every
+//               buffer allocated and pre-faulted; its "engine prepared in T
+//               s" line, reported as its own row);
 //   transfer    the replacement's own figure (its "recovered shard ... in
-//               T s" line): probe of the source, creating its step engine
-//               (every buffer allocated in shared memory and pre-faulted) and
-//               the FetchShard stream, checked and assembled;
+//               T s" line): the FetchShard call, whose header is followed by
+//               the shard's bytes over the epoch's replica group (Gloo
+//               send/recv straight into the engine) and each piece's CRC-32C
+//               checked, then the install;
 //   first_step  EPOCH_READY -> the last of the 4 trainers' first "step N"
 //               line after the failure (the aborted step redone, committed);
 //   total       t_kill -> that same line: training resumed everywhere.
@@ -49,8 +53,9 @@
 //
 // The transfer row is split at the replacement's "engine ready for the
 // shard copy" line (printed when the header arrived and its engine exists):
-// "engine+probe" before it, "stream" (and the install) after it, both by
-// the arrival times of the two lines here.
+// "request+header" before it (and the engine's creation, when it was not
+// prepared), "data" (and the install) after it, both by the arrival times of
+// the two lines here.
 //
 // After training, with the cluster still up, this process fetches the same
 // shard from rank 3 (rank 1's replica) over Peer.FetchShard itself: once
@@ -147,6 +152,7 @@
 #include "bench/bench_report.h"
 #include "bench/recovery_timeline.h"
 #include "client/trainer_client.h"
+#include "daemon/memory/private_allocator.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
@@ -334,6 +340,8 @@ struct Timeline {
   // "recovered shard" lines.
   absl::Time engine_ready;
   absl::Time recovered_line;
+  // From "engine prepared in T s" (-1: the engine was not prepared).
+  double engine_prepared_s = -1;
   int copy_attempts = 0;  // Engines created: 1 unless an attempt failed.
 };
 
@@ -343,6 +351,7 @@ struct RecoveryResult {
   int64_t shard_bytes = 0;
   int64_t recovered_step = 0;
   double replacement_startup_s = 0;  // spawn -> "listening on" (joined)
+  double engine_prepared_s = -1;
   int copy_attempts = 0;
   // The direct fetch by this process from rank 3.
   double fetch_fresh_s = 0, fetch_prefaulted_s = 0;
@@ -573,6 +582,15 @@ class RecoveryRun {
     bool engine_seen = false;
     for (const LineLog::Line& l : log_.Snapshot()) {
       if (l.source != name || l.time > recovered->time) continue;
+      if (const size_t at = l.text.find("engine prepared in ");
+          at != std::string::npos) {
+        const std::vector<std::string> words =
+            absl::StrSplit(l.text.substr(at + 19), ' ');
+        double prepared = 0;
+        if (!words.empty() && absl::SimpleAtod(words[0], &prepared)) {
+          t.engine_prepared_s = prepared;
+        }
+      }
       if (absl::StrContains(l.text, "engine ready for the shard copy")) {
         t.engine_ready = l.time;
         engine_seen = true;
@@ -655,6 +673,7 @@ class RecoveryRun {
     r->recovered_step = t.recovered.step;
     r->shard_bytes = t.recovered.bytes;
     r->copy_attempts = t.copy_attempts;
+    r->engine_prepared_s = t.engine_prepared_s;
     r->replacement_startup_s =
         absl::ToDoubleSeconds(t.replacement_listening - t.replacement_spawned);
     return absl::OkStatus();
@@ -784,7 +803,17 @@ int RestoreWorker(const Options& o) {
     }
   }
   const double resident = ResidentFraction(path);
-  std::vector<std::unique_ptr<uint8_t[]>> sections;
+  // The memory a daemon's engine restores into (PrivateAllocator: huge
+  // pages, pre-faulted at allocation).
+  memory::PrivateAllocator allocator;
+  std::vector<std::unique_ptr<memory::ByteBuffer>> sections;
+  auto allocate = [&](int64_t bytes) -> absl::StatusOr<uint8_t*> {
+    absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+        allocator.Allocate("section", std::max<int64_t>(1, bytes));
+    if (!b.ok()) return b.status();
+    sections.push_back(*std::move(b));
+    return sections.back()->data();
+  };
   if (o.restore_mode == "warm_prefaulted") {
     absl::StatusOr<v1::ShardHeader> header =
         recovery::ReadShardCheckpointHeader(path);
@@ -793,9 +822,10 @@ int RestoreWorker(const Options& o) {
       return 1;
     }
     for (const v1::ShardSection& s : header->sections()) {
-      const int64_t n = std::max<int64_t>(1, s.byte_length());
-      sections.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[n]));
-      std::memset(sections.back().get(), 0, n);
+      if (absl::StatusOr<uint8_t*> p = allocate(s.byte_length()); !p.ok()) {
+        std::cerr << "restore: " << p.status() << "\n";
+        return 1;
+      }
     }
   }
   const bool prefaulted = !sections.empty();
@@ -804,12 +834,8 @@ int RestoreWorker(const Options& o) {
   const absl::Status s = recovery::ReadShardCheckpoint(
       path,
       [&](const v1::ShardHeader& h, int index) -> absl::StatusOr<uint8_t*> {
-        if (!prefaulted) {
-          sections.push_back(
-              std::unique_ptr<uint8_t[]>(new uint8_t[std::max<int64_t>(
-                  1, h.sections(index).byte_length())]));
-        }
-        return sections[index].get();
+        if (!prefaulted) return allocate(h.sections(index).byte_length());
+        return sections[index]->data();
       },
       &header);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
@@ -1276,8 +1302,11 @@ int Run(const Options& options) {
       report.AddRow(std::move(row));
     };
     add("transfer (replacement)", r->phases.transfer_s);
-    add("  engine+probe part", r->phases.engine_s);
-    add("  stream part", r->phases.stream_s);
+    add("  request+header part", r->phases.engine_s);
+    add("  data part", r->phases.stream_s);
+    if (r->engine_prepared_s >= 0) {
+      add("engine prepared (in the rendezvous)", r->engine_prepared_s);
+    }
     add("direct fetch, fresh", r->fetch_fresh_s, std::nullopt,
         r->fetch_fresh_cpu_s);
     add("direct fetch, prefaulted", r->fetch_prefaulted_s, std::nullopt,

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/comm/gloo_collective.h"
@@ -416,8 +417,25 @@ void NodeManager::EpochLoop() {
       absl::Status set = store->Set("restore/step", absl::StrCat(restore_step));
       if (!set.ok()) continue;  // A newer epoch: publish there.
     }
+    // A replacement about to copy its shard builds its engine while the
+    // communicators form.
+    std::thread prepare;
+    {
+      absl::MutexLock lock(&mu_);
+      if (engine_ == nullptr && !recovery_done_ && !prepared_.has_value() &&
+          joined.has_recovery() &&
+          joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE &&
+          joined.recovery().source_ranks_size() > 0) {
+        prepare = std::thread([this, plan = joined.recovery(),
+                               world = view->world_size,
+                               factor = view->sharding_factor] {
+          PrepareEngine(plan, world, factor);
+        });
+      }
+    }
     absl::Status built = BuildCommunicators(view->epoch, view->world_size,
                                             view->sharding_factor);
+    if (prepare.joinable()) prepare.join();
     if (!built.ok()) {
       absl::MutexLock lock(&mu_);
       comm_failed_ = true;
@@ -1880,6 +1898,41 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
   return absl::OkStatus();
 }
 
+void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
+                                int factor) {
+  if (!options_.probe_peer) return;
+  const absl::Time started = absl::Now();
+  const int source = plan.source_ranks(0);
+  std::string address;
+  for (const v1::MemberInfo& m : client_->view().members) {
+    if (m.rank() == source) address = m.peer_address();
+  }
+  if (address.empty()) return;
+  absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
+      address, absl::Now() + absl::Seconds(2), /*include_model=*/true);
+  if (!probe.ok() || !probe->registered() || !probe->has_model()) return;
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(probe->model());
+  if (!model.ok()) return;
+  absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
+      *model, world, factor, [](int, int64_t, float* out, int64_t n) {
+        std::fill(out, out + n, 0.0f);
+      });
+  if (!created.ok()) return;
+  std::printf(
+      "shardd rank %d: engine prepared in %.3f s while the epoch's "
+      "communicators formed\n",
+      client_->rank(), absl::ToDoubleSeconds(absl::Now() - started));
+  std::fflush(stdout);
+  absl::MutexLock lock(&mu_);
+  prepared_ = PreparedEngine{.engine = std::move(*created),
+                             .model = *std::move(model),
+                             .fingerprint = probe->model_fingerprint(),
+                             .source = source,
+                             .world_size = world,
+                             .sharding_factor = factor};
+}
+
 absl::Status NodeManager::FetchFrom(int64_t epoch,
                                     const v1::ShardTransfer& plan, int source,
                                     absl::Time deadline) {
@@ -1896,18 +1949,31 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
         absl::StrCat("source rank ", source, " is not a live member"));
   }
   const absl::Time started = absl::Now();
-  absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-      address, std::min(deadline, absl::Now() + absl::Seconds(2)));
-  if (!probe.ok()) return probe.status();
-  if (!probe->registered()) {
-    return absl::NotFoundError(absl::StrCat(
-        "rank ", source, " holds no model yet: nothing to recover"));
-  }
   int world = 0, factor = 0;
+  // An engine prepared from this source's model (for this W and F), taken
+  // here so that a failed attempt does not leave it half-written for the
+  // next: that one builds its own.
+  std::optional<PreparedEngine> prepared;
   {
     absl::MutexLock lock(&mu_);
     world = world_size_;
     factor = sharding_factor_;
+    if (prepared_.has_value() && prepared_->world_size == world &&
+        prepared_->sharding_factor == factor) {
+      prepared = std::move(prepared_);
+    }
+    prepared_.reset();
+  }
+  if (!prepared.has_value() || prepared->source != source) {
+    // Its Probe said it holds the model; otherwise ask now.
+    absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
+        address, std::min(deadline, absl::Now() + absl::Seconds(2)),
+        /*include_model=*/false);
+    if (!probe.ok()) return probe.status();
+    if (!probe->registered()) {
+      return absl::NotFoundError(absl::StrCat(
+          "rank ", source, " holds no model yet: nothing to recover"));
+    }
   }
   v1::FetchShardRequest request;
   request.set_epoch(epoch);
@@ -1922,7 +1988,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   }
   if (replica != nullptr) {
     request.set_payload_over_replica_group(true);
-    request.set_max_chunk_bytes(recovery::kMaxChunkBytesCap);
+    request.set_max_chunk_bytes(recovery::kMaxPieceBytesCap);
   }
   std::vector<std::shared_ptr<comm::Work>> recvs;
   size_t pieces_done = 0;
@@ -1933,23 +1999,36 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
       [&](const v1::ShardHeader& header,
           int index) -> absl::StatusOr<uint8_t*> {
         if (engine == nullptr) {
-          absl::StatusOr<core::ModelConfig> m =
-              ProtoConvert::ModelFromProto(header.model());
-          if (!m.ok()) return m.status();
           const absl::Time t_create = absl::Now();
-          absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
-              *m, world, factor, [](int, int64_t, float* out, int64_t n) {
-                std::fill(out, out + n, 0.0f);
-              });
-          if (!created.ok()) return created.status();
-          engine = std::move(*created);
-          model = *std::move(m);
+          const bool was_prepared =
+              prepared.has_value() &&
+              prepared->fingerprint == header.model_fingerprint();
+          if (was_prepared) {
+            engine = std::move(prepared->engine);
+            model = std::move(prepared->model);
+          } else {
+            absl::StatusOr<core::ModelConfig> m =
+                ProtoConvert::ModelFromProto(header.model());
+            if (!m.ok()) return m.status();
+            absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
+                *m, world, factor, [](int, int64_t, float* out, int64_t n) {
+                  std::fill(out, out + n, 0.0f);
+                });
+            if (!created.ok()) return created.status();
+            engine = std::move(*created);
+            model = *std::move(m);
+          }
+          prepared.reset();
           mine = engine->StateSections();
           // bench/recovery splits the copy at this line: engine vs. stream.
-          std::printf(
-              "shardd rank %d: engine ready for the shard copy (created in "
-              "%.3f s)\n",
-              client_->rank(), absl::ToDoubleSeconds(absl::Now() - t_create));
+          std::printf("shardd rank %d: engine ready for the shard copy (%s)\n",
+                      client_->rank(),
+                      was_prepared
+                          ? "prepared during the rendezvous"
+                          : absl::StrFormat(
+                                "created in %.3f s",
+                                absl::ToDoubleSeconds(absl::Now() - t_create))
+                                .c_str());
           std::fflush(stdout);
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
@@ -2183,7 +2262,7 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   return status;
 }
 
-v1::ProbeResponse NodeManager::Probe() const {
+v1::ProbeResponse NodeManager::Probe(bool include_model) const {
   v1::ProbeResponse probe;
   absl::MutexLock lock(&mu_);
   probe.set_rank(client_->rank());
@@ -2194,6 +2273,10 @@ v1::ProbeResponse NodeManager::Probe() const {
                                 : v1::MEMBER_STATE_JOINING);
   probe.set_registered(engine_ != nullptr);
   probe.set_incarnation(client_->incarnation());
+  if (include_model && engine_ != nullptr && model_.has_value()) {
+    *probe.mutable_model() = ProtoConvert::ModelToProto(*model_);
+    probe.set_model_fingerprint(fingerprint_);
+  }
   return probe;
 }
 

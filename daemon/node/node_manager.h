@@ -73,7 +73,7 @@ struct NodeOptions {
           on_message)>
       fetch_shard;
   std::function<absl::StatusOr<v1::ProbeResponse>(
-      const std::string& peer_address, absl::Time deadline)>
+      const std::string& peer_address, absl::Time deadline, bool include_model)>
       probe_peer;
   // How long a replacement keeps trying its sources before it gives up on
   // this epoch (and tries again in the next).
@@ -159,7 +159,8 @@ class NodeManager {
       const std::function<bool()>& cancelled);
 
   v1::GetStatusResponse GetStatus() const;
-  v1::ProbeResponse Probe() const;
+  // include_model: with the registered model and its fingerprint.
+  v1::ProbeResponse Probe(bool include_model = false) const;
 
  private:
   explicit NodeManager(NodeOptions options);
@@ -198,6 +199,11 @@ class NodeManager {
                          int source, absl::Time deadline);
   // The header (model, fingerprint, shard index) and sections of this
   // rank's state, for a transfer or a checkpoint. Needs mu_.
+  // A replacement about to copy its shard: learns the model from the plan's
+  // first source (Probe) and builds the engine into prepared_, so that
+  // faulting in GBs of memory overlaps the rendezvous instead of the copy.
+  // Best effort: on any error FetchFrom builds the engine itself.
+  void PrepareEngine(const v1::ShardTransfer& plan, int world, int factor);
   // This epoch's replica group once this daemon has built it (waiting
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
@@ -252,6 +258,17 @@ class NodeManager {
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  // A replacement's engine, built from a replica's Probe while the epoch's
+  // communicators formed (PrepareEngine), waiting for FetchFrom to fill it.
+  struct PreparedEngine {
+    std::shared_ptr<StepEngine> engine;
+    core::ModelConfig model;
+    uint64_t fingerprint = 0;
+    int source = -1;
+    int world_size = 0;
+    int sharding_factor = 0;
+  };
+  std::optional<PreparedEngine> prepared_ ABSL_GUARDED_BY(mu_);
   std::set<int> held_ ABSL_GUARDED_BY(mu_);     // Gathered, not released.
   std::set<int> reduced_ ABSL_GUARDED_BY(mu_);  // Reduced in this step.
   // Micro-batches accumulated without synchronisation, per unit.

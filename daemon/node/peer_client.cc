@@ -66,12 +66,13 @@ absl::Status PeerClient::FetchShard(
 
 absl::StatusOr<v1::ProbeResponse> PeerClient::Probe(
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    const std::string& peer_address, absl::Time deadline) {
+    const std::string& peer_address, absl::Time deadline, bool include_model) {
   std::unique_ptr<v1::Peer::Stub> stub = Connect(credentials, peer_address);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::ProbeRequest request;
   request.set_from_rank(-1);
+  request.set_include_model(include_model);
   v1::ProbeResponse response;
   const grpc::Status status = stub->Probe(&context, request, &response);
   if (!status.ok()) return Named(peer_address, rpc::FromGrpc(status));

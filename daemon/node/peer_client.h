@@ -37,7 +37,8 @@ class PeerClient {
 
   static absl::StatusOr<v1::ProbeResponse> Probe(
       const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-      const std::string& peer_address, absl::Time deadline);
+      const std::string& peer_address, absl::Time deadline,
+      bool include_model = false);
 };
 
 }  // namespace shardd::node

@@ -4,14 +4,15 @@
 
 namespace shardd::node {
 
-grpc::Status PeerService::Probe(grpc::ServerContext*, const v1::ProbeRequest*,
+grpc::Status PeerService::Probe(grpc::ServerContext*,
+                                const v1::ProbeRequest* request,
                                 v1::ProbeResponse* response) {
   NodeManager* manager = manager_.load();
   if (manager == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the daemon has not joined the coordinator yet");
   }
-  *response = manager->Probe();
+  *response = manager->Probe(request->include_model());
   return grpc::Status::OK;
 }
 

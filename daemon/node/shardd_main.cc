@@ -298,8 +298,10 @@ int Run() {
                                       request, deadline, on_message);
       };
   options.probe_peer = [channel_credentials](const std::string& peer_address,
-                                             absl::Time deadline) {
-    return PeerClient::Probe(channel_credentials, peer_address, deadline);
+                                             absl::Time deadline,
+                                             bool include_model) {
+    return PeerClient::Probe(channel_credentials, peer_address, deadline,
+                             include_model);
   };
   options.observer = observer.get();
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =

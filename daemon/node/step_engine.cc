@@ -316,25 +316,31 @@ std::vector<StepEngine::StateSection> StepEngine::StateSections() {
   int64_t total_stored = 0;
   for (const UnitState& st : units_) total_stored += st.shard_stored;
   float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const UnitState& st = units_[u];
-    const int64_t bytes = st.shard_stored * static_cast<int64_t>(sizeof(float));
-    auto add = [&](StateKind kind, float* p) {
-      out.push_back(StateSection{static_cast<int>(u), kind, st.shard_stored,
-                                 reinterpret_cast<uint8_t*>(p), bytes});
-    };
-    add(StateKind::kParameters, master(u));
-    switch (config_.optimizer.kind) {
-      case core::OptimizerKind::kAdamW:
-        add(StateKind::kExpAvg, state + st.shard_offset);
-        add(StateKind::kExpAvgSq, state + total_stored + st.shard_offset);
-        break;
-      case core::OptimizerKind::kSgdMomentum:
-        add(StateKind::kMomentum, state + st.shard_offset);
-        break;
-      case core::OptimizerKind::kSgd:
-        break;
+  // Kind-major, units in order within a kind: each kind's shards lie back to
+  // back in one buffer (and the optimizer's kinds back to back in state_),
+  // so consecutive sections are consecutive memory and a shard copy moves
+  // them in a few large pieces.
+  auto add_all = [&](StateKind kind, float* base) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const UnitState& st = units_[u];
+      out.push_back(
+          StateSection{static_cast<int>(u), kind, st.shard_stored,
+                       reinterpret_cast<uint8_t*>(base + st.shard_offset),
+                       st.shard_stored * static_cast<int64_t>(sizeof(float))});
     }
+  };
+  add_all(StateKind::kParameters,
+          master_ ? reinterpret_cast<float*>(master_->data()) : nullptr);
+  switch (config_.optimizer.kind) {
+    case core::OptimizerKind::kAdamW:
+      add_all(StateKind::kExpAvg, state);
+      add_all(StateKind::kExpAvgSq, state + total_stored);
+      break;
+    case core::OptimizerKind::kSgdMomentum:
+      add_all(StateKind::kMomentum, state);
+      break;
+    case core::OptimizerKind::kSgd:
+      break;
   }
   return out;
 }

@@ -203,7 +203,9 @@ class StepEngine {
     uint8_t* data = nullptr;  // numel fp32 values in the engine's buffers.
     int64_t bytes = 0;
   };
-  // The sections in a fixed order (unit-major). The pointers stay valid for
+  // The sections in a fixed order: kind-major (parameters of every unit,
+  // then each optimizer state kind of every unit), which is also their
+  // order in memory. The pointers stay valid for
   // the engine's life; the caller serialises reading and writing them
   // against Step (NodeManager's op lock).
   std::vector<StateSection> StateSections();

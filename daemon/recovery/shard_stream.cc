@@ -74,18 +74,39 @@ std::vector<PayloadPiece> PayloadPieces(const v1::ShardHeader& header,
                                         int64_t from_byte) {
   std::vector<PayloadPiece> pieces;
   if (chunk_bytes <= 0) return pieces;
-  for (int i = 0; i < header.sections_size(); ++i) {
-    const v1::ShardSection& section = header.sections(i);
-    const int64_t end = section.stream_offset() + section.byte_length();
-    for (int64_t at = std::max(from_byte, section.stream_offset()); at < end;
-         at += chunk_bytes) {
-      pieces.push_back(
-          PayloadPiece{.section = i,
-                       .section_offset = at - section.stream_offset(),
-                       .stream_offset = at,
-                       .length = std::min(chunk_bytes, end - at),
-                       .data = nullptr});
+  const int n = header.sections_size();
+  auto end_of = [&](int k) {
+    return header.sections(k).stream_offset() +
+           header.sections(k).byte_length();
+  };
+  int i = 0;
+  while (i < n) {
+    if (header.sections(i).byte_length() == 0) {
+      ++i;
+      continue;
     }
+    // A run: section i and the non-empty sections that follow it in the
+    // sender's memory (empty ones in between neither join nor break it).
+    const int64_t run_start = header.sections(i).stream_offset();
+    int64_t run_end = end_of(i);
+    int j = i + 1;
+    for (; j < n; ++j) {
+      if (header.sections(j).byte_length() == 0) continue;
+      if (!header.sections(j).follows_previous()) break;
+      run_end = end_of(j);
+    }
+    int k = i;  // The section holding `at`.
+    for (int64_t at = std::max(from_byte, run_start); at < run_end;
+         at += chunk_bytes) {
+      while (end_of(k) <= at) ++k;
+      pieces.push_back(PayloadPiece{
+          .section = k,
+          .section_offset = at - header.sections(k).stream_offset(),
+          .stream_offset = at,
+          .length = std::min(chunk_bytes, run_end - at),
+          .data = nullptr});
+    }
+    i = j;
   }
   return pieces;
 }
@@ -129,9 +150,11 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
   ShardStreamWriter writer;
   writer.header_ = std::move(header);
   writer.sources_ = std::move(sources);
-  writer.max_chunk_bytes_ = max_chunk_bytes <= 0
-                                ? kDefaultMaxChunkBytes
-                                : std::min(max_chunk_bytes, kMaxChunkBytesCap);
+  writer.max_chunk_bytes_ =
+      max_chunk_bytes <= 0
+          ? kDefaultMaxChunkBytes
+          : std::min(max_chunk_bytes, payload_out_of_band ? kMaxPieceBytesCap
+                                                          : kMaxChunkBytesCap);
   // The CRC of the skipped prefix, so that the trailer covers everything.
   uint32_t crc = 0;
   for (const SectionSource& source : writer.sources_) {
@@ -143,23 +166,43 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
   }
   writer.crc_ = crc;
   writer.position_ = resume_from_byte;
-  writer.out_of_band_ = payload_out_of_band;
-  writer.header_.set_payload_out_of_band(payload_out_of_band);
-  writer.header_.set_chunk_bytes(payload_out_of_band ? writer.max_chunk_bytes_
-                                                     : 0);
+  if (payload_out_of_band) {
+    // Runs of sections that are consecutive in this process's memory move
+    // as a few large pieces rather than one or more per section.
+    v1::ShardHeader& h = writer.header_;
+    int previous = -1;  // The last non-empty section.
+    for (int k = 0; k < h.sections_size(); ++k) {
+      const int64_t length = h.sections(k).byte_length();
+      if (length == 0) continue;
+      h.mutable_sections(k)->set_follows_previous(
+          previous >= 0 &&
+          writer.sources_[previous].data + h.sections(previous).byte_length() ==
+              writer.sources_[k].data);
+      previous = k;
+    }
+    h.set_payload_out_of_band(true);
+    h.set_chunk_bytes(writer.max_chunk_bytes_);
+    writer.pieces_ = writer.PiecesFrom(resume_from_byte);
+    writer.out_of_band_ = true;
+  }
   return writer;
 }
 
-std::vector<PayloadPiece> ShardStreamWriter::PendingPieces() const {
-  if (phase_ == Phase::kDone) return {};
+std::vector<PayloadPiece> ShardStreamWriter::PiecesFrom(int64_t byte) const {
   std::vector<PayloadPiece> pieces =
-      PayloadPieces(header_, max_chunk_bytes_, position_);
+      PayloadPieces(header_, max_chunk_bytes_, byte);
   for (PayloadPiece& piece : pieces) {
     // The writer only reads; the pointer type is shared with the assembler.
     piece.data = const_cast<uint8_t*>(sources_[piece.section].data) +
                  piece.section_offset;
   }
   return pieces;
+}
+
+std::vector<PayloadPiece> ShardStreamWriter::PendingPieces() const {
+  if (!out_of_band_ || phase_ == Phase::kDone) return {};
+  return std::vector<PayloadPiece>(pieces_.begin() + next_piece_,
+                                   pieces_.end());
 }
 
 bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
@@ -169,6 +212,7 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       phase_ = Phase::kChunks;
       return true;
     case Phase::kChunks: {
+      if (out_of_band_) return NextPiece(out);
       const int n = static_cast<int>(sources_.size());
       while (section_ < n &&
              position_ >= sources_[section_].section.stream_offset() +
@@ -191,11 +235,7 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       chunk->set_section(section_);
       chunk->set_section_offset(section_offset);
       chunk->set_stream_offset(position_);
-      if (out_of_band_) {
-        chunk->set_length(length);
-      } else {
-        chunk->set_data(data, static_cast<size_t>(length));
-      }
+      chunk->set_data(data, static_cast<size_t>(length));
       // One pass over the bytes: the whole-payload CRC is folded from the
       // chunk's.
       const uint32_t chunk_crc =
@@ -211,6 +251,30 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       return false;
   }
   return false;
+}
+
+bool ShardStreamWriter::NextPiece(v1::FetchShardResponse* out) {
+  if (next_piece_ == pieces_.size()) {
+    v1::ShardTrailer* trailer = out->mutable_trailer();
+    trailer->set_total_bytes(header_.total_bytes());
+    trailer->set_crc32c(crc_);
+    phase_ = Phase::kDone;
+    return true;
+  }
+  const PayloadPiece& piece = pieces_[next_piece_++];
+  v1::ShardChunk* chunk = out->mutable_chunk();
+  chunk->set_section(piece.section);
+  chunk->set_section_offset(piece.section_offset);
+  chunk->set_stream_offset(piece.stream_offset);
+  chunk->set_length(piece.length);
+  const uint32_t piece_crc =
+      core::Crc32c(piece.data, static_cast<size_t>(piece.length));
+  chunk->set_crc32c(piece_crc);
+  crc_ =
+      core::Crc32cCombine(crc_, piece_crc, static_cast<uint64_t>(piece.length));
+  position_ += piece.length;
+  bytes_sent_ += piece.length;
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -280,8 +344,33 @@ absl::Status ShardStreamAssembler::AddHeader(const v1::ShardHeader& header) {
     }
     destinations.push_back(*dest);
   }
+  std::vector<PayloadPiece> pieces;
+  if (header.payload_out_of_band()) {
+    // A piece that runs on from one section into the next lands in one
+    // receive, so our destinations must be consecutive wherever the
+    // sender's sections are.
+    int previous = -1;
+    for (int k = 0; k < header.sections_size(); ++k) {
+      if (header.sections(k).byte_length() == 0) continue;
+      if (header.sections(k).follows_previous() &&
+          (previous < 0 ||
+           destinations[previous] + header.sections(previous).byte_length() !=
+               destinations[k])) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            DescribeSection(header, k),
+            " follows the previous section in the sender's memory but not "
+            "at its destination here: the payload cannot come out of band"));
+      }
+      previous = k;
+    }
+    pieces = PayloadPieces(header, header.chunk_bytes(), resume_from_byte_);
+    for (PayloadPiece& piece : pieces) {
+      piece.data = destinations[piece.section] + piece.section_offset;
+    }
+  }
   header_ = header;
   destinations_ = std::move(destinations);
+  pieces_ = std::move(pieces);
   phase_ = Phase::kChunks;
   return absl::OkStatus();
 }
@@ -297,15 +386,8 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
         "chunk at stream byte ", chunk.stream_offset(), ", expected byte ",
         verified_, " (out of order, repeated or missing)"));
   }
-  const bool out_of_band = header_.payload_out_of_band();
-  if (out_of_band && !chunk.data().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk at stream byte ", chunk.stream_offset(),
-        " carries data, but the header sends the payload out of band"));
-  }
-  const int64_t size =
-      out_of_band ? chunk.length() : static_cast<int64_t>(chunk.data().size());
-  if (size <= 0) {
+  if (header_.payload_out_of_band()) return AddPiece(chunk);
+  if (chunk.data().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("empty chunk at stream byte ", chunk.stream_offset()));
   }
@@ -339,6 +421,7 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
                      chunk.section_offset(), ", expected ", section_offset,
                      " in ", DescribeSection(header_, section_)));
   }
+  const int64_t size = static_cast<int64_t>(chunk.data().size());
   if (size > section.byte_length() - section_offset) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk at byte ", section_offset, " of ",
@@ -346,19 +429,7 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
                      " bytes run past the section's end (",
                      section.byte_length(), " bytes)"));
   }
-  if (out_of_band && size != std::min(header_.chunk_bytes(),
-                                      section.byte_length() - section_offset)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk at byte ", section_offset, " of ",
-        DescribeSection(header_, section_), ": length ", size,
-        " is not the piece's (chunk_bytes ", header_.chunk_bytes(), ")"));
-  }
-  // Out of band the bytes are at their destination already.
-  uint8_t* dest = destinations_[section_] + section_offset;
-  const uint8_t* bytes =
-      out_of_band ? dest
-                  : reinterpret_cast<const uint8_t*>(chunk.data().data());
-  const uint32_t crc = core::Crc32c(bytes, static_cast<size_t>(size));
+  const uint32_t crc = core::Crc32c(chunk.data().data(), chunk.data().size());
   if (crc != chunk.crc32c()) {
     return absl::DataLossError(absl::StrFormat(
         "chunk at byte %d of %s: crc32c mismatch (chunk says 0x%08x, data "
@@ -366,9 +437,49 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
         section_offset, DescribeSection(header_, section_), chunk.crc32c(),
         crc));
   }
-  if (!out_of_band) std::memcpy(dest, bytes, static_cast<size_t>(size));
-  crc_ = core::Crc32cCombine(crc_, crc, static_cast<uint64_t>(size));
+  std::memcpy(destinations_[section_] + section_offset, chunk.data().data(),
+              chunk.data().size());
+  crc_ = core::Crc32cCombine(crc_, crc, chunk.data().size());
   verified_ += size;
+  return absl::OkStatus();
+}
+
+absl::Status ShardStreamAssembler::AddPiece(const v1::ShardChunk& chunk) {
+  if (!chunk.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at stream byte ", chunk.stream_offset(),
+        " carries data, but the header sends the payload out of band"));
+  }
+  if (next_piece_ == pieces_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk after all ", header_.total_bytes(),
+                     " bytes (expected the trailer)"));
+  }
+  const PayloadPiece& piece = pieces_[next_piece_];
+  if (chunk.section() != piece.section ||
+      chunk.section_offset() != piece.section_offset ||
+      chunk.length() != piece.length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at stream byte ", chunk.stream_offset(), ": section ",
+        chunk.section(), " offset ", chunk.section_offset(), " length ",
+        chunk.length(), " is not the piece's (",
+        DescribeSection(header_, piece.section), " offset ",
+        piece.section_offset, " length ", piece.length, ", chunk_bytes ",
+        header_.chunk_bytes(), ")"));
+  }
+  // The bytes are at their destination already.
+  const uint32_t crc =
+      core::Crc32c(piece.data, static_cast<size_t>(piece.length));
+  if (crc != chunk.crc32c()) {
+    return absl::DataLossError(absl::StrFormat(
+        "piece at byte %d of %s (%d bytes): crc32c mismatch (chunk says "
+        "0x%08x, data has 0x%08x)",
+        piece.section_offset, DescribeSection(header_, piece.section),
+        piece.length, chunk.crc32c(), crc));
+  }
+  crc_ = core::Crc32cCombine(crc_, crc, static_cast<uint64_t>(piece.length));
+  verified_ += piece.length;
+  ++next_piece_;
   return absl::OkStatus();
 }
 
@@ -398,13 +509,9 @@ absl::Status ShardStreamAssembler::AddTrailer(const v1::ShardTrailer& trailer) {
 }
 
 std::vector<PayloadPiece> ShardStreamAssembler::PendingPieces() const {
-  if (phase_ != Phase::kChunks || !header_.payload_out_of_band()) return {};
-  std::vector<PayloadPiece> pieces =
-      PayloadPieces(header_, header_.chunk_bytes(), verified_);
-  for (PayloadPiece& piece : pieces) {
-    piece.data = destinations_[piece.section] + piece.section_offset;
-  }
-  return pieces;
+  if (phase_ != Phase::kChunks) return {};
+  return std::vector<PayloadPiece>(pieces_.begin() + next_piece_,
+                                   pieces_.end());
 }
 
 absl::Status ShardStreamAssembler::Finish() const {

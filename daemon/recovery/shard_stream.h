@@ -62,6 +62,9 @@ struct SectionSource {
 
 inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 inline constexpr int64_t kMaxChunkBytesCap = int64_t{16} << 20;
+// Out of band a piece is one Send/Recv, not a message: larger pieces, fewer
+// round trips.
+inline constexpr int64_t kMaxPieceBytesCap = int64_t{64} << 20;
 
 // One piece of the payload in stream order: `length` bytes at
 // `section_offset` of section `section` (stream offset `stream_offset`).
@@ -132,11 +135,17 @@ class ShardStreamWriter {
   enum class Phase { kHeader, kChunks, kDone };
 
   ShardStreamWriter() = default;
+  // Out of band: the chunk after pieces_[next_piece_ - 1], or the trailer.
+  bool NextPiece(v1::FetchShardResponse* out);
+  // PayloadPieces from `byte` with the sources' pointers.
+  std::vector<PayloadPiece> PiecesFrom(int64_t byte) const;
 
   v1::ShardHeader header_;
   std::vector<SectionSource> sources_;
   int64_t max_chunk_bytes_ = kDefaultMaxChunkBytes;
   bool out_of_band_ = false;
+  std::vector<PayloadPiece> pieces_;  // Out of band: all, from the resume.
+  size_t next_piece_ = 0;
   Phase phase_ = Phase::kHeader;
   int section_ = 0;
   int64_t position_ = 0;
@@ -202,6 +211,7 @@ class ShardStreamAssembler {
 
   absl::Status AddHeader(const v1::ShardHeader& header);
   absl::Status AddChunk(const v1::ShardChunk& chunk);
+  absl::Status AddPiece(const v1::ShardChunk& chunk);
   absl::Status AddTrailer(const v1::ShardTrailer& trailer);
 
   Destination dest_;
@@ -210,6 +220,8 @@ class ShardStreamAssembler {
   absl::Status status_;  // First error; sticky.
   v1::ShardHeader header_;
   std::vector<uint8_t*> destinations_;
+  std::vector<PayloadPiece> pieces_;  // Out of band: all, from the resume.
+  size_t next_piece_ = 0;
   int section_ = 0;
   int64_t verified_ = 0;
   uint32_t crc_ = 0;

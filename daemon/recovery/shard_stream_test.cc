@@ -488,7 +488,7 @@ TEST_F(ShardStreamOutOfBandTest, RejectsChunksThatDisagreeWithTheHeader) {
     shorter.mutable_chunk()->set_length(300);
     const absl::Status status = assembler.Add(shorter);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(status.message().find("not the piece's"), std::string::npos)
+    EXPECT_NE(status.message().find("is not the piece's"), std::string::npos)
         << status;
   }
   {
@@ -500,6 +500,86 @@ TEST_F(ShardStreamOutOfBandTest, RejectsChunksThatDisagreeWithTheHeader) {
               absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(assembler.PendingPieces().empty());
   }
+}
+
+// Sections that lie back to back in the sender's memory (as a shard's
+// parameters of every unit do) form one run: pieces run across section
+// boundaries, so a shard of many small sections moves in a few receives.
+TEST_F(ShardStreamOutOfBandTest, PiecesRunAcrossConsecutiveSections) {
+  // Sections 0-2 consecutive in `one`, 3 elsewhere, 4 consecutive with 3
+  // in `two`; an empty section between 0 and 1 neither joins nor breaks.
+  std::vector<uint8_t> one(3000), two(1500);
+  for (size_t i = 0; i < one.size(); ++i) one[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < two.size(); ++i) two[i] = static_cast<uint8_t>(i * 3);
+  const std::vector<std::pair<uint8_t*, int64_t>> parts = {
+      {one.data(), 1000},       {nullptr, 0},      {one.data() + 1000, 1500},
+      {one.data() + 2500, 500}, {two.data(), 700}, {two.data() + 700, 800}};
+  std::vector<SectionSource> sources;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    SectionSource source;
+    source.section.set_unit(static_cast<int>(k));
+    source.section.set_kind(v1::SHARD_SECTION_KIND_PARAMETERS);
+    source.section.set_byte_length(parts[k].second);
+    source.data = parts[k].first;
+    sources.push_back(source);
+  }
+  auto writer = ShardStreamWriter::Create(BaseHeader(), sources, 1024, 0,
+                                          /*payload_out_of_band=*/true);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  v1::FetchShardResponse header;
+  ASSERT_TRUE(writer->Next(&header));
+  const v1::ShardHeader& h = header.header();
+  EXPECT_FALSE(h.sections(0).follows_previous());
+  EXPECT_TRUE(h.sections(2).follows_previous());
+  EXPECT_TRUE(h.sections(3).follows_previous());
+  EXPECT_FALSE(h.sections(4).follows_previous());
+  EXPECT_TRUE(h.sections(5).follows_previous());
+  // Runs of 3000 and 1500 bytes in pieces of at most 1024.
+  const std::vector<PayloadPiece> pieces = writer->PendingPieces();
+  ASSERT_EQ(pieces.size(), 5u);
+  EXPECT_EQ(pieces[0].length, 1024);
+  EXPECT_EQ(pieces[1].section, 2);  // Starts at byte 24 of section 2.
+  EXPECT_EQ(pieces[1].section_offset, 24);
+  EXPECT_EQ(pieces[2].length, 3000 - 2048);
+  EXPECT_EQ(pieces[3].stream_offset, 3000);
+  EXPECT_EQ(pieces[4].length, 1500 - 1024);
+
+  // A receiver laid out the same way gets every byte.
+  std::vector<uint8_t> got_one(3000, 0xEE), got_two(1500, 0xEE);
+  const std::vector<uint8_t*> dests = {
+      got_one.data(),        nullptr,        got_one.data() + 1000,
+      got_one.data() + 2500, got_two.data(), got_two.data() + 700};
+  ShardStreamAssembler assembler(
+      [&](const v1::ShardHeader&, int k) -> absl::StatusOr<uint8_t*> {
+        return dests[k];
+      });
+  ASSERT_TRUE(assembler.Add(header).ok());
+  ASSERT_EQ(assembler.PendingPieces().size(), pieces.size());
+  const std::vector<PayloadPiece> landing = assembler.PendingPieces();
+  v1::FetchShardResponse msg;
+  for (size_t i = 0; writer->Next(&msg); ++i) {
+    if (msg.has_chunk()) {
+      std::memcpy(landing[i].data, pieces[i].data, pieces[i].length);
+    }
+    ASSERT_TRUE(assembler.Add(msg).ok()) << assembler.Add(msg);
+  }
+  ASSERT_TRUE(assembler.Finish().ok());
+  EXPECT_EQ(got_one, one);
+  EXPECT_EQ(got_two, two);
+
+  // A receiver whose section 3 is not right after its section 2 cannot
+  // take a piece across them, and says which section.
+  std::vector<uint8_t> elsewhere(500);
+  ShardStreamAssembler scattered(
+      [&](const v1::ShardHeader&, int k) -> absl::StatusOr<uint8_t*> {
+        return k == 3 ? elsewhere.data() : dests[k];
+      });
+  const absl::Status status = scattered.Add(header);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("section 3 (unit 3 kind PARAMETERS) "
+                                  "follows the previous section"),
+            std::string::npos)
+      << status;
 }
 
 TEST_F(ShardStreamOutOfBandTest, InlineStreamHasNoPendingPieces) {

@@ -383,6 +383,8 @@ fl_check_recovered() {
     "grep -q '^shardd rank $r recovered shard $s at step $step from rank' <<<\"\$line\""
   fl_expect "$run: ... from a replica of shard $s (rank ${from:-?})" \
     "[[ -n '$from' && '$from' -ne $r && \$((${from:-0} % FL_F)) -eq $s ]]"
+  fl_expect "$run: ... into an engine prepared during the rendezvous" \
+    "grep -q '^shardd rank $r: engine ready for the shard copy (prepared during the rendezvous)' '$log'"
   fl_expect "$run: ... with the bytes ${FL_TRANSPORT:-over the replica group}" \
     "grep -q '${FL_TRANSPORT:-over the replica group})\$' <<<\"\$line\""
   fl_expect "$run: coordinator removed the dead rank $r" \
