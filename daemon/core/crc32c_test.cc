@@ -136,5 +136,37 @@ TEST(Crc32cTest, LargeBufferMatchesPortable) {
       crc32c_internal::ExtendPortable(0, buffer.data() + 1, buffer.size() - 1));
 }
 
+TEST(Crc32cTest, FoldingPathMatchesPortableAtEveryLengthAndAlignment) {
+  if (!crc32c_internal::FoldingAvailable()) {
+    GTEST_SKIP() << "this CPU has no AVX-512 VPCLMULQDQ; the folding path "
+                    "is not used here";
+  }
+  const std::vector<uint8_t> buffer = RandomBytes(70'000, 23);
+  // Every length up to 1100 (around the 256-byte step and the 16-byte tail)
+  // at four alignments, then larger ones, from two starting registers.
+  for (size_t offset : {0, 1, 5, 63}) {
+    const uint8_t* p = buffer.data() + offset;
+    for (size_t length = 0; length <= 1100; ++length) {
+      for (uint32_t start : {0u, 0xCAFEF00Du}) {
+        ASSERT_EQ(crc32c_internal::ExtendFolding(start, p, length),
+                  crc32c_internal::ExtendPortable(start, p, length))
+            << "offset " << offset << " length " << length;
+      }
+    }
+    for (size_t length : {size_t{4096}, size_t{65'536 + 17}, size_t{69'000}}) {
+      EXPECT_EQ(crc32c_internal::ExtendFolding(7, p, length),
+                crc32c_internal::ExtendPortable(7, p, length))
+          << "offset " << offset << " length " << length;
+    }
+  }
+  const char* digits = "123456789";
+  std::string long_digits;
+  for (int i = 0; i < 40; ++i) long_digits += digits;
+  EXPECT_EQ(
+      crc32c_internal::ExtendFolding(0, long_digits.data(), long_digits.size()),
+      ReferenceCrc32c(reinterpret_cast<const uint8_t*>(long_digits.data()),
+                      long_digits.size()));
+}
+
 }  // namespace
 }  // namespace shardd::core
