@@ -1595,7 +1595,15 @@ absl::Status NodeManager::ServeShard(
       WaitAll(*sends);
     }
   } abort_unfinished{replica.get(), &sends};
-  size_t pieces_done = 0;
+  // Pieces whose chunk was written, and whose Send was waited for.
+  size_t pieces_described = 0;
+  size_t pieces_sent = 0;
+  auto wait_sends = [&](size_t n) -> absl::Status {
+    for (; pieces_sent < n; ++pieces_sent) {
+      if (absl::Status s = sends[pieces_sent]->Wait(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
   int64_t total = 0;
   for (const StepEngine::StateSection& section : engine->StateSections()) {
     total += section.bytes;
@@ -1618,14 +1626,16 @@ absl::Status NodeManager::ServeShard(
       return absl::UnavailableError(
           "FetchShard: the receiver closed the stream");
     }
-    if (message.has_chunk() && pieces_done < sends.size()) {
-      // Pace the chunks to the data (the next piece is already on the wire).
-      if (absl::Status sent = sends[pieces_done++]->Wait(); !sent.ok()) {
-        return sent;
-      }
-    }
+    // Chunks (each piece's CRC) and the trailer go out as soon as they are
+    // computed, ahead of the bytes: the receiver checks a piece only once
+    // its Recv completed, so nothing waits on them at the end.
+    if (message.has_chunk() && !sends.empty()) ++pieces_described;
     if (!fired && writer->bytes_sent() * 2 >= total) {
       fired = true;
+      // Half the bytes out, not only described.
+      if (absl::Status sent = wait_sends(pieces_described); !sent.ok()) {
+        return sent;
+      }
       SHARDD_FAILPOINT("transfer.source.mid");
     }
     if (absl::Now() >= deadline) {
@@ -1638,13 +1648,14 @@ absl::Status NodeManager::ServeShard(
           "FetchShard: the epoch changed from ", epoch, " mid-stream"));
     }
   }
-  report.ok = true;
-  abort_unfinished.ok = pieces_done == sends.size();
-  if (!abort_unfinished.ok) {
+  if (pieces_described != sends.size()) {
     return absl::InternalError(
-        absl::StrCat("FetchShard: ", sends.size() - pieces_done, " of ",
+        absl::StrCat("FetchShard: ", sends.size() - pieces_described, " of ",
                      sends.size(), " pieces were queued but never described"));
   }
+  if (absl::Status sent = wait_sends(sends.size()); !sent.ok()) return sent;
+  report.ok = true;
+  abort_unfinished.ok = true;
   return absl::OkStatus();
 }
 
