@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
 #include "tests/coordinator/subprocess.h"
 
@@ -849,6 +851,86 @@ TEST(ShardProcessDeviceTest, ExplicitCudaDeviceIsRefusedWithTheReason) {
 
 // Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
 // never depends on peers; readiness ("shardd.ready") follows the epoch.
+// Peer.FetchShard with bad fields: a status naming the field, and the
+// daemon goes on as before (a well-formed request afterwards streams the
+// whole shard, and the daemon is still ready and registered).
+TEST_F(ShardProcessTest, FetchShardRejectsBadRequestsNamingTheField) {
+  std::vector<pb::RegisterModelResponse> reg(kW);
+  std::vector<grpc::Status> reg_status(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] { reg_status[r] = Register(r, &reg[r]); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) ASSERT_TRUE(reg_status[r].ok());
+  const int64_t epoch = Status(0).epoch();
+  auto peer = pb::Peer::NewStub(
+      grpc::CreateChannel(peers_[0], grpc::InsecureChannelCredentials()));
+  // Reads the whole stream: the final status, and the messages' count.
+  auto fetch = [&](const pb::FetchShardRequest& request, int* messages) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    auto reader = peer->FetchShard(&context, request);
+    pb::FetchShardResponse message;
+    *messages = 0;
+    while (reader->Read(&message)) ++*messages;
+    return reader->Finish();
+  };
+  pb::FetchShardRequest good;
+  good.set_epoch(epoch);
+  good.set_requester_rank(0);
+  good.set_shard_index(0);  // Rank 0 holds shard 0 (F = 2).
+  good.set_step(0);
+  struct Case {
+    const char* field;
+    std::function<void(pb::FetchShardRequest*)> spoil;
+    grpc::StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {"max_chunk_bytes", [](auto* r) { r->set_max_chunk_bytes(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"shard_index", [](auto* r) { r->set_shard_index(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"shard_index", [](auto* r) { r->set_shard_index(1); },
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {"epoch", [&](auto* r) { r->set_epoch(epoch + 7); },
+       grpc::StatusCode::ABORTED},
+      {"step", [](auto* r) { r->set_step(5); },
+       grpc::StatusCode::FAILED_PRECONDITION},
+      // W/F = 1: rank 0 is alone in its replica group, so no requester can
+      // take the bytes over it.
+      {"requester_rank",
+       [](auto* r) {
+         r->set_payload_over_replica_group(true);
+         r->set_requester_rank(2);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"requester_rank",
+       [](auto* r) { r->set_payload_over_replica_group(true); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+  };
+  for (const Case& c : cases) {
+    pb::FetchShardRequest bad = good;
+    c.spoil(&bad);
+    int messages = 0;
+    const grpc::Status s = fetch(bad, &messages);
+    EXPECT_EQ(s.error_code(), c.code) << c.field << ": " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), c.field))
+        << c.field << ": " << s.error_message();
+    EXPECT_EQ(messages, 0) << c.field;
+  }
+  int messages = 0;
+  const grpc::Status s = fetch(good, &messages);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GE(messages, 3);  // Header, at least one chunk, trailer.
+  const pb::GetStatusResponse after = Status(0);
+  EXPECT_TRUE(after.ready());
+  EXPECT_TRUE(after.registered());
+  EXPECT_EQ(after.epoch(), epoch);
+}
+
 TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {
   ASSERT_EQ(peers_.size(), 2u);
   EXPECT_EQ(Health(peers_[0], ""), 1);
