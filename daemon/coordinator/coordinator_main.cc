@@ -38,6 +38,7 @@
 #include "daemon/core/host_port.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
+#include "daemon/recovery/failpoint.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
@@ -238,5 +239,11 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "shardd coordinator: membership, leases, failure detection, rendezvous");
   absl::ParseCommandLine(argc, argv);
+  // Fault tests arm fail points (commit.decided) through the environment.
+  if (absl::Status armed = shardd::recovery::Failpoints::ConfigureFromEnv();
+      !armed.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", armed.ToString().c_str());
+    return 2;
+  }
   return shardd::coordinator::Run();
 }

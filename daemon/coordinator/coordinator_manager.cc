@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "daemon/recovery/failpoint.h"
 
 namespace shardd::coordinator {
 namespace {
@@ -355,6 +356,9 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     }
     if (d->commit) {
       table_.CommitStep(step);
+      // Decided and recorded, no voter answered yet: a coordinator that dies
+      // here leaves every member in doubt.
+      SHARDD_FAILPOINT("commit.decided");
     } else {
       table_.NoteCommitRejected(step, d->dissenting, d->reason, clock_->Now());
     }

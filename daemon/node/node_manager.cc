@@ -31,6 +31,7 @@
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
 
@@ -369,6 +370,10 @@ void NodeManager::EpochLoop() {
     }
     if (!view->AllLive()) continue;
     handled = view->epoch;
+    // Before anything else of this epoch (communicators, serving a copy,
+    // READY): a step left in doubt becomes applied or dropped, so that every
+    // member is at the same step again.
+    ResolvePendingStep(*view);
     {
       absl::MutexLock lock(&mu_);
       world_size_ = view->world_size;
@@ -1258,18 +1263,26 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   // The commit vote (invariant 1): after the gradient collectives and the
   // norm, before the optimizer. Every member gets the same answer, so
   // either all apply the step or none does.
+  // Only an answer that says "do not commit" is final; a vote that got no
+  // answer leaves the prepared step in doubt (ResolvePendingStep).
+  bool decided_no = false;
   const auto vote = [&](const StepResult& prepared) -> absl::Status {
     SHARDD_FAILPOINT("vote.before");
     absl::StatusOr<v1::ShouldCommitResponse> decision =
         client_->ShouldCommit(epoch, prepared.step, /*vote=*/true, "",
                               StepFingerprint(fingerprint, lr),
                               absl::Now() + options_.collective_timeout);
+    if (SHARDD_FAILPOINT_FAILS("vote.answer")) {
+      decision = absl::UnavailableError(
+          "the answer was lost (fail point vote.answer)");
+    }
     if (!decision.ok()) {
       return absl::AbortedError(absl::StrCat("commit vote on step ",
                                              prepared.step, ": ",
                                              decision.status().ToString()));
     }
     if (!decision->commit()) {
+      decided_no = true;
       return absl::AbortedError(
           absl::StrCat("step ", prepared.step,
                        " rejected by the commit vote: ", decision->reason()));
@@ -1281,6 +1294,18 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   absl::StatusOr<StepResult> result =
       (*engine)->Step(request.step(), OpTimeout(deadline), vote, lr);
   if (!result.ok()) {
+    if (decided_no) {
+      (*engine)->DropPending();
+    } else if (const std::optional<int64_t> pending =
+                   (*engine)->pending_step()) {
+      std::printf(
+          "shardd rank %d: step %lld is in doubt (its commit vote got no "
+          "answer: %s); the next epoch's view says whether the others "
+          "committed it\n",
+          client_->rank(), static_cast<long long>(*pending),
+          result.status().ToString().c_str());
+      std::fflush(stdout);
+    }
     if (IsCollectiveFailure(result.status())) {
       const absl::string_view message = result.status().message();
       CountAbort(absl::StrContains(message, "rejected by the commit vote")
@@ -1909,6 +1934,65 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
   return absl::OkStatus();
 }
 
+void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
+  std::shared_ptr<StepEngine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+  }
+  if (engine == nullptr) return;
+  const std::optional<int64_t> pending = engine->pending_step();
+  if (!pending.has_value()) return;
+  if (!recovery::InDoubtStepWasCommitted(*pending, client_->rank(),
+                                         view.committed_step, view.members)) {
+    engine->DropPending();
+    std::printf(
+        "shardd rank %d: in-doubt step %lld dropped: no member of epoch %lld "
+        "committed it; it is redone\n",
+        client_->rank(), static_cast<long long>(*pending),
+        static_cast<long long>(view.epoch));
+    std::fflush(stdout);
+    return;
+  }
+  absl::StatusOr<StepResult> applied = engine->ApplyPending();
+  if (!applied.ok()) {
+    // Cannot happen short of a bug (the step was prepared and validated);
+    // say so loudly: this member is now a step behind the others.
+    std::fprintf(stderr, "shardd: applying in-doubt step %lld failed: %s\n",
+                 static_cast<long long>(*pending),
+                 applied.status().ToString().c_str());
+    return;
+  }
+  std::printf(
+      "shardd rank %d: in-doubt step %lld applied: another member of epoch "
+      "%lld committed it\n",
+      client_->rank(), static_cast<long long>(applied->step),
+      static_cast<long long>(view.epoch));
+  std::fflush(stdout);
+  LogCommit(recovery::CommitRecord::Kind::kCommit, applied->step, view.epoch);
+  {
+    v1::TrainerEvent event;
+    event.set_epoch(view.epoch);
+    event.mutable_step_committed()->set_step(applied->step);
+    event.mutable_step_committed()->set_grad_norm(applied->grad_norm);
+    events_.Append(std::move(event));
+  }
+  if (options_.checkpoint_interval_steps > 0 &&
+      applied->step % options_.checkpoint_interval_steps == 0) {
+    WriteCheckpoint(applied->step, view.epoch);
+  }
+  absl::MutexLock lock(&mu_);
+  reduced_.clear();
+  ops_in_step_ = 0;
+  v1::StepResponse response;
+  response.set_committed_step(applied->step);
+  response.set_epoch(view.epoch);
+  response.set_grad_norm(applied->grad_norm);
+  response.set_clip_scale(applied->clip_scale);
+  response.set_learning_rate(engine->learning_rate());
+  last_step_ = response;
+}
+
 void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
                                 int factor) {
   if (!options_.probe_peer) return;
@@ -2110,10 +2194,12 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
         return absl::OkStatus();
       });
   if (streamed.ok()) streamed = assembler.Finish();
-  if (pieces_done < recvs.size()) {
-    // Receives still pending (the stream broke): end them before the
-    // engine they write into can go away. The replica group is this
-    // epoch's and is never mended; the next source sends inline.
+  if (replica != nullptr && !streamed.ok()) {
+    // A copy over the replica group failed: end our receives before the
+    // engine they write into can go away, and close our pairs so that the
+    // source's Sends (queued before its header, perhaps never matched) end
+    // now, not at their deadline with its replica group held. The epoch's
+    // communicator is never mended; the next source streams inline.
     replica->Abort(absl::StrCat("the shard copy from rank ", source,
                                 " failed: ", streamed.ToString()));
     WaitAll(recvs);

@@ -32,6 +32,7 @@ class ChannelCredentials;
 
 namespace shardd::coordinator {
 class MemberClient;
+struct MembershipView;
 }  // namespace shardd::coordinator
 
 namespace shardd::memory {
@@ -204,6 +205,10 @@ class NodeManager {
   // faulting in GBs of memory overlaps the rendezvous instead of the copy.
   // Best effort: on any error FetchFrom builds the engine itself.
   void PrepareEngine(const v1::ShardTransfer& plan, int world, int factor);
+  // A step this daemon prepared and voted on without hearing the decision:
+  // applied if another member of `view` (all W live) holds it committed,
+  // else dropped (recovery::InDoubtStepWasCommitted).
+  void ResolvePendingStep(const coordinator::MembershipView& view);
   // This epoch's replica group once this daemon has built it (waiting
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,

@@ -397,6 +397,7 @@ absl::StatusOr<std::vector<float>> StepEngine::GatherState(
 void StepEngine::InstallState(int64_t committed_step) {
   absl::MutexLock lock(&mu_);
   DrainAllLocked();
+  pending_.reset();
   committed_step_ = committed_step;
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& st = units_[u];
@@ -606,6 +607,9 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
                                     bool accumulate_only) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  // The gradient shard is about to be overwritten: a step prepared from it
+  // can no longer be applied.
+  pending_.reset();
   const core::UnitLayout& layout = config_.units[unit];
   UnitState& st = units_[unit];
   if (st.reduced) {
@@ -680,6 +684,8 @@ absl::StatusOr<StepResult> StepEngine::Step(
     const std::function<absl::Status(const StepResult&)>& before_apply,
     std::optional<double> learning_rate) {
   absl::MutexLock lock(&mu_);
+  // A new attempt supersedes an unresolved one.
+  pending_.reset();
   // A prefetch reads the shards the optimizer is about to change (and its
   // parameters would be stale after this step anyway).
   DrainAllLocked();
@@ -741,8 +747,12 @@ absl::StatusOr<StepResult> StepEngine::Step(
   absl::StatusOr<core::ClipResult> clip = clipper_->Finish(partials);
   if (!clip.ok()) return clip.status();
   // 3. The optimizer on the local shards; nothing above changed parameters,
-  // so a failure before this point leaves the step unapplied.
+  // so a failure before this point leaves the step unapplied. The prepared
+  // step is kept until resolved: a vote whose answer never arrived leaves
+  // it in doubt, and the member applies or drops it when it learns what
+  // the others did (ApplyPending / DropPending).
   const int64_t step = committed_step_ + 1;
+  pending_ = PendingStep{step, clip->total_norm, clip->scale, learning_rate};
   if (before_apply) {
     if (absl::Status s =
             before_apply(StepResult{step, clip->total_norm, clip->scale});
@@ -750,14 +760,40 @@ absl::StatusOr<StepResult> StepEngine::Step(
       return s;
     }
   }
-  if (learning_rate.has_value()) {
+  return ApplyPendingLocked();
+}
+
+std::optional<int64_t> StepEngine::pending_step() const {
+  absl::MutexLock lock(&mu_);
+  if (!pending_.has_value()) return std::nullopt;
+  return pending_->step;
+}
+
+absl::StatusOr<StepResult> StepEngine::ApplyPending() {
+  absl::MutexLock lock(&mu_);
+  if (!pending_.has_value()) {
+    return absl::FailedPreconditionError("no step is pending");
+  }
+  return ApplyPendingLocked();
+}
+
+void StepEngine::DropPending() {
+  absl::MutexLock lock(&mu_);
+  pending_.reset();
+}
+
+absl::StatusOr<StepResult> StepEngine::ApplyPendingLocked() {
+  const PendingStep pending = *pending_;
+  pending_.reset();
+  const int64_t step = pending.step;
+  if (pending.learning_rate.has_value()) {
     // Validated before the vote by the caller; set_lr's check is the last
     // line of defence and changes nothing on error.
-    absl::Status s =
-        adamw_ ? adamw_->set_lr(*learning_rate) : sgd_->set_lr(*learning_rate);
+    absl::Status s = adamw_ ? adamw_->set_lr(*pending.learning_rate)
+                            : sgd_->set_lr(*pending.learning_rate);
     if (!s.ok()) return s;
-    if (adamw_no_decay_) (void)adamw_no_decay_->set_lr(*learning_rate);
-    if (sgd_no_decay_) (void)sgd_no_decay_->set_lr(*learning_rate);
+    if (adamw_no_decay_) (void)adamw_no_decay_->set_lr(*pending.learning_rate);
+    if (sgd_no_decay_) (void)sgd_no_decay_->set_lr(*pending.learning_rate);
   }
   float* state = state_ ? reinterpret_cast<float*>(state_->data()) : nullptr;
   int64_t total_stored = 0;
@@ -774,8 +810,8 @@ absl::StatusOr<StepResult> StepEngine::Step(
                                             begin * core::DTypeSize(lowp_dtype);
       if (adamw_) {
         core::AdamW& opt = decay ? *adamw_ : *adamw_no_decay_;
-        return opt.Update(step, clip->scale, grad(u) + begin, master(u) + begin,
-                          state + st.shard_offset + begin,
+        return opt.Update(step, pending.clip_scale, grad(u) + begin,
+                          master(u) + begin, state + st.shard_offset + begin,
                           state + total_stored + st.shard_offset + begin, n,
                           lowp_dtype, out);
       }
@@ -784,8 +820,8 @@ absl::StatusOr<StepResult> StepEngine::Step(
               ? state + st.shard_offset + begin
               : nullptr;
       core::Sgd& opt = decay ? *sgd_ : *sgd_no_decay_;
-      return opt.Update(step, clip->scale, grad(u) + begin, master(u) + begin,
-                        momentum, n, lowp_dtype, out);
+      return opt.Update(step, pending.clip_scale, grad(u) + begin,
+                        master(u) + begin, momentum, n, lowp_dtype, out);
     };
     absl::Status s;
     int64_t next = 0;  // First element not yet updated.
@@ -800,7 +836,7 @@ absl::StatusOr<StepResult> StepEngine::Step(
     if (u + 1 == (units_.size() + 1) / 2) SHARDD_FAILPOINT("optimizer.mid");
   }
   committed_step_ = step;
-  return StepResult{step, clip->total_norm, clip->scale};
+  return StepResult{step, pending.grad_norm, pending.clip_scale};
 }
 
 double StepEngine::learning_rate() const {

@@ -185,6 +185,18 @@ class StepEngine {
           nullptr,
       std::optional<double> learning_rate = std::nullopt);
 
+  // A step whose `before_apply` failed stays prepared (gradients reduced,
+  // norm and clip scale known) until resolved, so that a member whose commit
+  // vote got no answer (the coordinator died, the epoch moved on) can apply
+  // it once it learns that the others committed it, or drop it when they
+  // did not. The next Step, a ReduceGrad (it overwrites the gradient shard)
+  // or InstallState drops it too.
+  std::optional<int64_t> pending_step() const;
+  // Applies the pending step as Step would have: FAILED_PRECONDITION when
+  // none is pending.
+  absl::StatusOr<StepResult> ApplyPending();
+  void DropPending();
+
   // The optimizer's current learning rate.
   double learning_rate() const;
 
@@ -268,6 +280,9 @@ class StepEngine {
   // new epoch, destruction).
   void DrainLocked(int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DrainAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The optimizer on the local shards for pending_ (then cleared).
+  absl::StatusOr<StepResult> ApplyPendingLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees `slot` for `unit`: detaches the unit that held it.
   void TakeSlotLocked(int slot, int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least recently used slot of a released unit that is (or is not)
@@ -313,6 +328,13 @@ class StepEngine {
   std::optional<core::GradClipper> clipper_;
   // Written under mu_; read without it, so that status and probes never
   // wait behind a collective or the commit vote.
+  struct PendingStep {
+    int64_t step = 0;
+    double grad_norm = 0;
+    float clip_scale = 1.0f;
+    std::optional<double> learning_rate;
+  };
+  std::optional<PendingStep> pending_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> committed_step_{0};
   int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };

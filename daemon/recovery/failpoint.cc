@@ -23,7 +23,7 @@
 namespace shardd::recovery {
 namespace {
 
-enum class Action { kKill, kStop, kAbort, kExit, kSleep };
+enum class Action { kKill, kStop, kAbort, kExit, kSleep, kFail };
 
 struct Entry {
   std::string name;
@@ -55,6 +55,8 @@ std::string ActionText(const Entry& entry) {
       return "exit";
     case Action::kSleep:
       return absl::StrCat("sleep=", entry.sleep_ms);
+    case Action::kFail:
+      return "fail";
   }
   return "?";
 }
@@ -100,6 +102,8 @@ absl::StatusOr<Entry> ParseEntry(absl::string_view text) {
     entry.action = Action::kAbort;
   } else if (action == "exit") {
     entry.action = Action::kExit;
+  } else if (action == "fail") {
+    entry.action = Action::kFail;
   } else if (absl::ConsumePrefix(&action, "sleep=")) {
     entry.action = Action::kSleep;
     if (!absl::SimpleAtoi(action, &entry.sleep_ms) || entry.sleep_ms < 0) {
@@ -108,7 +112,7 @@ absl::StatusOr<Entry> ParseEntry(absl::string_view text) {
     }
   } else {
     return bad(absl::StrCat("unknown action '", action,
-                            "' (kill, stop, abort, exit, sleep=MS)"));
+                            "' (kill, stop, abort, exit, sleep=MS, fail)"));
   }
   return entry;
 }
@@ -139,6 +143,8 @@ void Act(const Entry& entry, int64_t hit) {
     case Action::kSleep:
       absl::SleepFor(absl::Milliseconds(entry.sleep_ms));
       return;
+    case Action::kFail:
+      return;  // The site acts on Hit's result.
   }
 }
 
@@ -151,6 +157,7 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "reducescatter.mid",
           "allreduce.mid",
           "vote.before",
+          "vote.answer",
           "vote.after",
           "optimizer.mid",
           "transfer.source.mid",
@@ -158,6 +165,7 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "checkpoint.write.mid",
           "recovery.before_install",
           "recovery.before_ready",
+          "commit.decided",
       };
   return *names;
 }
@@ -197,7 +205,7 @@ absl::Status Failpoints::ConfigureFromEnv() {
   return status;
 }
 
-void Failpoints::Hit(absl::string_view name) {
+bool Failpoints::Hit(absl::string_view name) {
   State& state = GetState();
   std::optional<Entry> fire;
   int64_t hit = 0;
@@ -215,7 +223,9 @@ void Failpoints::Hit(absl::string_view name) {
       }
     }
   }
-  if (fire.has_value()) Act(*fire, hit);
+  if (!fire.has_value()) return false;
+  Act(*fire, hit);
+  return fire->action == Action::kFail;
 }
 
 int64_t Failpoints::hits(absl::string_view name) {

@@ -11,7 +11,9 @@
 //
 // Actions: kill (SIGKILL to itself), stop (SIGSTOP to itself; the process
 // continues on SIGCONT), abort (std::abort, SIGABRT), exit (_exit(3)),
-// sleep=MS (sleep MS milliseconds, then continue). @N fires the action at
+// sleep=MS (sleep MS milliseconds, then continue), fail (only at sites
+// marked SHARDD_FAILPOINT_FAILS, which then behave as if what they were
+// doing had failed; elsewhere it only writes its line). @N fires the action at
 // the N-th hit of that name only (default 1); one name may have several
 // entries with different N. Before acting, the process writes one line
 // `failpoint NAME: ACTION (hit N)` to stderr (unbuffered), which tests grep.
@@ -24,6 +26,9 @@
 //   allreduce.mid           in Step's replica-group AllReduce, likewise
 //   vote.before             in Step, before asking the coordinator whether
 //                           to commit (ShouldCommit)
+//   vote.answer             in Step, when the coordinator's answer to the
+//                           commit vote arrived; `fail` drops the answer as
+//                           if it were lost (the member is then in doubt)
 //   vote.after              in Step, after a "commit" vote, before the
 //                           optimizer runs
 //   optimizer.mid           in Step, after half of the units were updated
@@ -39,6 +44,9 @@
 //                           from replicas
 //   recovery.before_ready   in a replacement, after its shard is installed
 //                           and before it reports ready
+//   commit.decided          in the COORDINATOR (armed by SHARDD_FAILPOINT),
+//                           after a commit decision is recorded and before
+//                           any voter is answered
 //
 // Cost. SHARDD_FAILPOINT(name) is one relaxed atomic load while nothing is
 // armed; Hit() (counting, matching) only runs when something is.
@@ -71,8 +79,9 @@ class Failpoints {
   static absl::Status ConfigureFromEnv();
 
   // Counts a hit of `name` and runs the action armed for this hit, if any.
-  // kill, abort and exit do not return; stop returns after SIGCONT.
-  static void Hit(absl::string_view name);
+  // kill, abort and exit do not return; stop returns after SIGCONT. True
+  // only when the action was `fail`.
+  static bool Hit(absl::string_view name);
   // How many times Hit(name) ran since the last Configure or ResetForTest.
   // SHARDD_FAILPOINT only calls Hit while something is armed, so names are
   // counted only then.
@@ -99,5 +108,11 @@ class Failpoints {
       ::shardd::recovery::Failpoints::Hit(name);   \
     }                                              \
   } while (0)
+
+// An expression: true when the fail point `name` fired a `fail` action (the
+// site then behaves as if it had failed); any other armed action runs.
+#define SHARDD_FAILPOINT_FAILS(name)          \
+  (::shardd::recovery::Failpoints::armed() && \
+   ::shardd::recovery::Failpoints::Hit(name))
 
 #endif  // SHARDD_DAEMON_RECOVERY_FAILPOINT_H_

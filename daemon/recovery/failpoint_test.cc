@@ -39,10 +39,24 @@ TEST_F(FailpointTest, AcceptsEveryKnownNameAndAction) {
                   "allreduce.mid:abort@2,vote.before:exit,vote.after:sleep=0,"
                   "optimizer.mid:kill,transfer.source.mid:kill,"
                   "transfer.target.mid:kill,checkpoint.write.mid:exit@7,"
-                  "recovery.before_ready:sleep=10@2")
+                  "recovery.before_ready:sleep=10@2,vote.answer:fail@5,"
+                  "commit.decided:kill@5")
                   .ok());
   EXPECT_TRUE(Failpoints::armed());
-  EXPECT_EQ(Failpoints::KnownNames().size(), 11u);
+  EXPECT_EQ(Failpoints::KnownNames().size(), 13u);
+}
+
+TEST_F(FailpointTest, FailActionIsReportedToItsSiteOnTheArmedHitOnly) {
+  ASSERT_TRUE(
+      Failpoints::Configure("vote.answer:fail@2,vote.before:sleep=0").ok());
+  EXPECT_FALSE(SHARDD_FAILPOINT_FAILS("vote.answer"));  // Hit 1.
+  EXPECT_TRUE(SHARDD_FAILPOINT_FAILS("vote.answer"));   // Hit 2: armed.
+  EXPECT_FALSE(SHARDD_FAILPOINT_FAILS("vote.answer"));  // Hit 3.
+  // Another action at a FAILS site runs and does not count as a failure.
+  EXPECT_FALSE(SHARDD_FAILPOINT_FAILS("vote.before"));
+  EXPECT_EQ(Failpoints::hits("vote.answer"), 3);
+  Failpoints::ResetForTest();
+  EXPECT_FALSE(SHARDD_FAILPOINT_FAILS("vote.answer"));  // Disarmed.
 }
 
 TEST_F(FailpointTest, EmptySpecDisarms) {

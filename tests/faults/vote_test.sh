@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Fault test: commit votes whose answer never arrives (members in doubt).
+#
+# A member that voted yes on step N and did not hear the decision keeps the
+# prepared step (gradients reduced, norm and clip scale known) and, when the
+# next epoch forms, applies it if the coordinator or another member holds
+# step N committed, else drops it (recovery::InDoubtStepWasCommitted). Three
+# runs, each checked with fault_lib.sh's common ones (bit-equal parameters;
+# commit logs: step 5 committed exactly once per rank, replicas agree):
+#   one_lost   rank 2 loses the answer to its step-5 vote
+#              (--failpoint=vote.answer:fail@5) while the others commit:
+#              rank 2 applies step 5 in the next epoch, its trainer goes on
+#              with step 6;
+#   all_lost   every daemon loses it: the coordinator had decided to commit,
+#              so every member applies step 5 in the next epoch;
+#   no_answer  rank 2's daemon dies before voting on step 5
+#              (vote.before:kill@5): no decision is ever made, the others
+#              drop their prepared step 5 and redo it with rank 2's
+#              replacement;
+#   coordinator_died  the coordinator decides to commit step 5 and dies
+#              before answering anyone (SHARDD_FAILPOINT=commit.decided:
+#              kill@5); a new one starts on the same port with no state, the
+#              members re-join at step 4, nobody applied step 5: all drop it
+#              and redo it.
+set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/fault_lib.sh"
+fl_init "$@"
+fl_reference
+
+STEP=5
+# fl_vote_run RUN RANK-SPEC...: a cluster whose daemons get the fail points
+# "RANK=SPEC" (others none), run to the end.
+fl_vote_run() {
+  local run=$1 r
+  shift
+  declare -A spec=()
+  local kv
+  for kv in "$@"; do spec[${kv%%=*}]=${kv#*=}; done
+  fl_start_coordinator "$run"
+  for ((r = 0; r < FL_W; r++)); do
+    if [[ -n "${spec[$r]:-}" ]]; then
+      fl_start_daemon "$run" "$r" --failpoint="${spec[$r]}"
+    else
+      fl_start_daemon "$run" "$r"
+    fi
+  done
+  for ((r = 0; r < FL_W; r++)); do
+    fl_wait_line "$(fl_daemon_log "$run" "$r")" "^shardd rank $r listening" 30 ||
+      fl_die "$run: daemon $r did not join within 30 s"
+    fl_start_trainer "$run" "$r"
+  done
+  fl_log "$run: cluster up (coordinator port $FL_PORT)"
+}
+
+# one_lost
+fl_vote_run one_lost "2=vote.answer:fail@$STEP"
+fl_wait_trainers one_lost
+fl_check_run one_lost "$FL_REF"
+log=$(fl_daemon_log one_lost 2)
+grep -E "in doubt|in-doubt" "$log" | cut -c1-160 | sed 's/^/  rank 2: /'
+fl_expect "one_lost: rank 2 lost the answer to its step $STEP vote" \
+  "grep -q '^failpoint vote.answer: fail (hit $STEP)' '$log' &&
+   grep -q '^shardd rank 2: step $STEP is in doubt' '$log'"
+fl_expect "one_lost: rank 2 applied step $STEP in the next epoch" \
+  "grep -q '^shardd rank 2: in-doubt step $STEP applied' '$log'"
+fl_expect "one_lost: rank 2's trainer saw step $STEP aborted, never redid it" \
+  "grep -q '^step $STEP aborted' '$(fl_trainer_log one_lost 2)' &&
+   ! grep -q '^step $STEP loss' '$(fl_trainer_log one_lost 2)'"
+for r in 0 1 3; do
+  fl_expect "one_lost: rank $r committed step $STEP in the vote itself" \
+    "grep -q '^step $STEP loss' '$(fl_trainer_log one_lost $r)' &&
+     ! grep -q 'in-doubt step $STEP' '$(fl_daemon_log one_lost $r)'"
+done
+fl_kill_all
+
+# all_lost
+fl_vote_run all_lost "0=vote.answer:fail@$STEP" "1=vote.answer:fail@$STEP" \
+  "2=vote.answer:fail@$STEP" "3=vote.answer:fail@$STEP"
+fl_wait_trainers all_lost
+fl_check_run all_lost "$FL_REF"
+for r in 0 1 2 3; do
+  fl_expect "all_lost: rank $r applied step $STEP in the next epoch" \
+    "grep -q '^shardd rank $r: in-doubt step $STEP applied' '$(fl_daemon_log all_lost $r)'"
+done
+fl_kill_all
+
+# no_answer
+fl_vote_run no_answer "2=vote.before:kill@$STEP"
+fl_wait_exit "${FL_DAEMON_PID[2]}" 60 ||
+  fl_die "no_answer: daemon 2 (vote.before:kill@$STEP) still alive after 60 s"
+fl_expect "no_answer: daemon 2 was SIGKILLed before its step $STEP vote" \
+  "[[ $FL_RC -eq 137 ]] && grep -q '^failpoint vote.before: kill' '$(fl_daemon_log no_answer 2)'"
+fl_start_daemon no_answer 2
+fl_wait_trainers no_answer
+fl_check_run no_answer "$FL_REF"
+dropped=0
+for r in 0 1 3; do
+  if grep -q "^shardd rank $r: in-doubt step $STEP dropped" \
+    "$(fl_daemon_log no_answer $r)"; then
+    dropped=$((dropped + 1))
+  fi
+  fl_expect "no_answer: rank $r never applied step $STEP from a vote without a decision" \
+    "! grep -q 'in-doubt step $STEP applied' '$(fl_daemon_log no_answer $r)'"
+done
+echo "no_answer: $dropped survivor(s) dropped a prepared step $STEP"
+fl_expect "no_answer: a survivor that had voted dropped its prepared step" \
+  "[[ $dropped -ge 1 ]]"
+fl_check_recovered no_answer 2 $((STEP - 1))
+fl_kill_all
+
+# coordinator_died
+SHARDD_FAILPOINT="commit.decided:kill@$STEP" fl_vote_run coordinator_died
+fl_wait_exit "$FL_COORD_PID" 60 ||
+  fl_die "coordinator_died: the coordinator (commit.decided:kill@$STEP) still alive after 60 s"
+fl_expect "coordinator_died: the coordinator died right after deciding step $STEP" \
+  "[[ $FL_RC -eq 137 ]] &&
+   grep -q '^failpoint commit.decided: kill (hit $STEP)' '$FL_ROOT/coordinator_died/coord-1.log'"
+fl_start_coordinator coordinator_died "$FL_PORT"
+fl_log "coordinator_died: coordinator restarted on port $FL_PORT"
+fl_wait_trainers coordinator_died
+fl_check_run coordinator_died "$FL_REF"
+for r in 0 1 2 3; do
+  fl_expect "coordinator_died: rank $r dropped its in-doubt step $STEP" \
+    "grep -q '^shardd rank $r: in-doubt step $STEP dropped' '$(fl_daemon_log coordinator_died $r)'"
+done
+fl_finish
