@@ -87,8 +87,8 @@
 // (mallopt in shardd_main.cc), CPU of both processes per byte.
 // Finally two processes measure raw Gloo over 127.0.0.1 (W = 2, TCP device,
 // as bench/collectives drives it): one send/recv of the shard's byte count
-// between pre-faulted buffers, the median of 3 after a warm-up, timed on
-// the receiver from a barrier to the end of waitRecv (the x_loopback
+// between pre-faulted buffers, the median of 9 (--quick: 5) after a warm-up,
+// timed on the receiver from a barrier to the end of waitRecv (the x_loopback
 // reference); and 2 into a freshly allocated, untouched receive buffer:
 // first touch of memory costs ~11 us per 4 KiB page on these VMs, which
 // bounds anything that lands in fresh memory (an engine's buffers, a
@@ -1252,7 +1252,7 @@ int Run(const Options& options) {
       return 1;
     }
     absl::StatusOr<LoopbackResult> loop =
-        MeasureLoopback(r->shard_bytes, options.quick ? 2 : 3);
+        MeasureLoopback(r->shard_bytes, options.quick ? 5 : 9);
     if (!loop.ok()) {
       std::cerr << "recovery: " << model.name << ": loopback: " << loop.status()
                 << "\n";
