@@ -1582,7 +1582,8 @@ absl::Status NodeManager::ServeShard(
     const int f = engine->config().plan.sharding_factor();
     peer = request.requester_rank() / f;
     if (replica != nullptr &&
-        (request.requester_rank() % f != request.shard_index() ||
+        (request.requester_rank() < 0 ||
+         request.requester_rank() % f != request.shard_index() ||
          peer == replica->rank() || peer >= replica->size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "requester_rank: ", request.requester_rank(),

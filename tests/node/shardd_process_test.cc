@@ -910,6 +910,12 @@ TEST_F(ShardProcessTest, FetchShardRejectsBadRequestsNamingTheField) {
       {"requester_rank",
        [](auto* r) { r->set_payload_over_replica_group(true); },
        grpc::StatusCode::INVALID_ARGUMENT},
+      {"requester_rank",
+       [](auto* r) {
+         r->set_payload_over_replica_group(true);
+         r->set_requester_rank(-2);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT},
   };
   for (const Case& c : cases) {
     pb::FetchShardRequest bad = good;
