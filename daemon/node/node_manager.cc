@@ -299,6 +299,14 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
 NodeManager::~NodeManager() {
   stop_ = true;
   if (epoch_thread_.joinable()) epoch_thread_.join();
+  {
+    absl::MutexLock lock(&crc_mu_);
+    if (crc_thread_.joinable()) {
+      crc_mu_.Unlock();
+      crc_thread_.join();
+      crc_mu_.Lock();
+    }
+  }
   client_.reset();
   absl::MutexLock lock(&mu_);
   engine_.reset();
@@ -1591,12 +1599,35 @@ absl::Status NodeManager::ServeShard(
           "'s replica group (F = ", f, ", ", replica->size(), " replicas)"));
     }
   }
+  // The pieces' CRCs, if computed ahead of this copy (after the
+  // replacement's Probe) from this very state and for this piece size.
+  std::vector<uint32_t> piece_crcs;
+  if (replica != nullptr && request.resume_from_byte() == 0 &&
+      request.max_chunk_bytes() == recovery::kMaxPieceBytesCap) {
+    piece_crcs = PieceCrcsFor(
+        engine, std::min(deadline, absl::Now() + absl::Seconds(5)));
+  }
+  const bool precomputed = !piece_crcs.empty();
   absl::StatusOr<recovery::ShardStreamWriter> writer =
       recovery::ShardStreamWriter::Create(
-          header, std::move(sources), request.max_chunk_bytes(),
+          header, sources, request.max_chunk_bytes(),
           request.resume_from_byte(),
-          /*payload_out_of_band=*/replica != nullptr);
+          /*payload_out_of_band=*/replica != nullptr, std::move(piece_crcs));
+  if (!writer.ok() && precomputed) {
+    // Not the same pieces after all: compute them while sending.
+    writer = recovery::ShardStreamWriter::Create(
+        header, std::move(sources), request.max_chunk_bytes(),
+        request.resume_from_byte(),
+        /*payload_out_of_band=*/replica != nullptr);
+  }
   if (!writer.ok()) return writer.status();
+  std::printf("shardd rank %d: sending shard %d at step %lld to rank %d %s\n",
+              client_->rank(), request.shard_index(),
+              static_cast<long long>(step), request.requester_rank(),
+              replica == nullptr ? "in the stream"
+              : precomputed ? "over the replica group (piece CRCs precomputed)"
+                            : "over the replica group");
+  std::fflush(stdout);
   // Every piece is queued at once, straight from the shard: the
   // communicator sends them one after another while this thread computes
   // the chunks' CRCs. Any failure below aborts the replica group (the
@@ -1683,6 +1714,54 @@ absl::Status NodeManager::ServeShard(
   report.ok = true;
   abort_unfinished.ok = true;
   return absl::OkStatus();
+}
+
+void NodeManager::PrecomputePieceCrcs() {
+  std::optional<PieceCrcs> computed;
+  std::shared_ptr<StepEngine> engine;
+  v1::ShardHeader header;
+  std::vector<recovery::SectionSource> sources;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+    if (engine != nullptr) DescribeShardLocked(*engine, &header, &sources);
+  }
+  if (engine != nullptr) {
+    // Read between two equal versions: no step or install changed the bytes
+    // meanwhile (during a recovery no step runs, so this is the usual case).
+    const uint64_t version = engine->state_version();
+    absl::StatusOr<recovery::ShardStreamWriter> writer =
+        recovery::ShardStreamWriter::Create(header, std::move(sources),
+                                            recovery::kMaxPieceBytesCap, 0,
+                                            /*payload_out_of_band=*/true);
+    if (writer.ok()) {
+      PieceCrcs crcs{engine, version, {}};
+      for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
+        crcs.crcs.push_back(
+            core::Crc32c(piece.data, static_cast<size_t>(piece.length)));
+      }
+      if (engine->state_version() == version) computed = std::move(crcs);
+    }
+  }
+  absl::MutexLock lock(&crc_mu_);
+  if (computed.has_value()) piece_crcs_ = std::move(computed);
+  crc_running_ = false;
+}
+
+std::vector<uint32_t> NodeManager::PieceCrcsFor(
+    const std::shared_ptr<StepEngine>& engine, absl::Time deadline) {
+  absl::MutexLock lock(&crc_mu_);
+  const auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(crc_mu_) {
+    return !crc_running_;
+  };
+  if (!crc_mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
+    return {};
+  }
+  if (!piece_crcs_.has_value() || piece_crcs_->engine.lock() != engine ||
+      piece_crcs_->state_version != engine->state_version()) {
+    return {};
+  }
+  return piece_crcs_->crcs;
 }
 
 std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
@@ -2360,7 +2439,20 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   return status;
 }
 
-v1::ProbeResponse NodeManager::Probe(bool include_model) const {
+v1::ProbeResponse NodeManager::Probe(bool include_model) {
+  if (include_model) {
+    absl::MutexLock lock(&crc_mu_);
+    if (!crc_running_) {
+      crc_running_ = true;
+      if (crc_thread_.joinable()) {
+        // The previous computation has finished (crc_running_ is false).
+        crc_mu_.Unlock();
+        crc_thread_.join();
+        crc_mu_.Lock();
+      }
+      crc_thread_ = std::thread([this] { PrecomputePieceCrcs(); });
+    }
+  }
   v1::ProbeResponse probe;
   absl::MutexLock lock(&mu_);
   probe.set_rank(client_->rank());

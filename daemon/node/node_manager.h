@@ -160,8 +160,11 @@ class NodeManager {
       const std::function<bool()>& cancelled);
 
   v1::GetStatusResponse GetStatus() const;
-  // include_model: with the registered model and its fingerprint.
-  v1::ProbeResponse Probe(bool include_model = false) const;
+  // include_model: with the registered model and its fingerprint. A
+  // replacement asks for it just before it copies this daemon's shard, so
+  // this daemon then computes the copy's piece CRCs in the background
+  // (PrecomputePieceCrcs): the copy itself then only moves bytes here.
+  v1::ProbeResponse Probe(bool include_model = false);
 
  private:
   explicit NodeManager(NodeOptions options);
@@ -274,6 +277,23 @@ class NodeManager {
     int sharding_factor = 0;
   };
   std::optional<PreparedEngine> prepared_ ABSL_GUARDED_BY(mu_);
+  // The CRC-32C of every piece of an out-of-band copy of this daemon's
+  // shard (pieces of recovery::kMaxPieceBytesCap from byte 0), for the
+  // engine and state version they were computed from.
+  struct PieceCrcs {
+    std::weak_ptr<StepEngine> engine;
+    uint64_t state_version = 0;
+    std::vector<uint32_t> crcs;
+  };
+  void PrecomputePieceCrcs();
+  // The precomputed CRCs if they match the engine's current state (waiting
+  // until `deadline` for a computation in progress); else empty.
+  std::vector<uint32_t> PieceCrcsFor(const std::shared_ptr<StepEngine>& engine,
+                                     absl::Time deadline);
+  absl::Mutex crc_mu_;
+  std::optional<PieceCrcs> piece_crcs_ ABSL_GUARDED_BY(crc_mu_);
+  bool crc_running_ ABSL_GUARDED_BY(crc_mu_) = false;
+  std::thread crc_thread_;  // Started by Probe; joined by the destructor.
   std::set<int> held_ ABSL_GUARDED_BY(mu_);     // Gathered, not released.
   std::set<int> reduced_ ABSL_GUARDED_BY(mu_);  // Reduced in this step.
   // Micro-batches accumulated without synchronisation, per unit.

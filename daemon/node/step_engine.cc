@@ -399,6 +399,7 @@ void StepEngine::InstallState(int64_t committed_step) {
   DrainAllLocked();
   pending_.reset();
   committed_step_ = committed_step;
+  state_version_.fetch_add(1);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& st = units_[u];
     if (lowp_units_) {
@@ -836,6 +837,7 @@ absl::StatusOr<StepResult> StepEngine::ApplyPendingLocked() {
     if (u + 1 == (units_.size() + 1) / 2) SHARDD_FAILPOINT("optimizer.mid");
   }
   committed_step_ = step;
+  state_version_.fetch_add(1);
   return StepResult{step, pending.grad_norm, pending.clip_scale};
 }
 
@@ -845,6 +847,8 @@ double StepEngine::learning_rate() const {
 }
 
 int64_t StepEngine::committed_step() const { return committed_step_.load(); }
+
+uint64_t StepEngine::state_version() const { return state_version_.load(); }
 
 core::MemoryBreakdown StepEngine::held_memory() const {
   absl::MutexLock lock(&mu_);

@@ -201,6 +201,10 @@ class StepEngine {
   double learning_rate() const;
 
   int64_t committed_step() const;
+  // Changes whenever StateSections' bytes may have: an applied step, an
+  // InstallState. A reader that sees the same version before and after
+  // reading them read one consistent state.
+  uint64_t state_version() const;
 
   // What a rank's durable state is made of: per unit (in order) its fp32
   // master shard, then its optimizer state (AdamW: exp_avg, exp_avg_sq;
@@ -336,6 +340,7 @@ class StepEngine {
   };
   std::optional<PendingStep> pending_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> committed_step_{0};
+  std::atomic<uint64_t> state_version_{0};
   int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -116,8 +116,8 @@ std::vector<PayloadPiece> PayloadPieces(const v1::ShardHeader& header,
 
 absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
     v1::ShardHeader header, std::vector<SectionSource> sources,
-    int64_t max_chunk_bytes, int64_t resume_from_byte,
-    bool payload_out_of_band) {
+    int64_t max_chunk_bytes, int64_t resume_from_byte, bool payload_out_of_band,
+    std::vector<uint32_t> piece_crcs) {
   header.clear_sections();
   int64_t total = 0;
   for (int i = 0; i < static_cast<int>(sources.size()); ++i) {
@@ -184,6 +184,15 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
     h.set_chunk_bytes(writer.max_chunk_bytes_);
     writer.pieces_ = writer.PiecesFrom(resume_from_byte);
     writer.out_of_band_ = true;
+    if (!piece_crcs.empty() && piece_crcs.size() != writer.pieces_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(piece_crcs.size(), " precomputed piece CRCs for ",
+                       writer.pieces_.size(), " pieces"));
+    }
+    writer.piece_crcs_ = std::move(piece_crcs);
+  } else if (!piece_crcs.empty()) {
+    return absl::InvalidArgumentError(
+        "precomputed piece CRCs without the payload out of band");
   }
   return writer;
 }
@@ -261,14 +270,17 @@ bool ShardStreamWriter::NextPiece(v1::FetchShardResponse* out) {
     phase_ = Phase::kDone;
     return true;
   }
-  const PayloadPiece& piece = pieces_[next_piece_++];
+  const size_t index = next_piece_++;
+  const PayloadPiece& piece = pieces_[index];
   v1::ShardChunk* chunk = out->mutable_chunk();
   chunk->set_section(piece.section);
   chunk->set_section_offset(piece.section_offset);
   chunk->set_stream_offset(piece.stream_offset);
   chunk->set_length(piece.length);
   const uint32_t piece_crc =
-      core::Crc32c(piece.data, static_cast<size_t>(piece.length));
+      piece_crcs_.empty()
+          ? core::Crc32c(piece.data, static_cast<size_t>(piece.length))
+          : piece_crcs_[index];
   chunk->set_crc32c(piece_crc);
   crc_ =
       core::Crc32cCombine(crc_, piece_crc, static_cast<uint64_t>(piece.length));

@@ -111,10 +111,15 @@ class ShardStreamWriter {
   // effective chunk size), chunks carry `length` and their CRC but no data,
   // and the caller moves each of PendingPieces() itself (one Send each, in
   // order).
+  //
+  // piece_crcs (out of band only): the CRC-32C of every piece, in order,
+  // computed earlier from the same bytes (a source that knew a copy was
+  // coming); the chunks then carry them instead of reading the bytes again.
+  // INVALID_ARGUMENT when their number is not the pieces'.
   static absl::StatusOr<ShardStreamWriter> Create(
       v1::ShardHeader header, std::vector<SectionSource> sources,
       int64_t max_chunk_bytes, int64_t resume_from_byte,
-      bool payload_out_of_band = false);
+      bool payload_out_of_band = false, std::vector<uint32_t> piece_crcs = {});
 
   // The pieces the chunks still to come describe, with the source's
   // pointers (the same pieces, in the same order, as the chunks Next will
@@ -145,6 +150,7 @@ class ShardStreamWriter {
   int64_t max_chunk_bytes_ = kDefaultMaxChunkBytes;
   bool out_of_band_ = false;
   std::vector<PayloadPiece> pieces_;  // Out of band: all, from the resume.
+  std::vector<uint32_t> piece_crcs_;  // Given by the caller, or empty.
   size_t next_piece_ = 0;
   Phase phase_ = Phase::kHeader;
   int section_ = 0;

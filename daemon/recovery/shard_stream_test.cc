@@ -582,6 +582,56 @@ TEST_F(ShardStreamOutOfBandTest, PiecesRunAcrossConsecutiveSections) {
       << status;
 }
 
+// A source may hand the writer CRCs it computed earlier from the same
+// bytes; the chunks carry them, and a stale one is still caught by the
+// receiver, which checks the bytes that arrived.
+TEST_F(ShardStreamOutOfBandTest, PrecomputedPieceCrcsAreCarriedAndChecked) {
+  MakeShard({1000, 5000, 300});
+  std::vector<uint32_t> crcs;
+  {
+    auto probe = ShardStreamWriter::Create(BaseHeader(), Sources(), 1024, 0,
+                                           /*payload_out_of_band=*/true);
+    ASSERT_TRUE(probe.ok());
+    for (const PayloadPiece& piece : probe->PendingPieces()) {
+      crcs.push_back(core::Crc32c(piece.data, piece.length));
+    }
+  }
+  auto run = [&](std::vector<uint32_t> given) -> absl::Status {
+    auto writer = ShardStreamWriter::Create(BaseHeader(), Sources(), 1024, 0,
+                                            /*payload_out_of_band=*/true,
+                                            std::move(given));
+    if (!writer.ok()) return writer.status();
+    ShardStreamAssembler assembler(Dest());
+    v1::FetchShardResponse msg;
+    EXPECT_TRUE(writer->Next(&msg));
+    if (absl::Status s = assembler.Add(msg); !s.ok()) return s;
+    const std::vector<PayloadPiece> sent = writer->PendingPieces();
+    const std::vector<PayloadPiece> landing = assembler.PendingPieces();
+    for (size_t i = 0; writer->Next(&msg); ++i) {
+      if (msg.has_chunk()) {
+        std::memcpy(landing[i].data, sent[i].data, sent[i].length);
+      }
+      if (absl::Status s = assembler.Add(msg); !s.ok()) return s;
+    }
+    return assembler.Finish();
+  };
+  EXPECT_TRUE(run(crcs).ok());
+  EXPECT_EQ(received_, bytes_);
+  std::vector<uint32_t> stale = crcs;
+  stale[2] ^= 1;
+  EXPECT_EQ(run(stale).code(), absl::StatusCode::kDataLoss);
+  std::vector<uint32_t> short_list(crcs.begin(), crcs.end() - 1);
+  const absl::Status count = run(short_list);
+  EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(count.message().find("precomputed piece CRCs"), std::string::npos)
+      << count;
+  EXPECT_EQ(ShardStreamWriter::Create(BaseHeader(), Sources(), 1024, 0,
+                                      /*payload_out_of_band=*/false, crcs)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ShardStreamOutOfBandTest, InlineStreamHasNoPendingPieces) {
   MakeShard({1000});
   std::vector<v1::FetchShardResponse> messages = Stream(400);

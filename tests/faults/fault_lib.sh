@@ -387,6 +387,11 @@ fl_check_recovered() {
     "grep -q '^shardd rank $r: engine ready for the shard copy (prepared during the rendezvous)' '$log'"
   fl_expect "$run: ... with the bytes ${FL_TRANSPORT:-over the replica group}" \
     "grep -q '${FL_TRANSPORT:-over the replica group})\$' <<<\"\$line\""
+  if [[ -z "${FL_TRANSPORT:-}" && -n "$from" ]]; then
+    fl_expect "$run: ... the source had computed the pieces' CRCs ahead" \
+      "cat '$d'/d$from-*.log |
+         grep -q ': sending shard $s at step $step to rank $r over the replica group (piece CRCs precomputed)'"
+  fi
   fl_expect "$run: coordinator removed the dead rank $r" \
     "cat '$d'/coord-*.log | grep -q 'MEMBER_REMOVED: rank $r '"
   fl_expect "$run: coordinator planned rank $r's copy of shard $s at step $step" \
