@@ -299,14 +299,9 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
 NodeManager::~NodeManager() {
   stop_ = true;
   if (epoch_thread_.joinable()) epoch_thread_.join();
-  {
-    absl::MutexLock lock(&crc_mu_);
-    if (crc_thread_.joinable()) {
-      crc_mu_.Unlock();
-      crc_thread_.join();
-      crc_mu_.Lock();
-    }
-  }
+  // Probe (the only place that starts it) no longer runs: the peer server
+  // is shut down before the manager goes.
+  if (crc_thread_.joinable()) crc_thread_.join();
   client_.reset();
   absl::MutexLock lock(&mu_);
   engine_.reset();
@@ -2444,12 +2439,9 @@ v1::ProbeResponse NodeManager::Probe(bool include_model) {
     absl::MutexLock lock(&crc_mu_);
     if (!crc_running_) {
       crc_running_ = true;
-      if (crc_thread_.joinable()) {
-        // The previous computation has finished (crc_running_ is false).
-        crc_mu_.Unlock();
-        crc_thread_.join();
-        crc_mu_.Lock();
-      }
+      // The previous computation has finished (it cleared crc_running_ as
+      // its last step), so this join does not wait on the lock.
+      if (crc_thread_.joinable()) crc_thread_.join();
       crc_thread_ = std::thread([this] { PrecomputePieceCrcs(); });
     }
   }

@@ -210,14 +210,21 @@ fl_start_trainer() {
 # fl_trainer_log RUN RANK: the log of RANK's latest trainer process.
 fl_trainer_log() { echo "$FL_ROOT/$1/t$2-${FL_TRAINER_N[$1/$2]}.log"; }
 
-# fl_start_cluster RUN [RANK FLAG]: a coordinator, W daemons (RANK's with
-# FLAG, e.g. --failpoint=...) and, once each daemon listens, its trainer.
+# fl_start_cluster RUN [RANK FLAG]...: a coordinator, W daemons (each RANK
+# named with its FLAG, e.g. --failpoint=...) and, once each daemon listens,
+# its trainer.
 fl_start_cluster() {
-  local run=$1 special=${2:--1} flag=${3:-} r
+  local run=$1 r
+  shift
+  local -A flag=()
+  while [[ $# -ge 2 ]]; do
+    flag[$1]=$2
+    shift 2
+  done
   fl_start_coordinator "$run"
   for ((r = 0; r < FL_W; r++)); do
-    if [[ $r -eq $special ]]; then
-      fl_start_daemon "$run" "$r" "$flag"
+    if [[ -n "${flag[$r]:-}" ]]; then
+      fl_start_daemon "$run" "$r" "${flag[$r]}"
     else
       fl_start_daemon "$run" "$r"
     fi

@@ -22,20 +22,8 @@ fl_init "$@"
 fl_reference
 
 run=run
-fl_start_coordinator $run
-for ((r = 0; r < FL_W; r++)); do
-  case $r in
-    1) fl_start_daemon $run $r --failpoint=allgather.mid:kill@14 ;;
-    3) fl_start_daemon $run $r --failpoint=transfer.source.mid:kill ;;
-    *) fl_start_daemon $run $r ;;
-  esac
-done
-for ((r = 0; r < FL_W; r++)); do
-  fl_wait_line "$(fl_daemon_log $run $r)" "^shardd rank $r listening" 30 ||
-    fl_die "$run: daemon $r did not join within 30 s"
-  fl_start_trainer $run $r
-done
-fl_log "$run: cluster up (coordinator port $FL_PORT)"
+fl_start_cluster $run 1 --failpoint=allgather.mid:kill@14 \
+  3 --failpoint=transfer.source.mid:kill
 
 fl_wait_exit "${FL_DAEMON_PID[1]}" 60 ||
   fl_die "$run: daemon 1 (allgather.mid:kill@14) still alive after 60 s"

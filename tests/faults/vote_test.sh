@@ -29,32 +29,8 @@ fl_init "$@"
 fl_reference
 
 STEP=5
-# fl_vote_run RUN RANK-SPEC...: a cluster whose daemons get the fail points
-# "RANK=SPEC" (others none), run to the end.
-fl_vote_run() {
-  local run=$1 r
-  shift
-  declare -A spec=()
-  local kv
-  for kv in "$@"; do spec[${kv%%=*}]=${kv#*=}; done
-  fl_start_coordinator "$run"
-  for ((r = 0; r < FL_W; r++)); do
-    if [[ -n "${spec[$r]:-}" ]]; then
-      fl_start_daemon "$run" "$r" --failpoint="${spec[$r]}"
-    else
-      fl_start_daemon "$run" "$r"
-    fi
-  done
-  for ((r = 0; r < FL_W; r++)); do
-    fl_wait_line "$(fl_daemon_log "$run" "$r")" "^shardd rank $r listening" 30 ||
-      fl_die "$run: daemon $r did not join within 30 s"
-    fl_start_trainer "$run" "$r"
-  done
-  fl_log "$run: cluster up (coordinator port $FL_PORT)"
-}
-
 # one_lost
-fl_vote_run one_lost "2=vote.answer:fail@$STEP"
+fl_start_cluster one_lost 2 --failpoint=vote.answer:fail@$STEP
 fl_wait_trainers one_lost
 fl_check_run one_lost "$FL_REF"
 log=$(fl_daemon_log one_lost 2)
@@ -75,8 +51,8 @@ done
 fl_kill_all
 
 # all_lost
-fl_vote_run all_lost "0=vote.answer:fail@$STEP" "1=vote.answer:fail@$STEP" \
-  "2=vote.answer:fail@$STEP" "3=vote.answer:fail@$STEP"
+lost=--failpoint=vote.answer:fail@$STEP
+fl_start_cluster all_lost 0 "$lost" 1 "$lost" 2 "$lost" 3 "$lost"
 fl_wait_trainers all_lost
 fl_check_run all_lost "$FL_REF"
 for r in 0 1 2 3; do
@@ -86,7 +62,7 @@ done
 fl_kill_all
 
 # no_answer
-fl_vote_run no_answer "2=vote.before:kill@$STEP"
+fl_start_cluster no_answer 2 --failpoint=vote.before:kill@$STEP
 fl_wait_exit "${FL_DAEMON_PID[2]}" 60 ||
   fl_die "no_answer: daemon 2 (vote.before:kill@$STEP) still alive after 60 s"
 fl_expect "no_answer: daemon 2 was SIGKILLed before its step $STEP vote" \
@@ -110,7 +86,7 @@ fl_check_recovered no_answer 2 $((STEP - 1))
 fl_kill_all
 
 # coordinator_died
-SHARDD_FAILPOINT="commit.decided:kill@$STEP" fl_vote_run coordinator_died
+SHARDD_FAILPOINT="commit.decided:kill@$STEP" fl_start_cluster coordinator_died
 fl_wait_exit "$FL_COORD_PID" 60 ||
   fl_die "coordinator_died: the coordinator (commit.decided:kill@$STEP) still alive after 60 s"
 fl_expect "coordinator_died: the coordinator died right after deciding step $STEP" \

@@ -365,6 +365,21 @@ class ShardProcessTest : public ::testing::Test {
                                     response);
   }
 
+  // RegisterModel on every rank at once (it waits for every rank); each
+  // rank's status, and its response in `responses`.
+  std::vector<grpc::Status> RegisterOnEveryRank(
+      std::vector<pb::RegisterModelResponse>* responses) {
+    responses->assign(kW, pb::RegisterModelResponse());
+    std::vector<grpc::Status> statuses(kW);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back(
+          [&, r] { statuses[r] = Register(r, &(*responses)[r]); });
+    }
+    for (auto& t : threads) t.join();
+    return statuses;
+  }
+
   pb::GetStatusResponse Status(int r) {
     pb::GetStatusResponse status;
     grpc::Status s = stubs_[r]->GetStatus(Ctx(absl::Seconds(5)).get(),
@@ -532,15 +547,8 @@ TEST_F(ShardProcessTest, TwoDaemonsTrainBitExactAndShutDownClean) {
   }
 
   // Register on both ranks at once (RegisterModel waits for every rank).
-  std::vector<pb::RegisterModelResponse> reg(kW);
-  std::vector<grpc::Status> reg_status(kW);
-  {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kW; ++r) {
-      threads.emplace_back([&, r] { reg_status[r] = Register(r, &reg[r]); });
-    }
-    for (auto& t : threads) t.join();
-  }
+  std::vector<pb::RegisterModelResponse> reg;
+  const std::vector<grpc::Status> reg_status = RegisterOnEveryRank(&reg);
   for (int r = 0; r < kW; ++r) {
     ASSERT_TRUE(reg_status[r].ok())
         << r << ": " << reg_status[r].error_message();
@@ -855,15 +863,8 @@ TEST(ShardProcessDeviceTest, ExplicitCudaDeviceIsRefusedWithTheReason) {
 // daemon goes on as before (a well-formed request afterwards streams the
 // whole shard, and the daemon is still ready and registered).
 TEST_F(ShardProcessTest, FetchShardRejectsBadRequestsNamingTheField) {
-  std::vector<pb::RegisterModelResponse> reg(kW);
-  std::vector<grpc::Status> reg_status(kW);
-  {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kW; ++r) {
-      threads.emplace_back([&, r] { reg_status[r] = Register(r, &reg[r]); });
-    }
-    for (auto& t : threads) t.join();
-  }
+  std::vector<pb::RegisterModelResponse> reg;
+  const std::vector<grpc::Status> reg_status = RegisterOnEveryRank(&reg);
   for (int r = 0; r < kW; ++r) ASSERT_TRUE(reg_status[r].ok());
   const int64_t epoch = Status(0).epoch();
   auto peer = pb::Peer::NewStub(
