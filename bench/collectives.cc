@@ -25,11 +25,16 @@
 // Timing: each repetition starts after a raw Gloo barrier; a repetition's
 // time is the slowest rank's. Ours and Gloo alternate within each
 // repetition, in ABBA order (ours first in even repetitions, Gloo first in
-// odd ones), after warm-up; 30 repetitions up to 1 MiB, 20 to 16 MiB, 10 at
-// 64 MiB and 6 at 256 MiB (--quick: 10, 8). The table reports the MEDIAN
-// of the repetitions, the headline ratio uses the BEST of each side (both
-// are in the JSON): the machine is shared and noisy, and interference only
-// ever adds time.
+// odd ones), after warm-up. The headline ratio is PAIRED: per repetition,
+// Gloo's time over ours (as busbw), then the median over repetitions, so
+// that what the shared two cores are doing at one moment weighs on both
+// sides of a pair alike. Repetitions come in rounds (60 up to 4 MiB, 30 to
+// 16 MiB, 12 at 64 MiB, 6 at 256 MiB; --quick 16, 10) until that median's
+// 95% confidence interval is within +-0.05 or a cap is reached (300, 120,
+// 36, 12; --quick 32, 10); the interval is in the JSON. The worst median
+// over sizes >= 1 MiB and every W is the figure. The table reports each
+// side's MEDIAN time; ratios from each side's best-of-N and median times
+// are in the JSON too.
 //
 // FSDP observation (W = 4): the same total (64 MiB; --quick 16 MiB)
 // all-gathered as one flat buffer or as N per-tensor gathers of total/N
@@ -67,6 +72,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -108,6 +114,10 @@ struct Options {
   bool fsdp = false;
   // Raw Gloo only (no GlooCollective): a baseline of the machine.
   bool raw_only = false;
+  // Only these operations / world sizes (empty: all), for looking into one
+  // point without the whole run.
+  std::vector<std::string> ops;
+  std::vector<int> worlds;
 };
 
 [[noreturn]] void Die(absl::string_view message) {
@@ -132,9 +142,9 @@ std::vector<int64_t> Sizes(bool quick) {
 // slows a repetition down, so the best converges on the undisturbed time
 // as repetitions grow, and the worst point over 15 needs enough of them.
 int Reps(int64_t bytes, bool quick) {
-  if (bytes <= kMiB) return quick ? 10 : 30;
-  if (bytes <= 16 * kMiB) return quick ? 8 : 20;
-  if (bytes <= 64 * kMiB) return 10;
+  if (bytes <= 4 * kMiB) return quick ? 16 : 60;
+  if (bytes <= 16 * kMiB) return quick ? 10 : 30;
+  if (bytes <= 64 * kMiB) return 12;
   return 6;
 }
 
@@ -142,6 +152,36 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The most repetitions one point may take while its paired ratio is still
+// uncertain (cheap sizes can afford many; --quick stays near its block).
+int MaxReps(int64_t bytes, bool quick) {
+  if (bytes <= 4 * kMiB) return quick ? 32 : 300;
+  if (bytes <= 16 * kMiB) return quick ? 10 : 120;
+  if (bytes <= 64 * kMiB) return 36;
+  return 12;
+}
+
+// Target precision of a point's paired ratio: +-0.05 at 95%.
+constexpr double kHalfWidth = 0.05;
+
+// A median with its distribution-free 95% confidence interval: the order
+// statistics n/2 -+ 0.98 sqrt(n) (the binomial(n, 1/2) normal
+// approximation).
+struct PairedCi {
+  double median = 0, lo = 0, hi = 0;
+};
+PairedCi MedianCi(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size());
+  const double half = 0.98 * std::sqrt(n);
+  const auto at = [&](double k) {
+    const int64_t i = std::clamp<int64_t>(static_cast<int64_t>(std::floor(k)),
+                                          0, static_cast<int64_t>(n) - 1);
+    return v[static_cast<size_t>(i)];
+  };
+  return {Median(v), at(n / 2 - half), at(std::ceil(n / 2 + half))};
 }
 
 // A pre-faulted, 2 MiB-aligned float buffer (huge pages requested).
@@ -185,6 +225,10 @@ class Worker {
     RawBarrier();
     for (const char* op :
          {"allgather", "reducescatter", "allreduce", "broadcast"}) {
+      if (!o_.ops.empty() &&
+          std::find(o_.ops.begin(), o_.ops.end(), op) == o_.ops.end()) {
+        continue;
+      }
       for (int64_t bytes : sizes) Measure(op, bytes);
     }
     if (o_.fsdp) FlatVsPerTensor(o_.quick ? 16 * kMiB : 64 * kMiB);
@@ -319,29 +363,62 @@ class Worker {
     auto raw_ring = [&] { RawAllreduce(b, n); };  // reduce-scatter only
 
     const int warmup = bytes <= kMiB ? 2 : 1;
-    const int reps = Reps(bytes, o_.quick);
-    std::vector<double> t_ours, t_raw, t_ring;
-    for (int i = 0; i < warmup + reps; ++i) {
-      // ABBA: which side goes first alternates, so that neither always
-      // runs right after the other (caches, the TCP windows it left).
-      double to = 0, tr = 0, tg = 0;
-      if (i % 2 == 0) {
-        to = o_.raw_only ? 0.0 : TimeOne(ours);
-        tr = TimeOne(raw);
-        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
-      } else {
-        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
-        tr = TimeOne(raw);
-        to = o_.raw_only ? 0.0 : TimeOne(ours);
-      }
-      if (i < warmup) continue;
-      t_ours.push_back(to);
-      t_raw.push_back(tr);
-      t_ring.push_back(tg);
+    for (int i = 0; i < warmup; ++i) {
+      if (!o_.raw_only) TimeOne(ours);
+      TimeOne(raw);
+      if (op == "reducescatter") TimeOne(raw_ring);
     }
-    MaxOverRanks(t_ours);
-    MaxOverRanks(t_raw);
-    MaxOverRanks(t_ring);
+    // Rounds of `block` repetitions until the median paired ratio is known
+    // to +-kHalfWidth (95%) or `max_reps` have run. Every rank holds the
+    // same times after MaxOverRanks, so every rank decides alike.
+    const int block = Reps(bytes, o_.quick);
+    const int max_reps = MaxReps(bytes, o_.quick);
+    std::vector<double> t_ours, t_raw, t_ring, paired;
+    PairedCi ci;
+    while (true) {
+      std::vector<double> bo, br, bg;
+      for (int i = 0; i < block; ++i) {
+        // ABBA: which side goes first alternates, so that neither always
+        // runs right after the other (caches, the TCP windows it left).
+        double to = 0, tr = 0, tg = 0;
+        if ((t_ours.size() + i) % 2 == 0) {
+          to = o_.raw_only ? 0.0 : TimeOne(ours);
+          tr = TimeOne(raw);
+          tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+        } else {
+          tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+          tr = TimeOne(raw);
+          to = o_.raw_only ? 0.0 : TimeOne(ours);
+        }
+        bo.push_back(to);
+        br.push_back(tr);
+        bg.push_back(tg);
+      }
+      MaxOverRanks(bo);
+      MaxOverRanks(br);
+      MaxOverRanks(bg);
+      t_ours.insert(t_ours.end(), bo.begin(), bo.end());
+      t_raw.insert(t_raw.end(), br.begin(), br.end());
+      t_ring.insert(t_ring.end(), bg.begin(), bg.end());
+      // Paired: each repetition's Gloo time over ours in the SAME
+      // repetition (they ran back to back), as a bus-bandwidth ratio. What
+      // the shared machine is doing at that moment weighs on both sides of
+      // one pair alike. For reduce-scatter Gloo's side is the better of its
+      // two ways in that repetition (the ring all-reduce counted by the
+      // all-reduce busbw, twice the reduce-scatter factor).
+      paired.clear();
+      for (size_t i = 0; i < t_ours.size(); ++i) {
+        double gloo_t = t_raw[i];
+        if (op == "reducescatter") gloo_t = std::min(gloo_t, t_ring[i] / 2);
+        if (t_ours[i] > 0) paired.push_back(gloo_t / t_ours[i]);
+      }
+      if (paired.empty()) break;  // --raw_only
+      ci = MedianCi(paired);
+      if (ci.hi - ci.lo <= 2 * kHalfWidth ||
+          static_cast<int>(t_ours.size()) + block > max_reps) {
+        break;
+      }
+    }
     if (rank_ == 0) {
       std::cout << "ROW " << op << " " << world_ << " " << bytes << " "
                 << Median(t_ours) << " "
@@ -350,7 +427,8 @@ class Worker {
                 << *std::min_element(t_raw.begin(), t_raw.end()) << " "
                 << Median(t_ring) << " "
                 << *std::min_element(t_ring.begin(), t_ring.end()) << " "
-                << reps << std::endl;
+                << t_ours.size() << " " << ci.median << " " << ci.lo << " "
+                << ci.hi << std::endl;
     }
   }
 
@@ -447,6 +525,9 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
     if (o.quick) argv.push_back("--quick");
     if (fsdp) argv.push_back("--fsdp");
     if (o.raw_only) argv.push_back("--raw_only");
+    if (!o.ops.empty()) {
+      argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
+    }
     absl::StatusOr<pid_t> pid =
         group.Spawn(argv, absl::StrCat(dir, "/rank", r, ".out"),
                     absl::StrCat(dir, "/rank", r, ".err"));
@@ -523,15 +604,18 @@ void Plot(const std::vector<FsdpRow>& rows, int world, int64_t total,
 
 int RunParent(const Options& o) {
   BenchReport report("collectives");
-  const std::vector<int> worlds =
-      o.quick ? std::vector<int>{2, 4} : std::vector<int>{2, 4, 8};
+  const std::vector<int> worlds = !o.worlds.empty() ? o.worlds
+                                  : o.quick         ? std::vector<int>{2, 4}
+                                                    : std::vector<int>{2, 4, 8};
   std::map<std::string, std::vector<double>> ratios_ge_1mib;
   std::map<std::string, std::vector<double>> median_ratios_ge_1mib;
+  std::map<std::string, std::vector<double>> best_ratios_ge_1mib;
+  std::map<std::string, std::vector<double>> ci_hi_ge_1mib;
   std::vector<FsdpRow> fsdp;
   int64_t fsdp_total = 0;
   int fsdp_world = 0;
   for (int world : worlds) {
-    const bool with_fsdp = world == 4;
+    const bool with_fsdp = world == 4 && o.ops.empty();
     const absl::Time start = absl::Now();
     const std::string out = RunWorld(o, world, with_fsdp);
     std::cerr << "W=" << world << ": "
@@ -540,12 +624,13 @@ int RunParent(const Options& o) {
               << "\n";
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
       std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (f.size() == 11 && f[0] == "ROW") {
+      if (f.size() == 14 && f[0] == "ROW") {
         const std::string& op = f[1];
         int w = 0;
         int64_t bytes = 0;
         double ours_med = 0, ours_best = 0, raw_med = 0, raw_best = 0,
-               ring_med = 0, ring_best = 0, reps = 0;
+               ring_med = 0, ring_best = 0, reps = 0, ratio_paired = 0,
+               paired_lo = 0, paired_hi = 0;
         if (!absl::SimpleAtoi(f[2], &w) || !absl::SimpleAtoi(f[3], &bytes) ||
             !absl::SimpleAtod(f[4], &ours_med) ||
             !absl::SimpleAtod(f[5], &ours_best) ||
@@ -553,7 +638,10 @@ int RunParent(const Options& o) {
             !absl::SimpleAtod(f[7], &raw_best) ||
             !absl::SimpleAtod(f[8], &ring_med) ||
             !absl::SimpleAtod(f[9], &ring_best) ||
-            !absl::SimpleAtod(f[10], &reps)) {
+            !absl::SimpleAtod(f[10], &reps) ||
+            !absl::SimpleAtod(f[11], &ratio_paired) ||
+            !absl::SimpleAtod(f[12], &paired_lo) ||
+            !absl::SimpleAtod(f[13], &paired_hi)) {
           Die(absl::StrCat("bad worker line: ", line));
         }
         const double bus = BusFactor(op, w);
@@ -585,7 +673,9 @@ int RunParent(const Options& o) {
         const double ratio = ours_busbw / gloo_busbw;
         const double ratio_best = ours_busbw_best / gloo_busbw_best;
         if (has_ours && bytes >= kMiB) {
-          ratios_ge_1mib[op].push_back(ratio_best);
+          ratios_ge_1mib[op].push_back(ratio_paired);
+          ci_hi_ge_1mib[op].push_back(paired_hi);
+          best_ratios_ge_1mib[op].push_back(ratio_best);
           median_ratios_ge_1mib[op].push_back(ratio);
         }
         BenchReport::Row row = {{"op", op},
@@ -602,6 +692,9 @@ int RunParent(const Options& o) {
         row.push_back({"gloo_variant", variant});
         if (has_ours) {
           row.push_back({"ratio", ratio});
+          row.push_back({"ratio_paired", ratio_paired});
+          row.push_back({"ratio_paired_ci95_lo", paired_lo});
+          row.push_back({"ratio_paired_ci95_hi", paired_hi});
           row.push_back({"ratio_best", ratio_best});
           row.push_back({"ours_best_ms", ours_best * 1e3});
         }
@@ -628,12 +721,22 @@ int RunParent(const Options& o) {
   }
   std::cout << report.Table() << "\n";
 
-  // Headline: the worst over sizes >= 1 MiB and every W of the ratio of
-  // best-of-N bus bandwidths (each side's capability on a shared, noisy
-  // machine). The same from median times is reported beside it.
+  // Headline: the worst over sizes >= 1 MiB and every W of the median
+  // paired ratio (see Measure). Beside it the same worst from median times
+  // and from best-of-N times, each side's taken apart from the other's.
   for (const auto& [op, ratios] : ratios_ge_1mib) {
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib"),
                      *std::min_element(ratios.begin(), ratios.end()));
+    // The lowest upper bound: below 0.9 only if some point is slower than
+    // 0.9x Gloo beyond what the noise allows.
+    const std::vector<double>& hi = ci_hi_ge_1mib[op];
+    report.SetFigure(
+        absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_ci95_hi"),
+        *std::min_element(hi.begin(), hi.end()));
+    const std::vector<double>& by_best = best_ratios_ge_1mib[op];
+    report.SetFigure(
+        absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_best_times"),
+        *std::min_element(by_best.begin(), by_best.end()));
     const std::vector<double>& by_median = median_ratios_ge_1mib[op];
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_median_times"),
@@ -700,8 +803,9 @@ int RunParent(const Options& o) {
   }
 
   std::cout << "figures (busbw ratio ours/gloo over sizes >= 1 MiB and "
-               "every W; *_min_ge_1mib from best-of-N times, "
-               "*_median_times from median times):\n";
+               "every W; *_min_ge_1mib: median of per-repetition paired "
+               "ratios; *_best_times and *_median_times: from each side's "
+               "best-of-N and median times):\n";
   for (const auto& [name, value] : report.figures()) {
     std::cout << "  " << name << " = " << value << "\n";
   }
@@ -713,7 +817,9 @@ int RunParent(const Options& o) {
 }
 
 int Usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " [--quick] [--raw_only] [--out=PATH]\n";
+  std::cerr << "usage: " << argv0
+            << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
+               "allreduce,broadcast] [--worlds=2,4,8] [--out=PATH]\n";
   return 2;
 }
 
@@ -732,6 +838,17 @@ int main(int argc, char** argv) {
       o.raw_only = true;
     } else if (arg == "--fsdp") {
       o.fsdp = true;
+    } else if (absl::StartsWith(arg, "--ops=")) {
+      o.ops = absl::StrSplit(arg.substr(6), ',', absl::SkipEmpty());
+    } else if (absl::StartsWith(arg, "--worlds=")) {
+      for (absl::string_view w :
+           absl::StrSplit(arg.substr(9), ',', absl::SkipEmpty())) {
+        int world = 0;
+        if (!absl::SimpleAtoi(w, &world) || world < 1) {
+          return shardd::bench::Usage(argv[0]);
+        }
+        o.worlds.push_back(world);
+      }
     } else if (absl::StartsWith(arg, "--out=")) {
       o.out = std::string(arg.substr(6));
     } else if (absl::StartsWith(arg, "--store=")) {
