@@ -114,6 +114,32 @@ absl::StatusOr<GradNormPartial> GradClipper::ShardPartial(const float* shard,
   return partial;
 }
 
+absl::Status GradClipper::AddBins(const SquareBins& bins,
+                                  GradNormPartial* partial) {
+  if (partial == nullptr) {
+    return absl::InvalidArgumentError("grad_clip partial must not be null");
+  }
+  if (bins.elements < 0 || bins.nonfinite < 0 ||
+      bins.nonfinite > bins.elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_clip bins: counts must satisfy 0 <= nonfinite <= elements (got ",
+        bins.nonfinite, " of ", bins.elements, ")"));
+  }
+  if (partial->elements > INT64_MAX - bins.elements) {
+    return absl::OutOfRangeError("grad_clip element count overflows int64");
+  }
+  // As AccumulateChunk folds its bins: M^2 in units of 2^-300, shifted by
+  // 2*max(e,1); the high word 64 bits further.
+  for (int e = 0; e < 255; ++e) {
+    const int shift = 2 * std::max(e, 1);
+    AddShifted(bins.lo[e], shift, partial->limbs);
+    AddShifted(bins.hi[e], shift + 64, partial->limbs);
+  }
+  partial->elements += bins.elements;
+  partial->nonfinite += bins.nonfinite;
+  return absl::OkStatus();
+}
+
 absl::Status GradClipper::Merge(const GradNormPartial& from,
                                 GradNormPartial* into) {
   if (into == nullptr) {

@@ -30,6 +30,20 @@ struct GradNormPartial {
   double SumOfSquares() const;
 };
 
+// The squares of a gradient binned by exponent, the form a GPU kernel
+// computes them in (integer additions, so in any order exactly): lo[e] +
+// 2^64 hi[e] is the exact sum of M^2 over the elements whose biased
+// exponent is e, M being the 24-bit significand (with the implicit bit;
+// exponent 0 counts as 1). Exponent 255 (NaN, infinity) is only counted,
+// in `nonfinite`.
+struct SquareBins {
+  static constexpr int kExponents = 256;
+  std::array<uint64_t, kExponents> lo{};
+  std::array<uint64_t, kExponents> hi{};
+  int64_t elements = 0;
+  int64_t nonfinite = 0;
+};
+
 // What the final reduction decides.
 struct ClipResult {
   double total_norm = 0.0;  // sqrt of the exact sum of squares.
@@ -65,6 +79,11 @@ class GradClipper {
   // Adds grad[0, n) to `partial` (for a shard held in pieces).
   static absl::Status Accumulate(const float* grad, int64_t n,
                                  GradNormPartial* partial);
+
+  // Adds binned squares to `partial`: exactly what Accumulate over the same
+  // elements adds. INVALID_ARGUMENT for negative counts or more nonfinite
+  // elements than elements; OUT_OF_RANGE if the element count overflows.
+  static absl::Status AddBins(const SquareBins& bins, GradNormPartial* partial);
 
   // into += from, exactly. OUT_OF_RANGE if the element count overflows.
   static absl::Status Merge(const GradNormPartial& from, GradNormPartial* into);

@@ -181,5 +181,70 @@ TEST(GradClipTest, RejectsBadArguments) {
             absl::StatusCode::kOutOfRange);
 }
 
+// The bins as a GPU kernel would fill them, element by element with 128-bit
+// additions.
+SquareBins BinsOf(const std::vector<float>& g) {
+  SquareBins bins;
+  for (float v : g) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    const uint32_t e = (bits >> 23) & 0xffu;
+    const uint64_t m =
+        (bits & 0x7fffffu) | (static_cast<uint32_t>(e != 0) << 23);
+    ++bins.elements;
+    if (e == 0xffu) {
+      ++bins.nonfinite;
+      continue;
+    }
+    const uint64_t before = bins.lo[e];
+    bins.lo[e] += m * m;
+    bins.hi[e] += bins.lo[e] < before;
+  }
+  return bins;
+}
+
+// Binned squares fold into the same limbs as Accumulate over the same
+// elements: across every exponent (subnormals, zeros, the largest finite
+// values), with bins whose sums overflow 64 bits, and with NaN/inf counted.
+TEST(GradClipTest, BinnedSquaresEqualAccumulateExactly) {
+  std::mt19937 rng(7);
+  std::vector<float> g(200000);
+  for (size_t i = 0; i < g.size(); ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    if (i % 3 == 0) bits = (bits & 0x807fffffu) | (0x7eu << 23);  // Same exp.
+    if (i % 11 == 0) bits &= 0x807fffffu;  // Subnormal or zero.
+    if (i % 97 == 0) bits |= 0x7f800000u;  // NaN or infinity.
+    std::memcpy(&g[i], &bits, sizeof(bits));
+  }
+  // 2^17 maximal significands in one exponent: their sum needs 65 bits.
+  const float big = std::nextafter(2.0f, 0.0f);  // M = 2^24 - 1, e = 127.
+  g.insert(g.end(), size_t{1} << 17, big);
+  const SquareBins bins = BinsOf(g);
+  ASSERT_GT(bins.hi[127], 0u);
+  GradNormPartial from_bins;
+  ASSERT_TRUE(GradClipper::AddBins(bins, &from_bins).ok());
+  GradNormPartial direct;
+  ASSERT_TRUE(GradClipper::Accumulate(g.data(), g.size(), &direct).ok());
+  EXPECT_EQ(from_bins.limbs, direct.limbs);
+  EXPECT_EQ(from_bins.elements, direct.elements);
+  EXPECT_EQ(from_bins.nonfinite, direct.nonfinite);
+  EXPECT_GT(direct.nonfinite, 0);
+}
+
+TEST(GradClipTest, AddBinsRejectsInconsistentCounts) {
+  SquareBins bins;
+  bins.elements = 1;
+  bins.nonfinite = 2;
+  GradNormPartial p;
+  EXPECT_EQ(GradClipper::AddBins(bins, &p).code(),
+            absl::StatusCode::kInvalidArgument);
+  bins.nonfinite = -1;
+  EXPECT_EQ(GradClipper::AddBins(bins, &p).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.elements, 0);
+  EXPECT_EQ(GradClipper::AddBins(SquareBins{}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace shardd::core

@@ -8,15 +8,7 @@
 namespace shardd::core {
 namespace {
 
-struct SgdScalars {
-  float grad_scale;
-  float lr;
-  float weight_decay;
-  float momentum;
-  float one_minus_dampening;
-};
-
-enum class MomentumMode { kNone, kFirstStep, kRunning };
+using MomentumMode = SgdMomentumMode;
 
 constexpr int64_t kChunk = 1024;
 
@@ -149,6 +141,24 @@ absl::StatusOr<Sgd> Sgd::Create(const SgdOptions& options, KernelIsa isa) {
   return Sgd(options, resolved);
 }
 
+SgdScalars Sgd::ScalarsFor(float grad_scale) const {
+  SgdScalars s;
+  s.grad_scale = grad_scale;
+  s.lr = static_cast<float>(options_.lr);
+  s.weight_decay = static_cast<float>(options_.weight_decay);
+  s.momentum = static_cast<float>(options_.momentum);
+  s.one_minus_dampening = static_cast<float>(1.0 - options_.dampening);
+  return s;
+}
+
+SgdVariant Sgd::VariantFor(int64_t step) const {
+  return SgdVariant{options_.weight_decay != 0.0,
+                    !has_momentum_buffer() ? MomentumMode::kNone
+                    : step == 1            ? MomentumMode::kFirstStep
+                                           : MomentumMode::kRunning,
+                    options_.nesterov};
+}
+
 absl::Status Sgd::set_lr(double lr) {
   if (absl::Status s = ValidateLr(lr); !s.ok()) return s;
   options_.lr = lr;
@@ -184,19 +194,12 @@ absl::Status Sgd::Update(int64_t step, float grad_scale, const float* grad,
     return s;
   }
 
-  SgdScalars s;
-  s.grad_scale = grad_scale;
-  s.lr = static_cast<float>(options_.lr);
-  s.weight_decay = static_cast<float>(options_.weight_decay);
-  s.momentum = static_cast<float>(options_.momentum);
-  s.one_minus_dampening = static_cast<float>(1.0 - options_.dampening);
-  const MomentumMode mode = !has_momentum_buffer() ? MomentumMode::kNone
-                            : step == 1            ? MomentumMode::kFirstStep
-                                                   : MomentumMode::kRunning;
+  const SgdScalars s = ScalarsFor(grad_scale);
+  const SgdVariant variant = VariantFor(step);
+  const MomentumMode mode = variant.mode;
   const SgdKernel kernel =
-      options_.weight_decay != 0.0
-          ? SelectMode<true>(isa_, mode, options_.nesterov)
-          : SelectMode<false>(isa_, mode, options_.nesterov);
+      variant.weight_decay ? SelectMode<true>(isa_, mode, variant.nesterov)
+                           : SelectMode<false>(isa_, mode, variant.nesterov);
   float* buffer = mode == MomentumMode::kNone ? nullptr : momentum_buffer;
 
   if (lowp_out == nullptr) {

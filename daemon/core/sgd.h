@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/kernel_dispatch.h"
+#include "daemon/core/sgd_scalars.h"
 
 namespace shardd::core {
 
@@ -58,6 +59,11 @@ class Sgd {
                       void* lowp_out = nullptr) const;
 
   absl::Status set_lr(double lr);
+
+  // The scalars and the variant Update uses (for the GPU kernel, which
+  // runs the same sequence); step >= 1.
+  SgdScalars ScalarsFor(float grad_scale) const;
+  SgdVariant VariantFor(int64_t step) const;
 
   const SgdOptions& options() const { return options_; }
   bool has_momentum_buffer() const { return options_.momentum != 0.0; }

@@ -1917,7 +1917,14 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
     }
     return read;
   }
-  engine->InstallState(header.step());
+  if (absl::Status s = engine->InstallState(header.step()); !s.ok()) {
+    if (!fresh) {
+      absl::MutexLock lock(&mu_);
+      comm_failed_ = true;
+      comm_error_ = s.ToString();
+    }
+    return s;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (fresh) {
@@ -2289,7 +2296,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   }
   if (!streamed.ok()) return streamed;
   const v1::ShardHeader& header = assembler.header();
-  engine->InstallState(header.step());
+  if (absl::Status s = engine->InstallState(header.step()); !s.ok()) return s;
   const uint64_t fingerprint =
       core::Fingerprint(*model, core::InitScope::kExclude);
   if (fingerprint != header.model_fingerprint()) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/node/host_engine_math.h"
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
@@ -25,42 +26,6 @@ comm::OpOptions WaitedOptions(absl::Duration timeout) {
 
 using core::DType;
 
-// Adds n elements of `src` (dtype) into the fp32 `acc`, or copies them
-// when `first`.
-void AccumulateInto(float* acc, const void* src, DType dtype, int64_t n,
-                    bool first) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      const float* s = static_cast<const float*>(src);
-      if (first) {
-        std::memcpy(acc, s, static_cast<size_t>(n) * sizeof(float));
-      } else {
-        for (int64_t i = 0; i < n; ++i) acc[i] += s[i];
-      }
-      return;
-    }
-    case DType::kBFloat16:
-    case DType::kFloat16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-      const bool bf16 = dtype == DType::kBFloat16;
-      for (int64_t i = 0; i < n; ++i) {
-        const float v =
-            bf16 ? core::BFloat16ToFloat(s[i]) : core::HalfToFloat(s[i]);
-        acc[i] = first ? v : acc[i] + v;
-      }
-      return;
-    }
-  }
-}
-
-void ToLowPrecision(const float* in, void* out, DType dtype, int64_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < n; ++i) {
-    o[i] = dtype == DType::kBFloat16 ? core::FloatToBFloat16(in[i])
-                                     : core::FloatToHalf(in[i]);
-  }
-}
-
 absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works) {
   absl::Status first = absl::OkStatus();
   for (auto& w : works) {
@@ -75,6 +40,17 @@ absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works) {
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     EngineConfig config, const ShardInitializer& init,
     memory::BufferAllocator& shared, memory::BufferAllocator& private_memory) {
+  return Create(std::move(config), init, shared, private_memory,
+                HostEngineMath::Get());
+}
+
+absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
+    EngineConfig config, const ShardInitializer& init,
+    memory::BufferAllocator& shared, memory::BufferAllocator& private_memory,
+    std::shared_ptr<EngineMath> math) {
+  if (math == nullptr) {
+    return absl::InvalidArgumentError("math: no EngineMath given");
+  }
   const int64_t f = config.plan.sharding_factor();
   if (config.rank < 0 || config.rank >= config.plan.world_size()) {
     return absl::InvalidArgumentError(
@@ -101,8 +77,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     }
   }
 
-  auto engine =
-      std::unique_ptr<StepEngine>(new StepEngine(std::move(config), *planned));
+  auto engine = std::unique_ptr<StepEngine>(
+      new StepEngine(std::move(config), *planned, std::move(math)));
   StepEngine& e = *engine;
   bool any_excluded = false;
   for (const std::vector<bool>& unit : e.config_.exclude_from_weight_decay) {
@@ -238,23 +214,52 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
       e.slot_last_use_.push_back(0);
     }
   }
-  // Initial values of this rank's shards (padding stays zero).
+  if (e.math_->device_memory() && f > 1) {
+    absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+        e.math_->AllocateScratch(
+            "grad_norm_partials",
+            f * static_cast<int64_t>(sizeof(core::GradNormPartial)));
+    if (!b.ok()) return b.status();
+    e.norm_scratch_ = *std::move(b);
+  }
+  // Initial values of this rank's shards (padding stays zero). Device
+  // memory is written from a bounded host staging buffer.
+  constexpr int64_t kStagingElements = int64_t{1} << 22;  // 16 MiB
+  std::vector<float> staging;
   for (size_t u = 0; u < e.config_.units.size(); ++u) {
     const core::ShardRange& shard = e.config_.units[u].shard(e.shard_index_);
-    if (shard.numel > 0) {
-      init(static_cast<int>(u), shard.offset, e.master(u), shard.numel);
+    if (!e.math_->device_memory()) {
+      if (shard.numel > 0) {
+        init(static_cast<int>(u), shard.offset, e.master(u), shard.numel);
+      }
+    } else {
+      for (int64_t done = 0; done < shard.numel; done += kStagingElements) {
+        const int64_t n = std::min(kStagingElements, shard.numel - done);
+        staging.resize(static_cast<size_t>(n));
+        init(static_cast<int>(u), shard.offset + done, staging.data(), n);
+        if (absl::Status s = e.math_->Upload(e.master(u) + done, staging.data(),
+                                             n * int64_t{sizeof(float)});
+            !s.ok()) {
+          return s;
+        }
+      }
     }
     if (e.lowp_units_) {
-      ToLowPrecision(e.master(u), e.lowp(u), lowp_dtype,
-                     e.units_[u].shard_stored);
+      if (absl::Status s = e.math_->ToLowPrecision(
+              e.master(u), e.lowp(u), lowp_dtype, e.units_[u].shard_stored);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   return engine;
 }
 
-StepEngine::StepEngine(EngineConfig config, core::MemoryBreakdown planned)
+StepEngine::StepEngine(EngineConfig config, core::MemoryBreakdown planned,
+                       std::shared_ptr<EngineMath> math)
     : config_(std::move(config)),
       planned_(planned),
+      math_(std::move(math)),
       shard_index_(config_.rank % config_.plan.sharding_factor()),
       lowp_units_(config_.units.front().dtype() != DType::kFloat32),
       units_(config_.units.size()),
@@ -376,36 +381,61 @@ absl::StatusOr<std::vector<float>> StepEngine::GatherState(
   absl::MutexLock lock(&mu_);
   const int64_t f = config_.plan.sharding_factor();
   const std::vector<int64_t> counts = StoredCounts(unit);
-  std::vector<float> out(static_cast<size_t>(
-      std::accumulate(counts.begin(), counts.end(), int64_t{0})));
+  const int64_t total =
+      std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<float> out(static_cast<size_t>(total));
   if (f == 1) {
-    std::copy(mine, mine + stored, out.begin());
+    if (absl::Status s =
+            math_->Download(out.data(), mine, stored * int64_t{sizeof(float)});
+        !s.ok()) {
+      return s;
+    }
     return out;
   }
   if (shard_group_ == nullptr) {
     return absl::FailedPreconditionError(
         "no communicators yet: the daemon is not in a ready epoch");
   }
+  // A collective writes engine memory: on a device, gather into scratch
+  // and download it.
+  std::unique_ptr<memory::ByteBuffer> scratch;
+  void* gathered = out.data();
+  if (math_->device_memory()) {
+    absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+        math_->AllocateScratch("gather_state", total * int64_t{sizeof(float)});
+    if (!b.ok()) return b.status();
+    scratch = *std::move(b);
+    gathered = scratch->data();
+  }
   absl::Status s = shard_group_
-                       ->AllGather(mine, out.data(), counts, DType::kFloat32,
+                       ->AllGather(mine, gathered, counts, DType::kFloat32,
                                    WaitedOptions(timeout))
                        ->Wait();
   if (!s.ok()) return s;
+  if (scratch != nullptr) {
+    s = math_->Download(out.data(), scratch->data(),
+                        total * int64_t{sizeof(float)});
+    if (!s.ok()) return s;
+  }
   return out;
 }
 
-void StepEngine::InstallState(int64_t committed_step) {
+absl::Status StepEngine::InstallState(int64_t committed_step) {
   absl::MutexLock lock(&mu_);
   DrainAllLocked();
+  for (size_t u = 0; lowp_units_ && u < units_.size(); ++u) {
+    if (absl::Status s =
+            math_->ToLowPrecision(master(u), lowp(u), config_.units[u].dtype(),
+                                  units_[u].shard_stored);
+        !s.ok()) {
+      return s;
+    }
+  }
   pending_.reset();
   committed_step_ = committed_step;
   state_version_.fetch_add(1);
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& st = units_[u];
-    if (lowp_units_) {
-      ToLowPrecision(master(u), lowp(u), config_.units[u].dtype(),
-                     st.shard_stored);
-    }
     st.reduced = false;
     st.held = false;
     st.gathered_at_step = -1;
@@ -413,6 +443,7 @@ void StepEngine::InstallState(int64_t committed_step) {
   for (size_t i = 0; i < slot_unit_.size(); ++i) slot_unit_[i] = -1;
   for (UnitState& st : units_) st.slot = -1;
   for (auto& acc : accumulation_) acc.reset();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
@@ -628,37 +659,34 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     const bool first = acc == nullptr;
     if (first) {
       absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
-          accumulation_allocator_.Allocate(
-              absl::StrCat(layout.name(), ".accumulation"), n * 4);
+          math_->AllocateScratch(absl::StrCat(layout.name(), ".accumulation"),
+                                 n * 4);
       if (!b.ok()) return b.status();
       acc = *std::move(b);
     }
-    AccumulateInto(reinterpret_cast<float*>(acc->data()), slot, rd, n, first);
-    return absl::OkStatus();
+    absl::Status s = math_->Accumulate(reinterpret_cast<float*>(acc->data()),
+                                       slot, rd, n, first);
+    // A first micro-batch that did not land is not an accumulation.
+    if (!s.ok() && first) acc.reset();
+    return s;
   }
   if (acc != nullptr) {
     // slot += accumulated, rounded once into the reduce dtype.
-    const float* a = reinterpret_cast<const float*>(acc->data());
-    if (rd == DType::kFloat32) {
-      float* g = reinterpret_cast<float*>(slot);
-      for (int64_t i = 0; i < n; ++i) g[i] += a[i];
-    } else {
-      uint16_t* g = reinterpret_cast<uint16_t*>(slot);
-      const bool bf16 = rd == DType::kBFloat16;
-      for (int64_t i = 0; i < n; ++i) {
-        const float v =
-            (bf16 ? core::BFloat16ToFloat(g[i]) : core::HalfToFloat(g[i])) +
-            a[i];
-        g[i] = bf16 ? core::FloatToBFloat16(v) : core::FloatToHalf(v);
-      }
+    if (absl::Status s = math_->AddRounded(
+            slot, rd, reinterpret_cast<const float*>(acc->data()), n);
+        !s.ok()) {
+      return s;
     }
     acc.reset();
   }
   // The slot is shared by every unit: the trainer writes the real
   // elements; padding must add nothing.
   if (layout.padding_elements() > 0) {
-    std::memset(slot + n * elem, 0,
-                static_cast<size_t>(layout.padding_elements() * elem));
+    if (absl::Status s =
+            math_->Zero(slot + n * elem, layout.padding_elements() * elem);
+        !s.ok()) {
+      return s;
+    }
   }
   const core::ShardRange& shard = layout.shard(shard_index_);
   const void* reduced = slot + shard.offset * elem;
@@ -675,7 +703,11 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     absl::Status s = work->Wait();
     if (!s.ok()) return s;
   }
-  AccumulateInto(grad(unit), reduced, rd, st.shard_stored, /*first=*/true);
+  if (absl::Status s = math_->Accumulate(grad(unit), reduced, rd,
+                                         st.shard_stored, /*first=*/true);
+      !s.ok()) {
+    return s;
+  }
   st.reduced = true;
   return absl::OkStatus();
 }
@@ -726,7 +758,7 @@ absl::StatusOr<StepResult> StepEngine::Step(
   core::GradNormPartial mine;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (absl::Status s =
-            core::GradClipper::Accumulate(grad(u), units_[u].shard_real, &mine);
+            math_->SquaresInto(grad(u), units_[u].shard_real, &mine);
         !s.ok()) {
       return s;
     }
@@ -737,13 +769,30 @@ absl::StatusOr<StepResult> StepEngine::Step(
     static_assert(sizeof(core::GradNormPartial) % sizeof(float) == 0);
     constexpr int64_t kWords = sizeof(core::GradNormPartial) / sizeof(float);
     partials.assign(f, core::GradNormPartial{});
+    constexpr int64_t kBytes = sizeof(core::GradNormPartial);
     // A byte copy: all-gather moves bits, fp32 is only the element size.
+    // In engine memory: on a device, through the scratch, in place.
+    void* exchange = partials.data();
+    const void* input = &mine;
+    if (norm_scratch_ != nullptr) {
+      exchange = norm_scratch_->data();
+      input = norm_scratch_->data() + shard_index_ * kBytes;
+      if (absl::Status s = math_->Upload(
+              norm_scratch_->data() + shard_index_ * kBytes, &mine, kBytes);
+          !s.ok()) {
+        return s;
+      }
+    }
     absl::Status s =
         shard_group_
-            ->AllGather(&mine, partials.data(), std::vector<int64_t>(f, kWords),
+            ->AllGather(input, exchange, std::vector<int64_t>(f, kWords),
                         DType::kFloat32, options)
             ->Wait();
     if (!s.ok()) return s;
+    if (norm_scratch_ != nullptr) {
+      s = math_->Download(partials.data(), norm_scratch_->data(), f * kBytes);
+      if (!s.ok()) return s;
+    }
   }
   absl::StatusOr<core::ClipResult> clip = clipper_->Finish(partials);
   if (!clip.ok()) return clip.status();
@@ -810,18 +859,18 @@ absl::StatusOr<StepResult> StepEngine::ApplyPendingLocked() {
                                       : static_cast<uint8_t*>(lowp_out) +
                                             begin * core::DTypeSize(lowp_dtype);
       if (adamw_) {
-        core::AdamW& opt = decay ? *adamw_ : *adamw_no_decay_;
-        return opt.Update(step, pending.clip_scale, grad(u) + begin,
-                          master(u) + begin, state + st.shard_offset + begin,
-                          state + total_stored + st.shard_offset + begin, n,
-                          lowp_dtype, out);
+        const core::AdamW& opt = decay ? *adamw_ : *adamw_no_decay_;
+        return math_->AdamW(opt, step, pending.clip_scale, grad(u) + begin,
+                            master(u) + begin, state + st.shard_offset + begin,
+                            state + total_stored + st.shard_offset + begin, n,
+                            lowp_dtype, out);
       }
       float* momentum =
           config_.optimizer.kind == core::OptimizerKind::kSgdMomentum
               ? state + st.shard_offset + begin
               : nullptr;
-      core::Sgd& opt = decay ? *sgd_ : *sgd_no_decay_;
-      return opt.Update(step, pending.clip_scale, grad(u) + begin,
+      const core::Sgd& opt = decay ? *sgd_ : *sgd_no_decay_;
+      return math_->Sgd(opt, step, pending.clip_scale, grad(u) + begin,
                         master(u) + begin, momentum, n, lowp_dtype, out);
     };
     absl::Status s;
@@ -888,7 +937,13 @@ absl::StatusOr<std::vector<float>> StepEngine::MasterShard(int unit) const {
   const UnitState& st = units_[unit];
   const float* p =
       reinterpret_cast<const float*>(master_->data()) + st.shard_offset;
-  return std::vector<float>(p, p + st.shard_stored);
+  std::vector<float> out(static_cast<size_t>(st.shard_stored));
+  if (absl::Status s = math_->Download(
+          out.data(), p, st.shard_stored * int64_t{sizeof(float)});
+      !s.ok()) {
+    return s;
+  }
+  return out;
 }
 
 }  // namespace shardd::node

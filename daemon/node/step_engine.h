@@ -22,6 +22,7 @@
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
 #include "daemon/memory/byte_buffer.h"
+#include "daemon/node/engine_math.h"
 
 namespace shardd::node {
 
@@ -94,9 +95,16 @@ struct StepResult {
 // All memory is allocated at Create, pre-faulted, and equals
 // core::MemoryPlan's figure for this rank to the byte.
 //
+// The engine never dereferences its buffers: every copy and every
+// computation on them goes through its EngineMath, so the same engine runs
+// with its memory on the host (HostEngineMath) or on a GPU, where the
+// allocators hand out device memory and the communicators are NCCL's. Only
+// then does it use one extra buffer outside the plan: F gradient-norm
+// partials (a few hundred bytes) for their all-gather.
+//
 // Thread-safe: calls are serialised by an internal lock (the trainer API is
 // one trainer per daemon). Borrows the allocators only during Create; shares
-// ownership of the communicators.
+// ownership of the communicators and of the EngineMath.
 class StepEngine {
  public:
   // Validates the config (units laid out for F, rank in range, optimizer
@@ -105,10 +113,18 @@ class StepEngine {
   // F = 1 the shard Gather hands out) come from `shared`; the rest (the
   // gradient and optimizer shards, parameter shards no trainer maps) from
   // `private_memory`, which may be the same allocator.
+  //
+  // `math` works on the memory the allocators hand out (HostEngineMath for
+  // host memory).
+  static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
+      EngineConfig config, const ShardInitializer& init,
+      memory::BufferAllocator& shared, memory::BufferAllocator& private_memory,
+      std::shared_ptr<EngineMath> math);
+  // Host memory.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       EngineConfig config, const ShardInitializer& init,
       memory::BufferAllocator& shared, memory::BufferAllocator& private_memory);
-  // Everything from one allocator.
+  // Everything from one allocator, host memory.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       EngineConfig config, const ShardInitializer& init,
       memory::BufferAllocator& allocator) {
@@ -241,7 +257,14 @@ class StepEngine {
   // After the sections were overwritten with another rank's or a
   // checkpoint's state at `committed_step`: adopts that step, refreshes the
   // low-precision copies, forgets gathered slots and any step in progress.
-  void InstallState(int64_t committed_step);
+  // An error (a failed device call) leaves the step and the slots as they
+  // were.
+  absl::Status InstallState(int64_t committed_step);
+
+  // True when StateSections' pointers (and UnitData's buffers) are device
+  // memory, which the host reads and writes only through math().
+  bool memory_on_device() const { return math_->device_memory(); }
+  EngineMath& math() const { return *math_; }
   // What the plan says this rank holds, and what it actually holds, per
   // category, from the sizes of the buffers allocated for each (one per
   // category; the gathered slots together). Accumulation buffers
@@ -275,7 +298,8 @@ class StepEngine {
     std::vector<std::pair<int64_t, int64_t>> no_decay;  // (begin, count)
   };
 
-  StepEngine(EngineConfig config, core::MemoryBreakdown planned);
+  StepEngine(EngineConfig config, core::MemoryBreakdown planned,
+             std::shared_ptr<EngineMath> math);
 
   // Waits for the unit's prefetch, if any, and forgets it (its status too:
   // a failed collective breaks the communicator, and the next operation
@@ -302,6 +326,7 @@ class StepEngine {
 
   const EngineConfig config_;
   const core::MemoryBreakdown planned_;
+  const std::shared_ptr<EngineMath> math_;
   const int shard_index_;
   const bool lowp_units_;
 
@@ -315,10 +340,13 @@ class StepEngine {
   std::vector<int> slot_unit_ ABSL_GUARDED_BY(mu_);  // -1: free.
   std::vector<int64_t> slot_last_use_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<memory::ByteBuffer> grad_slot_ ABSL_GUARDED_BY(mu_);
+  // Device memory only: F gradient-norm partials, for their all-gather
+  // (a collective moves engine memory).
+  std::unique_ptr<memory::ByteBuffer> norm_scratch_ ABSL_GUARDED_BY(mu_);
   // Per unit, only while micro-batches are accumulated without
-  // synchronisation: fp32, the unit's real elements. Outside the memory
-  // plan by design (opt-in, transient), and counted in held_bytes().
-  memory::HeapAllocator accumulation_allocator_;
+  // synchronisation: fp32, the unit's real elements (math_'s scratch).
+  // Outside the memory plan by design (opt-in, transient), and counted in
+  // held_bytes().
   std::vector<std::unique_ptr<memory::ByteBuffer>> accumulation_
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);

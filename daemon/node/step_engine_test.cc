@@ -10,6 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/comm/in_memory_store.h"
+#include "daemon/node/host_engine_math.h"
+#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/node/testing/guarded_collective.h"
+#include "daemon/node/testing/guarded_engine_math.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -19,12 +23,10 @@ using core::DType;
 
 constexpr int kSteps = 3;
 
-std::vector<core::UnitSpec> Model() {
+std::vector<core::UnitSpec> Model(DType dtype = DType::kFloat32) {
   // Unit 0: 18 elements (even over F = 2); unit 1: 5 elements (padded to 6).
-  return {
-      {"layer0",
-       {{"weight", {3, 5}, DType::kFloat32}, {"bias", {3}, DType::kFloat32}}},
-      {"layer1", {{"weight", {5}, DType::kFloat32}}}};
+  return {{"layer0", {{"weight", {3, 5}, dtype}, {"bias", {3}, dtype}}},
+          {"layer1", {{"weight", {5}, dtype}}}};
 }
 
 float InitValue(int unit, int64_t i) {
@@ -45,10 +47,10 @@ struct Decay {
   std::vector<std::vector<bool>> excluded;
 };
 
-EngineConfig Config(int w, int f, int rank, int64_t k,
-                    const Decay& decay = {}) {
+EngineConfig Config(int w, int f, int rank, int64_t k, const Decay& decay = {},
+                    DType dtype = DType::kFloat32) {
   std::vector<core::UnitLayout> units;
-  for (const core::UnitSpec& spec : Model()) {
+  for (const core::UnitSpec& spec : Model(dtype)) {
     units.push_back(*core::UnitLayout::Create(spec, f));
   }
   OptimizerSpec optimizer;
@@ -60,7 +62,7 @@ EngineConfig Config(int w, int f, int rank, int64_t k,
       .plan =
           *core::ShardPlan::Create(w, core::ShardingStrategy::kHybridShard, f),
       .units = std::move(units),
-      .reduce_dtype = DType::kFloat32,
+      .reduce_dtype = dtype,
       .optimizer = optimizer,
       .max_grad_norm = 0.25,  // Small enough to clip every step.
       .max_gathered_units = k,
@@ -148,17 +150,64 @@ absl::StatusOr<Groups> ConnectFullShard(int r, int w, comm::Store& store) {
   return Groups{std::move(*shard), std::move(*replica)};
 }
 
+// How RunRank runs a rank.
+struct RunOptions {
+  Decay decay;
+  // Engine memory in a GuardedArena (not host-addressable, as a GPU's)
+  // with its EngineMath and communicators, instead of the heap.
+  bool device = false;
+  DType dtype = DType::kFloat32;  // Parameters and gradients.
+  // Each step's gradient arrives as two micro-batches (the first with
+  // accumulate_only), summing to the same gradient.
+  bool micro_batches = false;
+};
+
 // One rank: communicators, engine, kSteps steps, then the gathered result.
 struct RankResult {
   absl::Status status;
   std::vector<std::vector<float>> gathered;  // Per unit, real elements.
+  std::vector<std::vector<float>> master;    // Per unit, this rank's shard.
+  std::vector<float> exp_avg;                // Unit 0, whole (GatherState).
   int64_t held = -1;
   int64_t planned = -2;
   absl::Status exhausted;  // Gathering past K.
+  int64_t device_calls = 0;
 };
 
+// Grad values as `dtype` bytes (bf16/fp16 hold multiples of 1/8 exactly).
+std::vector<uint8_t> GradBytes(int rank, int step, int unit, int64_t n,
+                               DType dtype, float scale) {
+  std::vector<uint8_t> out(static_cast<size_t>(n * core::DTypeSize(dtype)));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = scale * GradValue(rank, step, unit, i);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(out.data() + i * 4, &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kBFloat16 ? core::FloatToBFloat16(v)
+                                                   : core::FloatToHalf(v);
+      std::memcpy(out.data() + i * 2, &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> ToFloats(const uint8_t* p, int64_t n, DType dtype) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(&out[i], p + i * 4, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p + i * 2, 2);
+      out[i] = dtype == DType::kBFloat16 ? core::BFloat16ToFloat(h)
+                                         : core::HalfToFloat(h);
+    }
+  }
+  return out;
+}
+
 RankResult RunRank(int w, int f, int rank, comm::Store& store,
-                   const Decay& decay = {}) {
+                   const RunOptions& run = {}) {
   RankResult out;
   auto fail = [&](absl::Status s) {
     out.status = s;
@@ -177,10 +226,29 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   auto replica = comm::CreateGlooCollective(ro, store);
   if (!replica.ok()) return fail(replica.status());
   memory::HeapAllocator heap;
-  auto engine = StepEngine::Create(Config(w, f, rank, 1, decay), Init, heap);
+  std::shared_ptr<testing::GuardedArena> arena;
+  std::shared_ptr<EngineMath> math = HostEngineMath::Get();
+  std::shared_ptr<testing::GuardedEngineMath> device_math;
+  std::shared_ptr<comm::Collective> shard_group = std::move(*shard);
+  std::shared_ptr<comm::Collective> replica_group = std::move(*replica);
+  if (run.device) {
+    auto a = testing::GuardedArena::Create(int64_t{16} << 20);
+    if (!a.ok()) return fail(a.status());
+    arena = std::move(*a);
+    device_math = std::make_shared<testing::GuardedEngineMath>(arena);
+    math = device_math;
+    shard_group =
+        std::make_shared<testing::GuardedCollective>(shard_group, arena);
+    replica_group =
+        std::make_shared<testing::GuardedCollective>(replica_group, arena);
+  }
+  memory::BufferAllocator& allocator =
+      run.device ? static_cast<memory::BufferAllocator&>(*arena) : heap;
+  auto engine = StepEngine::Create(Config(w, f, rank, 1, run.decay, run.dtype),
+                                   Init, allocator, allocator, math);
   if (!engine.ok()) return fail(engine.status());
   StepEngine& e = **engine;
-  e.SetCommunicators(std::move(*shard), std::move(*replica));
+  e.SetCommunicators(shard_group, replica_group);
   out.held = e.held_bytes();
   out.planned = e.planned_memory().total_bytes;
   const absl::Duration timeout = absl::Seconds(30);
@@ -195,10 +263,25 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
       if (absl::Status s = e.Release(u); !s.ok()) return fail(s);
       auto slot = e.GradientSlot(u);
       if (!slot.ok()) return fail(slot.status());
-      float* g = reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
+      // The trainer's write, through the engine's math: a GPU trainer's
+      // kernel, here a copy.
       const int64_t n = e.config().units[u].numel();
-      for (int64_t i = 0; i < n; ++i) g[i] = GradValue(rank, step, u, i);
-      if (absl::Status s = e.ReduceGrad(u, timeout); !s.ok()) return fail(s);
+      const int passes = run.micro_batches ? 2 : 1;
+      for (int pass = 0; pass < passes; ++pass) {
+        const std::vector<uint8_t> g = GradBytes(
+            rank, step, u, n, run.dtype, run.micro_batches ? 0.5f : 1.0f);
+        if (absl::Status s = e.math().Upload(
+                slot->buffer->data() + slot->offset, g.data(), g.size());
+            !s.ok()) {
+          return fail(s);
+        }
+        if (absl::Status s =
+                e.ReduceGrad(u, timeout,
+                             /*accumulate_only=*/pass + 1 < passes);
+            !s.ok()) {
+          return fail(s);
+        }
+      }
     }
     auto result = e.Step(step, timeout);
     if (!result.ok()) return fail(result.status());
@@ -206,11 +289,24 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   for (int u = 0; u < 2; ++u) {
     auto gathered = e.Gather(u, timeout);
     if (!gathered.ok()) return fail(gathered.status());
-    const float* p = reinterpret_cast<const float*>(gathered->buffer->data() +
-                                                    gathered->offset);
-    out.gathered.emplace_back(p, p + e.config().units[u].numel());
+    const int64_t n = e.config().units[u].numel();
+    std::vector<uint8_t> bytes(static_cast<size_t>(gathered->bytes));
+    if (absl::Status s = e.math().Download(
+            bytes.data(), gathered->buffer->data() + gathered->offset,
+            gathered->bytes);
+        !s.ok()) {
+      return fail(s);
+    }
+    out.gathered.push_back(ToFloats(bytes.data(), n, gathered->dtype));
     if (absl::Status s = e.Release(u); !s.ok()) return fail(s);
+    auto master = e.MasterShard(u);
+    if (!master.ok()) return fail(master.status());
+    out.master.push_back(*std::move(master));
   }
+  auto exp_avg = e.GatherState(0, StepEngine::StateKind::kExpAvg, timeout);
+  if (!exp_avg.ok()) return fail(exp_avg.status());
+  out.exp_avg = *std::move(exp_avg);
+  if (device_math != nullptr) out.device_calls = device_math->calls();
   return out;
 }
 
@@ -241,6 +337,80 @@ TEST(StepEngineTest, HybridShardStepsEqualTheUnshardedReferenceBitForBit) {
   }
 }
 
+std::vector<RankResult> RunAll(int w, int f, const RunOptions& run) {
+  comm::InMemoryStore store;
+  std::vector<RankResult> results(w);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < w; ++r) {
+    threads.emplace_back([&, r] { results[r] = RunRank(w, f, r, store, run); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// The engine with its memory where the host cannot touch it (as on a GPU):
+// every copy and computation went through its EngineMath and every
+// collective through device buffers, and the result is the reference's,
+// bit for bit, with exactly the planned memory.
+TEST(StepEngineTest, DeviceMemoryEngineEqualsTheUnshardedReferenceBitForBit) {
+  constexpr int kW = 4, kF = 2;
+  const std::vector<RankResult> results =
+      RunAll(kW, kF, {.decay = {}, .device = true});
+  const auto reference = Reference(kW);
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status;
+    EXPECT_EQ(results[r].held, results[r].planned) << "rank " << r;
+    EXPECT_GT(results[r].device_calls, 0) << "rank " << r;
+    ASSERT_EQ(results[r].gathered.size(), reference.size());
+    for (size_t u = 0; u < reference.size(); ++u) {
+      ASSERT_EQ(results[r].gathered[u].size(), reference[u].size());
+      EXPECT_EQ(std::memcmp(results[r].gathered[u].data(), reference[u].data(),
+                            reference[u].size() * sizeof(float)),
+                0)
+          << "rank " << r << " unit " << u;
+    }
+  }
+}
+
+// bf16 parameters and gradients (the low-precision copies, rounded
+// accumulation of micro-batches): the device-memory engine ends exactly
+// where the host engine does, in its gathered parameters, master shards and
+// optimizer state.
+TEST(StepEngineTest,
+     DeviceMemoryEngineEqualsTheHostEngineWithBf16MicroBatches) {
+  constexpr int kW = 4, kF = 2;
+  const RunOptions host{.decay = {},
+                        .device = false,
+                        .dtype = DType::kBFloat16,
+                        .micro_batches = true};
+  RunOptions device = host;
+  device.device = true;
+  const std::vector<RankResult> on_host = RunAll(kW, kF, host);
+  const std::vector<RankResult> on_device = RunAll(kW, kF, device);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() &&
+           std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(on_host[r].status.ok())
+        << "rank " << r << ": " << on_host[r].status;
+    ASSERT_TRUE(on_device[r].status.ok())
+        << "rank " << r << ": " << on_device[r].status;
+    EXPECT_EQ(on_device[r].held, on_device[r].planned) << "rank " << r;
+    ASSERT_EQ(on_device[r].gathered.size(), 2u);
+    for (size_t u = 0; u < 2; ++u) {
+      EXPECT_TRUE(same(on_host[r].gathered[u], on_device[r].gathered[u]))
+          << "rank " << r << " unit " << u;
+      EXPECT_TRUE(same(on_host[r].master[u], on_device[r].master[u]))
+          << "rank " << r << " unit " << u;
+    }
+    EXPECT_TRUE(same(on_host[r].exp_avg, on_device[r].exp_avg)) << r;
+    // Three steps moved the parameters away from their initial values.
+    EXPECT_NE(on_device[r].master[0][0], InitValue(0, (r % kF) * 9));
+  }
+}
+
 // W = F = 2: a released unit is answered from its slot without an
 // AllGather; released with reshard it is all-gathered again, with the same
 // values.
@@ -257,7 +427,7 @@ TEST(StepEngineTest, ExcludedTensorsSkipWeightDecayBitForBit) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kW; ++r) {
     threads.emplace_back(
-        [&, r] { results[r] = RunRank(kW, kF, r, store, decay); });
+        [&, r] { results[r] = RunRank(kW, kF, r, store, {.decay = decay}); });
   }
   for (auto& t : threads) t.join();
   const auto reference = Reference(kW, decay);
@@ -639,7 +809,7 @@ TEST_F(StepEngineSingleRankTest, InstalledStateContinuesLikeTheOriginal) {
     ASSERT_EQ(from[i].bytes, to[i].bytes);
     std::memcpy(to[i].data, from[i].data, from[i].bytes);
   }
-  (*copy)->InstallState(2);
+  ASSERT_TRUE((*copy)->InstallState(2).ok());
   EXPECT_EQ((*copy)->committed_step(), 2);
   ReduceAll(*engine_, 0.75f);
   ReduceAll(**copy, 0.75f);

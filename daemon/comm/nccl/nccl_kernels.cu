@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "daemon/comm/nccl/nccl_kernels.h"
+#include "daemon/core/cuda/half_convert.cuh"
 
 namespace shardd::comm::nccl::cuda {
 namespace {
@@ -13,15 +14,7 @@ int Blocks(int64_t n) {
   return static_cast<int>(wanted < 65536 ? wanted : 65536);
 }
 
-// The bit-level twin of core::FloatToBFloat16.
-__device__ uint16_t FloatToBFloat16Bits(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  }
-  const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
-}
+using core::cuda::FloatToBFloat16Bits;
 
 __global__ void UpcastBf16(const uint16_t* __restrict__ src,
                            float* __restrict__ dst, int64_t n) {
