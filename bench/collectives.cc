@@ -118,6 +118,8 @@ struct Options {
   // point without the whole run.
   std::vector<std::string> ops;
   std::vector<int> worlds;
+  int64_t min_bytes = 0;
+  int64_t max_bytes = 0;  // 0: no bound.
 };
 
 [[noreturn]] void Die(absl::string_view message) {
@@ -129,10 +131,14 @@ void Check(const absl::Status& status, absl::string_view what) {
   if (!status.ok()) Die(absl::StrCat(what, ": ", status.ToString()));
 }
 
-std::vector<int64_t> Sizes(bool quick) {
+// 4 KiB .. 256 MiB (--quick 16 MiB) in powers of 4, within [min, max]
+// (0: no bound).
+std::vector<int64_t> Sizes(bool quick, int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> sizes;
   for (int64_t s = 4 * kKiB; s <= (quick ? 16 * kMiB : 256 * kMiB); s *= 4) {
-    sizes.push_back(s);
+    if (s >= min_bytes && (max_bytes == 0 || s <= max_bytes)) {
+      sizes.push_back(s);
+    }
   }
   return sizes;
 }
@@ -218,7 +224,9 @@ class Worker {
 
   void Run() {
     Connect();
-    const std::vector<int64_t> sizes = Sizes(o_.quick);
+    const std::vector<int64_t> sizes =
+        Sizes(o_.quick, o_.min_bytes, o_.max_bytes);
+    if (sizes.empty()) Die("no sizes within --min_bytes/--max_bytes");
     const int64_t max_bytes = sizes.back();
     a_ = std::make_unique<Buffer>(max_bytes);
     b_ = std::make_unique<Buffer>(max_bytes);
@@ -528,6 +536,8 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
     if (!o.ops.empty()) {
       argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
     }
+    argv.push_back(absl::StrCat("--min_bytes=", o.min_bytes));
+    argv.push_back(absl::StrCat("--max_bytes=", o.max_bytes));
     absl::StatusOr<pid_t> pid =
         group.Spawn(argv, absl::StrCat(dir, "/rank", r, ".out"),
                     absl::StrCat(dir, "/rank", r, ".err"));
@@ -819,7 +829,8 @@ int RunParent(const Options& o) {
 int Usage(const char* argv0) {
   std::cerr << "usage: " << argv0
             << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
-               "allreduce,broadcast] [--worlds=2,4,8] [--out=PATH]\n";
+               "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
+               "[--max_bytes=N] [--out=PATH]\n";
   return 2;
 }
 
@@ -849,6 +860,12 @@ int main(int argc, char** argv) {
         }
         o.worlds.push_back(world);
       }
+    } else if (absl::StartsWith(arg, "--min_bytes=")) {
+      if (!absl::SimpleAtoi(arg.substr(12), &o.min_bytes))
+        return shardd::bench::Usage(argv[0]);
+    } else if (absl::StartsWith(arg, "--max_bytes=")) {
+      if (!absl::SimpleAtoi(arg.substr(12), &o.max_bytes))
+        return shardd::bench::Usage(argv[0]);
     } else if (absl::StartsWith(arg, "--out=")) {
       o.out = std::string(arg.substr(6));
     } else if (absl::StartsWith(arg, "--store=")) {

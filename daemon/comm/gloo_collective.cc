@@ -22,6 +22,7 @@
 #include "daemon/comm/gloo_abort_signal.h"
 #include "daemon/comm/gloo_abortable_buffer.h"
 #include "daemon/comm/gloo_direct_reduce_scatter.h"
+#include "daemon/comm/gloo_halving_reduce_scatter.h"
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
@@ -56,9 +57,13 @@ uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
 constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
 constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
 constexpr int64_t kSegmentsPerBlock = 4;
-// Reduce-scatters whose largest block is at most this go direct (one step),
-// larger ones round the ring (SHARDD_REDUCE_SCATTER=ring|direct forces one,
-// for benchmarks).
+// Reduce-scatters whose largest block is at most this go by recursive
+// halving when W is a power of two (> 2), else direct (one step) up to the
+// second bound; larger ones round the ring (SHARDD_REDUCE_SCATTER=ring|
+// direct|halving forces one, for benchmarks).
+// (W = 4 and 8 on the 2-core VM: halving is faster at 128-256 KiB blocks,
+// direct at 512 KiB - 1 MiB.)
+constexpr int64_t kHalvingReduceScatterMaxBlockBytes = int64_t{256} << 10;
 constexpr int64_t kDirectReduceScatterMaxBlockBytes = int64_t{2} << 20;
 
 int64_t SegmentElements(int64_t max_count) {
@@ -722,15 +727,26 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
     return MakeBuffer(ptr, bytes, deadline);
   };
-  // Both give the same bits (the ring's order of additions). The direct one
-  // takes one step instead of W - 1: better while per-message latency
-  // dominates (measured with scripts/bench collectives).
+  // Direct and ring give the same bits (the ring's order of additions);
+  // halving sums in a tree. Direct takes one step instead of W - 1 and
+  // halving log2(W) with one peer at a time: better while per-message
+  // latency dominates (measured with scripts/bench collectives). The choice
+  // depends only on W and the counts, the same on every rank and every run.
   static const char* const forced = std::getenv("SHARDD_REDUCE_SCATTER");
-  const bool direct = forced != nullptr
-                          ? std::string(forced) != "ring"
-                          : max_count * static_cast<int64_t>(sizeof(float)) <=
-                                kDirectReduceScatterMaxBlockBytes;
-  if (direct) {
+  const int64_t block_bytes = max_count * static_cast<int64_t>(sizeof(float));
+  const bool power_of_two = (size() & (size() - 1)) == 0;
+  std::string algorithm = forced != nullptr ? forced : "";
+  if (algorithm != "ring" && algorithm != "direct" &&
+      (algorithm != "halving" || !power_of_two)) {
+    algorithm = power_of_two && size() > 2 &&
+                        block_bytes <= kHalvingReduceScatterMaxBlockBytes
+                    ? "halving"
+                : block_bytes <= kDirectReduceScatterMaxBlockBytes ? "direct"
+                                                                   : "ring";
+  }
+  if (algorithm == "halving") {
+    GlooHalvingReduceScatter(*context_, factory, args);
+  } else if (algorithm == "direct") {
     GlooDirectReduceScatter(*context_, factory, args);
   } else {
     GlooRingReduceScatter(*context_, factory, args);

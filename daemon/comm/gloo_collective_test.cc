@@ -458,7 +458,8 @@ TEST_P(GlooCollectiveTest, CallerWaitsQueuesBehindEarlierWorkInIssueOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooCollectiveTest,
-                         ::testing::Values(1, 2, 3, 4), [](const auto& info) {
+                         ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) {
                            return absl::StrCat("W", info.param);
                          });
 
