@@ -2,6 +2,7 @@
 #define SHARDD_DAEMON_NODE_ENGINE_MATH_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -75,6 +76,14 @@ class EngineMath {
                            int64_t n, core::DType lowp_dtype,
                            void* lowp_out) = 0;
 };
+
+// Hands [src, src + bytes) of engine memory to `fn` in order, as host
+// bytes: in place, in one call, when the memory is the host's; through a
+// bounded host buffer (a few MiB per call) when it is a device's. Stops at
+// the first error, fn's or the download's.
+absl::Status ReadEngineMemory(
+    EngineMath& math, const uint8_t* src, int64_t bytes,
+    const std::function<absl::Status(const uint8_t* host, int64_t n)>& fn);
 
 }  // namespace shardd::node
 

@@ -26,8 +26,9 @@
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/tensor_init.h"
+#include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shared_memory_segment.h"
-#include "daemon/memory/shm_allocator.h"
+#include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
@@ -266,8 +267,11 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     if (!log.ok()) return log.status();
     m->commit_log_ = std::move(*log);
   }
-  m->allocator_ = std::make_unique<memory::ShmAllocator>(options.shm_dir,
+  m->backend_ = options.backend != nullptr
+                    ? options.backend
+                    : std::make_shared<CpuEngineBackend>(options.shm_dir,
                                                          options.shm_prefix);
+  m->device_memory_ = m->backend_->math()->device_memory();
   coordinator::MemberClientOptions mo;
   mo.coordinator_address = options.coordinator_address;
   mo.credentials = options.coordinator_credentials;
@@ -546,10 +550,10 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   replica.size = world_size / sharding_factor;
   replica.group = absl::StrCat("replica/", rank % sharding_factor);
   absl::StatusOr<std::unique_ptr<comm::Collective>> s =
-      comm::CreateGlooCollective(shard, *store);
+      backend_->MakeCollective(shard, *store);
   if (!s.ok()) return s.status();
   absl::StatusOr<std::unique_ptr<comm::Collective>> r =
-      comm::CreateGlooCollective(replica, *store);
+      backend_->MakeCollective(replica, *store);
   if (!r.ok()) return r.status();
   std::shared_ptr<comm::Collective> shard_group = std::move(*s);
   std::shared_ptr<comm::Collective> replica_group = std::move(*r);
@@ -684,7 +688,16 @@ void NodeManager::LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
   if (engine == nullptr) return;
   uint32_t crc = 0;
   for (const StepEngine::StateSection& section : engine->StateSections()) {
-    crc = Crc32c(crc, section.data, static_cast<size_t>(section.bytes));
+    absl::Status s =
+        ReadEngineMemory(engine->math(), section.data, section.bytes,
+                         [&](const uint8_t* p, int64_t n) {
+                           crc = Crc32c(crc, p, static_cast<size_t>(n));
+                           return absl::OkStatus();
+                         });
+    if (!s.ok()) {
+      std::fprintf(stderr, "shardd: commit log: %s\n", s.ToString().c_str());
+      return;
+    }
   }
   const EngineConfig& config = engine->config();
   recovery::CommitRecord record;
@@ -744,11 +757,24 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
 
 v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
   v1::DataRef ref;
-  auto* shm = ref.mutable_shared_memory();
-  shm->set_path(data.buffer->name());
-  shm->set_segment_bytes(data.buffer->size());
-  shm->set_byte_offset(data.offset);
-  shm->set_byte_length(data.bytes);
+  // A device backend's buffers are GPU memory exported by CUDA IPC; the
+  // CPU backend's are shared-memory segments.
+  if (absl::StatusOr<memory::CudaIpcName> ipc =
+          memory::ParseCudaIpcName(data.buffer->name());
+      ipc.ok()) {
+    auto* cuda = ref.mutable_cuda_ipc();
+    cuda->set_mem_handle(ipc->mem_handle);
+    cuda->set_device_ordinal(ipc->device);
+    cuda->set_allocation_bytes(data.buffer->size());
+    cuda->set_byte_offset(data.offset);
+    cuda->set_byte_length(data.bytes);
+  } else {
+    auto* shm = ref.mutable_shared_memory();
+    shm->set_path(data.buffer->name());
+    shm->set_segment_bytes(data.buffer->size());
+    shm->set_byte_offset(data.offset);
+    shm->set_byte_length(data.bytes);
+  }
   ref.set_dtype(ToProtoDType(data.dtype));
   ref.set_byte_length(data.bytes);
   const std::vector<core::TensorView>& tensors =
@@ -851,16 +877,21 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
       excluded.push_back(tensor.exclude_from_weight_decay);
     }
   }
-  return StepEngine::Create(std::move(config), init, *allocator_,
-                            private_allocator_);
+  return StepEngine::Create(std::move(config), init, backend_->shared(),
+                            backend_->private_memory(), backend_->math());
 }
 
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     const v1::RegisterModelRequest& request, absl::Time deadline) {
-  if (request.transport() == v1::TRANSPORT_CUDA_IPC) {
+  if (request.transport() == v1::TRANSPORT_CUDA_IPC && !device_memory_) {
     return absl::InvalidArgumentError(
         "transport: CUDA IPC needs a CUDA device; this daemon runs on the "
         "CPU (shared memory)");
+  }
+  if (request.transport() == v1::TRANSPORT_SHARED_MEMORY && device_memory_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport: this daemon keeps its buffers on ", backend_->name(),
+        " (CUDA IPC); shared memory is the CPU backend's"));
   }
   absl::StatusOr<core::ModelConfig> model =
       ProtoConvert::ModelFromProto(request.model());
@@ -1116,6 +1147,9 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
         " without padding), got ", grad.byte_length()));
   }
   uint8_t* dst = slot->buffer->data() + slot->offset;
+  // The gradient slot is engine memory (a GPU's, on a device backend):
+  // written through the engine's math.
+  EngineMath& math = (*engine)->math();
   switch (grad.location_case()) {
     case v1::DataRef::kSharedMemory: {
       const v1::SharedMemoryRef& ref = grad.shared_memory();
@@ -1141,9 +1175,12 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
         return absl::NotFoundError(
             absl::StrCat("grad.shared_memory.path: ", seg.status().message()));
       }
-      std::memcpy(dst,
-                  static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
-                  grad.byte_length());
+      if (absl::Status s = math.Upload(
+              dst, static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
+              grad.byte_length());
+          !s.ok()) {
+        return s;
+      }
       break;
     }
     case v1::DataRef::kInlineData:
@@ -1153,14 +1190,41 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
             "grad.inline_data: ", grad.inline_data().size(),
             " bytes, but grad.byte_length is ", grad.byte_length()));
       }
-      std::memcpy(dst, grad.inline_data().data(), grad.byte_length());
+      if (absl::Status s =
+              math.Upload(dst, grad.inline_data().data(), grad.byte_length());
+          !s.ok()) {
+        return s;
+      }
       break;
+    case v1::DataRef::kCudaIpc: {
+      const v1::CudaIpcRef& ref = grad.cuda_ipc();
+      if (!math.device_memory()) {
+        return absl::InvalidArgumentError(
+            "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
+      }
+      absl::StatusOr<memory::CudaIpcName> slot_name =
+          memory::ParseCudaIpcName(slot->buffer->name());
+      if (!slot_name.ok() || ref.mem_handle() != slot_name->mem_handle ||
+          ref.byte_offset() != slot->offset ||
+          ref.byte_length() != grad.byte_length()) {
+        return absl::InvalidArgumentError(
+            "grad.cuda_ipc: must be the gradient slot Gather named (its "
+            "handle, byte_offset and byte_length); other device memory is "
+            "not accepted");
+      }
+      break;  // Written in place by the trainer.
+    }
     default:
       return absl::InvalidArgumentError(
-          "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
+          "grad: required (the grad_buffer from Gather, a shared-memory range "
+          "or inline bytes)");
   }
   if (grad.byte_length() < slot->bytes) {
-    std::memset(dst + grad.byte_length(), 0, slot->bytes - grad.byte_length());
+    if (absl::Status s = math.Zero(dst + grad.byte_length(),
+                                   slot->bytes - grad.byte_length());
+        !s.ok()) {
+      return s;
+    }
   }
   if (request.accumulate_only()) {
     // No collective: the engine adds the slot into the unit's private
@@ -1448,12 +1512,17 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
                 state_kinds.end()) {
           continue;
         }
+        std::string bytes(range.numel * sizeof(float), '\0');
+        if (absl::Status s = (*engine)->math().Download(
+                bytes.data(), section.data, static_cast<int64_t>(bytes.size()));
+            !s.ok()) {
+          return s;
+        }
         entries.push_back(SafetensorsEntry{
             absl::StrCat(name, ".", StateKindName(section.kind)),
             "F32",
             {range.numel},
-            std::string(reinterpret_cast<const char*>(section.data),
-                        range.numel * sizeof(float))});
+            std::move(bytes)});
       }
     }
     absl::StatusOr<v1::ExportedFile> file = WriteSafetensors(
@@ -1524,6 +1593,7 @@ absl::Status NodeManager::ServeShard(
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index: must be >= 0, got ", request.shard_index()));
   }
+  if (absl::Status s = HostMemoryOnly("serving a shard"); !s.ok()) return s;
   if (stop_.load()) return absl::UnavailableError("shutting down");
   // A consistent snapshot: no trainer operation (a Step) runs while the
   // shard streams. During recovery the epoch is not ready, so the wait is
@@ -1712,6 +1782,7 @@ absl::Status NodeManager::ServeShard(
 }
 
 void NodeManager::PrecomputePieceCrcs() {
+  if (device_memory_) return;  // ServeShard refuses: nothing to prepare.
   std::optional<PieceCrcs> computed;
   std::shared_ptr<StepEngine> engine;
   v1::ShardHeader header;
@@ -1802,6 +1873,11 @@ void NodeManager::DescribeShardLocked(
 
 void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   if (options_.checkpoint_dir.empty()) return;
+  if (absl::Status s = HostMemoryOnly("checkpoints"); !s.ok()) {
+    std::fprintf(stderr, "shardd: no checkpoint of step %lld: %s\n",
+                 static_cast<long long>(step), s.ToString().c_str());
+    return;
+  }
   v1::ShardHeader header;
   std::vector<recovery::SectionSource> sources;
   int rank = 0;
@@ -1836,6 +1912,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
     return absl::FailedPreconditionError(
         "no --checkpoint_dir: this daemon keeps no checkpoints");
   }
+  if (absl::Status s = HostMemoryOnly("checkpoints"); !s.ok()) return s;
   const int rank = client_->rank();
   std::string path;
   if (step < 0) {
@@ -1948,6 +2025,13 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
   LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
             epoch);
   return header.step();
+}
+
+absl::Status NodeManager::HostMemoryOnly(absl::string_view what) const {
+  if (!device_memory_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " is not built for shards in GPU memory yet (this daemon runs on ",
+      backend_->name(), "); run with --device=cpu"));
 }
 
 void NodeManager::CountAbort(absl::string_view reason) {
@@ -2116,6 +2200,9 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   if (!options_.fetch_shard || !options_.probe_peer) {
     return absl::FailedPreconditionError(
         "this daemon was started without a Peer client");
+  }
+  if (absl::Status s = HostMemoryOnly("recovery from a replica"); !s.ok()) {
+    return s;
   }
   std::string address;
   for (const v1::MemberInfo& m : client_->view().members) {
@@ -2395,7 +2482,8 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
                           : recovering_ ? v1::MEMBER_STATE_RECOVERING
                                         : v1::MEMBER_STATE_JOINING);
   *status.mutable_topology() = TopologyLocked();
-  status.set_device(v1::DEVICE_KIND_CPU);
+  status.set_device(device_memory_ ? v1::DEVICE_KIND_CUDA
+                                   : v1::DEVICE_KIND_CPU);
   status.set_recovery_phase(recovering_ ? v1::RECOVERY_PHASE_TRANSFERRING_STATE
                             : (!recovery_error_.empty() && engine_ == nullptr)
                                 ? v1::RECOVERY_PHASE_UNRECOVERABLE

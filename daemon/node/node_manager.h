@@ -17,8 +17,8 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
-#include "daemon/memory/private_allocator.h"
 #include "daemon/metrics/node_observer.h"
+#include "daemon/node/engine_backend.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
@@ -34,10 +34,6 @@ namespace shardd::coordinator {
 class MemberClient;
 struct MembershipView;
 }  // namespace shardd::coordinator
-
-namespace shardd::memory {
-class ShmAllocator;
-}  // namespace shardd::memory
 
 namespace shardd::node {
 
@@ -102,6 +98,9 @@ struct NodeOptions {
   // checkpoints. Optional (null: nothing reported); not owned, must outlive
   // the manager.
   metrics::NodeObserver* observer = nullptr;
+  // Where the engine's memory lives and how communicators are made. Null:
+  // the CPU backend (segments in shm_dir, Gloo).
+  std::shared_ptr<EngineBackend> backend;
 };
 
 // The state of one shardd daemon, without gRPC: membership (MemberClient),
@@ -238,16 +237,19 @@ class NodeManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the observer what the engine's buffers hold.
   void ReportMemory(const StepEngine& engine) const;
+  // FAILED_PRECONDITION naming `what` when the engine's memory is a
+  // device's: recovery and checkpoints read and write shard memory on the
+  // host, which is built for the CPU backend only so far.
+  absl::Status HostMemoryOnly(absl::string_view what) const;
   // Appends to the commit log, if configured (CRC of the current state).
   void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                  int64_t epoch);
 
   const NodeOptions options_;
   std::unique_ptr<coordinator::MemberClient> client_;
-  std::unique_ptr<memory::ShmAllocator> allocator_;
-  // The engine's private state: huge pages make a replacement's GBs of
-  // shards quick to fault in.
-  memory::PrivateAllocator private_allocator_;
+  // options_.backend, or the CPU one, and whether its memory is a device's.
+  std::shared_ptr<EngineBackend> backend_;
+  bool device_memory_ = false;
   std::atomic<bool> stop_{false};
   std::thread epoch_thread_;
 

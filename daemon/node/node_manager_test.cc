@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/in_process_coordinator.h"
 #include "daemon/memory/shm_allocator.h"
+#include "daemon/node/testing/guarded_engine_backend.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -78,7 +81,11 @@ struct Cluster {
   std::string dir;
 };
 
-Cluster Start(int w, int f) {
+// Makes rank r's backend (null: the default CPU one).
+using BackendFor = std::function<std::shared_ptr<EngineBackend>(int rank)>;
+
+Cluster Start(int w, int f, const BackendFor& backend = nullptr,
+              const std::string& commit_log_prefix = "") {
   Cluster c;
   c.dir = TempDir();
   coordinator::InProcessCoordinatorOptions co;
@@ -100,6 +107,10 @@ Cluster Start(int w, int f) {
       o.shm_prefix = absl::StrCat("r", r);
       o.collective_timeout = absl::Seconds(10);
       o.connect_timeout = absl::Seconds(10);
+      if (backend) o.backend = backend(r);
+      if (!commit_log_prefix.empty()) {
+        o.commit_log_path = absl::StrCat(commit_log_prefix, r);
+      }
       made[r] = NodeManager::Start(o);
     });
   }
@@ -286,6 +297,142 @@ TEST(NodeManagerTest, FullExportOfBf16UnitsWritesTheFp32Masters) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(values[i], 1.0f / 3.0f) << i;
   for (int i = 12; i < 15; ++i) EXPECT_EQ(values[i], 0.0f) << i;
   std::remove(path.c_str());
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
+// Two FULL_SHARD (W = F = 2) steps with inline gradients, then a full and
+// a sharded export; the full export's values, the sharded file of rank 1
+// and every rank's commit log.
+struct Trained {
+  absl::Status status;
+  std::vector<float> full;
+  std::string sharded_rank1;
+  std::vector<std::string> commit_logs;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+Trained TrainAndExport(const BackendFor& backend) {
+  Trained out;
+  const std::string logs = TempDir();
+  Cluster c = Start(2, 2, backend, logs + "/commits-");
+  std::vector<absl::Status> done(2);
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      NodeManager& node = *c.nodes[r];
+      auto fail = [&](absl::Status s) { done[r] = s; };
+      pb::RegisterModelRequest reg;
+      *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2);
+      auto registered = node.RegisterModel(reg, deadline);
+      if (!registered.ok()) return fail(registered.status());
+      for (int step = 1; step <= 2; ++step) {
+        pb::GatherRequest g;
+        g.set_unit(0);
+        auto gathered = node.Gather(g, deadline);
+        if (!gathered.ok()) return fail(gathered.status());
+        pb::ReleaseRequest rel;
+        rel.set_unit(0);
+        if (auto s = node.Release(rel); !s.ok()) return fail(s.status());
+        std::vector<float> grad(15);
+        for (int i = 0; i < 15; ++i) grad[i] = 0.125f * (i % 5) + r - step;
+        pb::ReduceGradRequest rg;
+        rg.set_unit(0);
+        rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+        rg.mutable_grad()->set_byte_length(15 * 4);
+        rg.mutable_grad()->set_inline_data(
+            std::string(reinterpret_cast<const char*>(grad.data()), 60));
+        auto reduced = node.ReduceGrad(rg, deadline);
+        if (!reduced.ok()) return fail(reduced.status());
+        pb::StepRequest sr;
+        sr.set_step(step);
+        auto stepped = node.Step(sr, deadline);
+        if (!stepped.ok()) return fail(stepped.status());
+      }
+      pb::ExportStateRequest ex;
+      ex.set_path(absl::StrCat(c.dir, "/full.safetensors"));
+      ex.set_layout(pb::EXPORT_LAYOUT_FULL);
+      auto exported = node.ExportState(ex, deadline);
+      if (!exported.ok()) return fail(exported.status());
+      pb::ExportStateRequest sharded;
+      sharded.set_path(absl::StrCat(c.dir, "/sharded"));
+      sharded.set_layout(pb::EXPORT_LAYOUT_SHARDED);
+      auto written = node.ExportState(sharded, deadline);
+      if (!written.ok()) return fail(written.status());
+      done[r] = absl::OkStatus();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    if (!done[r].ok()) out.status = done[r];
+  }
+  if (out.status.ok()) {
+    out.full = ReadFullExportOfLayer0(absl::StrCat(c.dir, "/full.safetensors"));
+    out.sharded_rank1 =
+        ReadFile(absl::StrCat(c.dir, "/sharded/rank-1.safetensors"));
+  }
+  c.nodes.clear();  // Closes the commit logs.
+  for (int r = 0; r < 2; ++r) {
+    const std::string log = absl::StrCat(logs, "/commits-", r);
+    out.commit_logs.push_back(ReadFile(log));
+    std::remove(log.c_str());
+  }
+  rmdir(logs.c_str());
+  std::remove(absl::StrCat(c.dir, "/full.safetensors").c_str());
+  for (int r = 0; r < 2; ++r) {
+    std::remove(
+        absl::StrCat(c.dir, "/sharded/rank-", r, ".safetensors").c_str());
+  }
+  rmdir(absl::StrCat(c.dir, "/sharded").c_str());
+  rmdir(c.dir.c_str());
+  return out;
+}
+
+// The daemon with its engine memory where the host cannot touch it, as a
+// GPU's: gradients go in through the engine's math, commit-log checksums
+// and the sharded export come out through it, and the collectives move
+// device buffers. Training ends exactly where the CPU backend's does.
+TEST(NodeManagerTest, DeviceMemoryBackendTrainsLikeTheCpuBackendBitForBit) {
+  const Trained cpu = TrainAndExport(nullptr);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  std::vector<std::shared_ptr<testing::GuardedEngineBackend>> backends;
+  for (int r = 0; r < 2; ++r) {
+    auto b = testing::GuardedEngineBackend::Create(int64_t{8} << 20);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backends.push_back(*std::move(b));
+  }
+  const Trained device = TrainAndExport([&](int r) { return backends[r]; });
+  ASSERT_TRUE(device.status.ok()) << device.status;
+  ASSERT_EQ(cpu.full.size(), 15u);
+  EXPECT_EQ(device.full, cpu.full);
+  EXPECT_NE(cpu.full[0], 0.5f);  // Training moved the weight.
+  EXPECT_FALSE(cpu.sharded_rank1.empty());
+  EXPECT_EQ(device.sharded_rank1, cpu.sharded_rank1);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(cpu.commit_logs[r].empty()) << r;
+    EXPECT_EQ(device.commit_logs[r], cpu.commit_logs[r]) << r;
+    EXPECT_GT(backends[r]->math_calls(), 0) << r;
+  }
+}
+
+// What is not built for device memory yet says so instead of reading it.
+TEST(NodeManagerTest, DeviceMemoryBackendRefusesToServeShards) {
+  auto backend = testing::GuardedEngineBackend::Create(int64_t{1} << 20);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  Cluster c = Start(1, 1, [&](int) { return *backend; });
+  ASSERT_EQ(c.nodes.size(), 1u);
+  pb::FetchShardRequest request;
+  const absl::Status s = c.nodes[0]->ServeShard(
+      request, absl::Now() + absl::Seconds(5),
+      [](const pb::FetchShardResponse&) { return true; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "GPU memory")) << s;
+  EXPECT_EQ(c.nodes[0]->GetStatus().device(), pb::DEVICE_KIND_CUDA);
   c.nodes.clear();
   rmdir(c.dir.c_str());
 }

@@ -44,6 +44,9 @@
 #include "daemon/core/device_choice.h"
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
+#ifdef SHARDD_WITH_CUDA
+#include "daemon/node/cuda/cuda_engine_backend.h"
+#endif
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/node_manager.h"
@@ -133,15 +136,24 @@ int Run() {
       return Fail(absl::StrCat("--failpoint: ", armed.message()));
     }
   }
-  // Shards live in host memory on every machine until the GPU data plane
-  // exists: auto takes the CPU even where a GPU is usable (so that a
-  // deployment with --device=auto on GPU nodes runs), cuda:N is an error.
+  // cuda:N keeps the shards in that GPU's memory (a CUDA build only).
+  // auto still takes the CPU where a GPU is usable: recovery from replicas
+  // and checkpoints are not built for GPU-resident shards yet, and a
+  // deployment with --device=auto must keep its fault tolerance.
+  const std::string requested_device = absl::GetFlag(FLAGS_device);
   core::DeviceSupport support;
+#ifdef SHARDD_WITH_CUDA
+  support.cuda = requested_device != "auto";
+  support.cuda_missing_reason =
+      "auto keeps shards in host memory: recovery and checkpoints are not "
+      "built for GPU-resident shards yet (ask for cuda:N explicitly)";
+#else
   support.cuda = false;
   support.cuda_missing_reason =
-      "shardd has no GPU data plane yet (shards live in host memory)";
-  absl::StatusOr<core::DeviceChoice> device = core::ResolveDevice(
-      absl::GetFlag(FLAGS_device), memory::ProbeDevices(), support);
+      "this shardd was built without CUDA (bazel build --config=cuda)";
+#endif
+  absl::StatusOr<core::DeviceChoice> device =
+      core::ResolveDevice(requested_device, memory::ProbeDevices(), support);
   if (!device.ok())
     return Fail(absl::StrCat("--device: ", device.status().message()));
   std::fprintf(stderr, "shardd: device %s\n", device->reason.c_str());
@@ -263,6 +275,20 @@ int Run() {
   options.gloo_hostname = peer_hp->host;
   options.shm_dir = shm_dir;
   options.shm_prefix = absl::StrCat("shardd-", getpid());
+#ifdef SHARDD_WITH_CUDA
+  if (device->kind == core::DeviceKind::kCuda) {
+    absl::StatusOr<std::shared_ptr<CudaEngineBackend>> backend =
+        CudaEngineBackend::Create(static_cast<int>(device->cuda_index));
+    if (!backend.ok()) {
+      return Fail(absl::StrCat("--device: ", backend.status().ToString()));
+    }
+    options.backend = *std::move(backend);
+    std::fprintf(stderr,
+                 "shardd: shards in %s memory; recovery from replicas and "
+                 "checkpoints are not built for it yet\n",
+                 options.backend->name().c_str());
+  }
+#endif
   options.collective_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.connect_timeout = options.collective_timeout;

@@ -1,0 +1,20 @@
+#include "daemon/node/cpu_engine_backend.h"
+
+#include "daemon/node/host_engine_math.h"
+
+namespace shardd::node {
+
+CpuEngineBackend::CpuEngineBackend(std::string shm_dir, std::string shm_prefix)
+    : shared_(std::move(shm_dir), std::move(shm_prefix)) {}
+
+std::shared_ptr<EngineMath> CpuEngineBackend::math() {
+  return HostEngineMath::Get();
+}
+
+absl::StatusOr<std::unique_ptr<comm::Collective>>
+CpuEngineBackend::MakeCollective(const comm::GlooCollectiveOptions& options,
+                                 comm::Store& store) {
+  return comm::CreateGlooCollective(options, store);
+}
+
+}  // namespace shardd::node

@@ -1,0 +1,45 @@
+#include "daemon/node/cuda/cuda_engine_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/comm/nccl/nccl_collective.h"
+
+namespace shardd::node {
+
+absl::StatusOr<std::shared_ptr<CudaEngineBackend>> CudaEngineBackend::Create(
+    int device) {
+  absl::StatusOr<std::shared_ptr<CudaEngineMath>> math =
+      CudaEngineMath::Create(device);
+  if (!math.ok()) return math.status();
+  return std::shared_ptr<CudaEngineBackend>(
+      new CudaEngineBackend(device, *std::move(math)));
+}
+
+CudaEngineBackend::CudaEngineBackend(int device,
+                                     std::shared_ptr<CudaEngineMath> math)
+    : device_(device),
+      shared_(device, /*exportable=*/true),
+      private_(device, /*exportable=*/false),
+      math_(std::move(math)) {}
+
+std::string CudaEngineBackend::name() const {
+  return absl::StrCat("cuda:", device_);
+}
+
+absl::StatusOr<std::unique_ptr<comm::Collective>>
+CudaEngineBackend::MakeCollective(const comm::GlooCollectiveOptions& options,
+                                  comm::Store& store) {
+  comm::nccl::NcclCollectiveOptions o;
+  o.rank = options.rank;
+  o.size = options.size;
+  o.epoch = options.epoch;
+  o.group = options.group;
+  std::replace(o.group.begin(), o.group.end(), '/', '.');
+  o.cuda_device = device_;
+  o.connect_timeout = options.connect_timeout;
+  o.default_op_timeout = options.default_op_timeout;
+  return comm::nccl::CreateNcclCollective(o, store);
+}
+
+}  // namespace shardd::node

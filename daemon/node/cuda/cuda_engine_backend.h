@@ -1,0 +1,42 @@
+#ifndef SHARDD_DAEMON_NODE_CUDA_CUDA_ENGINE_BACKEND_H_
+#define SHARDD_DAEMON_NODE_CUDA_CUDA_ENGINE_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/memory/cuda_device_allocator.h"
+#include "daemon/node/cuda/cuda_engine_math.h"
+#include "daemon/node/engine_backend.h"
+
+namespace shardd::node {
+
+// The GPU backend of one device: what trainers map is device memory
+// exported by CUDA IPC (Gather and GradientSlot replies carry CudaIpcRefs),
+// the engine's private state is device memory too, the math is
+// CudaEngineMath and the communicators NCCL's (the group "shard/0" becomes
+// NCCL's group "shard.0"). Built only with --config=cuda. Thread-safe.
+class CudaEngineBackend : public EngineBackend {
+ public:
+  // Binds to `device`; INTERNAL/FAILED_PRECONDITION when it cannot be used.
+  static absl::StatusOr<std::shared_ptr<CudaEngineBackend>> Create(int device);
+
+  std::string name() const override;
+  memory::BufferAllocator& shared() override { return shared_; }
+  memory::BufferAllocator& private_memory() override { return private_; }
+  std::shared_ptr<EngineMath> math() override { return math_; }
+  absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
+      const comm::GlooCollectiveOptions& options, comm::Store& store) override;
+
+ private:
+  CudaEngineBackend(int device, std::shared_ptr<CudaEngineMath> math);
+
+  const int device_;
+  memory::CudaDeviceAllocator shared_;
+  memory::CudaDeviceAllocator private_;
+  const std::shared_ptr<CudaEngineMath> math_;
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_CUDA_CUDA_ENGINE_BACKEND_H_

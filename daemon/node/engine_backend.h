@@ -1,0 +1,44 @@
+#ifndef SHARDD_DAEMON_NODE_ENGINE_BACKEND_H_
+#define SHARDD_DAEMON_NODE_ENGINE_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/comm/collective.h"
+#include "daemon/comm/gloo_collective.h"
+#include "daemon/comm/store.h"
+#include "daemon/memory/byte_buffer.h"
+#include "daemon/node/engine_math.h"
+
+namespace shardd::node {
+
+// Where a daemon's step engine keeps its memory and how its communicators
+// are made: the CPU (shared-memory segments for what trainers map,
+// huge-page private memory for the rest, host math, Gloo) or a GPU (device
+// memory exported by CUDA IPC, device math, NCCL). NodeManager asks it for
+// the allocators and the math when it builds an engine, and for each
+// epoch's communicators.
+//
+// Implementations are thread-safe. The manager borrows the allocators for
+// its engines' lifetimes; the backend must outlive the manager.
+class EngineBackend {
+ public:
+  virtual ~EngineBackend() = default;
+
+  // "cpu", "cuda:0", ...: for logs and status.
+  virtual std::string name() const = 0;
+  // Buffers a trainer maps (gathered slots, the gradient slot).
+  virtual memory::BufferAllocator& shared() = 0;
+  // The engine's private buffers.
+  virtual memory::BufferAllocator& private_memory() = 0;
+  virtual std::shared_ptr<EngineMath> math() = 0;
+  // One group's communicator of one epoch (options as for Gloo: rank, size,
+  // epoch, group name, listen host, timeouts), formed through `store`.
+  virtual absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
+      const comm::GlooCollectiveOptions& options, comm::Store& store) = 0;
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_ENGINE_BACKEND_H_
