@@ -411,13 +411,16 @@ class Worker {
       // Paired: each repetition's Gloo time over ours in the SAME
       // repetition (they ran back to back), as a bus-bandwidth ratio. What
       // the shared machine is doing at that moment weighs on both sides of
-      // one pair alike. For reduce-scatter Gloo's side is the better of its
-      // two ways in that repetition (the ring all-reduce counted by the
-      // all-reduce busbw, twice the reduce-scatter factor).
+      // one pair alike. For reduce-scatter Gloo's side is the faster of
+      // its two ways by median (the ring all-reduce counted by the
+      // all-reduce busbw, twice the reduce-scatter factor), the same way in
+      // every repetition: taking the faster of the two in each repetition
+      // would hand Gloo the luckier of two noisy samples.
+      bool ring_side = false;
+      if (op == "reducescatter") ring_side = Median(t_ring) / 2 < Median(t_raw);
       paired.clear();
       for (size_t i = 0; i < t_ours.size(); ++i) {
-        double gloo_t = t_raw[i];
-        if (op == "reducescatter") gloo_t = std::min(gloo_t, t_ring[i] / 2);
+        const double gloo_t = ring_side ? t_ring[i] / 2 : t_raw[i];
         if (t_ours[i] > 0) paired.push_back(gloo_t / t_ours[i]);
       }
       if (paired.empty()) break;  // --raw_only
