@@ -29,6 +29,7 @@
 #include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/cpu_engine_backend.h"
+#include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
@@ -272,6 +273,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
                     : std::make_shared<CpuEngineBackend>(options.shm_dir,
                                                          options.shm_prefix);
   m->device_memory_ = m->backend_->math()->device_memory();
+  m->shard_memory_ = std::make_unique<EngineShardMemory>(m->backend_->math());
   coordinator::MemberClientOptions mo;
   mo.coordinator_address = options.coordinator_address;
   mo.credentials = options.coordinator_credentials;
@@ -1593,7 +1595,6 @@ absl::Status NodeManager::ServeShard(
     return absl::InvalidArgumentError(
         absl::StrCat("shard_index: must be >= 0, got ", request.shard_index()));
   }
-  if (absl::Status s = HostMemoryOnly("serving a shard"); !s.ok()) return s;
   if (stop_.load()) return absl::UnavailableError("shutting down");
   // A consistent snapshot: no trainer operation (a Step) runs while the
   // shard streams. During recovery the epoch is not ready, so the wait is
@@ -1677,13 +1678,14 @@ absl::Status NodeManager::ServeShard(
       recovery::ShardStreamWriter::Create(
           header, sources, request.max_chunk_bytes(),
           request.resume_from_byte(),
-          /*payload_out_of_band=*/replica != nullptr, std::move(piece_crcs));
+          /*payload_out_of_band=*/replica != nullptr, std::move(piece_crcs),
+          *shard_memory_);
   if (!writer.ok() && precomputed) {
     // Not the same pieces after all: compute them while sending.
     writer = recovery::ShardStreamWriter::Create(
         header, std::move(sources), request.max_chunk_bytes(),
         request.resume_from_byte(),
-        /*payload_out_of_band=*/replica != nullptr);
+        /*payload_out_of_band=*/replica != nullptr, {}, *shard_memory_);
   }
   if (!writer.ok()) return writer.status();
   std::printf("shardd rank %d: sending shard %d at step %lld to rank %d %s\n",
@@ -1770,6 +1772,8 @@ absl::Status NodeManager::ServeShard(
           "FetchShard: the epoch changed from ", epoch, " mid-stream"));
     }
   }
+  // Reading the shard's memory (a GPU's, through the engine's math) failed.
+  if (!writer->status().ok()) return writer->status();
   if (pieces_described != sends.size()) {
     return absl::InternalError(
         absl::StrCat("FetchShard: ", sends.size() - pieces_described, " of ",
@@ -1782,7 +1786,6 @@ absl::Status NodeManager::ServeShard(
 }
 
 void NodeManager::PrecomputePieceCrcs() {
-  if (device_memory_) return;  // ServeShard refuses: nothing to prepare.
   std::optional<PieceCrcs> computed;
   std::shared_ptr<StepEngine> engine;
   v1::ShardHeader header;
@@ -1797,16 +1800,24 @@ void NodeManager::PrecomputePieceCrcs() {
     // meanwhile (during a recovery no step runs, so this is the usual case).
     const uint64_t version = engine->state_version();
     absl::StatusOr<recovery::ShardStreamWriter> writer =
-        recovery::ShardStreamWriter::Create(header, std::move(sources),
-                                            recovery::kMaxPieceBytesCap, 0,
-                                            /*payload_out_of_band=*/true);
+        recovery::ShardStreamWriter::Create(
+            header, std::move(sources), recovery::kMaxPieceBytesCap, 0,
+            /*payload_out_of_band=*/true, {}, *shard_memory_);
     if (writer.ok()) {
       PieceCrcs crcs{engine, version, {}};
+      bool read_all = true;
       for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
-        crcs.crcs.push_back(
-            core::Crc32c(piece.data, static_cast<size_t>(piece.length)));
+        absl::StatusOr<uint32_t> crc = recovery::ShardCrc32cExtend(
+            *shard_memory_, 0, piece.data, piece.length);
+        if (!crc.ok()) {
+          read_all = false;  // ServeShard computes them while sending.
+          break;
+        }
+        crcs.crcs.push_back(*crc);
       }
-      if (engine->state_version() == version) computed = std::move(crcs);
+      if (read_all && engine->state_version() == version) {
+        computed = std::move(crcs);
+      }
     }
   }
   absl::MutexLock lock(&crc_mu_);
@@ -1873,11 +1884,7 @@ void NodeManager::DescribeShardLocked(
 
 void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   if (options_.checkpoint_dir.empty()) return;
-  if (absl::Status s = HostMemoryOnly("checkpoints"); !s.ok()) {
-    std::fprintf(stderr, "shardd: no checkpoint of step %lld: %s\n",
-                 static_cast<long long>(step), s.ToString().c_str());
-    return;
-  }
+
   v1::ShardHeader header;
   std::vector<recovery::SectionSource> sources;
   int rank = 0;
@@ -1890,9 +1897,9 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   header.set_epoch(epoch);
   header.set_step(step);
   header.set_optimizer_step(step);
-  absl::StatusOr<std::string> path =
-      recovery::WriteShardCheckpoint(options_.checkpoint_dir, rank, header,
-                                     sources, options_.checkpoint_keep_last);
+  absl::StatusOr<std::string> path = recovery::WriteShardCheckpoint(
+      options_.checkpoint_dir, rank, header, sources,
+      options_.checkpoint_keep_last, *shard_memory_);
   if (!path.ok()) {
     // Training goes on; the next interval tries again, and a fallback
     // meanwhile uses an older checkpoint.
@@ -1912,7 +1919,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
     return absl::FailedPreconditionError(
         "no --checkpoint_dir: this daemon keeps no checkpoints");
   }
-  if (absl::Status s = HostMemoryOnly("checkpoints"); !s.ok()) return s;
+
   const int rank = client_->rank();
   std::string path;
   if (step < 0) {
@@ -1983,7 +1990,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
         }
         return mine[index].data;
       },
-      &header);
+      &header, /*payload_crc_out=*/nullptr, *shard_memory_);
   if (!read.ok()) {
     // A live engine's state is garbage now: no collective may use it
     // until a restore succeeds (a fresh engine is simply dropped).
@@ -2025,13 +2032,6 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
   LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
             epoch);
   return header.step();
-}
-
-absl::Status NodeManager::HostMemoryOnly(absl::string_view what) const {
-  if (!device_memory_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " is not built for shards in GPU memory yet (this daemon runs on ",
-      backend_->name(), "); run with --device=cpu"));
 }
 
 void NodeManager::CountAbort(absl::string_view reason) {
@@ -2201,9 +2201,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
     return absl::FailedPreconditionError(
         "this daemon was started without a Peer client");
   }
-  if (absl::Status s = HostMemoryOnly("recovery from a replica"); !s.ok()) {
-    return s;
-  }
+
   std::string address;
   for (const v1::MemberInfo& m : client_->view().members) {
     if (m.rank() == source) address = m.peer_address();
@@ -2312,7 +2310,8 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
               ours.unit, ", ", ours.bytes, " bytes)"));
         }
         return ours.data;
-      });
+      },
+      /*resume_from_byte=*/0, /*crc_so_far=*/0, *shard_memory_);
   int64_t total = -1;
   bool fired = false;
   {

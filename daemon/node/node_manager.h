@@ -22,6 +22,7 @@
 #include "daemon/node/event_log.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
+#include "daemon/recovery/shard_memory.h"
 #include "daemon/recovery/shard_stream.h"
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
@@ -237,10 +238,6 @@ class NodeManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the observer what the engine's buffers hold.
   void ReportMemory(const StepEngine& engine) const;
-  // FAILED_PRECONDITION naming `what` when the engine's memory is a
-  // device's: recovery and checkpoints read and write shard memory on the
-  // host, which is built for the CPU backend only so far.
-  absl::Status HostMemoryOnly(absl::string_view what) const;
   // Appends to the commit log, if configured (CRC of the current state).
   void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                  int64_t epoch);
@@ -250,6 +247,9 @@ class NodeManager {
   // options_.backend, or the CPU one, and whether its memory is a device's.
   std::shared_ptr<EngineBackend> backend_;
   bool device_memory_ = false;
+  // How recovery and checkpoints reach the engines' memory (the backend's
+  // math).
+  std::unique_ptr<recovery::ShardMemory> shard_memory_;
   std::atomic<bool> stop_{false};
   std::thread epoch_thread_;
 

@@ -18,6 +18,7 @@
 #include "daemon/coordinator/in_process_coordinator.h"
 #include "daemon/memory/shm_allocator.h"
 #include "daemon/node/testing/guarded_engine_backend.h"
+#include "daemon/recovery/shard_stream.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -309,7 +310,40 @@ struct Trained {
   std::vector<float> full;
   std::string sharded_rank1;
   std::vector<std::string> commit_logs;
+  // Rank 1's shard as Peer.FetchShard streams it (inline), assembled.
+  std::string streamed_rank1;
 };
+
+// Streams `node`'s shard inline (as to a replacement) and assembles it.
+absl::StatusOr<std::string> StreamShard(NodeManager& node, int shard_index) {
+  const pb::GetStatusResponse status = node.GetStatus();
+  pb::FetchShardRequest request;
+  request.set_epoch(status.epoch());
+  request.set_step(status.committed_step());
+  request.set_shard_index(shard_index);
+  request.set_max_chunk_bytes(16);  // Several chunks per section.
+  std::vector<std::string> sections;
+  recovery::ShardStreamAssembler assembler(
+      [&](const pb::ShardHeader& header,
+          int index) -> absl::StatusOr<uint8_t*> {
+        sections.resize(header.sections_size());
+        sections[index].resize(header.sections(index).byte_length());
+        return reinterpret_cast<uint8_t*>(sections[index].data());
+      });
+  absl::Status added;
+  const absl::Status served = node.ServeShard(
+      request, absl::Now() + absl::Seconds(10),
+      [&](const pb::FetchShardResponse& msg) {
+        added = assembler.Add(msg);
+        return added.ok();
+      });
+  if (!served.ok()) return served;
+  if (!added.ok()) return added;
+  if (absl::Status s = assembler.Finish(); !s.ok()) return s;
+  std::string all;
+  for (const std::string& b : sections) all += b;
+  return all;
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -364,6 +398,11 @@ Trained TrainAndExport(const BackendFor& backend) {
       sharded.set_layout(pb::EXPORT_LAYOUT_SHARDED);
       auto written = node.ExportState(sharded, deadline);
       if (!written.ok()) return fail(written.status());
+      if (r == 1) {
+        absl::StatusOr<std::string> streamed = StreamShard(node, 1);
+        if (!streamed.ok()) return fail(streamed.status());
+        out.streamed_rank1 = *std::move(streamed);
+      }
       done[r] = absl::OkStatus();
     });
   }
@@ -394,9 +433,10 @@ Trained TrainAndExport(const BackendFor& backend) {
 }
 
 // The daemon with its engine memory where the host cannot touch it, as a
-// GPU's: gradients go in through the engine's math, commit-log checksums
-// and the sharded export come out through it, and the collectives move
-// device buffers. Training ends exactly where the CPU backend's does.
+// GPU's: gradients go in through the engine's math, commit-log checksums,
+// the sharded export and a FetchShard stream come out through it, and the
+// collectives move device buffers. Training ends exactly where the CPU
+// backend's does.
 TEST(NodeManagerTest, DeviceMemoryBackendTrainsLikeTheCpuBackendBitForBit) {
   const Trained cpu = TrainAndExport(nullptr);
   ASSERT_TRUE(cpu.status.ok()) << cpu.status;
@@ -413,28 +453,14 @@ TEST(NodeManagerTest, DeviceMemoryBackendTrainsLikeTheCpuBackendBitForBit) {
   EXPECT_NE(cpu.full[0], 0.5f);  // Training moved the weight.
   EXPECT_FALSE(cpu.sharded_rank1.empty());
   EXPECT_EQ(device.sharded_rank1, cpu.sharded_rank1);
+  // Parameters and optimizer state of shard 1 (SGD: parameters only).
+  EXPECT_EQ(cpu.streamed_rank1.size(), 8u * 4);
+  EXPECT_EQ(device.streamed_rank1, cpu.streamed_rank1);
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(cpu.commit_logs[r].empty()) << r;
     EXPECT_EQ(device.commit_logs[r], cpu.commit_logs[r]) << r;
     EXPECT_GT(backends[r]->math_calls(), 0) << r;
   }
-}
-
-// What is not built for device memory yet says so instead of reading it.
-TEST(NodeManagerTest, DeviceMemoryBackendRefusesToServeShards) {
-  auto backend = testing::GuardedEngineBackend::Create(int64_t{1} << 20);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  Cluster c = Start(1, 1, [&](int) { return *backend; });
-  ASSERT_EQ(c.nodes.size(), 1u);
-  pb::FetchShardRequest request;
-  const absl::Status s = c.nodes[0]->ServeShard(
-      request, absl::Now() + absl::Seconds(5),
-      [](const pb::FetchShardResponse&) { return true; });
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "GPU memory")) << s;
-  EXPECT_EQ(c.nodes[0]->GetStatus().device(), pb::DEVICE_KIND_CUDA);
-  c.nodes.clear();
-  rmdir(c.dir.c_str());
 }
 
 }  // namespace

@@ -306,7 +306,8 @@ std::string ShardCheckpointPath(const std::string& dir, int rank,
 
 absl::StatusOr<std::string> WriteShardCheckpoint(
     const std::string& dir, int rank, v1::ShardHeader header,
-    const std::vector<SectionSource>& sources, int keep_last) {
+    const std::vector<SectionSource>& sources, int keep_last,
+    const ShardMemory& memory) {
   if (rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " < 0"));
   }
@@ -362,6 +363,9 @@ absl::StatusOr<std::string> WriteShardCheckpoint(
     }
   };
   maybe_fire();
+  // Memory the host cannot address is written from a bounded host copy.
+  constexpr int64_t kBounce = int64_t{4} << 20;
+  std::vector<uint8_t> bounce;
   for (const SectionSource& source : sources) {
     const int64_t length = source.section.byte_length();
     uint32_t section_crc = 0;
@@ -370,6 +374,13 @@ absl::StatusOr<std::string> WriteShardCheckpoint(
       int64_t piece = length - offset;
       if (!fired) piece = std::min(piece, half - written);
       const uint8_t* data = source.data + offset;
+      if (!memory.host_addressable()) {
+        piece = std::min(piece, kBounce);
+        bounce.resize(static_cast<size_t>(piece));
+        status = memory.Read(bounce.data(), data, piece);
+        if (!status.ok()) return fail(status);
+        data = bounce.data();
+      }
       status = WriteAll(fd.get(), data, piece, temp);
       if (!status.ok()) return fail(status);
       // One pass over the bytes; the payload CRC is folded from the piece's.
@@ -441,7 +452,8 @@ absl::StatusOr<v1::ShardHeader> ReadShardCheckpointHeader(
 absl::Status ReadShardCheckpoint(const std::string& path,
                                  const ShardStreamAssembler::Destination& dest,
                                  v1::ShardHeader* header_out,
-                                 uint32_t* payload_crc_out) {
+                                 uint32_t* payload_crc_out,
+                                 const ShardMemory& memory) {
   Fd fd(-1);
   absl::StatusOr<OpenCheckpoint> ckpt = Open(path, &fd);
   if (!ckpt.ok()) return ckpt.status();
@@ -464,11 +476,29 @@ absl::Status ReadShardCheckpoint(const std::string& path,
           path, ": no destination for ", DescribeSection(header, i), " (",
           section.byte_length(), " bytes)"));
     }
-    status = PreadAll(fd.get(), *out, section.byte_length(),
-                      ckpt->payload_offset + section.stream_offset(), path);
-    if (!status.ok()) return status;
     const size_t length = static_cast<size_t>(section.byte_length());
-    const uint32_t crc = core::Crc32c(*out, length);
+    uint32_t crc = 0;
+    if (memory.host_addressable()) {
+      status = PreadAll(fd.get(), *out, section.byte_length(),
+                        ckpt->payload_offset + section.stream_offset(), path);
+      if (!status.ok()) return status;
+      crc = core::Crc32c(*out, length);
+    } else {
+      // Through a bounded host buffer into memory the host cannot address.
+      constexpr int64_t kBounce = int64_t{4} << 20;
+      std::vector<uint8_t> bounce(
+          static_cast<size_t>(std::min(section.byte_length(), kBounce)));
+      for (int64_t done = 0; done < section.byte_length(); done += kBounce) {
+        const int64_t n = std::min(kBounce, section.byte_length() - done);
+        status = PreadAll(fd.get(), bounce.data(), n,
+                          ckpt->payload_offset + section.stream_offset() + done,
+                          path);
+        if (!status.ok()) return status;
+        crc = core::Crc32cExtend(crc, bounce.data(), static_cast<size_t>(n));
+        status = memory.Write(*out + done, bounce.data(), n);
+        if (!status.ok()) return status;
+      }
+    }
     const uint32_t expected = GetLe32(stored + 4 * i);
     if (crc != expected) {
       return absl::DataLossError(absl::StrFormat(

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/recovery/shard_memory.h"
 #include "daemon/recovery/shard_stream.h"
 #include "shardd/v1/peer.pb.h"
 
@@ -56,9 +57,11 @@ std::string ShardCheckpointPath(const std::string& dir, int rank, int64_t step);
 // INVALID_ARGUMENT for rank < 0, step < 0 or bad sources; otherwise the
 // errno's code with a message naming the path (nothing is left behind but
 // possibly the temporary file of a failed write).
+// The sources' bytes are read through `memory`.
 absl::StatusOr<std::string> WriteShardCheckpoint(
     const std::string& dir, int rank, v1::ShardHeader header,
-    const std::vector<SectionSource>& sources, int keep_last);
+    const std::vector<SectionSource>& sources, int keep_last,
+    const ShardMemory& memory = ShardMemory::Host());
 
 // The steps of the rank's checkpoint files, ascending (temporary and other
 // files ignored). NOT_FOUND "no checkpoint for rank R in DIR/rank-R" when
@@ -86,10 +89,11 @@ absl::StatusOr<v1::ShardHeader> ReadShardCheckpointHeader(
 // dest's error unchanged. On any error the destination bytes are garbage.
 // header_out and payload_crc_out (the CRC-32C of the whole payload, for
 // the commit log) may be null.
-absl::Status ReadShardCheckpoint(const std::string& path,
-                                 const ShardStreamAssembler::Destination& dest,
-                                 v1::ShardHeader* header_out,
-                                 uint32_t* payload_crc_out = nullptr);
+// The destinations are written through `memory`.
+absl::Status ReadShardCheckpoint(
+    const std::string& path, const ShardStreamAssembler::Destination& dest,
+    v1::ShardHeader* header_out, uint32_t* payload_crc_out = nullptr,
+    const ShardMemory& memory = ShardMemory::Host());
 
 }  // namespace shardd::recovery
 

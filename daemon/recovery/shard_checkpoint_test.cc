@@ -6,12 +6,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/crc32c.h"
+#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/node/testing/guarded_shard_memory.h"
 #include "daemon/recovery/failpoint.h"
 #include "gtest/gtest.h"
 
@@ -279,6 +283,49 @@ TEST_F(ShardCheckpointTest, WriterKilledMidwayLeavesNoCheckpoint) {
   EXPECT_EQ(*latest, dir_ + "/rank-3/step-1.shardckpt");
   EXPECT_FALSE(Exists(dir_ + "/rank-3/step-2.shardckpt"));
   ASSERT_TRUE(ReadShardCheckpoint(*latest, Dest(), nullptr).ok());
+}
+
+// Written from and read back into memory the host cannot address (as a
+// GPU's), through the ShardMemory: the same file as from host memory, and
+// the same bytes back.
+TEST_F(ShardCheckpointTest, RoundTripsMemoryTheHostCannotAddress) {
+  auto arena = node::testing::GuardedArena::Create(1 << 20);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  node::testing::GuardedShardMemory memory(**arena);
+  std::vector<std::unique_ptr<memory::ByteBuffer>> from, to;
+  std::vector<SectionSource> sources = Sources();
+  for (size_t k = 0; k < bytes_.size(); ++k) {
+    from.push_back(*(*arena)->Allocate("from", bytes_[k].size() + 1));
+    to.push_back(*(*arena)->Allocate("to", bytes_[k].size() + 1));
+    std::memcpy((*arena)->Alias(from[k]->data()), bytes_[k].data(),
+                bytes_[k].size());
+    sources[k].data = from[k]->data();
+  }
+  auto guarded = WriteShardCheckpoint(dir_, 3, Header(9), sources, 0, memory);
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  std::ifstream a(*guarded, std::ios::binary);
+  const std::string device_file((std::istreambuf_iterator<char>(a)), {});
+  const std::string host_path = Write(10);
+  std::ifstream b(host_path, std::ios::binary);
+  const std::string host_file((std::istreambuf_iterator<char>(b)), {});
+  // The same payload and footer (the headers differ in the step).
+  ASSERT_EQ(device_file.size(), host_file.size());
+  const size_t tail = 4000 + 1234 + 8 + 4 * 4 + 4 + 4 + 8;
+  EXPECT_EQ(device_file.substr(device_file.size() - tail, tail - 12),
+            host_file.substr(host_file.size() - tail, tail - 12));
+  auto dest = [&](const v1::ShardHeader&, int s) -> absl::StatusOr<uint8_t*> {
+    return to[s]->data();
+  };
+  v1::ShardHeader header;
+  ASSERT_TRUE(
+      ReadShardCheckpoint(*guarded, dest, &header, nullptr, memory).ok());
+  for (size_t k = 0; k < bytes_.size(); ++k) {
+    const uint8_t* p =
+        static_cast<const uint8_t*>((*arena)->Alias(to[k]->data()));
+    EXPECT_EQ(std::vector<uint8_t>(p, p + bytes_[k].size()), bytes_[k]) << k;
+  }
+  EXPECT_GT(memory.reads(), 0);
+  EXPECT_GT(memory.writes(), 0);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ std::vector<PayloadPiece> PayloadPieces(const v1::ShardHeader& header,
 absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
     v1::ShardHeader header, std::vector<SectionSource> sources,
     int64_t max_chunk_bytes, int64_t resume_from_byte, bool payload_out_of_band,
-    std::vector<uint32_t> piece_crcs) {
+    std::vector<uint32_t> piece_crcs, const ShardMemory& memory) {
   header.clear_sections();
   int64_t total = 0;
   for (int i = 0; i < static_cast<int>(sources.size()); ++i) {
@@ -148,6 +148,7 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
                      " is beyond the transfer's size ", total));
   }
   ShardStreamWriter writer;
+  writer.memory_ = &memory;
   writer.header_ = std::move(header);
   writer.sources_ = std::move(sources);
   writer.max_chunk_bytes_ =
@@ -162,7 +163,10 @@ absl::StatusOr<ShardStreamWriter> ShardStreamWriter::Create(
     if (start >= resume_from_byte) break;
     const int64_t n =
         std::min(source.section.byte_length(), resume_from_byte - start);
-    crc = core::Crc32cExtend(crc, source.data, static_cast<size_t>(n));
+    absl::StatusOr<uint32_t> extended =
+        ShardCrc32cExtend(memory, crc, source.data, n);
+    if (!extended.ok()) return extended.status();
+    crc = *extended;
   }
   writer.crc_ = crc;
   writer.position_ = resume_from_byte;
@@ -244,11 +248,20 @@ bool ShardStreamWriter::Next(v1::FetchShardResponse* out) {
       chunk->set_section(section_);
       chunk->set_section_offset(section_offset);
       chunk->set_stream_offset(position_);
-      chunk->set_data(data, static_cast<size_t>(length));
+      if (memory_->host_addressable()) {
+        chunk->set_data(data, static_cast<size_t>(length));
+      } else {
+        std::string* bytes = chunk->mutable_data();
+        bytes->resize(static_cast<size_t>(length));
+        status_ = memory_->Read(reinterpret_cast<uint8_t*>(bytes->data()), data,
+                                length);
+        if (!status_.ok()) return false;
+      }
       // One pass over the bytes: the whole-payload CRC is folded from the
       // chunk's.
       const uint32_t chunk_crc =
-          core::Crc32c(data, static_cast<size_t>(length));
+          core::Crc32c(reinterpret_cast<const uint8_t*>(chunk->data().data()),
+                       static_cast<size_t>(length));
       chunk->set_crc32c(chunk_crc);
       crc_ =
           core::Crc32cCombine(crc_, chunk_crc, static_cast<uint64_t>(length));
@@ -277,10 +290,18 @@ bool ShardStreamWriter::NextPiece(v1::FetchShardResponse* out) {
   chunk->set_section_offset(piece.section_offset);
   chunk->set_stream_offset(piece.stream_offset);
   chunk->set_length(piece.length);
-  const uint32_t piece_crc =
-      piece_crcs_.empty()
-          ? core::Crc32c(piece.data, static_cast<size_t>(piece.length))
-          : piece_crcs_[index];
+  uint32_t piece_crc = 0;
+  if (!piece_crcs_.empty()) {
+    piece_crc = piece_crcs_[index];
+  } else {
+    absl::StatusOr<uint32_t> crc =
+        ShardCrc32cExtend(*memory_, 0, piece.data, piece.length);
+    if (!crc.ok()) {
+      status_ = crc.status();
+      return false;
+    }
+    piece_crc = *crc;
+  }
   chunk->set_crc32c(piece_crc);
   crc_ =
       core::Crc32cCombine(crc_, piece_crc, static_cast<uint64_t>(piece.length));
@@ -294,8 +315,10 @@ bool ShardStreamWriter::NextPiece(v1::FetchShardResponse* out) {
 
 ShardStreamAssembler::ShardStreamAssembler(Destination dest,
                                            int64_t resume_from_byte,
-                                           uint32_t crc_so_far)
+                                           uint32_t crc_so_far,
+                                           const ShardMemory& memory)
     : dest_(std::move(dest)),
+      memory_(&memory),
       resume_from_byte_(resume_from_byte),
       verified_(resume_from_byte),
       crc_(crc_so_far) {}
@@ -449,8 +472,12 @@ absl::Status ShardStreamAssembler::AddChunk(const v1::ShardChunk& chunk) {
         section_offset, DescribeSection(header_, section_), chunk.crc32c(),
         crc));
   }
-  std::memcpy(destinations_[section_] + section_offset, chunk.data().data(),
-              chunk.data().size());
+  if (absl::Status s = memory_->Write(
+          destinations_[section_] + section_offset,
+          reinterpret_cast<const uint8_t*>(chunk.data().data()), size);
+      !s.ok()) {
+    return s;
+  }
   crc_ = core::Crc32cCombine(crc_, crc, chunk.data().size());
   verified_ += size;
   return absl::OkStatus();
@@ -480,8 +507,10 @@ absl::Status ShardStreamAssembler::AddPiece(const v1::ShardChunk& chunk) {
         header_.chunk_bytes(), ")"));
   }
   // The bytes are at their destination already.
-  const uint32_t crc =
-      core::Crc32c(piece.data, static_cast<size_t>(piece.length));
+  absl::StatusOr<uint32_t> checked =
+      ShardCrc32cExtend(*memory_, 0, piece.data, piece.length);
+  if (!checked.ok()) return checked.status();
+  const uint32_t crc = *checked;
   if (crc != chunk.crc32c()) {
     return absl::DataLossError(absl::StrFormat(
         "piece at byte %d of %s (%d bytes): crc32c mismatch (chunk says "

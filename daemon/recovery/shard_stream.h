@@ -48,6 +48,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/recovery/shard_memory.h"
 #include "shardd/v1/peer.pb.h"
 
 namespace shardd::recovery {
@@ -116,10 +117,14 @@ class ShardStreamWriter {
   // computed earlier from the same bytes (a source that knew a copy was
   // coming); the chunks then carry them instead of reading the bytes again.
   // INVALID_ARGUMENT when their number is not the pieces'.
+  //
+  // The sources' bytes are read through `memory` (borrowed; it must outlive
+  // the writer).
   static absl::StatusOr<ShardStreamWriter> Create(
       v1::ShardHeader header, std::vector<SectionSource> sources,
       int64_t max_chunk_bytes, int64_t resume_from_byte,
-      bool payload_out_of_band = false, std::vector<uint32_t> piece_crcs = {});
+      bool payload_out_of_band = false, std::vector<uint32_t> piece_crcs = {},
+      const ShardMemory& memory = ShardMemory::Host());
 
   // The pieces the chunks still to come describe, with the source's
   // pointers (the same pieces, in the same order, as the chunks Next will
@@ -127,8 +132,11 @@ class ShardStreamWriter {
   std::vector<PayloadPiece> PendingPieces() const;
 
   // Fills *out with the next message (header, then chunks, then the
-  // trailer) and returns true; returns false once the trailer was produced.
+  // trailer) and returns true; returns false once the trailer was produced,
+  // or when reading the source memory failed (then status() says why).
   bool Next(v1::FetchShardResponse* out);
+  // OK unless reading the sources failed.
+  const absl::Status& status() const { return status_; }
 
   // Payload bytes put into chunks so far (the resumed prefix excluded).
   int64_t bytes_sent() const { return bytes_sent_; }
@@ -157,6 +165,8 @@ class ShardStreamWriter {
   int64_t position_ = 0;
   int64_t bytes_sent_ = 0;
   uint32_t crc_ = 0;
+  const ShardMemory* memory_ = &ShardMemory::Host();
+  absl::Status status_;
 };
 
 // Receives one FetchShard stream: validates every message, verifies every
@@ -178,8 +188,12 @@ class ShardStreamAssembler {
 
   // resume_from_byte and crc_so_far: the verified_bytes() and running_crc()
   // of an earlier assembler of the same transfer (0, 0 for a fresh one).
-  explicit ShardStreamAssembler(Destination dest, int64_t resume_from_byte = 0,
-                                uint32_t crc_so_far = 0);
+  // Chunks' bytes are written to the destinations, and out-of-band pieces
+  // checked there, through `memory` (borrowed; it must outlive the
+  // assembler).
+  explicit ShardStreamAssembler(
+      Destination dest, int64_t resume_from_byte = 0, uint32_t crc_so_far = 0,
+      const ShardMemory& memory = ShardMemory::Host());
 
   // Error codes: FAILED_PRECONDITION for a message out of protocol order
   // (chunk before the header, a second header, a chunk not at
@@ -221,6 +235,7 @@ class ShardStreamAssembler {
   absl::Status AddTrailer(const v1::ShardTrailer& trailer);
 
   Destination dest_;
+  const ShardMemory* memory_;
   const int64_t resume_from_byte_;
   Phase phase_ = Phase::kHeader;
   absl::Status status_;  // First error; sticky.

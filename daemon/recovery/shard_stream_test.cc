@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "daemon/core/crc32c.h"
+#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/node/testing/guarded_shard_memory.h"
 #include "gtest/gtest.h"
 
 namespace shardd::recovery {
@@ -639,6 +641,80 @@ TEST_F(ShardStreamOutOfBandTest, InlineStreamHasNoPendingPieces) {
   ASSERT_TRUE(assembler.Add(messages[0]).ok());
   EXPECT_FALSE(messages[0].header().payload_out_of_band());
   EXPECT_TRUE(assembler.PendingPieces().empty());
+}
+
+// Inline and out of band, from sections in memory the host cannot address
+// into destinations the host cannot address: the same bytes arrive, and
+// every byte went through the ShardMemory (a direct access would fault).
+TEST_F(ShardStreamTest, MovesShardsInMemoryTheHostCannotAddress) {
+  const std::vector<int64_t> sizes = {0, 1, 1000, 0, 4097, 12345, 3};
+  MakeShard(sizes, 11);
+  auto arena = node::testing::GuardedArena::Create(1 << 20);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  node::testing::GuardedShardMemory memory(**arena);
+  std::vector<std::unique_ptr<memory::ByteBuffer>> from, to;
+  std::vector<SectionSource> sources = Sources();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    from.push_back(*(*arena)->Allocate("from", sizes[k] + 1));
+    to.push_back(*(*arena)->Allocate("to", sizes[k] + 1));
+    std::memcpy((*arena)->Alias(from[k]->data()), bytes_[k].data(), sizes[k]);
+    sources[k].data = from[k]->data();
+  }
+  auto dest = [&](const v1::ShardHeader&, int s) -> absl::StatusOr<uint8_t*> {
+    return to[s]->data();
+  };
+  auto received = [&](size_t k) {
+    const uint8_t* p =
+        static_cast<const uint8_t*>((*arena)->Alias(to[k]->data()));
+    return std::vector<uint8_t>(p, p + sizes[k]);
+  };
+  for (bool out_of_band : {false, true}) {
+    for (auto& b : to) {
+      std::memset((*arena)->Alias(b->data()), 0xEE, b->size());
+    }
+    auto writer = ShardStreamWriter::Create(BaseHeader(), sources, 1000, 0,
+                                            out_of_band, {}, memory);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ShardStreamAssembler assembler(dest, 0, 0, memory);
+    v1::FetchShardResponse msg;
+    ASSERT_TRUE(writer->Next(&msg));
+    ASSERT_TRUE(assembler.Add(msg).ok());
+    const std::vector<PayloadPiece> sent = writer->PendingPieces();
+    const std::vector<PayloadPiece> landing = assembler.PendingPieces();
+    for (size_t i = 0; writer->Next(&msg); ++i) {
+      if (out_of_band && msg.has_chunk()) {
+        // The collective's move, device to device.
+        std::memcpy((*arena)->Alias(landing[i].data),
+                    (*arena)->Alias(sent[i].data), sent[i].length);
+      }
+      ASSERT_TRUE(assembler.Add(msg).ok()) << assembler.Add(msg);
+    }
+    ASSERT_TRUE(writer->status().ok()) << writer->status();
+    ASSERT_TRUE(assembler.Finish().ok()) << assembler.Finish();
+    EXPECT_EQ(assembler.running_crc(), WholeCrc());
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      EXPECT_EQ(received(k), bytes_[k])
+          << "section " << k << " oob " << out_of_band;
+    }
+  }
+  EXPECT_GT(memory.reads(), 0);
+  EXPECT_GT(memory.writes(), 0);
+}
+
+// A source whose memory cannot be read ends the stream with that error.
+TEST_F(ShardStreamTest, UnreadableSourceEndsTheStreamWithItsError) {
+  MakeShard({5000});
+  auto arena = node::testing::GuardedArena::Create(1 << 16);
+  ASSERT_TRUE(arena.ok());
+  node::testing::GuardedShardMemory memory(
+      **arena);  // Sources() point outside the arena.
+  auto writer = ShardStreamWriter::Create(BaseHeader(), Sources(), 1000, 0,
+                                          false, {}, memory);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  v1::FetchShardResponse msg;
+  EXPECT_TRUE(writer->Next(&msg));  // The header.
+  EXPECT_FALSE(writer->Next(&msg));
+  EXPECT_EQ(writer->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
