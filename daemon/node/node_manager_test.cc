@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/coordinator/in_process_coordinator.h"
 #include "daemon/memory/shm_allocator.h"
 #include "daemon/node/testing/guarded_engine_backend.h"
@@ -331,12 +333,12 @@ absl::StatusOr<std::string> StreamShard(NodeManager& node, int shard_index) {
         return reinterpret_cast<uint8_t*>(sections[index].data());
       });
   absl::Status added;
-  const absl::Status served = node.ServeShard(
-      request, absl::Now() + absl::Seconds(10),
-      [&](const pb::FetchShardResponse& msg) {
-        added = assembler.Add(msg);
-        return added.ok();
-      });
+  const absl::Status served =
+      node.ServeShard(request, absl::Now() + absl::Seconds(10),
+                      [&](const pb::FetchShardResponse& msg) {
+                        added = assembler.Add(msg);
+                        return added.ok();
+                      });
   if (!served.ok()) return served;
   if (!added.ok()) return added;
   if (absl::Status s = assembler.Finish(); !s.ok()) return s;
@@ -461,6 +463,204 @@ TEST(NodeManagerTest, DeviceMemoryBackendTrainsLikeTheCpuBackendBitForBit) {
     EXPECT_EQ(device.commit_logs[r], cpu.commit_logs[r]) << r;
     EXPECT_GT(backends[r]->math_calls(), 0) << r;
   }
+}
+
+// In-process Peer clients: a daemon's peer address names a live
+// NodeManager of this test, and FetchShard/Probe call it directly.
+class InProcessPeers {
+ public:
+  void Set(int rank, NodeManager* node) {
+    absl::MutexLock lock(&mu_);
+    nodes_[absl::StrCat("127.0.0.1:", 1000 + rank)] = node;
+  }
+  void Install(NodeOptions& o) {
+    o.fetch_shard =
+        [this](const std::string& address, const pb::FetchShardRequest& request,
+               absl::Time deadline,
+               const std::function<absl::Status(const pb::FetchShardResponse&)>&
+                   on_message) {
+          NodeManager* node = Find(address);
+          if (node == nullptr) return absl::UnavailableError(address);
+          absl::Status received;
+          absl::Status served = node->ServeShard(
+              request, deadline, [&](const pb::FetchShardResponse& msg) {
+                received = on_message(msg);
+                return received.ok();
+              });
+          return received.ok() ? served : received;
+        };
+    o.probe_peer =
+        [this](const std::string& address, absl::Time,
+               bool include_model) -> absl::StatusOr<pb::ProbeResponse> {
+      NodeManager* node = Find(address);
+      if (node == nullptr) return absl::UnavailableError(address);
+      return node->Probe(include_model);
+    };
+  }
+
+ private:
+  NodeManager* Find(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(address);
+    return it == nodes_.end() ? nullptr : it->second;
+  }
+  absl::Mutex mu_;
+  std::map<std::string, NodeManager*> nodes_;
+};
+
+// One inline-gradient step of Model() on `node` (gradient depends on the
+// rank and the step).
+absl::Status TrainStep(NodeManager& node, int rank, int step,
+                       absl::Time deadline) {
+  pb::GatherRequest g;
+  g.set_unit(0);
+  auto gathered = node.Gather(g, deadline);
+  if (!gathered.ok()) return gathered.status();
+  pb::ReleaseRequest rel;
+  rel.set_unit(0);
+  if (auto s = node.Release(rel); !s.ok()) return s.status();
+  std::vector<float> grad(15);
+  for (int i = 0; i < 15; ++i) grad[i] = 0.125f * (i % 5) + rank - step;
+  pb::ReduceGradRequest rg;
+  rg.set_unit(0);
+  rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+  rg.mutable_grad()->set_byte_length(15 * 4);
+  rg.mutable_grad()->set_inline_data(
+      std::string(reinterpret_cast<const char*>(grad.data()), 60));
+  auto reduced = node.ReduceGrad(rg, deadline);
+  if (!reduced.ok()) return reduced.status();
+  pb::StepRequest sr;
+  sr.set_step(step);
+  return node.Step(sr, deadline).status();
+}
+
+// A daemon with its shards in (guarded) device memory leaves after step 1;
+// its replacement, also on device memory, copies the shard from its
+// replica (the bytes device to device over the replica group, the CRCs
+// through the engines' math), the trainer re-registers, and step 2 ends
+// with the parameters of a run without the failure.
+TEST(NodeManagerTest, DeviceMemoryReplacementCopiesItsShardFromAReplica) {
+  auto model = [] {
+    pb::RegisterModelRequest reg;
+    *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_HYBRID_SHARD, 1);
+    return reg;
+  };
+  const std::string dir = TempDir();
+  coordinator::InProcessCoordinatorOptions co;
+  co.coordinator.membership.world_size = 2;
+  co.coordinator.membership.sharding_factor = 1;
+  auto coordinator = coordinator::InProcessCoordinator::Start(co);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  InProcessPeers peers;
+  auto start = [&](int rank) -> absl::StatusOr<std::unique_ptr<NodeManager>> {
+    auto backend = testing::GuardedEngineBackend::Create(int64_t{4} << 20);
+    if (!backend.ok()) return backend.status();
+    NodeOptions o;
+    o.coordinator_address = (*coordinator)->address();
+    o.identity = absl::StrCat("node-", rank);
+    o.rank = rank;
+    o.peer_address = absl::StrCat("127.0.0.1:", 1000 + rank);
+    o.shm_dir = dir;
+    o.collective_timeout = absl::Seconds(10);
+    o.connect_timeout = absl::Seconds(10);
+    o.recovery_timeout = absl::Seconds(20);
+    o.backend = *std::move(backend);
+    peers.Install(o);
+    return NodeManager::Start(o);
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::vector<std::unique_ptr<NodeManager>> nodes(2);
+  std::vector<absl::Status> done(2);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        auto node = start(r);
+        if (!node.ok()) {
+          done[r] = node.status();
+          return;
+        }
+        nodes[r] = *std::move(node);
+        peers.Set(r, nodes[r].get());
+        auto registered = nodes[r]->RegisterModel(model(), deadline);
+        done[r] = registered.ok() ? TrainStep(*nodes[r], r, 1, deadline)
+                                  : registered.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(done[r].ok()) << r << done[r];
+
+  // Rank 1 goes; its replacement joins and recovers from rank 0.
+  peers.Set(1, nullptr);
+  ASSERT_TRUE(nodes[1]->Shutdown("test: replaced").ok());
+  nodes[1].reset();
+  {
+    std::vector<std::thread> threads;
+    threads.emplace_back([&] {
+      auto node = start(1);
+      if (!node.ok()) {
+        done[1] = node.status();
+        return;
+      }
+      nodes[1] = *std::move(node);
+      peers.Set(1, nodes[1].get());
+      // The trainer re-registers: once the copy is in, it attaches to the
+      // recovered engine at step 1.
+      auto registered = nodes[1]->RegisterModel(model(), deadline);
+      if (!registered.ok()) {
+        done[1] = registered.status();
+        return;
+      }
+      if (!registered->reattached() || registered->committed_step() != 1) {
+        done[1] = absl::InternalError(absl::StrCat(
+            "replacement: reattached ", registered->reattached(), " at step ",
+            registered->committed_step(), ", expected the recovered step 1"));
+        return;
+      }
+      done[1] = TrainStep(*nodes[1], 1, 2, deadline);
+    });
+    threads.emplace_back([&] {
+      pb::WaitReadyRequest wait;
+      wait.set_min_epoch(nodes[0]->GetStatus().epoch() + 1);
+      auto ready = nodes[0]->WaitReady(wait, deadline);
+      done[0] =
+          ready.ok() ? TrainStep(*nodes[0], 0, 2, deadline) : ready.status();
+    });
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(done[r].ok()) << r << ": " << done[r];
+  ASSERT_TRUE(done[0].ok() && done[1].ok());
+
+  // The reference: the same two steps without a failure (CPU backend).
+  Cluster ref = Start(2, 1);
+  std::vector<absl::Status> ref_done(2);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        auto registered = ref.nodes[r]->RegisterModel(model(), deadline);
+        absl::Status s = registered.status();
+        for (int step = 1; s.ok() && step <= 2; ++step) {
+          s = TrainStep(*ref.nodes[r], r, step, deadline);
+        }
+        ref_done[r] = s;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ref_done[r].ok()) << ref_done[r];
+  for (int r = 0; r < 2; ++r) {
+    auto got = StreamShard(*nodes[r], 0);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = StreamShard(*ref.nodes[r], 0);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(*got, *want) << "rank " << r;
+  }
+  ref.nodes.clear();
+  rmdir(ref.dir.c_str());
+  nodes.clear();
+  rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -137,16 +137,17 @@ int Run() {
     }
   }
   // cuda:N keeps the shards in that GPU's memory (a CUDA build only).
-  // auto still takes the CPU where a GPU is usable: recovery from replicas
-  // and checkpoints are not built for GPU-resident shards yet, and a
-  // deployment with --device=auto must keep its fault tolerance.
+  // auto still takes the CPU where a GPU is usable: the GPU path has never
+  // run on a GPU, and the client library cannot map CUDA IPC buffers yet,
+  // so a deployment with --device=auto keeps the path that is tested.
   const std::string requested_device = absl::GetFlag(FLAGS_device);
   core::DeviceSupport support;
 #ifdef SHARDD_WITH_CUDA
   support.cuda = requested_device != "auto";
   support.cuda_missing_reason =
-      "auto keeps shards in host memory: recovery and checkpoints are not "
-      "built for GPU-resident shards yet (ask for cuda:N explicitly)";
+      "auto keeps shards in host memory: the GPU data plane is untested on "
+      "a GPU and no client maps CUDA IPC buffers yet (ask for cuda:N "
+      "explicitly)";
 #else
   support.cuda = false;
   support.cuda_missing_reason =
@@ -284,8 +285,8 @@ int Run() {
     }
     options.backend = *std::move(backend);
     std::fprintf(stderr,
-                 "shardd: shards in %s memory; recovery from replicas and "
-                 "checkpoints are not built for it yet\n",
+                 "shardd: shards in %s memory, exported by CUDA IPC; "
+                 "collectives on NCCL\n",
                  options.backend->name().c_str());
   }
 #endif
