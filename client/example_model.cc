@@ -36,7 +36,9 @@ uint64_t ExampleModel::WeightSeed(int layer) const {
 
 v1::RegisterModelRequest ExampleModel::RegisterRequest() const {
   v1::RegisterModelRequest request;
-  request.set_transport(v1::TRANSPORT_SHARED_MEMORY);
+  // Unspecified: the daemon's own (shared memory on a CPU daemon; CUDA IPC
+  // on a GPU one, which the client stages through host copies).
+  request.set_transport(v1::TRANSPORT_UNSPECIFIED);
   v1::ModelSpec* model = request.mutable_model();
   for (int l = 0; l < mlp_.num_layers(); ++l) {
     const core::UnitSpec spec = mlp_.UnitSpecFor(l);

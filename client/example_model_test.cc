@@ -24,7 +24,8 @@ TEST(ExampleModelTest, RequestIsAValidModelOfOneUnitPerLayer) {
   auto model = ExampleModel::Create(SmallOptions());
   ASSERT_TRUE(model.ok()) << model.status();
   const v1::RegisterModelRequest request = model->RegisterRequest();
-  EXPECT_EQ(request.transport(), v1::TRANSPORT_SHARED_MEMORY);
+  // The daemon picks: shared memory on the CPU, CUDA IPC on a GPU.
+  EXPECT_EQ(request.transport(), v1::TRANSPORT_UNSPECIFIED);
   auto config = node::ProtoConvert::ModelFromProto(request.model());
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_EQ(config->units.size(), 2u);

@@ -212,6 +212,11 @@ class ExampleTrainer {
               : absl::StatusOr<GatheredUnit>(
                     absl::CancelledError("no layer below"));
       if (!computed.ok()) return computed;
+      // A GPU daemon's slot was written on the host: upload it first (a
+      // no-op for shared memory).
+      if (absl::Status s = current->grad->Flush(); !s.ok()) {
+        return Annotate(s, "ReduceGrad", l);
+      }
       if (auto r = client_->ReduceGrad(l, current->response.grad_buffer());
           !r.ok()) {
         return Annotate(r.status(), "ReduceGrad", l);

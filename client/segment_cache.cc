@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,57 +15,16 @@ namespace {
 
 constexpr int64_t kFloatBytes = 4;
 
-// Checks everything about `ref` that does not need the file, and returns
-// the number of elements of each view (product of its shape).
-absl::Status CheckRef(const v1::DataRef& ref, absl::string_view what) {
-  if (ref.location_case() == v1::DataRef::kCudaIpc) {
-    return absl::UnimplementedError(
-        absl::StrCat(what,
-                     ": CUDA IPC buffers are not supported by this "
-                     "client (CPU trainer)"));
-  }
-  if (ref.location_case() == v1::DataRef::kInlineData) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, ": inline buffers have no mapping; ask for shared memory"));
-  }
-  if (ref.location_case() != v1::DataRef::kSharedMemory) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": no location (shared_memory unset)"));
-  }
-  if (ref.dtype() != v1::DTYPE_FP32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ".dtype: only DTYPE_FP32 is supported, got ",
-                     v1::DType_Name(ref.dtype())));
-  }
-  const v1::SharedMemoryRef& shm = ref.shared_memory();
-  if (shm.path().empty() || shm.path()[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ".shared_memory.path: must be absolute, got '", shm.path(), "'"));
-  }
-  if (shm.segment_bytes() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ".shared_memory.segment_bytes: must be >= 1, got ",
-                     shm.segment_bytes()));
-  }
-  if (shm.byte_offset() < 0 || shm.byte_length() < 0 ||
-      shm.byte_offset() > shm.segment_bytes() ||
-      shm.byte_length() > shm.segment_bytes() - shm.byte_offset()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ".shared_memory: range [", shm.byte_offset(), ", +",
-                     shm.byte_length(), ") does not fit the segment of ",
-                     shm.segment_bytes(), " bytes"));
-  }
-  if (ref.byte_length() != shm.byte_length()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ".byte_length: ", ref.byte_length(),
-        " differs from shared_memory.byte_length ", shm.byte_length()));
-  }
-  if (shm.byte_offset() % kFloatBytes != 0 ||
-      shm.byte_length() % kFloatBytes != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ".shared_memory: range [", shm.byte_offset(), ", +",
-                     shm.byte_length(), ") is not 4-byte aligned for fp32"));
-  }
+// The range a DataRef names inside its buffer (a segment or a CUDA
+// allocation).
+struct Range {
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// Every tensor view inside the range, fp32, numel = the shape's product.
+absl::Status CheckViews(const v1::DataRef& ref, int64_t range_bytes,
+                        absl::string_view what) {
   for (int i = 0; i < ref.views_size(); ++i) {
     const v1::TensorView& v = ref.views(i);
     const std::string field = absl::StrCat(what, ".views[", i, "]");
@@ -87,24 +47,102 @@ absl::Status CheckRef(const v1::DataRef& ref, absl::string_view what) {
           field, ".numel: ", v.numel(), " is not the shape's ", product));
     }
     if (v.byte_offset() < 0 || v.byte_offset() % kFloatBytes != 0 ||
-        v.byte_offset() > shm.byte_length() ||
-        v.numel() > (shm.byte_length() - v.byte_offset()) / kFloatBytes) {
+        v.byte_offset() > range_bytes ||
+        v.numel() > (range_bytes - v.byte_offset()) / kFloatBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ".byte_offset: tensor '", v.name(), "' at ", v.byte_offset(),
           " with ", v.numel(), " fp32 elements does not fit the range of ",
-          shm.byte_length(), " bytes"));
+          range_bytes, " bytes"));
     }
   }
   return absl::OkStatus();
 }
 
-template <typename T>
-BufferView<T> MakeView(const v1::DataRef& ref, T* base,
-                       std::shared_ptr<const memory::SharedMemorySegment> seg) {
-  BufferView<T> view;
+// [offset, +length) inside a buffer of `capacity` bytes, agreeing with
+// ref.byte_length and 4-byte aligned; `field` names the location.
+absl::Status CheckRange(const v1::DataRef& ref, int64_t offset, int64_t length,
+                        int64_t capacity, absl::string_view field,
+                        absl::string_view buffer, absl::string_view what) {
+  if (offset < 0 || length < 0 || offset > capacity ||
+      length > capacity - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ".", field, ": range [", offset, ", +", length,
+        ") does not fit the ", buffer, " of ", capacity, " bytes"));
+  }
+  if (ref.byte_length() != length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".byte_length: ", ref.byte_length(),
+                     " differs from ", field, ".byte_length ", length));
+  }
+  if (offset % kFloatBytes != 0 || length % kFloatBytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".", field, ": range [", offset, ", +", length,
+                     ") is not 4-byte aligned for fp32"));
+  }
+  return CheckViews(ref, length, what);
+}
+
+// Checks everything about `ref` that does not need the buffer itself.
+absl::StatusOr<Range> CheckRef(const v1::DataRef& ref, absl::string_view what) {
+  if (ref.location_case() == v1::DataRef::kInlineData) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, ": inline buffers have no mapping; ask for shared memory"));
+  }
+  if (ref.location_case() != v1::DataRef::kSharedMemory &&
+      ref.location_case() != v1::DataRef::kCudaIpc) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": no location (shared_memory and cuda_ipc unset)"));
+  }
+  if (ref.dtype() != v1::DTYPE_FP32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".dtype: only DTYPE_FP32 is supported, got ",
+                     v1::DType_Name(ref.dtype())));
+  }
+  if (ref.location_case() == v1::DataRef::kCudaIpc) {
+    const v1::CudaIpcRef& cuda = ref.cuda_ipc();
+    if (cuda.mem_handle().size() != 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ".cuda_ipc.mem_handle: must be 64 bytes, got ",
+                       cuda.mem_handle().size()));
+    }
+    if (cuda.device_ordinal() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ".cuda_ipc.device_ordinal: must be >= 0, got ",
+                       cuda.device_ordinal()));
+    }
+    if (absl::Status s =
+            CheckRange(ref, cuda.byte_offset(), cuda.byte_length(),
+                       cuda.allocation_bytes(), "cuda_ipc", "allocation", what);
+        !s.ok()) {
+      return s;
+    }
+    return Range{cuda.byte_offset(), cuda.byte_length()};
+  }
   const v1::SharedMemoryRef& shm = ref.shared_memory();
-  view.flat = absl::Span<T>(base + shm.byte_offset() / kFloatBytes,
-                            shm.byte_length() / kFloatBytes);
+  if (shm.path().empty() || shm.path()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ".shared_memory.path: must be absolute, got '", shm.path(), "'"));
+  }
+  if (shm.segment_bytes() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".shared_memory.segment_bytes: must be >= 1, got ",
+                     shm.segment_bytes()));
+  }
+  if (absl::Status s =
+          CheckRange(ref, shm.byte_offset(), shm.byte_length(),
+                     shm.segment_bytes(), "shared_memory", "segment", what);
+      !s.ok()) {
+    return s;
+  }
+  return Range{shm.byte_offset(), shm.byte_length()};
+}
+
+// The view over `range` bytes at `start` (the range's first byte).
+template <typename T>
+BufferView<T> MakeView(const v1::DataRef& ref, T* start, int64_t range,
+                       std::shared_ptr<const void> keep_alive) {
+  BufferView<T> view;
+  view.flat = absl::Span<T>(start, range / kFloatBytes);
   for (const v1::TensorView& v : ref.views()) {
     NamedTensor<T> t;
     t.name = v.name();
@@ -112,7 +150,7 @@ BufferView<T> MakeView(const v1::DataRef& ref, T* base,
     t.values = view.flat.subspan(v.byte_offset() / kFloatBytes, v.numel());
     view.tensors.push_back(std::move(t));
   }
-  view.keep_alive = std::move(seg);
+  view.keep_alive = std::move(keep_alive);
   return view;
 }
 
@@ -153,20 +191,71 @@ absl::StatusOr<std::shared_ptr<memory::SharedMemorySegment>> SegmentCache::Map(
 
 absl::StatusOr<UnitView> SegmentCache::ReadView(const v1::DataRef& ref,
                                                 absl::string_view what) {
-  if (absl::Status s = CheckRef(ref, what); !s.ok()) return s;
+  absl::StatusOr<Range> range = CheckRef(ref, what);
+  if (!range.ok()) return range.status();
+  if (ref.has_cuda_ipc()) {
+#ifdef SHARDD_WITH_CUDA
+    // A host copy of the GPU range (a CPU trainer computes on the host; a
+    // GPU trainer uses device_data).
+    auto copy =
+        std::make_shared<std::vector<float>>(range->length / kFloatBytes);
+    if (absl::Status s = cuda_.Download(ref.cuda_ipc(), copy->data());
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat(what, ".cuda_ipc: ", s.message()));
+    }
+    UnitView view =
+        MakeView<const float>(ref, copy->data(), range->length, copy);
+    view.device_data = *cuda_.Open(ref.cuda_ipc());
+    return view;
+#else
+    return absl::UnimplementedError(absl::StrCat(
+        what,
+        ": the daemon's buffers are on a GPU (CUDA IPC); this client "
+        "was built without CUDA (bazel build --config=cuda)"));
+#endif
+  }
   auto segment = Map(ref.shared_memory(), /*writable=*/false, what);
   if (!segment.ok()) return segment.status();
   const float* base = static_cast<const float*>((*segment)->data());
-  return MakeView<const float>(ref, base, *segment);
+  return MakeView<const float>(ref, base + range->offset / kFloatBytes,
+                               range->length, *segment);
 }
 
 absl::StatusOr<GradView> SegmentCache::WriteView(const v1::DataRef& ref,
                                                  absl::string_view what) {
-  if (absl::Status s = CheckRef(ref, what); !s.ok()) return s;
+  absl::StatusOr<Range> range = CheckRef(ref, what);
+  if (!range.ok()) return range.status();
+  if (ref.has_cuda_ipc()) {
+#ifdef SHARDD_WITH_CUDA
+    // Written on the host, uploaded into the GPU slot by Flush().
+    auto staging =
+        std::make_shared<std::vector<float>>(range->length / kFloatBytes, 0.0f);
+    absl::StatusOr<uint8_t*> device = cuda_.Open(ref.cuda_ipc());
+    if (!device.ok()) {
+      return absl::Status(
+          device.status().code(),
+          absl::StrCat(what, ".cuda_ipc: ", device.status().message()));
+    }
+    GradView view =
+        MakeView<float>(ref, staging->data(), range->length, staging);
+    view.device_data = *device;
+    view.flush = [this, cuda = ref.cuda_ipc(), staging] {
+      return cuda_.Upload(cuda, staging->data());
+    };
+    return view;
+#else
+    return absl::UnimplementedError(absl::StrCat(
+        what,
+        ": the daemon's buffers are on a GPU (CUDA IPC); this client "
+        "was built without CUDA (bazel build --config=cuda)"));
+#endif
+  }
   auto segment = Map(ref.shared_memory(), /*writable=*/true, what);
   if (!segment.ok()) return segment.status();
   float* base = static_cast<float*>((*segment)->mutable_data());
-  return MakeView<float>(ref, base, *segment);
+  return MakeView<float>(ref, base + range->offset / kFloatBytes, range->length,
+                         *segment);
 }
 
 int SegmentCache::mapped_segments() const {

@@ -2,6 +2,7 @@
 #define SHARDD_CLIENT_SEGMENT_CACHE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,10 +10,14 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "daemon/memory/shared_memory_segment.h"
+#ifdef SHARDD_WITH_CUDA
+#include "client/cuda_ipc_buffers.h"
+#endif
 #include "shardd/v1/common.pb.h"
 
 namespace shardd::client {
@@ -35,7 +40,18 @@ template <typename T>
 struct BufferView {
   absl::Span<T> flat;
   std::vector<NamedTensor<T>> tensors;
-  std::shared_ptr<const memory::SharedMemorySegment> keep_alive;
+  // The mapping (or, for a GPU buffer, the host copy) the spans point into.
+  std::shared_ptr<const void> keep_alive;
+  // A GPU buffer (CUDA IPC, CUDA builds only): the range's device address,
+  // for a trainer that computes on the GPU; `flat` is then a host copy
+  // (parameters: taken at Gather; gradient slot: uploaded by Flush()).
+  // Null for shared memory, where `flat` is the daemon's memory itself.
+  const void* device_data = nullptr;
+  std::function<absl::Status()> flush;
+
+  // Makes what was written into `flat` the daemon's (a no-op for shared
+  // memory): call it before ReduceGrad.
+  absl::Status Flush() const { return flush ? flush() : absl::OkStatus(); }
 
   // The tensor called `name`, or an empty span if there is none.
   absl::Span<T> tensor(absl::string_view name) const {
@@ -54,15 +70,17 @@ using GradView = BufferView<float>;
 // Maps the shared-memory segments that a daemon names in its replies, once
 // per (path, generation, access), and turns DataRefs into typed views.
 //
-// Validation (nothing is mapped when it fails): only shared-memory fp32
-// DataRefs are resolved (cuda_ipc and inline_data: UNIMPLEMENTED; another
-// dtype: INVALID_ARGUMENT); the range [byte_offset, byte_offset +
-// byte_length) must lie inside segment_bytes, agree with DataRef.byte_length
-// and be 4-byte aligned, and every tensor view must be fp32 and lie inside
-// the range with numel equal to the product of its shape (INVALID_ARGUMENT
-// naming the field, e.g. "params.views[1].byte_offset"). A file shorter
-// than the segment_bytes it was announced with is DATA_LOSS; a file that
-// does not exist NOT_FOUND.
+// Validation (nothing is mapped when it fails): fp32 DataRefs in shared
+// memory, or on a GPU by CUDA IPC (a CUDA build opens the handle and keeps
+// a host copy, see BufferView::device_data; a CPU build answers
+// UNIMPLEMENTED after checking the ref), are resolved (inline_data:
+// UNIMPLEMENTED; another dtype: INVALID_ARGUMENT); the range [byte_offset,
+// byte_offset + byte_length) must lie inside segment_bytes (the CUDA
+// allocation_bytes), agree with DataRef.byte_length and be 4-byte aligned, and
+// every tensor view must be fp32 and lie inside the range with numel equal to
+// the product of its shape (INVALID_ARGUMENT naming the field, e.g.
+// "params.views[1].byte_offset"). A file shorter than the segment_bytes it was
+// announced with is DATA_LOSS; a file that does not exist NOT_FOUND.
 //
 // A new generation or segment size for a path replaces the cached mapping
 // (a re-registration may recreate the file); views handed out before keep
@@ -104,6 +122,9 @@ class SegmentCache {
   mutable std::mutex mu_;
   std::map<Key, Entry> entries_;
   int64_t map_count_ = 0;
+#ifdef SHARDD_WITH_CUDA
+  CudaIpcBuffers cuda_;
+#endif
 };
 
 }  // namespace shardd::client

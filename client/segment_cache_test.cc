@@ -158,15 +158,46 @@ TEST_F(SegmentCacheTest, MissingFileIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(SegmentCacheTest, InlineAndCudaRefsAreUnimplemented) {
+TEST_F(SegmentCacheTest, InlineRefsAreUnimplemented) {
   SegmentCache cache;
   v1::DataRef ref;
   ref.set_inline_data("abcd");
   EXPECT_EQ(cache.ReadView(ref, "params").status().code(),
             absl::StatusCode::kUnimplemented);
-  ref.mutable_cuda_ipc();
-  EXPECT_EQ(cache.ReadView(ref, "params").status().code(),
+}
+
+// A GPU buffer's ref is checked like a segment's (handle, range, views);
+// a CPU build then says plainly that it cannot reach GPU memory.
+TEST_F(SegmentCacheTest, CudaRefsAreCheckedThenNeedACudaBuild) {
+  SegmentCache cache;
+  v1::DataRef ref = UnitRef();
+  v1::CudaIpcRef* cuda = ref.mutable_cuda_ipc();  // Replaces shared_memory.
+  cuda->set_mem_handle(std::string(64, '\x5a'));
+  cuda->set_device_ordinal(0);
+  cuda->set_allocation_bytes(4096);
+  cuda->set_byte_offset(0);
+  cuda->set_byte_length(ref.byte_length());
+  const absl::Status ok_ref = cache.ReadView(ref, "params").status();
+  EXPECT_EQ(ok_ref.code(), absl::StatusCode::kUnimplemented) << ok_ref;
+  EXPECT_NE(ok_ref.message().find("built without CUDA"), std::string::npos)
+      << ok_ref;
+  EXPECT_EQ(cache.WriteView(ref, "grad").status().code(),
             absl::StatusCode::kUnimplemented);
+  v1::DataRef short_handle = ref;
+  short_handle.mutable_cuda_ipc()->set_mem_handle("x");
+  EXPECT_NE(cache.ReadView(short_handle, "params")
+                .status()
+                .message()
+                .find("params.cuda_ipc.mem_handle: must be 64 bytes"),
+            std::string::npos);
+  v1::DataRef outside = ref;
+  outside.mutable_cuda_ipc()->set_byte_offset(4092);
+  const absl::Status range = cache.ReadView(outside, "params").status();
+  EXPECT_EQ(range.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(range.message().find("does not fit the allocation"),
+            std::string::npos)
+      << range;
+  EXPECT_EQ(cache.mapped_segments(), 0);
 }
 
 }  // namespace

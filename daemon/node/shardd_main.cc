@@ -136,18 +136,12 @@ int Run() {
       return Fail(absl::StrCat("--failpoint: ", armed.message()));
     }
   }
-  // cuda:N keeps the shards in that GPU's memory (a CUDA build only).
-  // auto still takes the CPU where a GPU is usable: the GPU path has never
-  // run on a GPU, and the client library cannot map CUDA IPC buffers yet,
-  // so a deployment with --device=auto keeps the path that is tested.
+  // cuda:N (and auto where a GPU is usable) keeps the shards in that GPU's
+  // memory, in a CUDA build; a CPU build has only the CPU.
   const std::string requested_device = absl::GetFlag(FLAGS_device);
   core::DeviceSupport support;
 #ifdef SHARDD_WITH_CUDA
-  support.cuda = requested_device != "auto";
-  support.cuda_missing_reason =
-      "auto keeps shards in host memory: the GPU data plane is untested on "
-      "a GPU and no client maps CUDA IPC buffers yet (ask for cuda:N "
-      "explicitly)";
+  support.cuda = true;
 #else
   support.cuda = false;
   support.cuda_missing_reason =

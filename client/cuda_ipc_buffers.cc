@@ -1,0 +1,65 @@
+#include "client/cuda_ipc_buffers.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardd::client {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
+                                          cudaGetErrorString(e), ")"));
+}
+
+}  // namespace
+
+CudaIpcBuffers::~CudaIpcBuffers() {
+  for (auto& [handle, base] : opened_) cudaIpcCloseMemHandle(base);
+}
+
+absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = opened_.find(ref.mem_handle());
+  if (it == opened_.end()) {
+    if (absl::Status s =
+            CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
+        !s.ok()) {
+      return s;
+    }
+    cudaIpcMemHandle_t handle;
+    std::memcpy(handle.reserved, ref.mem_handle().data(),
+                sizeof(handle.reserved));
+    void* base = nullptr;
+    if (absl::Status s = CudaStatus(
+            cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
+            "cudaIpcOpenMemHandle");
+        !s.ok()) {
+      return s;
+    }
+    it = opened_.emplace(ref.mem_handle(), static_cast<uint8_t*>(base)).first;
+  }
+  return it->second + ref.byte_offset();
+}
+
+absl::Status CudaIpcBuffers::Download(const v1::CudaIpcRef& ref, void* host) {
+  absl::StatusOr<uint8_t*> p = Open(ref);
+  if (!p.ok()) return p.status();
+  return CudaStatus(cudaMemcpy(host, *p, static_cast<size_t>(ref.byte_length()),
+                               cudaMemcpyDeviceToHost),
+                    "download of a CUDA IPC buffer");
+}
+
+absl::Status CudaIpcBuffers::Upload(const v1::CudaIpcRef& ref,
+                                    const void* host) {
+  absl::StatusOr<uint8_t*> p = Open(ref);
+  if (!p.ok()) return p.status();
+  return CudaStatus(cudaMemcpy(*p, host, static_cast<size_t>(ref.byte_length()),
+                               cudaMemcpyHostToDevice),
+                    "upload to a CUDA IPC buffer");
+}
+
+}  // namespace shardd::client

@@ -1,0 +1,43 @@
+#ifndef SHARDD_CLIENT_CUDA_IPC_BUFFERS_H_
+#define SHARDD_CLIENT_CUDA_IPC_BUFFERS_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "shardd/v1/common.pb.h"
+
+namespace shardd::client {
+
+// The daemon's GPU buffers in this process: opens each CUDA IPC handle a
+// reply names once (cudaIpcOpenMemHandle, cached by handle) and copies
+// ranges of them to and from host memory. Built only with --config=cuda.
+//
+// Thread-safe. Handles stay open until destruction (cudaIpcCloseMemHandle);
+// the daemon frees the memory only when it unregisters, and a new handle
+// for a new allocation is a new cache entry.
+class CudaIpcBuffers {
+ public:
+  CudaIpcBuffers() = default;
+  ~CudaIpcBuffers();
+  CudaIpcBuffers(const CudaIpcBuffers&) = delete;
+  CudaIpcBuffers& operator=(const CudaIpcBuffers&) = delete;
+
+  // The device address of ref's range (validated by the caller). INTERNAL
+  // with CUDA's error name when the handle cannot be opened.
+  absl::StatusOr<uint8_t*> Open(const v1::CudaIpcRef& ref);
+  // ref's range -> host, host -> ref's range.
+  absl::Status Download(const v1::CudaIpcRef& ref, void* host);
+  absl::Status Upload(const v1::CudaIpcRef& ref, const void* host);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, uint8_t*> opened_;  // mem_handle -> base
+};
+
+}  // namespace shardd::client
+
+#endif  // SHARDD_CLIENT_CUDA_IPC_BUFFERS_H_
