@@ -1884,7 +1884,6 @@ void NodeManager::DescribeShardLocked(
 
 void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   if (options_.checkpoint_dir.empty()) return;
-
   v1::ShardHeader header;
   std::vector<recovery::SectionSource> sources;
   int rank = 0;
@@ -1919,7 +1918,6 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
     return absl::FailedPreconditionError(
         "no --checkpoint_dir: this daemon keeps no checkpoints");
   }
-
   const int rank = client_->rank();
   std::string path;
   if (step < 0) {
@@ -2201,7 +2199,6 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
     return absl::FailedPreconditionError(
         "this daemon was started without a Peer client");
   }
-
   std::string address;
   for (const v1::MemberInfo& m : client_->view().members) {
     if (m.rank() == source) address = m.peer_address();
