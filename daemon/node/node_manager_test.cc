@@ -352,6 +352,32 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// One inline-gradient step of Model() on `node` (gradient depends on the
+// rank and the step).
+absl::Status TrainStep(NodeManager& node, int rank, int step,
+                       absl::Time deadline) {
+  pb::GatherRequest g;
+  g.set_unit(0);
+  auto gathered = node.Gather(g, deadline);
+  if (!gathered.ok()) return gathered.status();
+  pb::ReleaseRequest rel;
+  rel.set_unit(0);
+  if (auto s = node.Release(rel); !s.ok()) return s.status();
+  std::vector<float> grad(15);
+  for (int i = 0; i < 15; ++i) grad[i] = 0.125f * (i % 5) + rank - step;
+  pb::ReduceGradRequest rg;
+  rg.set_unit(0);
+  rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
+  rg.mutable_grad()->set_byte_length(15 * 4);
+  rg.mutable_grad()->set_inline_data(
+      std::string(reinterpret_cast<const char*>(grad.data()), 60));
+  auto reduced = node.ReduceGrad(rg, deadline);
+  if (!reduced.ok()) return reduced.status();
+  pb::StepRequest sr;
+  sr.set_step(step);
+  return node.Step(sr, deadline).status();
+}
+
 Trained TrainAndExport(const BackendFor& backend) {
   Trained out;
   const std::string logs = TempDir();
@@ -368,27 +394,9 @@ Trained TrainAndExport(const BackendFor& backend) {
       auto registered = node.RegisterModel(reg, deadline);
       if (!registered.ok()) return fail(registered.status());
       for (int step = 1; step <= 2; ++step) {
-        pb::GatherRequest g;
-        g.set_unit(0);
-        auto gathered = node.Gather(g, deadline);
-        if (!gathered.ok()) return fail(gathered.status());
-        pb::ReleaseRequest rel;
-        rel.set_unit(0);
-        if (auto s = node.Release(rel); !s.ok()) return fail(s.status());
-        std::vector<float> grad(15);
-        for (int i = 0; i < 15; ++i) grad[i] = 0.125f * (i % 5) + r - step;
-        pb::ReduceGradRequest rg;
-        rg.set_unit(0);
-        rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
-        rg.mutable_grad()->set_byte_length(15 * 4);
-        rg.mutable_grad()->set_inline_data(
-            std::string(reinterpret_cast<const char*>(grad.data()), 60));
-        auto reduced = node.ReduceGrad(rg, deadline);
-        if (!reduced.ok()) return fail(reduced.status());
-        pb::StepRequest sr;
-        sr.set_step(step);
-        auto stepped = node.Step(sr, deadline);
-        if (!stepped.ok()) return fail(stepped.status());
+        if (absl::Status s = TrainStep(node, r, step, deadline); !s.ok()) {
+          return fail(s);
+        }
       }
       pb::ExportStateRequest ex;
       ex.set_path(absl::StrCat(c.dir, "/full.safetensors"));
@@ -507,32 +515,6 @@ class InProcessPeers {
   absl::Mutex mu_;
   std::map<std::string, NodeManager*> nodes_;
 };
-
-// One inline-gradient step of Model() on `node` (gradient depends on the
-// rank and the step).
-absl::Status TrainStep(NodeManager& node, int rank, int step,
-                       absl::Time deadline) {
-  pb::GatherRequest g;
-  g.set_unit(0);
-  auto gathered = node.Gather(g, deadline);
-  if (!gathered.ok()) return gathered.status();
-  pb::ReleaseRequest rel;
-  rel.set_unit(0);
-  if (auto s = node.Release(rel); !s.ok()) return s.status();
-  std::vector<float> grad(15);
-  for (int i = 0; i < 15; ++i) grad[i] = 0.125f * (i % 5) + rank - step;
-  pb::ReduceGradRequest rg;
-  rg.set_unit(0);
-  rg.mutable_grad()->set_dtype(pb::DTYPE_FP32);
-  rg.mutable_grad()->set_byte_length(15 * 4);
-  rg.mutable_grad()->set_inline_data(
-      std::string(reinterpret_cast<const char*>(grad.data()), 60));
-  auto reduced = node.ReduceGrad(rg, deadline);
-  if (!reduced.ok()) return reduced.status();
-  pb::StepRequest sr;
-  sr.set_step(step);
-  return node.Step(sr, deadline).status();
-}
 
 // A daemon with its shards in (guarded) device memory leaves after step 1;
 // its replacement, also on device memory, copies the shard from its
