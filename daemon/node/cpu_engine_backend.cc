@@ -1,5 +1,7 @@
 #include "daemon/node/cpu_engine_backend.h"
 
+#include "daemon/comm/gloo_collective.h"
+#include "daemon/node/group_spec.h"
 #include "daemon/node/host_engine_math.h"
 
 namespace shardd::node {
@@ -12,9 +14,8 @@ std::shared_ptr<EngineMath> CpuEngineBackend::math() {
 }
 
 absl::StatusOr<std::unique_ptr<comm::Collective>>
-CpuEngineBackend::MakeCollective(const comm::GlooCollectiveOptions& options,
-                                 comm::Store& store) {
-  return comm::CreateGlooCollective(options, store);
+CpuEngineBackend::MakeCollective(const GroupSpec& spec, comm::Store& store) {
+  return comm::CreateGlooCollective(ToGlooOptions(spec), store);
 }
 
 }  // namespace shardd::node

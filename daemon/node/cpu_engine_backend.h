@@ -24,7 +24,7 @@ class CpuEngineBackend : public EngineBackend {
   memory::BufferAllocator& private_memory() override { return private_; }
   std::shared_ptr<EngineMath> math() override;
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
-      const comm::GlooCollectiveOptions& options, comm::Store& store) override;
+      const GroupSpec& spec, comm::Store& store) override;
 
  private:
   memory::ShmAllocator shared_;

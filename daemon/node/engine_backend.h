@@ -6,10 +6,10 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/comm/collective.h"
-#include "daemon/comm/gloo_collective.h"
 #include "daemon/comm/store.h"
 #include "daemon/memory/byte_buffer.h"
 #include "daemon/node/engine_math.h"
+#include "daemon/node/group_spec.h"
 
 namespace shardd::node {
 
@@ -33,10 +33,10 @@ class EngineBackend {
   // The engine's private buffers.
   virtual memory::BufferAllocator& private_memory() = 0;
   virtual std::shared_ptr<EngineMath> math() = 0;
-  // One group's communicator of one epoch (options as for Gloo: rank, size,
-  // epoch, group name, listen host, timeouts), formed through `store`.
+  // One group's communicator of one epoch, formed through `store`
+  // (borrowed for the call).
   virtual absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
-      const comm::GlooCollectiveOptions& options, comm::Store& store) = 0;
+      const GroupSpec& spec, comm::Store& store) = 0;
 };
 
 }  // namespace shardd::node

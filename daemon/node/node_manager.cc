@@ -20,7 +20,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/comm/coordinator_store/coordinator_store.h"
-#include "daemon/comm/gloo_collective.h"
 #include "daemon/coordinator/member_client.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/memory_plan.h"
@@ -30,6 +29,7 @@
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/engine_shard_memory.h"
+#include "daemon/node/group_spec.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
@@ -539,15 +539,15 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
-  comm::GlooCollectiveOptions shard;
+  GroupSpec shard;
   shard.rank = rank % sharding_factor;
   shard.size = sharding_factor;
   shard.epoch = epoch;
   shard.group = absl::StrCat("shard/", rank / sharding_factor);
-  shard.hostname = options_.gloo_hostname;
+  shard.listen_host = options_.gloo_hostname;
   shard.connect_timeout = options_.connect_timeout;
   shard.default_op_timeout = options_.collective_timeout;
-  comm::GlooCollectiveOptions replica = shard;
+  GroupSpec replica = shard;
   replica.rank = rank / sharding_factor;
   replica.size = world_size / sharding_factor;
   replica.group = absl::StrCat("replica/", rank % sharding_factor);

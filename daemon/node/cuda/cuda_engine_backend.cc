@@ -1,9 +1,8 @@
 #include "daemon/node/cuda/cuda_engine_backend.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/nccl/nccl_collective.h"
+#include "daemon/node/group_spec.h"
 
 namespace shardd::node {
 
@@ -28,17 +27,15 @@ std::string CudaEngineBackend::name() const {
 }
 
 absl::StatusOr<std::unique_ptr<comm::Collective>>
-CudaEngineBackend::MakeCollective(const comm::GlooCollectiveOptions& options,
-                                  comm::Store& store) {
+CudaEngineBackend::MakeCollective(const GroupSpec& spec, comm::Store& store) {
   comm::nccl::NcclCollectiveOptions o;
-  o.rank = options.rank;
-  o.size = options.size;
-  o.epoch = options.epoch;
-  o.group = options.group;
-  std::replace(o.group.begin(), o.group.end(), '/', '.');
+  o.rank = spec.rank;
+  o.size = spec.size;
+  o.epoch = spec.epoch;
+  o.group = NcclGroupName(spec.group);
   o.cuda_device = device_;
-  o.connect_timeout = options.connect_timeout;
-  o.default_op_timeout = options.default_op_timeout;
+  o.connect_timeout = spec.connect_timeout;
+  o.default_op_timeout = spec.default_op_timeout;
   return comm::nccl::CreateNcclCollective(o, store);
 }
 

@@ -26,7 +26,7 @@ class CudaEngineBackend : public EngineBackend {
   memory::BufferAllocator& private_memory() override { return private_; }
   std::shared_ptr<EngineMath> math() override { return math_; }
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
-      const comm::GlooCollectiveOptions& options, comm::Store& store) override;
+      const GroupSpec& spec, comm::Store& store) override;
 
  private:
   CudaEngineBackend(int device, std::shared_ptr<CudaEngineMath> math);

@@ -1,5 +1,7 @@
 #include "daemon/node/testing/guarded_engine_backend.h"
 
+#include "daemon/comm/gloo_collective.h"
+#include "daemon/node/group_spec.h"
 #include "daemon/node/testing/guarded_collective.h"
 
 namespace shardd::node::testing {
@@ -18,10 +20,10 @@ GuardedEngineBackend::GuardedEngineBackend(std::shared_ptr<GuardedArena> arena)
       math_(std::make_shared<GuardedEngineMath>(arena_)) {}
 
 absl::StatusOr<std::unique_ptr<comm::Collective>>
-GuardedEngineBackend::MakeCollective(const comm::GlooCollectiveOptions& options,
+GuardedEngineBackend::MakeCollective(const GroupSpec& spec,
                                      comm::Store& store) {
   absl::StatusOr<std::unique_ptr<comm::Collective>> inner =
-      comm::CreateGlooCollective(options, store);
+      comm::CreateGlooCollective(ToGlooOptions(spec), store);
   if (!inner.ok()) return inner.status();
   return std::make_unique<GuardedCollective>(std::move(*inner), arena_);
 }

@@ -26,7 +26,7 @@ class GuardedEngineBackend : public EngineBackend {
   memory::BufferAllocator& private_memory() override { return *arena_; }
   std::shared_ptr<EngineMath> math() override { return math_; }
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
-      const comm::GlooCollectiveOptions& options, comm::Store& store) override;
+      const GroupSpec& spec, comm::Store& store) override;
 
   int64_t math_calls() const { return math_->calls(); }
 
