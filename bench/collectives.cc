@@ -28,10 +28,14 @@
 // odd ones), after warm-up. The headline ratio is PAIRED: per repetition,
 // Gloo's time over ours (as busbw), then the median over repetitions, so
 // that what the shared two cores are doing at one moment weighs on both
-// sides of a pair alike. Repetitions come in rounds (60 up to 4 MiB, 30 to
+// sides of a pair alike. Repetitions come in blocks (60 up to 4 MiB, 30 to
 // 16 MiB, 12 at 64 MiB, 6 at 256 MiB; --quick 16, 10) until that median's
 // 95% confidence interval is within +-0.05 or a cap is reached (300, 120,
-// 36, 12; --quick 32, 10); the interval is in the JSON. The worst median
+// 36, 12; --quick 32, 10); the interval is in the JSON. The blocks of all
+// points of one W are interleaved (a round runs one block of every
+// unfinished point), so each point's repetitions are spread over the run:
+// the machine drifts over minutes, and a slow spell then weighs on every
+// point alike instead of on whichever point it hit. The worst median
 // over sizes >= 1 MiB and every W is the figure. The table reports each
 // side's MEDIAN time; ratios from each side's best-of-N and median times
 // are in the JSON too.
@@ -231,13 +235,31 @@ class Worker {
     a_ = std::make_unique<Buffer>(max_bytes);
     b_ = std::make_unique<Buffer>(max_bytes);
     RawBarrier();
+    std::vector<Point> points;
     for (const char* op :
          {"allgather", "reducescatter", "allreduce", "broadcast"}) {
       if (!o_.ops.empty() &&
           std::find(o_.ops.begin(), o_.ops.end(), op) == o_.ops.end()) {
         continue;
       }
-      for (int64_t bytes : sizes) Measure(op, bytes);
+      for (int64_t bytes : sizes) points.push_back(MakePoint(op, bytes));
+    }
+    // Rounds: one block of repetitions of every unfinished point per round,
+    // so that each point's repetitions are spread over the run instead of
+    // taken in one stretch. The shared machine drifts over minutes; this
+    // way a slow spell weighs on every point alike rather than spoiling
+    // whichever point it happened to hit. Every rank holds the same times
+    // (MaxOverRanks), so every rank runs the same blocks.
+    for (bool unfinished = true; unfinished;) {
+      unfinished = false;
+      for (Point& point : points) {
+        if (point.done) continue;
+        RunBlock(point);
+        unfinished = true;
+      }
+    }
+    if (rank_ == 0) {
+      for (const Point& point : points) PrintRow(point);
     }
     if (o_.fsdp) FlatVsPerTensor(o_.quick ? 16 * kMiB : 64 * kMiB);
     RawBarrier();
@@ -321,20 +343,42 @@ class Worker {
     gloo::allgather(opts);
   }
 
-  void Measure(const std::string& op, int64_t bytes) {
+  // One (operation, size) point: Gloo's reduce-scatter for it (set up once,
+  // outside the timing) and the repetitions so far.
+  struct Point {
+    std::string op;
+    int64_t bytes = 0;
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rshd;
+    std::vector<double> t_ours, t_raw, t_ring;
+    PairedCi ci;
+    bool done = false;
+  };
+
+  Point MakePoint(const std::string& op, int64_t bytes) {
+    Point point;
+    point.op = op;
+    point.bytes = bytes;
+    if (op == "reducescatter") {
+      const int64_t n = bytes / 4;
+      point.rshd = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+          raw_, std::vector<float*>{b_->data()}, static_cast<int>(n),
+          std::vector<int>(world_, static_cast<int>(n / world_)));
+    }
+    return point;
+  }
+
+  // Warm-up, then one block of repetitions of `point`; marks it done once
+  // its median paired ratio is known to +-kHalfWidth (95%) or it has run
+  // its most repetitions. The buffers hold zeros throughout (Buffer), which
+  // keeps repeated in-place reductions finite.
+  void RunBlock(Point& point) {
+    const std::string& op = point.op;
+    const int64_t bytes = point.bytes;
     const int64_t n = bytes / 4;
     const int64_t shard = n / world_;
     const std::vector<int64_t> counts(world_, shard);
     float* a = a_->data();
     float* b = b_->data();
-    a_->Fill(bytes, 0.0f);
-    b_->Fill(bytes, 0.0f);
-    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rshd;
-    if (op == "reducescatter") {
-      rshd = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-          raw_, std::vector<float*>{b}, static_cast<int>(n),
-          std::vector<int>(world_, static_cast<int>(shard)));
-    }
     // Issued and waited for at once, as the daemon's step engine does
     // (OpOptions::caller_waits: run on this thread while idle).
     OpOptions waited;
@@ -358,7 +402,7 @@ class Worker {
       if (op == "allgather") {
         RawAllgather(a, b, shard);
       } else if (op == "reducescatter") {
-        rshd->run();
+        point.rshd->run();
       } else if (op == "allreduce") {
         RawAllreduce(a, n);
       } else {
@@ -370,77 +414,76 @@ class Worker {
     };
     auto raw_ring = [&] { RawAllreduce(b, n); };  // reduce-scatter only
 
+    // Every block starts warm: the point before it left other sizes in the
+    // caches and TCP windows.
     const int warmup = bytes <= kMiB ? 2 : 1;
     for (int i = 0; i < warmup; ++i) {
       if (!o_.raw_only) TimeOne(ours);
       TimeOne(raw);
       if (op == "reducescatter") TimeOne(raw_ring);
     }
-    // Rounds of `block` repetitions until the median paired ratio is known
-    // to +-kHalfWidth (95%) or `max_reps` have run. Every rank holds the
-    // same times after MaxOverRanks, so every rank decides alike.
     const int block = Reps(bytes, o_.quick);
     const int max_reps = MaxReps(bytes, o_.quick);
-    std::vector<double> t_ours, t_raw, t_ring, paired;
-    PairedCi ci;
-    while (true) {
-      std::vector<double> bo, br, bg;
-      for (int i = 0; i < block; ++i) {
-        // ABBA: which side goes first alternates, so that neither always
-        // runs right after the other (caches, the TCP windows it left).
-        double to = 0, tr = 0, tg = 0;
-        if ((t_ours.size() + i) % 2 == 0) {
-          to = o_.raw_only ? 0.0 : TimeOne(ours);
-          tr = TimeOne(raw);
-          tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
-        } else {
-          tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
-          tr = TimeOne(raw);
-          to = o_.raw_only ? 0.0 : TimeOne(ours);
-        }
-        bo.push_back(to);
-        br.push_back(tr);
-        bg.push_back(tg);
+    std::vector<double> bo, br, bg;
+    for (int i = 0; i < block; ++i) {
+      // ABBA: which side goes first alternates, so that neither always
+      // runs right after the other (caches, the TCP windows it left).
+      double to = 0, tr = 0, tg = 0;
+      if ((point.t_ours.size() + i) % 2 == 0) {
+        to = o_.raw_only ? 0.0 : TimeOne(ours);
+        tr = TimeOne(raw);
+        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+      } else {
+        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+        tr = TimeOne(raw);
+        to = o_.raw_only ? 0.0 : TimeOne(ours);
       }
-      MaxOverRanks(bo);
-      MaxOverRanks(br);
-      MaxOverRanks(bg);
-      t_ours.insert(t_ours.end(), bo.begin(), bo.end());
-      t_raw.insert(t_raw.end(), br.begin(), br.end());
-      t_ring.insert(t_ring.end(), bg.begin(), bg.end());
-      // Paired: each repetition's Gloo time over ours in the SAME
-      // repetition (they ran back to back), as a bus-bandwidth ratio. What
-      // the shared machine is doing at that moment weighs on both sides of
-      // one pair alike. For reduce-scatter Gloo's side is the faster of
-      // its two ways by median (the ring all-reduce counted by the
-      // all-reduce busbw, twice the reduce-scatter factor), the same way in
-      // every repetition: taking the faster of the two in each repetition
-      // would hand Gloo the luckier of two noisy samples.
-      bool ring_side = false;
-      if (op == "reducescatter") ring_side = Median(t_ring) / 2 < Median(t_raw);
-      paired.clear();
-      for (size_t i = 0; i < t_ours.size(); ++i) {
-        const double gloo_t = ring_side ? t_ring[i] / 2 : t_raw[i];
-        if (t_ours[i] > 0) paired.push_back(gloo_t / t_ours[i]);
-      }
-      if (paired.empty()) break;  // --raw_only
-      ci = MedianCi(paired);
-      if (ci.hi - ci.lo <= 2 * kHalfWidth ||
-          static_cast<int>(t_ours.size()) + block > max_reps) {
-        break;
-      }
+      bo.push_back(to);
+      br.push_back(tr);
+      bg.push_back(tg);
     }
-    if (rank_ == 0) {
-      std::cout << "ROW " << op << " " << world_ << " " << bytes << " "
-                << Median(t_ours) << " "
-                << *std::min_element(t_ours.begin(), t_ours.end()) << " "
-                << Median(t_raw) << " "
-                << *std::min_element(t_raw.begin(), t_raw.end()) << " "
-                << Median(t_ring) << " "
-                << *std::min_element(t_ring.begin(), t_ring.end()) << " "
-                << t_ours.size() << " " << ci.median << " " << ci.lo << " "
-                << ci.hi << std::endl;
+    MaxOverRanks(bo);
+    MaxOverRanks(br);
+    MaxOverRanks(bg);
+    point.t_ours.insert(point.t_ours.end(), bo.begin(), bo.end());
+    point.t_raw.insert(point.t_raw.end(), br.begin(), br.end());
+    point.t_ring.insert(point.t_ring.end(), bg.begin(), bg.end());
+    // Paired: each repetition's Gloo time over ours in the SAME repetition
+    // (they ran back to back), as a bus-bandwidth ratio. What the shared
+    // machine is doing at that moment weighs on both sides of one pair
+    // alike. For reduce-scatter Gloo's side is the faster of its two ways
+    // by median (the ring all-reduce counted by the all-reduce busbw, twice
+    // the reduce-scatter factor), the same way in every repetition: taking
+    // the faster of the two in each repetition would hand Gloo the luckier
+    // of two noisy samples.
+    bool ring_side = false;
+    if (op == "reducescatter") {
+      ring_side = Median(point.t_ring) / 2 < Median(point.t_raw);
     }
+    std::vector<double> paired;
+    for (size_t i = 0; i < point.t_ours.size(); ++i) {
+      const double gloo_t = ring_side ? point.t_ring[i] / 2 : point.t_raw[i];
+      if (point.t_ours[i] > 0) paired.push_back(gloo_t / point.t_ours[i]);
+    }
+    if (paired.empty()) {  // --raw_only
+      point.done = true;
+      return;
+    }
+    point.ci = MedianCi(paired);
+    point.done = point.ci.hi - point.ci.lo <= 2 * kHalfWidth ||
+                 static_cast<int>(point.t_ours.size()) + block > max_reps;
+  }
+
+  void PrintRow(const Point& point) {
+    const auto min = [](const std::vector<double>& v) {
+      return *std::min_element(v.begin(), v.end());
+    };
+    std::cout << "ROW " << point.op << " " << world_ << " " << point.bytes
+              << " " << Median(point.t_ours) << " " << min(point.t_ours) << " "
+              << Median(point.t_raw) << " " << min(point.t_raw) << " "
+              << Median(point.t_ring) << " " << min(point.t_ring) << " "
+              << point.t_ours.size() << " " << point.ci.median << " "
+              << point.ci.lo << " " << point.ci.hi << std::endl;
   }
 
   void FlatVsPerTensor(int64_t total) {
