@@ -57,9 +57,17 @@ absl::Status CudaIpcBuffers::Upload(const v1::CudaIpcRef& ref,
                                     const void* host) {
   absl::StatusOr<uint8_t*> p = Open(ref);
   if (!p.ok()) return p.status();
-  return CudaStatus(cudaMemcpy(*p, host, static_cast<size_t>(ref.byte_length()),
-                               cudaMemcpyHostToDevice),
-                    "upload to a CUDA IPC buffer");
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(*p, host, static_cast<size_t>(ref.byte_length()),
+                     cudaMemcpyHostToDevice),
+          "upload to a CUDA IPC buffer");
+      !s.ok()) {
+    return s;
+  }
+  // From pageable memory cudaMemcpy may return once the bytes are staged,
+  // before they reach the device; the daemon reads them next, from another
+  // process and on its own stream. Only a device-wide wait covers that.
+  return CudaStatus(cudaDeviceSynchronize(), "upload to a CUDA IPC buffer");
 }
 
 }  // namespace shardd::client

@@ -59,7 +59,15 @@ absl::StatusOr<std::unique_ptr<ByteBuffer>> CudaDeviceAllocator::Allocate(
     return CudaError(e, absl::StrCat("cudaMalloc of '", name, "'"));
   }
   absl::Cleanup free_on_error = [p] { cudaFree(p); };
+  // cudaMemset runs on the legacy default stream and may return before it
+  // is done; the engine's and NCCL's streams are non-blocking, so nothing
+  // orders it before their first use of the buffer. Wait for it here
+  // (allocation is rare and off the step path).
   if (cudaError_t e = cudaMemset(p, 0, static_cast<size_t>(bytes));
+      e != cudaSuccess) {
+    return CudaError(e, absl::StrCat("zero-filling '", name, "'"));
+  }
+  if (cudaError_t e = cudaStreamSynchronize(cudaStreamLegacy);
       e != cudaSuccess) {
     return CudaError(e, absl::StrCat("zero-filling '", name, "'"));
   }

@@ -528,6 +528,9 @@ class NcclCollective : public Collective {
       poll.started = started;
       poll.timeout = op.timeout;
       const cudaError_t query = cudaEventQuery(event_);
+      // "Not ready" is recorded as this thread's last error too; clear it so
+      // that the next kernel launch's check does not see it.
+      if (query == cudaErrorNotReady) cudaGetLastError();
       poll.stream_done = query == cudaSuccess;
       if (query != cudaSuccess && query != cudaErrorNotReady) {
         poll.cuda_error = static_cast<int>(query);
@@ -561,6 +564,7 @@ class NcclCollective : public Collective {
            absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
+    cudaGetLastError();  // A "not ready" from the loop (see Watch).
   }
 
   void AbortComm() {
@@ -612,6 +616,7 @@ class NcclCollective : public Collective {
            absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
+    cudaGetLastError();  // A "not ready" from the loop (see Watch).
     if (state == cudaErrorNotReady) return;
     if (scratch_ != nullptr) cudaFree(scratch_);
     cudaEventDestroy(event_);

@@ -40,6 +40,9 @@ class DeviceBuffer {
     ASSERT_EQ(host.size() * sizeof(T), bytes_);
     ASSERT_EQ(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice),
               cudaSuccess);
+    // From pageable memory the copy may return before the bytes land, and
+    // the communicator's stream is non-blocking: wait for the device.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   template <typename T>
   std::vector<T> Get() const {

@@ -3,6 +3,7 @@
 
 #include "daemon/comm/nccl/nccl_kernels.h"
 #include "daemon/core/cuda/half_convert.cuh"
+#include "daemon/core/cuda/launch_result.cuh"
 
 namespace shardd::comm::nccl::cuda {
 namespace {
@@ -73,7 +74,7 @@ int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
     UpcastFp16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const __half*>(src),
                                               dst, n);
   }
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
@@ -87,14 +88,14 @@ int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
     DowncastFp16<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst),
                                                 n);
   }
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
   if (n <= 0) return 0;
   Divide<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       data, static_cast<float>(divisor), n);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 }  // namespace shardd::comm::nccl::cuda

@@ -131,8 +131,11 @@ constexpr char kSkipMessage[] =
 
 template <typename T>
 bool CopyIn(void* device, const std::vector<T>& host) {
+  // From pageable memory the copy may return before the bytes land, and
+  // the communicator's stream is non-blocking: wait for the device.
   return cudaMemcpy(device, host.data(), host.size() * sizeof(T),
-                    cudaMemcpyHostToDevice) == cudaSuccess;
+                    cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaDeviceSynchronize() == cudaSuccess;
 }
 
 template <typename T>

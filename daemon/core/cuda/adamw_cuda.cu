@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include "daemon/core/cuda/adamw_cuda.h"
+#include "daemon/core/cuda/launch_result.cuh"
 
 namespace shardd::core::cuda {
 namespace {
@@ -35,7 +36,7 @@ int LaunchAdamW(const AdamWScalars& scalars, const float* grad, float* param,
   const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
   AdamWKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       scalars, grad, param, exp_avg, exp_avg_sq, n);
-  return static_cast<int>(cudaGetLastError());
+  return LaunchResult();
 }
 
 }  // namespace shardd::core::cuda

@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include "daemon/core/cuda/half_convert.cuh"
+#include "daemon/core/cuda/launch_result.cuh"
 #include "daemon/node/cuda/engine_kernels.h"
 
 namespace shardd::node::cuda {
@@ -136,7 +137,7 @@ int LaunchAccumulate(float* acc, const void* src, ElementType type, int64_t n,
   if (n <= 0) return 0;
   Accumulate<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       acc, src, type, n, first);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchAddRounded(void* dst, ElementType type, const float* add, int64_t n,
@@ -144,7 +145,7 @@ int LaunchAddRounded(void* dst, ElementType type, const float* add, int64_t n,
   if (n <= 0) return 0;
   AddRounded<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       dst, type, add, n);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchToLowPrecision(const float* in, void* out, ElementType type,
@@ -152,7 +153,7 @@ int LaunchToLowPrecision(const float* in, void* out, ElementType type,
   if (n <= 0) return 0;
   ToLowPrecision<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       in, out, type, n);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchSquareBins(const float* grad, int64_t n, unsigned long long* bins,
@@ -162,7 +163,7 @@ int LaunchSquareBins(const float* grad, int64_t n, unsigned long long* bins,
   const int blocks = static_cast<int>(chunks < 1024 ? chunks : 1024);
   SquareBins<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       grad, n, bins);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 int LaunchSgd(const core::SgdScalars& scalars, const core::SgdVariant& variant,
@@ -171,7 +172,7 @@ int LaunchSgd(const core::SgdScalars& scalars, const core::SgdVariant& variant,
   if (n <= 0) return 0;
   Sgd<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       scalars, variant, grad, param, momentum, n);
-  return static_cast<int>(cudaGetLastError());
+  return core::cuda::LaunchResult();
 }
 
 }  // namespace shardd::node::cuda

@@ -1,0 +1,24 @@
+#ifndef SHARDD_DAEMON_CORE_CUDA_LAUNCH_RESULT_CUH_
+#define SHARDD_DAEMON_CORE_CUDA_LAUNCH_RESULT_CUH_
+
+#include <cuda_runtime.h>
+
+namespace shardd::core::cuda {
+
+// The result of the kernel launch just made on this thread, as an int
+// (cudaSuccess = 0), for the launchers' C-style interfaces.
+//
+// cudaGetLastError returns (and clears) the last error of ANY runtime call
+// on this thread, and an event or stream query that found work still
+// running leaves cudaErrorNotReady there (PyTorch's allocator met the same:
+// pytorch/pytorch#18584). That is not an error and says nothing about the
+// launch, which never fails with it; counting it would fail a healthy
+// operation after every poll that came too early.
+inline int LaunchResult() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaErrorNotReady ? 0 : static_cast<int>(e);
+}
+
+}  // namespace shardd::core::cuda
+
+#endif  // SHARDD_DAEMON_CORE_CUDA_LAUNCH_RESULT_CUH_
