@@ -194,16 +194,19 @@ class NcclCollective : public Collective {
                                       const std::vector<int64_t>& counts,
                                       core::DType dtype, ReduceOp op,
                                       const OpOptions& options) override {
-    return Enqueue(OpKind::kReduceScatter,
-                   PlanReduceScatter(Shape(), counts, dtype, op), input, output,
-                   options);
+    return Enqueue(
+        OpKind::kReduceScatter,
+        PlanReduceScatter(Shape(), counts, dtype, op, options_.reduction_order),
+        input, output, options);
   }
 
   std::shared_ptr<Work> AllReduce(void* buffer, int64_t count,
                                   core::DType dtype, ReduceOp op,
                                   const OpOptions& options) override {
-    return Enqueue(OpKind::kAllReduce, PlanAllReduce(Shape(), count, dtype, op),
-                   buffer, buffer, options);
+    return Enqueue(
+        OpKind::kAllReduce,
+        PlanAllReduce(Shape(), count, dtype, op, options_.reduction_order),
+        buffer, buffer, options);
   }
 
   std::shared_ptr<Work> Broadcast(void* buffer, int64_t count,
@@ -499,6 +502,16 @@ class NcclCollective : public Collective {
       case NcclCallKind::kDivide:
         cuda_error = cuda::LaunchDivide(static_cast<float*>(recv), call.divisor,
                                         call.count, stream_);
+        break;
+      case NcclCallKind::kAdd:
+        cuda_error = cuda::LaunchAdd(static_cast<float*>(recv),
+                                     static_cast<const float*>(send),
+                                     call.count, stream_);
+        break;
+      case NcclCallKind::kCopy:
+        cuda_error = static_cast<int>(cudaMemcpyAsync(
+            recv, send, static_cast<size_t>(call.count) * sizeof(float),
+            cudaMemcpyDeviceToDevice, stream_));
         break;
     }
     if (cuda_error != 0) {

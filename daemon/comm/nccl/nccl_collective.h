@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/comm/store.h"
 
 // The NCCL (GPU) backend of Collective. Built only with --config=cuda.
@@ -29,6 +30,10 @@ struct NcclCollectiveOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // An operation's deadline when its OpOptions leave it at zero.
   absl::Duration default_op_timeout = absl::Minutes(5);
+  // How reductions sum (nccl_plan.h): kFixed, the ring order whatever
+  // NCCL's topology and tuning (what bit-identical recovery needs), or
+  // NCCL's own reductions.
+  ReductionOrder reduction_order = ReductionOrder::kFixed;
 };
 
 // Creates the communicator of one group in one epoch: rank 0 makes the

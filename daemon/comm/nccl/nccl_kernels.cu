@@ -61,6 +61,15 @@ __global__ void Divide(float* __restrict__ data, float divisor, int64_t n) {
   }
 }
 
+__global__ void Add(float* __restrict__ acc, const float* __restrict__ add,
+                    int64_t n) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    acc[i] = acc[i] + add[i];
+  }
+}
+
 }  // namespace
 
 int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
@@ -95,6 +104,13 @@ int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
   if (n <= 0) return 0;
   Divide<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       data, static_cast<float>(divisor), n);
+  return core::cuda::LaunchResult();
+}
+
+int LaunchAdd(float* acc, const float* add, int64_t n, void* stream) {
+  if (n <= 0) return 0;
+  Add<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, add,
+                                                                      n);
   return core::cuda::LaunchResult();
 }
 

@@ -4,8 +4,9 @@
 #include <cstdint>
 
 // The CUDA kernels the NCCL backend runs around its reductions, so that
-// bf16/fp16 reductions accumulate in fp32 and round once, and averages are
-// "sum, then divide by the group size" in fp32 (see nccl_plan.h).
+// bf16/fp16 reductions accumulate in fp32 and round once, averages are
+// "sum, then divide by the group size" in fp32, and fixed-order reductions
+// add one block at a time (see nccl_plan.h).
 //
 // Conversions round like the CPU twins in daemon/core/dtype.h: fp32 -> bf16
 // with round-to-nearest-even (NaN stays a quiet NaN with its payload, as
@@ -29,6 +30,9 @@ int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
                    void* stream);
 // data[i] = data[i] / divisor.
 int LaunchDivide(float* data, int divisor, int64_t n, void* stream);
+// acc[i] = acc[i] + add[i], one IEEE fp32 addition (no fused operations),
+// for the fixed-order reductions.
+int LaunchAdd(float* acc, const float* add, int64_t n, void* stream);
 
 }  // namespace shardd::comm::nccl::cuda
 

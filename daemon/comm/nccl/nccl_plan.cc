@@ -134,6 +134,90 @@ absl::Status CheckReduceOp(ReduceOp op) {
   return absl::OkStatus();
 }
 
+NcclCall PointToPoint(NcclCallKind kind, BufferRef buffer, int64_t count,
+                      int peer) {
+  NcclCall call;
+  call.kind = kind;
+  (kind == NcclCallKind::kSend ? call.send : call.recv) = buffer;
+  call.count = count;
+  call.type = WireType::kFloat32;
+  call.peer = peer;
+  return call;
+}
+
+BufferRef Plus(BufferRef ref, int64_t bytes) {
+  ref.byte_offset += bytes;
+  return ref;
+}
+
+// The kFixed reduce-scatter of fp32 data (nccl_plan.h): block p of `data`
+// (element offsets `offsets`) goes to rank p, this rank's W - 1 receive
+// slots of counts[rank] fp32 start at scratch byte `slots_at` (slot i - 1
+// for peer rank + i), and the sum is left in the first slot, which is
+// returned (nothing is summed when counts[rank] == 0). W >= 2.
+BufferRef AppendFixedReduceScatter(const GroupShape& group,
+                                   const std::vector<int64_t>& counts,
+                                   const std::vector<int64_t>& offsets,
+                                   BufferRef data, int64_t slots_at,
+                                   std::vector<NcclCall>* calls) {
+  constexpr int64_t kF32 = 4;
+  const int w = group.size;
+  const int64_t mine = counts[group.rank];
+  auto slot = [&](int i) {
+    return At(BufferBase::kScratch, slots_at + (i - 1) * mine * kF32);
+  };
+  calls->push_back(Bracket(NcclCallKind::kGroupStart));
+  for (int i = 1; i < w; ++i) {
+    const int peer = (group.rank + i) % w;
+    // Every rank skips the same pairs: nothing goes to a rank whose block
+    // is empty, and that rank expects nothing.
+    if (counts[peer] > 0) {
+      calls->push_back(PointToPoint(NcclCallKind::kSend,
+                                    Plus(data, offsets[peer] * kF32),
+                                    counts[peer], peer));
+    }
+    if (mine > 0) {
+      calls->push_back(PointToPoint(NcclCallKind::kRecv, slot(i), mine, peer));
+    }
+  }
+  calls->push_back(Bracket(NcclCallKind::kGroupEnd));
+  const BufferRef sum = slot(1);
+  if (mine == 0) return sum;
+  // (((in[r+1] + in[r+2]) + ...) + in[r-1]) + in[r].
+  for (int i = 2; i < w; ++i) {
+    calls->push_back(
+        Kernel(NcclCallKind::kAdd, slot(i), sum, mine, WireType::kFloat32));
+  }
+  calls->push_back(Kernel(NcclCallKind::kAdd,
+                          Plus(data, offsets[group.rank] * kF32), sum, mine,
+                          WireType::kFloat32));
+  return sum;
+}
+
+// Gathers every rank's block into `output` (element offsets `offsets`,
+// element size `es`), this rank's block read from `own`: one ncclAllGather
+// when the counts are equal (in place when `own` is this rank's block of
+// the output, as NCCL defines it), else grouped broadcasts.
+void AppendGather(const GroupShape& group, const std::vector<int64_t>& counts,
+                  const std::vector<int64_t>& offsets, int64_t es,
+                  WireType type, BufferRef own, std::vector<NcclCall>* calls) {
+  if (AllEqual(counts)) {
+    calls->push_back(Collective(NcclCallKind::kAllGather, own,
+                                At(BufferBase::kOutput), counts[0], type));
+    return;
+  }
+  calls->push_back(Bracket(NcclCallKind::kGroupStart));
+  for (int r = 0; r < group.size; ++r) {
+    if (counts[r] == 0) continue;  // every rank skips the same roots
+    // Only the root reads its send buffer; the others pass null.
+    const BufferRef send = r == group.rank ? own : BufferRef{};
+    calls->push_back(Collective(NcclCallKind::kBroadcast, send,
+                                At(BufferBase::kOutput, offsets[r] * es),
+                                counts[r], type, r));
+  }
+  calls->push_back(Bracket(NcclCallKind::kGroupEnd));
+}
+
 absl::Status CheckPeer(const GroupShape& group, int peer) {
   if (absl::Status s = CheckRank("peer", peer, group); !s.ok()) return s;
   if (peer == group.rank) {
@@ -187,6 +271,20 @@ absl::string_view NcclCallKindName(NcclCallKind kind) {
       return "downcast";
     case NcclCallKind::kDivide:
       return "divide";
+    case NcclCallKind::kAdd:
+      return "add";
+    case NcclCallKind::kCopy:
+      return "copy";
+  }
+  return "unknown";
+}
+
+absl::string_view ReductionOrderName(ReductionOrder order) {
+  switch (order) {
+    case ReductionOrder::kFixed:
+      return "fixed";
+    case ReductionOrder::kNccl:
+      return "nccl";
   }
   return "unknown";
 }
@@ -288,30 +386,16 @@ absl::StatusOr<NcclPlan> PlanAllGather(const GroupShape& group,
   plan.output_bytes = total * es;
   plan.payload_bytes = total * es;
   if (total == 0) return plan;
-  if (AllEqual(counts)) {
-    // In place works as NCCL defines it: input == output + rank * count.
-    plan.calls.push_back(Collective(NcclCallKind::kAllGather,
-                                    At(BufferBase::kInput),
-                                    At(BufferBase::kOutput), counts[0], type));
-    return plan;
-  }
-  plan.calls.push_back(Bracket(NcclCallKind::kGroupStart));
-  for (int r = 0; r < group.size; ++r) {
-    if (counts[r] == 0) continue;  // every rank skips the same roots
-    // Only the root reads its send buffer; the others pass null.
-    const BufferRef send =
-        r == group.rank ? At(BufferBase::kInput) : BufferRef{};
-    plan.calls.push_back(Collective(NcclCallKind::kBroadcast, send,
-                                    At(BufferBase::kOutput, (*offsets)[r] * es),
-                                    counts[r], type, r));
-  }
-  plan.calls.push_back(Bracket(NcclCallKind::kGroupEnd));
+  // In place works as NCCL defines it: input == output + rank * count.
+  AppendGather(group, counts, *offsets, es, type, At(BufferBase::kInput),
+               &plan.calls);
   return plan;
 }
 
 absl::StatusOr<NcclPlan> PlanReduceScatter(const GroupShape& group,
                                            const std::vector<int64_t>& counts,
-                                           core::DType dtype, ReduceOp op) {
+                                           core::DType dtype, ReduceOp op,
+                                           ReductionOrder order) {
   if (absl::Status s = ValidateGroupShape(group); !s.ok()) return s;
   if (absl::Status s = CheckDType(dtype); !s.ok()) return s;
   if (absl::Status s = CheckReduceOp(op); !s.ok()) return s;
@@ -333,6 +417,29 @@ absl::StatusOr<NcclPlan> PlanReduceScatter(const GroupShape& group,
   // inputs reduce straight from input to output.
   const bool upcast = IsLowPrecision(dtype);
   constexpr int64_t kF32 = 4;
+  // One rank sums nothing: NCCL's single-rank reduce-scatter is a copy.
+  if (order == ReductionOrder::kFixed && group.size > 1) {
+    const int64_t slots_at = upcast ? total * kF32 : 0;
+    plan.scratch_bytes = slots_at + (group.size - 1) * mine * kF32;
+    if (upcast) {
+      plan.calls.push_back(Kernel(NcclCallKind::kUpcast, At(BufferBase::kInput),
+                                  At(BufferBase::kScratch), total,
+                                  WireTypeOf(dtype)));
+    }
+    const BufferRef sum = AppendFixedReduceScatter(
+        group, counts, *offsets,
+        upcast ? At(BufferBase::kScratch) : At(BufferBase::kInput), slots_at,
+        &plan.calls);
+    if (mine == 0) return plan;
+    AppendAverage(group, op, sum, mine, &plan.calls);
+    // The output may be this rank's block of the input (in place): it is
+    // written only now, after the block was added.
+    plan.calls.push_back(
+        Kernel(upcast ? NcclCallKind::kDowncast : NcclCallKind::kCopy, sum,
+               At(BufferBase::kOutput), mine,
+               upcast ? WireTypeOf(dtype) : WireType::kFloat32));
+    return plan;
+  }
   auto src = [&](int r) {
     return upcast ? At(BufferBase::kScratch, (*offsets)[r] * kF32)
                   : At(BufferBase::kInput, (*offsets)[r] * es);
@@ -371,7 +478,8 @@ absl::StatusOr<NcclPlan> PlanReduceScatter(const GroupShape& group,
 }
 
 absl::StatusOr<NcclPlan> PlanAllReduce(const GroupShape& group, int64_t count,
-                                       core::DType dtype, ReduceOp op) {
+                                       core::DType dtype, ReduceOp op,
+                                       ReductionOrder order) {
   if (absl::Status s = ValidateGroupShape(group); !s.ok()) return s;
   if (absl::Status s = CheckDType(dtype); !s.ok()) return s;
   if (absl::Status s = CheckReduceOp(op); !s.ok()) return s;
@@ -385,6 +493,40 @@ absl::StatusOr<NcclPlan> PlanAllReduce(const GroupShape& group, int64_t count,
   plan.output_bytes = count * es;
   plan.payload_bytes = count * es;
   if (count == 0) return plan;
+  if (order == ReductionOrder::kFixed && group.size > 1) {
+    constexpr int64_t kF32 = 4;
+    const int w = group.size;
+    std::vector<int64_t> counts(w);
+    std::vector<int64_t> offsets(w + 1, 0);
+    for (int r = 0; r < w; ++r) {
+      counts[r] = count / w + (r < count % w ? 1 : 0);
+      offsets[r + 1] = offsets[r] + counts[r];
+    }
+    const int64_t mine = counts[group.rank];
+    const bool upcast = IsLowPrecision(dtype);
+    const int64_t slots_at = upcast ? count * kF32 : 0;
+    plan.scratch_bytes = slots_at + (w - 1) * mine * kF32;
+    if (upcast) {
+      plan.calls.push_back(
+          Kernel(NcclCallKind::kUpcast, At(BufferBase::kOutput),
+                 At(BufferBase::kScratch), count, WireTypeOf(dtype)));
+    }
+    const BufferRef sum = AppendFixedReduceScatter(
+        group, counts, offsets,
+        upcast ? At(BufferBase::kScratch) : At(BufferBase::kOutput), slots_at,
+        &plan.calls);
+    const BufferRef own = At(BufferBase::kOutput, offsets[group.rank] * es);
+    if (mine > 0) {
+      AppendAverage(group, op, sum, mine, &plan.calls);
+      // Each element is rounded once, by its owner; the gather copies bits.
+      plan.calls.push_back(
+          Kernel(upcast ? NcclCallKind::kDowncast : NcclCallKind::kCopy, sum,
+                 own, mine, upcast ? WireTypeOf(dtype) : WireType::kFloat32));
+    }
+    AppendGather(group, counts, offsets, es, WireTypeOf(dtype), own,
+                 &plan.calls);
+    return plan;
+  }
   if (IsLowPrecision(dtype)) {
     const BufferRef scratch = At(BufferBase::kScratch);
     plan.scratch_bytes = count * 4;

@@ -22,10 +22,21 @@
 //   AllGather, uneven counts   ncclGroupStart; ncclBroadcast(root r, counts[r],
 //                              into output + off(r)) for each r with
 //                              counts[r] > 0; ncclGroupEnd
-//   ReduceScatter, equal       ncclReduceScatter(ncclSum)
-//   ReduceScatter, uneven      ncclGroupStart; ncclReduce(root r, counts[r],
+//   ReduceScatter, kFixed      ncclGroupStart; ncclSend(input + off(p),
+//                              counts[p], peer p) and ncclRecv(slot p,
+//                              counts[rank], peer p) for each p != rank;
+//                              ncclGroupEnd; then our add kernels sum the
+//                              slots in the fixed order below, and a copy
+//                              (or the downcast) writes the output
+//   ReduceScatter, kNccl equal ncclReduceScatter(ncclSum)
+//   ReduceScatter, kNccl uneven
+//                              ncclGroupStart; ncclReduce(root r, counts[r],
 //                              input + off(r)) for each r; ncclGroupEnd
-//   AllReduce                  ncclAllReduce(ncclSum)
+//   AllReduce, kFixed          the kFixed reduce-scatter in place on an even
+//                              split (the first count % W ranks one more
+//                              element, as the Gloo backend splits), then
+//                              the all-gather below in place
+//   AllReduce, kNccl           ncclAllReduce(ncclSum)
 //   Broadcast                  ncclBroadcast (in place)
 //   Send / Recv                ncclSend / ncclRecv of bytes (ncclUint8)
 //   Barrier                    ncclAllReduce of one fp32 in scratch memory
@@ -38,6 +49,20 @@
 // buffers) are set up lazily on the first uneven gather, and the group moves
 // the same bytes per rank as one all-gather. Uneven reduce-scatter uses
 // grouped ncclReduce for the same reasons (torch does the same).
+//
+// Order of summation (ReductionOrder). Invariant 2 of DESIGN.md (a run with
+// failures ends bit for bit where the run without them does) needs every
+// element summed in the same order on every run. NCCL's own reductions are
+// deterministic only for one topology, algorithm and channel count: a
+// replacement rank on other hardware, or another NCCL tuning, can change
+// the ring it sums along and with it the bits. kFixed (the default) sums
+// block b of a reduce-scatter as rank b+1's input, plus b+2's, ..., plus
+// b's own, one IEEE fp32 addition at a time: the order of the Gloo
+// backend's ring and direct algorithms, independent of NCCL's choices. It
+// exchanges blocks with grouped ncclSend/ncclRecv (the same bytes per rank
+// as a ring reduce-scatter) and keeps W - 1 receive slots of the rank's
+// block in scratch; kNccl, NCCL's reductions, can be faster where NCCL has
+// in-network or NVLink-switch reduction, and gives up that guarantee.
 //
 // Reductions. The interface requires bf16/fp16 reductions to accumulate in
 // fp32 and round once. NCCL reduces 16-bit types in 16 bits at every hop
@@ -75,7 +100,17 @@ enum class NcclCallKind {
   kUpcast,         // kernel: `count` elements of `dtype` at send -> fp32 recv
   kDowncast,       // kernel: `count` fp32 at send -> `dtype` at recv (RNE)
   kDivide,         // kernel: `count` fp32 at recv /= divisor, in place
+  kAdd,            // kernel: `count` fp32 at recv += fp32 at send
+  kCopy,           // cudaMemcpyAsync of `count` fp32, send -> recv
 };
+
+// See "Order of summation" above.
+enum class ReductionOrder {
+  kFixed,  // ring order, by our kernels after a grouped exchange
+  kNccl,   // NCCL's ncclReduceScatter / ncclReduce / ncclAllReduce
+};
+
+absl::string_view ReductionOrderName(ReductionOrder order);
 
 absl::string_view NcclCallKindName(NcclCallKind kind);
 
@@ -147,9 +182,11 @@ absl::StatusOr<NcclPlan> PlanAllGather(const GroupShape& group,
                                        core::DType dtype);
 absl::StatusOr<NcclPlan> PlanReduceScatter(const GroupShape& group,
                                            const std::vector<int64_t>& counts,
-                                           core::DType dtype, ReduceOp op);
+                                           core::DType dtype, ReduceOp op,
+                                           ReductionOrder order);
 absl::StatusOr<NcclPlan> PlanAllReduce(const GroupShape& group, int64_t count,
-                                       core::DType dtype, ReduceOp op);
+                                       core::DType dtype, ReduceOp op,
+                                       ReductionOrder order);
 absl::StatusOr<NcclPlan> PlanBroadcast(const GroupShape& group, int64_t count,
                                        core::DType dtype, int root);
 absl::StatusOr<NcclPlan> PlanSend(const GroupShape& group, int64_t bytes,

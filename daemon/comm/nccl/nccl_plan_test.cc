@@ -149,7 +149,7 @@ TEST(NcclPlanTest, RejectsARankOutsideTheGroup) {
 
 TEST(NcclPlanTest, EqualFp32ReduceScatterIsOneNcclReduceScatter) {
   auto plan = PlanReduceScatter({.rank = 1, .size = 2}, {6, 6}, DType::kFloat32,
-                                ReduceOp::kSum);
+                                ReduceOp::kSum, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectCalls(*plan, {Call(NcclCallKind::kReduceScatter, In(), Out(), 6,
                            WireType::kFloat32)});
@@ -159,8 +159,9 @@ TEST(NcclPlanTest, EqualFp32ReduceScatterIsOneNcclReduceScatter) {
 }
 
 TEST(NcclPlanTest, Fp32AverageSumsThenDividesTheOutputByTheGroupSize) {
-  auto plan = PlanReduceScatter({.rank = 0, .size = 4}, {2, 2, 2, 2},
-                                DType::kFloat32, ReduceOp::kAverage);
+  auto plan =
+      PlanReduceScatter({.rank = 0, .size = 4}, {2, 2, 2, 2}, DType::kFloat32,
+                        ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectCalls(*plan, {Call(NcclCallKind::kReduceScatter, In(), Out(), 2,
                            WireType::kFloat32),
@@ -168,8 +169,9 @@ TEST(NcclPlanTest, Fp32AverageSumsThenDividesTheOutputByTheGroupSize) {
 }
 
 TEST(NcclPlanTest, UnevenFp32ReduceScatterBecomesGroupedReduces) {
-  auto plan = PlanReduceScatter({.rank = 1, .size = 3}, {2, 3, 1},
-                                DType::kFloat32, ReduceOp::kAverage);
+  auto plan =
+      PlanReduceScatter({.rank = 1, .size = 3}, {2, 3, 1}, DType::kFloat32,
+                        ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectCalls(
       *plan,
@@ -183,8 +185,9 @@ TEST(NcclPlanTest, UnevenFp32ReduceScatterBecomesGroupedReduces) {
 }
 
 TEST(NcclPlanTest, Bf16ReduceScatterReducesInFp32ScratchAndRoundsOnce) {
-  auto plan = PlanReduceScatter({.rank = 1, .size = 2}, {3, 3},
-                                DType::kBFloat16, ReduceOp::kSum);
+  auto plan =
+      PlanReduceScatter({.rank = 1, .size = 2}, {3, 3}, DType::kBFloat16,
+                        ReduceOp::kSum, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   // In place in scratch: rank 1's fp32 result sits at 3 * 4 bytes.
   ExpectCalls(
@@ -200,7 +203,7 @@ TEST(NcclPlanTest, Bf16ReduceScatterReducesInFp32ScratchAndRoundsOnce) {
 
 TEST(NcclPlanTest, UnevenFp16AverageReducesDividesAndDowncastsInFp32) {
   auto plan = PlanReduceScatter({.rank = 0, .size = 2}, {1, 4}, DType::kFloat16,
-                                ReduceOp::kAverage);
+                                ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectCalls(
       *plan,
@@ -214,8 +217,9 @@ TEST(NcclPlanTest, UnevenFp16AverageReducesDividesAndDowncastsInFp32) {
 }
 
 TEST(NcclPlanTest, ReduceScatterWithNothingForThisRankSkipsItsKernels) {
-  auto plan = PlanReduceScatter({.rank = 1, .size = 2}, {4, 0},
-                                DType::kBFloat16, ReduceOp::kAverage);
+  auto plan =
+      PlanReduceScatter({.rank = 1, .size = 2}, {4, 0}, DType::kBFloat16,
+                        ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectCalls(
       *plan,
@@ -226,9 +230,120 @@ TEST(NcclPlanTest, ReduceScatterWithNothingForThisRankSkipsItsKernels) {
   EXPECT_EQ(plan->output_bytes, 0);
 }
 
+NcclCall P2p(NcclCallKind kind, BufferRef buffer, int64_t count, int peer) {
+  NcclCall c;
+  c.kind = kind;
+  (kind == NcclCallKind::kSend ? c.send : c.recv) = buffer;
+  c.count = count;
+  c.type = WireType::kFloat32;
+  c.peer = peer;
+  return c;
+}
+
+TEST(NcclPlanTest, FixedReduceScatterExchangesBlocksAndSumsInRingOrder) {
+  // Rank 1 of 3: block 1 is in[2] + in[0] + in[1], as the Gloo ring sums
+  // it. Slot 1 (peer 2) at scratch 0, slot 2 (peer 0) at 3 * 4 bytes.
+  auto plan =
+      PlanReduceScatter({.rank = 1, .size = 3}, {2, 3, 1}, DType::kFloat32,
+                        ReduceOp::kSum, ReductionOrder::kFixed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectCalls(
+      *plan,
+      {Group(NcclCallKind::kGroupStart), P2p(NcclCallKind::kSend, In(20), 1, 2),
+       P2p(NcclCallKind::kRecv, Scr(0), 3, 2),
+       P2p(NcclCallKind::kSend, In(0), 2, 0),
+       P2p(NcclCallKind::kRecv, Scr(12), 3, 0), Group(NcclCallKind::kGroupEnd),
+       Call(NcclCallKind::kAdd, Scr(12), Scr(0), 3, WireType::kFloat32),
+       Call(NcclCallKind::kAdd, In(8), Scr(0), 3, WireType::kFloat32),
+       Call(NcclCallKind::kCopy, Scr(0), Out(), 3, WireType::kFloat32)});
+  EXPECT_EQ(plan->scratch_bytes, 24);
+  EXPECT_EQ(plan->input_bytes, 24);
+  EXPECT_EQ(plan->output_bytes, 12);
+}
+
+TEST(NcclPlanTest, FixedBf16AverageSumsInFp32DividesAndRoundsOnce) {
+  // The fp32 copy of the input takes scratch [0, 24); the slot follows.
+  auto plan =
+      PlanReduceScatter({.rank = 0, .size = 2}, {3, 3}, DType::kBFloat16,
+                        ReduceOp::kAverage, ReductionOrder::kFixed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectCalls(
+      *plan,
+      {Call(NcclCallKind::kUpcast, In(), Scr(), 6, WireType::kBFloat16),
+       Group(NcclCallKind::kGroupStart),
+       P2p(NcclCallKind::kSend, Scr(12), 3, 1),
+       P2p(NcclCallKind::kRecv, Scr(24), 3, 1), Group(NcclCallKind::kGroupEnd),
+       Call(NcclCallKind::kAdd, Scr(0), Scr(24), 3, WireType::kFloat32),
+       Divide(Scr(24), 3, 2),
+       Call(NcclCallKind::kDowncast, Scr(24), Out(), 3, WireType::kBFloat16)});
+  EXPECT_EQ(plan->scratch_bytes, 36);
+}
+
+TEST(NcclPlanTest, FixedReduceScatterWithNothingForThisRankOnlySends) {
+  auto plan = PlanReduceScatter({.rank = 1, .size = 2}, {4, 0}, DType::kFloat32,
+                                ReduceOp::kAverage, ReductionOrder::kFixed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectCalls(*plan, {Group(NcclCallKind::kGroupStart),
+                      P2p(NcclCallKind::kSend, In(0), 4, 0),
+                      Group(NcclCallKind::kGroupEnd)});
+  EXPECT_EQ(plan->scratch_bytes, 0);
+}
+
+TEST(NcclPlanTest, FixedReduceScatterOfOneRankIsNcclsCopy) {
+  for (ReductionOrder order : {ReductionOrder::kFixed, ReductionOrder::kNccl}) {
+    auto plan = PlanReduceScatter({.rank = 0, .size = 1}, {5}, DType::kFloat32,
+                                  ReduceOp::kSum, order);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ExpectCalls(*plan, {Call(NcclCallKind::kReduceScatter, In(), Out(), 5,
+                             WireType::kFloat32)});
+  }
+}
+
+TEST(NcclPlanTest, FixedAllReduceScattersOnAnEvenSplitThenGathersInPlace) {
+  // 8 over 3 ranks: 3, 3, 2 (the Gloo backend's split). Rank 2's block
+  // starts at 6 * 4 bytes; slot 1 (peer 0) at 0, slot 2 (peer 1) at 8.
+  auto plan = PlanAllReduce({.rank = 2, .size = 3}, 8, DType::kFloat32,
+                            ReduceOp::kAverage, ReductionOrder::kFixed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectCalls(
+      *plan,
+      {Group(NcclCallKind::kGroupStart), P2p(NcclCallKind::kSend, Out(0), 3, 0),
+       P2p(NcclCallKind::kRecv, Scr(0), 2, 0),
+       P2p(NcclCallKind::kSend, Out(12), 3, 1),
+       P2p(NcclCallKind::kRecv, Scr(8), 2, 1), Group(NcclCallKind::kGroupEnd),
+       Call(NcclCallKind::kAdd, Scr(8), Scr(0), 2, WireType::kFloat32),
+       Call(NcclCallKind::kAdd, Out(24), Scr(0), 2, WireType::kFloat32),
+       Divide(Scr(0), 2, 3),
+       Call(NcclCallKind::kCopy, Scr(0), Out(24), 2, WireType::kFloat32),
+       Group(NcclCallKind::kGroupStart),
+       Call(NcclCallKind::kBroadcast, Null(), Out(0), 3, WireType::kFloat32, 0),
+       Call(NcclCallKind::kBroadcast, Null(), Out(12), 3, WireType::kFloat32,
+            1),
+       Call(NcclCallKind::kBroadcast, Out(24), Out(24), 2, WireType::kFloat32,
+            2),
+       Group(NcclCallKind::kGroupEnd)});
+  EXPECT_EQ(plan->scratch_bytes, 16);
+  EXPECT_EQ(plan->output_bytes, 32);
+}
+
+TEST(NcclPlanTest, FixedBf16AllReduceGathersTheRoundedBlocksInBf16) {
+  auto plan = PlanAllReduce({.rank = 1, .size = 2}, 4, DType::kBFloat16,
+                            ReduceOp::kSum, ReductionOrder::kFixed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExpectCalls(
+      *plan,
+      {Call(NcclCallKind::kUpcast, Out(), Scr(), 4, WireType::kBFloat16),
+       Group(NcclCallKind::kGroupStart), P2p(NcclCallKind::kSend, Scr(0), 2, 0),
+       P2p(NcclCallKind::kRecv, Scr(16), 2, 0), Group(NcclCallKind::kGroupEnd),
+       Call(NcclCallKind::kAdd, Scr(8), Scr(16), 2, WireType::kFloat32),
+       Call(NcclCallKind::kDowncast, Scr(16), Out(4), 2, WireType::kBFloat16),
+       Call(NcclCallKind::kAllGather, Out(4), Out(), 2, WireType::kBFloat16)});
+  EXPECT_EQ(plan->scratch_bytes, 24);
+}
+
 TEST(NcclPlanTest, SingleRankAverageNeedsNoDivide) {
   auto plan = PlanAllReduce({.rank = 0, .size = 1}, 8, DType::kFloat32,
-                            ReduceOp::kAverage);
+                            ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok());
   ExpectCalls(*plan, {Call(NcclCallKind::kAllReduce, Out(), Out(), 8,
                            WireType::kFloat32)});
@@ -236,7 +351,7 @@ TEST(NcclPlanTest, SingleRankAverageNeedsNoDivide) {
 
 TEST(NcclPlanTest, Fp32AllReduceIsInPlace) {
   auto plan = PlanAllReduce({.rank = 2, .size = 3}, 8, DType::kFloat32,
-                            ReduceOp::kAverage);
+                            ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok());
   ExpectCalls(*plan, {Call(NcclCallKind::kAllReduce, Out(), Out(), 8,
                            WireType::kFloat32),
@@ -248,7 +363,7 @@ TEST(NcclPlanTest, Fp32AllReduceIsInPlace) {
 
 TEST(NcclPlanTest, Bf16AllReduceUpcastsReducesDividesDowncasts) {
   auto plan = PlanAllReduce({.rank = 0, .size = 2}, 10, DType::kBFloat16,
-                            ReduceOp::kAverage);
+                            ReduceOp::kAverage, ReductionOrder::kNccl);
   ASSERT_TRUE(plan.ok());
   ExpectCalls(
       *plan,
@@ -262,14 +377,14 @@ TEST(NcclPlanTest, Bf16AllReduceUpcastsReducesDividesDowncasts) {
 
 TEST(NcclPlanTest, AllReduceRejectsANegativeCount) {
   auto plan = PlanAllReduce({.rank = 0, .size = 2}, -1, DType::kFloat32,
-                            ReduceOp::kSum);
+                            ReduceOp::kSum, ReductionOrder::kNccl);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(), HasSubstr("count must be >= 0"));
 }
 
 TEST(NcclPlanTest, RejectsAnUnknownReduceOp) {
   auto plan = PlanAllReduce({.rank = 0, .size = 2}, 1, DType::kFloat32,
-                            static_cast<ReduceOp>(9));
+                            static_cast<ReduceOp>(9), ReductionOrder::kNccl);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(), HasSubstr("op"));
 }
@@ -341,14 +456,14 @@ TEST(NcclPlanTest, CheckBuffersNamesTheNullBuffer) {
   absl::Status no_output = CheckBuffers(*plan, x, nullptr);
   EXPECT_THAT(no_output.message(), HasSubstr("output is null"));
 
-  auto reduce =
-      PlanAllReduce({.rank = 0, .size = 2}, 4, DType::kFloat32, ReduceOp::kSum);
+  auto reduce = PlanAllReduce({.rank = 0, .size = 2}, 4, DType::kFloat32,
+                              ReduceOp::kSum, ReductionOrder::kNccl);
   ASSERT_TRUE(reduce.ok());
   EXPECT_THAT(CheckBuffers(*reduce, nullptr, nullptr).message(),
               HasSubstr("buffer is null"));
   // Nothing to move: null is fine.
-  auto empty =
-      PlanAllReduce({.rank = 0, .size = 2}, 0, DType::kFloat32, ReduceOp::kSum);
+  auto empty = PlanAllReduce({.rank = 0, .size = 2}, 0, DType::kFloat32,
+                             ReduceOp::kSum, ReductionOrder::kNccl);
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(CheckBuffers(*empty, nullptr, nullptr).ok());
 }
