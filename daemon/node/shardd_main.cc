@@ -41,6 +41,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/core/device_choice.h"
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
@@ -104,6 +105,12 @@ ABSL_FLAG(int64_t, checkpoint_interval_steps, 0,
 ABSL_FLAG(int, checkpoint_keep_last, 2, "checkpoints kept per rank");
 ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
           "how long a replacement tries its sources in one epoch");
+ABSL_FLAG(std::string, nccl_reductions, "fixed",
+          "with --device=cuda:N, how NCCL reductions sum: fixed (one order "
+          "whatever NCCL's topology and tuning, so a replacement on other "
+          "hardware computes the same bits: recovery stays bit-identical) or "
+          "nccl (NCCL's own reduce-scatter/all-reduce: can be faster, the "
+          "bits may change with the topology)");
 ABSL_FLAG(std::string, recovery_transport, "replica_group",
           "how a replacement's shard bytes travel: replica_group (the "
           "epoch's replica-group communicator, Gloo pairs straight into the "
@@ -151,6 +158,13 @@ int Run() {
       core::ResolveDevice(requested_device, memory::ProbeDevices(), support);
   if (!device.ok())
     return Fail(absl::StrCat("--device: ", device.status().message()));
+  // Checked in every build, so that a CPU build rejects the same typos.
+  const absl::StatusOr<comm::nccl::ReductionOrder> reduction_order =
+      comm::nccl::ParseReductionOrder(absl::GetFlag(FLAGS_nccl_reductions));
+  if (!reduction_order.ok()) {
+    return Fail(absl::StrCat("--nccl_reductions: ",
+                             reduction_order.status().message()));
+  }
   std::fprintf(stderr, "shardd: device %s\n", device->reason.c_str());
   // host:port with port 0 allowed (ParseHostPort wants a real port).
   const std::string peer_flag = absl::GetFlag(FLAGS_peer_listen);
@@ -273,15 +287,18 @@ int Run() {
 #ifdef SHARDD_WITH_CUDA
   if (device->kind == core::DeviceKind::kCuda) {
     absl::StatusOr<std::shared_ptr<CudaEngineBackend>> backend =
-        CudaEngineBackend::Create(static_cast<int>(device->cuda_index));
+        CudaEngineBackend::Create(static_cast<int>(device->cuda_index),
+                                  *reduction_order);
     if (!backend.ok()) {
       return Fail(absl::StrCat("--device: ", backend.status().ToString()));
     }
     options.backend = *std::move(backend);
-    std::fprintf(stderr,
-                 "shardd: shards in %s memory, exported by CUDA IPC; "
-                 "collectives on NCCL\n",
-                 options.backend->name().c_str());
+    std::fprintf(
+        stderr,
+        "shardd: shards in %s memory, exported by CUDA IPC; "
+        "collectives on NCCL (%s reductions)\n",
+        options.backend->name().c_str(),
+        std::string(comm::nccl::ReductionOrderName(*reduction_order)).c_str());
   }
 #endif
   options.collective_timeout =

@@ -857,6 +857,24 @@ TEST(ShardProcessDeviceTest, ExplicitCudaDeviceIsRefusedWithTheReason) {
   EXPECT_NE(*code, 0);
 }
 
+TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary,
+                    "' --nccl_reductions=ring --coordinator=127.0.0.1:1 "
+                    "--identity=dev 2>&1")},
+      "shardd-order");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line =
+      (*d)->WaitForLine("--nccl_reductions:", absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, "'ring' is not one of: fixed, nccl"))
+      << *line;
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+}
+
 // Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
 // never depends on peers; readiness ("shardd.ready") follows the epoch.
 // Peer.FetchShard with bad fields: a status naming the field, and the

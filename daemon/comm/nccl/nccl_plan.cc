@@ -279,6 +279,14 @@ absl::string_view NcclCallKindName(NcclCallKind kind) {
   return "unknown";
 }
 
+absl::StatusOr<ReductionOrder> ParseReductionOrder(absl::string_view name) {
+  for (ReductionOrder order : {ReductionOrder::kFixed, ReductionOrder::kNccl}) {
+    if (name == ReductionOrderName(order)) return order;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("reduction order '", name, "' is not one of: fixed, nccl"));
+}
+
 absl::string_view ReductionOrderName(ReductionOrder order) {
   switch (order) {
     case ReductionOrder::kFixed:

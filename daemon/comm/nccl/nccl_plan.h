@@ -111,6 +111,9 @@ enum class ReductionOrder {
 };
 
 absl::string_view ReductionOrderName(ReductionOrder order);
+// "fixed" or "nccl" (ReductionOrderName's words); INVALID_ARGUMENT naming
+// the accepted words otherwise.
+absl::StatusOr<ReductionOrder> ParseReductionOrder(absl::string_view name);
 
 absl::string_view NcclCallKindName(NcclCallKind kind);
 

@@ -341,6 +341,18 @@ TEST(NcclPlanTest, FixedBf16AllReduceGathersTheRoundedBlocksInBf16) {
   EXPECT_EQ(plan->scratch_bytes, 24);
 }
 
+TEST(NcclPlanTest, ParsesReductionOrderNamesAndRejectsOthers) {
+  for (ReductionOrder order : {ReductionOrder::kFixed, ReductionOrder::kNccl}) {
+    auto parsed = ParseReductionOrder(ReductionOrderName(order));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, order);
+  }
+  auto bad = ParseReductionOrder("ring");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'ring'"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("fixed, nccl"));
+}
+
 TEST(NcclPlanTest, SingleRankAverageNeedsNoDivide) {
   auto plan = PlanAllReduce({.rank = 0, .size = 1}, 8, DType::kFloat32,
                             ReduceOp::kAverage, ReductionOrder::kNccl);

@@ -7,17 +7,19 @@
 namespace shardd::node {
 
 absl::StatusOr<std::shared_ptr<CudaEngineBackend>> CudaEngineBackend::Create(
-    int device) {
+    int device, comm::nccl::ReductionOrder order) {
   absl::StatusOr<std::shared_ptr<CudaEngineMath>> math =
       CudaEngineMath::Create(device);
   if (!math.ok()) return math.status();
   return std::shared_ptr<CudaEngineBackend>(
-      new CudaEngineBackend(device, *std::move(math)));
+      new CudaEngineBackend(device, order, *std::move(math)));
 }
 
 CudaEngineBackend::CudaEngineBackend(int device,
+                                     comm::nccl::ReductionOrder order,
                                      std::shared_ptr<CudaEngineMath> math)
     : device_(device),
+      order_(order),
       shared_(device, /*exportable=*/true),
       private_(device, /*exportable=*/false),
       math_(std::move(math)) {}
@@ -36,6 +38,7 @@ CudaEngineBackend::MakeCollective(const GroupSpec& spec, comm::Store& store) {
   o.cuda_device = device_;
   o.connect_timeout = spec.connect_timeout;
   o.default_op_timeout = spec.default_op_timeout;
+  o.reduction_order = order_;
   return comm::nccl::CreateNcclCollective(o, store);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/memory/cuda_device_allocator.h"
 #include "daemon/node/cuda/cuda_engine_math.h"
 #include "daemon/node/engine_backend.h"
@@ -19,7 +20,10 @@ namespace shardd::node {
 class CudaEngineBackend : public EngineBackend {
  public:
   // Binds to `device`; INTERNAL/FAILED_PRECONDITION when it cannot be used.
-  static absl::StatusOr<std::shared_ptr<CudaEngineBackend>> Create(int device);
+  // Its NCCL communicators reduce in `order` (nccl_plan.h).
+  static absl::StatusOr<std::shared_ptr<CudaEngineBackend>> Create(
+      int device,
+      comm::nccl::ReductionOrder order = comm::nccl::ReductionOrder::kFixed);
 
   std::string name() const override;
   memory::BufferAllocator& shared() override { return shared_; }
@@ -29,9 +33,11 @@ class CudaEngineBackend : public EngineBackend {
       const GroupSpec& spec, comm::Store& store) override;
 
  private:
-  CudaEngineBackend(int device, std::shared_ptr<CudaEngineMath> math);
+  CudaEngineBackend(int device, comm::nccl::ReductionOrder order,
+                    std::shared_ptr<CudaEngineMath> math);
 
   const int device_;
+  const comm::nccl::ReductionOrder order_;
   memory::CudaDeviceAllocator shared_;
   memory::CudaDeviceAllocator private_;
   const std::shared_ptr<CudaEngineMath> math_;
