@@ -190,7 +190,10 @@ absl::Status ValidateTimeout(const OpOptions& options) {
 //   abortable like every other operation (gloo::allreduce waits on internal
 //   buffers an abort cannot reach).
 // - Broadcast: gloo::broadcast (binomial tree).
-// - Send/Recv: unbound buffers, slot derived from the tag.
+// - Send/Recv: unbound buffers, slot derived from the tag. Consecutive
+//   queued Sends and Recvs are posted together and then waited for in
+//   order (RunPointToPointBatch), so that a stream of them (a shard copied
+//   piece by piece) flows without a pause between pieces.
 // - Barrier: a one-byte-per-rank gloo::allgather.
 // Every Gloo buffer is a GlooAbortableBuffer bound to the operation's
 // deadline and the communicator's abort signal.
@@ -231,6 +234,11 @@ class GlooCollective : public Collective {
  private:
   // An operation's body runs on the worker and throws on failure.
   using Body = std::function<void(absl::Time deadline)>;
+  // Send and Recv also come in two halves, so that several can be posted
+  // before the first is waited for: Post starts the transfer and returns
+  // its buffer, whose WaitSend/WaitRecv then ends it.
+  using Post =
+      std::function<std::unique_ptr<GlooAbortableBuffer>(absl::Time deadline)>;
 
   struct Op {
     OpKind kind;
@@ -238,13 +246,25 @@ class GlooCollective : public Collective {
     absl::Duration timeout;
     Body body;
     std::shared_ptr<CompletionWork> work;
+    Post post;  // Send and Recv only.
   };
+  // The most point-to-point operations posted at once.
+  static constexpr int kMaxPointToPointBatch = 256;
 
   std::shared_ptr<Work> Enqueue(OpKind kind, int64_t bytes,
-                                const OpOptions& options, Body body);
+                                const OpOptions& options, Body body,
+                                Post post = nullptr);
   std::shared_ptr<Work> Reject(OpKind kind, absl::Status status);
   void WorkerLoop();
   absl::Status Run(Op& op);
+  // Posts every op of `batch` (Sends and Recvs), then waits for each in
+  // order and completes its Work at once: the caller sees piece k while
+  // k + 1 is still arriving. Any failure fails the rest of the batch.
+  void RunPointToPointBatch(std::vector<Op>& batch);
+  // Records how `op` ended (counters, the communicator's first error) and
+  // returns its status. `last`: the worker is idle afterwards.
+  absl::Status Finish(const Op& op, absl::Status status, absl::Duration busy,
+                      bool last);
   // The worker waits while an operation runs on a caller's thread
   // (OpOptions::caller_waits): operations of one communicator never overlap.
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -274,10 +294,13 @@ class GlooCollective : public Collective {
   void RunAllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
                     absl::Time deadline);
   void RunBroadcast(void* buffer, int64_t bytes, int root, absl::Time deadline);
-  void RunSend(const void* buffer, int64_t bytes, int peer, uint32_t tag,
-               absl::Time deadline);
-  void RunRecv(void* buffer, int64_t bytes, int peer, uint32_t tag,
-               absl::Time deadline);
+  std::unique_ptr<GlooAbortableBuffer> PostSend(const void* buffer,
+                                                int64_t bytes, int peer,
+                                                uint32_t tag,
+                                                absl::Time deadline);
+  std::unique_ptr<GlooAbortableBuffer> PostRecv(void* buffer, int64_t bytes,
+                                                int peer, uint32_t tag,
+                                                absl::Time deadline);
   void RunBarrier(absl::Time deadline);
 
   // Grow-only scratch (used by one operation at a time): first touch of fresh
@@ -362,7 +385,7 @@ std::shared_ptr<Work> GlooCollective::Reject(OpKind kind, absl::Status status) {
 
 std::shared_ptr<Work> GlooCollective::Enqueue(OpKind kind, int64_t bytes,
                                               const OpOptions& options,
-                                              Body body) {
+                                              Body body, Post post) {
   auto work = std::make_shared<CompletionWork>();
   absl::Status error;
   {
@@ -371,7 +394,7 @@ std::shared_ptr<Work> GlooCollective::Enqueue(OpKind kind, int64_t bytes,
       const absl::Duration timeout = options.timeout > absl::ZeroDuration()
                                          ? options.timeout
                                          : options_.default_op_timeout;
-      Op op{kind, bytes, timeout, std::move(body), work};
+      Op op{kind, bytes, timeout, std::move(body), work, std::move(post)};
       if (!options.caller_waits || running_ || stopping_ || !queue_.empty()) {
         queue_.push_back(std::move(op));
         return work;
@@ -399,6 +422,7 @@ void GlooCollective::WorkerLoop() {
   ScopedSigpipeBlock block_sigpipe;
   for (;;) {
     Op op;
+    std::vector<Op> batch;
     absl::Status early_failure;
     {
       absl::MutexLock lock(&mu_);
@@ -412,10 +436,25 @@ void GlooCollective::WorkerLoop() {
       } else {
         running_ = true;
         ++stats_.ops[static_cast<int>(op.kind)].calls;
+        // Sends and Recvs queued right behind this one go with it.
+        if (op.post != nullptr && !queue_.empty() &&
+            queue_.front().post != nullptr) {
+          batch.push_back(std::move(op));
+          while (!queue_.empty() && queue_.front().post != nullptr &&
+                 batch.size() < kMaxPointToPointBatch) {
+            batch.push_back(std::move(queue_.front()));
+            queue_.pop_front();
+            ++stats_.ops[static_cast<int>(batch.back().kind)].calls;
+          }
+        }
       }
     }
     if (!early_failure.ok()) {
       op.work->Complete(std::move(early_failure));
+      continue;
+    }
+    if (!batch.empty()) {
+      RunPointToPointBatch(batch);
       continue;
     }
     op.work->Complete(Run(op));
@@ -433,7 +472,59 @@ absl::Status GlooCollective::Run(Op& op) {
         std::current_exception(),
         absl::StrCat(OpKindName(op.kind), " on ", Describe()));
   }
-  const absl::Duration busy = absl::Now() - start;
+  return Finish(op, std::move(status), absl::Now() - start, /*last=*/true);
+}
+
+void GlooCollective::RunPointToPointBatch(std::vector<Op>& batch) {
+  // SIGPIPE is blocked on the worker (WorkerLoop), the only caller.
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<GlooAbortableBuffer>> posted(batch.size());
+  size_t posted_count = 0;
+  absl::Status post_error;
+  try {
+    for (; posted_count < batch.size(); ++posted_count) {
+      Op& op = batch[posted_count];
+      posted[posted_count] = op.post(start + op.timeout);
+    }
+  } catch (...) {
+    post_error = StatusFromException(
+        std::current_exception(),
+        absl::StrCat(OpKindName(batch[posted_count].kind), " on ", Describe()));
+  }
+  // Busy time is counted from one completion to the next, so that the
+  // batch's ops add up to its wall time.
+  absl::Time mark = start;
+  bool broken = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Op& op = batch[i];
+    absl::Status status;
+    if (broken) {
+      status = AsyncError();  // The communicator's error, as for the queue.
+    } else if (i == posted_count) {
+      status = post_error;
+    } else {
+      try {
+        if (op.kind == OpKind::kSend) {
+          posted[i]->WaitSend();
+        } else {
+          posted[i]->WaitRecv();
+        }
+      } catch (...) {
+        status = StatusFromException(
+            std::current_exception(),
+            absl::StrCat(OpKindName(op.kind), " on ", Describe()));
+      }
+    }
+    const absl::Time now = absl::Now();
+    status = Finish(op, std::move(status), now - mark, i + 1 == batch.size());
+    mark = now;
+    broken = broken || !status.ok();
+    op.work->Complete(std::move(status));
+  }
+}
+
+absl::Status GlooCollective::Finish(const Op& op, absl::Status status,
+                                    absl::Duration busy, bool last) {
   if (!status.ok()) {
     // Aborted while running: the abort is the cause, whatever Gloo said.
     absl::Status aborted = abort_signal_.status();
@@ -442,7 +533,7 @@ absl::Status GlooCollective::Run(Op& op) {
   bool broke = false;
   {
     absl::MutexLock lock(&mu_);
-    running_ = false;
+    if (last) running_ = false;
     OpCounters& counters = stats_.ops[static_cast<int>(op.kind)];
     counters.busy += busy;
     if (status.ok()) {
@@ -637,10 +728,12 @@ std::shared_ptr<Work> GlooCollective::Send(const void* buffer, int64_t bytes,
   constexpr OpKind kind = OpKind::kSend;
   absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  return Enqueue(kind, bytes, options,
-                 [this, buffer, bytes, peer, tag](absl::Time d) {
-                   RunSend(buffer, bytes, peer, tag, d);
-                 });
+  Post post = [this, buffer, bytes, peer, tag](absl::Time d) {
+    return PostSend(buffer, bytes, peer, tag, d);
+  };
+  return Enqueue(
+      kind, bytes, options, [post](absl::Time d) { post(d)->WaitSend(); },
+      post);
 }
 
 std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
@@ -649,10 +742,12 @@ std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
   constexpr OpKind kind = OpKind::kRecv;
   absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  return Enqueue(kind, bytes, options,
-                 [this, buffer, bytes, peer, tag](absl::Time d) {
-                   RunRecv(buffer, bytes, peer, tag, d);
-                 });
+  Post post = [this, buffer, bytes, peer, tag](absl::Time d) {
+    return PostRecv(buffer, bytes, peer, tag, d);
+  };
+  return Enqueue(
+      kind, bytes, options, [post](absl::Time d) { post(d)->WaitRecv(); },
+      post);
 }
 
 std::shared_ptr<Work> GlooCollective::Barrier(const OpOptions& options) {
@@ -825,22 +920,23 @@ void GlooCollective::RunBroadcast(void* buffer, int64_t bytes, int root,
   gloo::broadcast(opts);
 }
 
-void GlooCollective::RunSend(const void* buffer, int64_t bytes, int peer,
-                             uint32_t tag, absl::Time deadline) {
+std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostSend(
+    const void* buffer, int64_t bytes, int peer, uint32_t tag,
+    absl::Time deadline) {
   std::unique_ptr<GlooAbortableBuffer> buf = MakeBuffer(
       const_cast<void*>(buffer), static_cast<size_t>(bytes), deadline);
   buf->send(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
             static_cast<size_t>(bytes));
-  buf->WaitSend();
+  return buf;
 }
 
-void GlooCollective::RunRecv(void* buffer, int64_t bytes, int peer,
-                             uint32_t tag, absl::Time deadline) {
+std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostRecv(
+    void* buffer, int64_t bytes, int peer, uint32_t tag, absl::Time deadline) {
   std::unique_ptr<GlooAbortableBuffer> buf =
       MakeBuffer(buffer, static_cast<size_t>(bytes), deadline);
   buf->recv(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
             static_cast<size_t>(bytes));
-  buf->WaitRecv();
+  return buf;
 }
 
 void GlooCollective::RunBarrier(absl::Time deadline) {
