@@ -110,7 +110,7 @@ int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
 int LaunchAdd(float* acc, const float* add, int64_t n, void* stream) {
   if (n <= 0) return 0;
   Add<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, add,
-                                                                      n);
+                                                                     n);
   return core::cuda::LaunchResult();
 }
 
