@@ -398,14 +398,19 @@ class NcclCollective : public Collective {
 
   // Grows the scratch buffer; the previous operation has completed, so the
   // old buffer is idle.
+  // Stream-ordered (cudaMallocAsync/cudaFreeAsync on this communicator's
+  // stream): cudaFree waits for the whole device, and a daemon has two
+  // communicators whose kernels may be waiting on peers that wait on this
+  // one, which NCCL documents as a deadlock.
   absl::Status EnsureScratch(int64_t bytes, absl::string_view what) {
     if (bytes <= scratch_bytes_) return absl::OkStatus();
     if (scratch_ != nullptr) {
-      cudaFree(scratch_);
+      cudaFreeAsync(scratch_, stream_);
       scratch_ = nullptr;
       scratch_bytes_ = 0;
     }
-    const cudaError_t error = cudaMalloc(&scratch_, static_cast<size_t>(bytes));
+    const cudaError_t error =
+        cudaMallocAsync(&scratch_, static_cast<size_t>(bytes), stream_);
     if (error != cudaSuccess) {
       scratch_ = nullptr;
       return CudaStatus(error, absl::StrCat(what, ": cudaMalloc of ", bytes,
@@ -631,7 +636,10 @@ class NcclCollective : public Collective {
     }
     cudaGetLastError();  // A "not ready" from the loop (see Watch).
     if (state == cudaErrorNotReady) return;
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (scratch_ != nullptr) {
+      cudaFreeAsync(scratch_, stream_);  // Allocated stream-ordered.
+      cudaStreamSynchronize(stream_);
+    }
     cudaEventDestroy(event_);
     cudaStreamDestroy(stream_);
   }
