@@ -61,8 +61,10 @@
 // backend's ring and direct algorithms, independent of NCCL's choices. It
 // exchanges blocks with grouped ncclSend/ncclRecv (the same bytes per rank
 // as a ring reduce-scatter) and keeps W - 1 receive slots of the rank's
-// block in scratch; kNccl, NCCL's reductions, can be faster where NCCL has
-// in-network or NVLink-switch reduction, and gives up that guarantee.
+// block in scratch. NCCL connects every pair of ranks that exchange, on
+// first use, with its own buffers per peer: memory that grows with W.
+// kNccl, NCCL's reductions, can be faster where NCCL has in-network or
+// NVLink-switch reduction, and gives up the guarantee.
 //
 // Reductions. The interface requires bf16/fp16 reductions to accumulate in
 // fp32 and round once. NCCL reduces 16-bit types in 16 bits at every hop
