@@ -48,6 +48,13 @@ absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {
 absl::Status CudaIpcBuffers::Download(const v1::CudaIpcRef& ref, void* host) {
   absl::StatusOr<uint8_t*> p = Open(ref);
   if (!p.ok()) return p.status();
+  // The calling thread may not be the one that opened the handle: make the
+  // buffer's device current (a node with one GPU per trainer).
+  if (absl::Status s =
+          CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
+      !s.ok()) {
+    return s;
+  }
   return CudaStatus(cudaMemcpy(host, *p, static_cast<size_t>(ref.byte_length()),
                                cudaMemcpyDeviceToHost),
                     "download of a CUDA IPC buffer");
@@ -57,6 +64,12 @@ absl::Status CudaIpcBuffers::Upload(const v1::CudaIpcRef& ref,
                                     const void* host) {
   absl::StatusOr<uint8_t*> p = Open(ref);
   if (!p.ok()) return p.status();
+  // As in Download; the wait below is for the current device, too.
+  if (absl::Status s =
+          CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = CudaStatus(
           cudaMemcpy(*p, host, static_cast<size_t>(ref.byte_length()),
                      cudaMemcpyHostToDevice),
