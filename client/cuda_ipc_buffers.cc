@@ -17,8 +17,12 @@ absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
 
 }  // namespace
 
-CudaIpcBuffers::~CudaIpcBuffers() {
+CudaIpcBuffers::~CudaIpcBuffers() { CloseAll(); }
+
+void CudaIpcBuffers::CloseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [handle, base] : opened_) cudaIpcCloseMemHandle(base);
+  opened_.clear();
 }
 
 absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {

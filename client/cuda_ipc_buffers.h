@@ -16,9 +16,9 @@ namespace shardd::client {
 // reply names once (cudaIpcOpenMemHandle, cached by handle) and copies
 // ranges of them to and from host memory. Built only with --config=cuda.
 //
-// Thread-safe. Handles stay open until destruction (cudaIpcCloseMemHandle);
-// the daemon frees the memory only when it unregisters, and a new handle
-// for a new allocation is a new cache entry.
+// Thread-safe. Handles stay open until CloseAll() or destruction
+// (cudaIpcCloseMemHandle); a new handle for a new allocation is a new cache
+// entry.
 class CudaIpcBuffers {
  public:
   CudaIpcBuffers() = default;
@@ -32,6 +32,13 @@ class CudaIpcBuffers {
   // ref's range -> host, host -> ref's range.
   absl::Status Download(const v1::CudaIpcRef& ref, void* host);
   absl::Status Upload(const v1::CudaIpcRef& ref, const void* host);
+  // Closes every open handle. An open handle keeps the exporter's
+  // allocation alive in the driver, so a trainer that outlives its daemon
+  // (a recovery) would otherwise pin the dead daemon's buffers; and the
+  // daemon frees what a trainer may still have mapped only when the model
+  // is registered again. Device addresses handed out before are invalid
+  // afterwards.
+  void CloseAll();
 
  private:
   std::mutex mu_;

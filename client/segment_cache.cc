@@ -273,4 +273,10 @@ void SegmentCache::Clear() {
   entries_.clear();
 }
 
+void SegmentCache::ForgetDeviceBuffers() {
+#ifdef SHARDD_WITH_CUDA
+  cuda_.CloseAll();  // Thread-safe on its own.
+#endif
+}
+
 }  // namespace shardd::client

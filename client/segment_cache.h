@@ -107,6 +107,12 @@ class SegmentCache {
   int64_t map_count() const;
   // Drops every cached mapping (views handed out keep theirs).
   void Clear();
+  // Closes the daemon's GPU buffers opened in this process (CUDA builds;
+  // nothing to do otherwise): TrainerClient does it before registering a
+  // model again, so that the trainer never keeps a replaced or dead
+  // daemon's device memory alive. Views handed out keep their host copies;
+  // their device_data is invalid afterwards. Shared-memory mappings stay.
+  void ForgetDeviceBuffers();
 
  private:
   struct Entry {

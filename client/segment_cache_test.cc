@@ -103,6 +103,19 @@ TEST_F(SegmentCacheTest, MapsEachSegmentOncePerGeneration) {
   EXPECT_EQ(old_view->flat[0], 16.0f);  // Kept alive by the view.
 }
 
+// What a trainer does before registering again: GPU handles go, the
+// shared-memory mappings and the views handed out stay.
+TEST_F(SegmentCacheTest, ForgettingDeviceBuffersKeepsSharedMemoryMappings) {
+  SegmentCache cache;
+  auto view = cache.ReadView(UnitRef(), "params");
+  ASSERT_TRUE(view.ok());
+  cache.ForgetDeviceBuffers();
+  EXPECT_EQ(cache.mapped_segments(), 1);
+  EXPECT_EQ(view->flat[0], 16.0f);
+  ASSERT_TRUE(cache.ReadView(UnitRef(), "params").ok());
+  EXPECT_EQ(cache.map_count(), 1);  // Not mapped again.
+}
+
 TEST_F(SegmentCacheTest, RangeBeyondTheSegmentIsInvalidArgument) {
   SegmentCache cache;
   v1::DataRef ref = UnitRef();

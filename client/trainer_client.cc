@@ -127,6 +127,9 @@ absl::Status TrainerClient::WaitConnected(absl::Time deadline) {
 absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
     const v1::RegisterModelRequest& request,
     std::optional<absl::Time> deadline) {
+  // A new registration (after a recovery, the replacement's) hands out new
+  // buffers: close the old GPU ones first, before the daemon may free them.
+  segments_.ForgetDeviceBuffers();
   grpc::ClientContext context;
   SetDeadline(context,
               deadline.value_or(absl::Now() + options_.register_timeout));
