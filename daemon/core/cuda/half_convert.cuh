@@ -25,8 +25,16 @@ __device__ __forceinline__ float BFloat16BitsToFloat(uint16_t bits) {
 }
 
 // fp16 through the hardware's round-to-nearest-even conversion, as
-// core::FloatToHalf.
+// core::FloatToHalf. NaN is the exception: the hardware returns one
+// canonical NaN, core::FloatToHalf keeps the sign and the top payload bits,
+// so that is done here by hand too.
 __device__ __forceinline__ uint16_t FloatToHalfBits(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) {
+    return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u |
+                                 ((abs >> 13) & 0x3ffu));
+  }
   return __half_as_ushort(__float2half_rn(value));
 }
 

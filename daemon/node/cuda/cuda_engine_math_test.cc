@@ -3,6 +3,7 @@
 #include "daemon/node/cuda/cuda_engine_math.h"
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -83,6 +84,50 @@ TEST_F(CudaEngineMathTest, AccumulateAndRoundingEqualTheHostBitForBit) {
                     .ok());
     EXPECT_EQ(Back<uint8_t>(*dsrc, src_bytes), host_dst)
         << core::DTypeName(dtype);
+  }
+}
+
+// The 16-bit copies of edge values: NaNs with a sign and a payload (the
+// hardware's fp16 conversion would canonicalise them), infinities, values
+// that overflow fp16, subnormals, signed zeros and exact halfway cases.
+TEST_F(CudaEngineMathTest, LowPrecisionCopiesOfEdgeValuesEqualTheHost) {
+  auto from_bits = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  };
+  const std::vector<float> edges = {
+      from_bits(0x7fc00001u),
+      from_bits(0xffc12345u),
+      from_bits(0x7f800001u),
+      std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(),
+      65504.0f,
+      65519.0f,
+      65520.0f,
+      -70000.0f,
+      1e-8f,
+      -3e-6f,
+      6.0e-8f,
+      2.98e-8f,
+      0.0f,
+      -0.0f,
+      from_bits(0x3f808000u),  // bf16 halfway, rounds to even
+      from_bits(0x3f818000u),  // bf16 halfway, rounds up
+      1.0f + 1.0f / 2048.0f,   // fp16 halfway
+      std::numeric_limits<float>::denorm_min(),
+      std::numeric_limits<float>::max()};
+  const int64_t n = static_cast<int64_t>(edges.size());
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    std::vector<uint16_t> want(n);
+    ASSERT_TRUE(host_.ToLowPrecision(edges.data(), want.data(), dtype, n).ok());
+    auto in = OnDevice(edges.data(), n * 4);
+    auto out = gpu_->AllocateScratch("out", n * 2);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(gpu_->ToLowPrecision(reinterpret_cast<float*>(in->data()),
+                                     (*out)->data(), dtype, n)
+                    .ok());
+    EXPECT_EQ(Back<uint16_t>(**out, n), want) << core::DTypeName(dtype);
   }
 }
 
