@@ -15,6 +15,28 @@ absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
                                           cudaGetErrorString(e), ")"));
 }
 
+// The device `ref` names in this process: by PCI bus id when the daemon
+// sent one (this process may number the GPUs differently), else by the
+// daemon's ordinal.
+absl::StatusOr<int> DeviceOf(const v1::CudaIpcRef& ref) {
+  if (ref.pci_bus_id().empty()) return ref.device_ordinal();
+  int device = -1;
+  if (absl::Status s =
+          CudaStatus(cudaDeviceGetByPCIBusId(&device, ref.pci_bus_id().c_str()),
+                     absl::StrCat("no GPU with PCI bus id ", ref.pci_bus_id(),
+                                  " is visible to this trainer"));
+      !s.ok()) {
+    return s;
+  }
+  return device;
+}
+
+absl::Status MakeCurrent(const v1::CudaIpcRef& ref) {
+  absl::StatusOr<int> device = DeviceOf(ref);
+  if (!device.ok()) return device.status();
+  return CudaStatus(cudaSetDevice(*device), "cudaSetDevice");
+}
+
 }  // namespace
 
 CudaIpcBuffers::~CudaIpcBuffers() { CloseAll(); }
@@ -29,11 +51,7 @@ absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = opened_.find(ref.mem_handle());
   if (it == opened_.end()) {
-    if (absl::Status s =
-            CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = MakeCurrent(ref); !s.ok()) return s;
     cudaIpcMemHandle_t handle;
     std::memcpy(handle.reserved, ref.mem_handle().data(),
                 sizeof(handle.reserved));
@@ -54,11 +72,7 @@ absl::Status CudaIpcBuffers::Download(const v1::CudaIpcRef& ref, void* host) {
   if (!p.ok()) return p.status();
   // The calling thread may not be the one that opened the handle: make the
   // buffer's device current (a node with one GPU per trainer).
-  if (absl::Status s =
-          CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = MakeCurrent(ref); !s.ok()) return s;
   return CudaStatus(cudaMemcpy(host, *p, static_cast<size_t>(ref.byte_length()),
                                cudaMemcpyDeviceToHost),
                     "download of a CUDA IPC buffer");
@@ -69,11 +83,7 @@ absl::Status CudaIpcBuffers::Upload(const v1::CudaIpcRef& ref,
   absl::StatusOr<uint8_t*> p = Open(ref);
   if (!p.ok()) return p.status();
   // As in Download; the wait below is for the current device, too.
-  if (absl::Status s =
-          CudaStatus(cudaSetDevice(ref.device_ordinal()), "cudaSetDevice");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = MakeCurrent(ref); !s.ok()) return s;
   if (absl::Status s = CudaStatus(
           cudaMemcpy(*p, host, static_cast<size_t>(ref.byte_length()),
                      cudaMemcpyHostToDevice),

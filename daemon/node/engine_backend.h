@@ -33,6 +33,10 @@ class EngineBackend {
   // The engine's private buffers.
   virtual memory::BufferAllocator& private_memory() = 0;
   virtual std::shared_ptr<EngineMath> math() = 0;
+  // The PCI bus id of the GPU the buffers live on ("0000:3b:00.0"), which
+  // CudaIpcRefs carry so that a trainer whose CUDA_VISIBLE_DEVICES numbers
+  // the GPUs differently finds it; empty for host memory.
+  virtual std::string pci_bus_id() const { return ""; }
   // One group's communicator of one epoch, formed through `store`
   // (borrowed for the call).
   virtual absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(

@@ -767,6 +767,7 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
     auto* cuda = ref.mutable_cuda_ipc();
     cuda->set_mem_handle(ipc->mem_handle);
     cuda->set_device_ordinal(ipc->device);
+    cuda->set_pci_bus_id(backend_->pci_bus_id());
     cuda->set_allocation_bytes(data.buffer->size());
     cuda->set_byte_offset(data.offset);
     cuda->set_byte_length(data.bytes);

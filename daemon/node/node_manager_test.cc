@@ -18,7 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/coordinator/in_process_coordinator.h"
+#include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shm_allocator.h"
+#include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/testing/guarded_engine_backend.h"
 #include "daemon/recovery/shard_stream.h"
 #include "gtest/gtest.h"
@@ -172,6 +174,80 @@ TEST(NodeManagerTest,
         << got[r].status();
     // Nothing was registered.
     EXPECT_FALSE(c.nodes[r]->GetStatus().registered());
+  }
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
+// The CPU backend, except that what trainers map is named like a GPU
+// buffer exported by CUDA IPC (host memory underneath), and the "GPU" has
+// a PCI bus id: what NodeManager puts into a CudaIpcRef, without a GPU.
+class IpcNamedBuffer : public memory::ByteBuffer {
+ public:
+  IpcNamedBuffer(std::unique_ptr<memory::ByteBuffer> inner, std::string name)
+      : inner_(std::move(inner)), name_(std::move(name)) {}
+  uint8_t* data() override { return inner_->data(); }
+  int64_t size() const override { return inner_->size(); }
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::unique_ptr<memory::ByteBuffer> inner_;
+  std::string name_;
+};
+
+class IpcNamingAllocator : public memory::BufferAllocator {
+ public:
+  explicit IpcNamingAllocator(memory::BufferAllocator& inner) : inner_(inner) {}
+  absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> Allocate(
+      absl::string_view name, int64_t bytes) override {
+    auto buffer = inner_.Allocate(name, bytes);
+    if (!buffer.ok()) return buffer.status();
+    std::string handle(memory::kCudaIpcHandleBytes, '\0');
+    std::snprintf(handle.data(), handle.size(), "fake-%d", next_++);
+    auto ipc = memory::FormatCudaIpcName(/*device=*/3, handle);
+    if (!ipc.ok()) return ipc.status();
+    return std::unique_ptr<memory::ByteBuffer>(
+        std::make_unique<IpcNamedBuffer>(*std::move(buffer), *ipc));
+  }
+
+ private:
+  memory::BufferAllocator& inner_;
+  int next_ = 0;
+};
+
+class IpcNamingBackend : public CpuEngineBackend {
+ public:
+  IpcNamingBackend(std::string dir, std::string prefix)
+      : CpuEngineBackend(std::move(dir), std::move(prefix)),
+        shared_(CpuEngineBackend::shared()) {}
+  memory::BufferAllocator& shared() override { return shared_; }
+  std::string pci_bus_id() const override { return "0000:3b:00.0"; }
+
+ private:
+  IpcNamingAllocator shared_;
+};
+
+TEST(NodeManagerTest, CudaIpcRefsCarryTheDevicesPciBusId) {
+  Cluster c = Start(1, 1, [](int r) -> std::shared_ptr<EngineBackend> {
+    return std::make_shared<IpcNamingBackend>(
+        "/dev/shm", absl::StrCat("ipcname-", getpid(), "-", r));
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  pb::RegisterModelRequest reg;
+  *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_NO_SHARD, 1);
+  ASSERT_TRUE(c.nodes[0]->RegisterModel(reg, deadline).ok());
+  pb::GatherRequest g;
+  g.set_unit(0);
+  g.set_pass(pb::PASS_BACKWARD);
+  auto gathered = c.nodes[0]->Gather(g, deadline);
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  for (const pb::DataRef* ref :
+       {&gathered->params(), &gathered->grad_buffer()}) {
+    ASSERT_TRUE(ref->has_cuda_ipc()) << ref->DebugString();
+    EXPECT_EQ(ref->cuda_ipc().device_ordinal(), 3);
+    EXPECT_EQ(ref->cuda_ipc().pci_bus_id(), "0000:3b:00.0");
+    EXPECT_EQ(ref->cuda_ipc().mem_handle().size(),
+              static_cast<size_t>(memory::kCudaIpcHandleBytes));
   }
   c.nodes.clear();
   rmdir(c.dir.c_str());

@@ -1,5 +1,10 @@
 #include "daemon/node/cuda/cuda_engine_backend.h"
 
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/nccl/nccl_collective.h"
 #include "daemon/node/group_spec.h"
@@ -11,15 +16,23 @@ absl::StatusOr<std::shared_ptr<CudaEngineBackend>> CudaEngineBackend::Create(
   absl::StatusOr<std::shared_ptr<CudaEngineMath>> math =
       CudaEngineMath::Create(device);
   if (!math.ok()) return math.status();
+  char bus_id[32] = {};  // "0000:3b:00.0" fits in 13.
+  if (cudaError_t e = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaDeviceGetPCIBusId(", device,
+                                            "): ", cudaGetErrorName(e)));
+  }
   return std::shared_ptr<CudaEngineBackend>(
-      new CudaEngineBackend(device, order, *std::move(math)));
+      new CudaEngineBackend(device, order, bus_id, *std::move(math)));
 }
 
 CudaEngineBackend::CudaEngineBackend(int device,
                                      comm::nccl::ReductionOrder order,
+                                     std::string pci_bus_id,
                                      std::shared_ptr<CudaEngineMath> math)
     : device_(device),
       order_(order),
+      pci_bus_id_(std::move(pci_bus_id)),
       shared_(device, /*exportable=*/true),
       private_(device, /*exportable=*/false),
       math_(std::move(math)) {}

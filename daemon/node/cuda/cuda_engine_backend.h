@@ -29,15 +29,18 @@ class CudaEngineBackend : public EngineBackend {
   memory::BufferAllocator& shared() override { return shared_; }
   memory::BufferAllocator& private_memory() override { return private_; }
   std::shared_ptr<EngineMath> math() override { return math_; }
+  std::string pci_bus_id() const override { return pci_bus_id_; }
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
       const GroupSpec& spec, comm::Store& store) override;
 
  private:
   CudaEngineBackend(int device, comm::nccl::ReductionOrder order,
+                    std::string pci_bus_id,
                     std::shared_ptr<CudaEngineMath> math);
 
   const int device_;
   const comm::nccl::ReductionOrder order_;
+  const std::string pci_bus_id_;
   memory::CudaDeviceAllocator shared_;
   memory::CudaDeviceAllocator private_;
   const std::shared_ptr<CudaEngineMath> math_;
