@@ -778,8 +778,8 @@ int RunParent(const Options& o) {
   std::cout << report.Table() << "\n";
 
   // Headline: the worst over sizes >= 1 MiB and every W of the median
-  // paired ratio (see Measure). Beside it the same worst from median times
-  // and from best-of-N times, each side's taken apart from the other's.
+  // paired ratio (see Worker::RunBlock). Beside it the same worst from median
+  // times and from best-of-N times, each side's taken apart from the other's.
   for (const auto& [op, ratios] : ratios_ge_1mib) {
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib"),
                      *std::min_element(ratios.begin(), ratios.end()));
