@@ -79,8 +79,8 @@ fl_dump() {
   local f
   for f in "$FL_ROOT"/*/{coord,d,t}*.log; do
     [[ -f "$f" ]] || continue
-    echo "----- ${f#"$FL_ROOT"/} (last 15 lines)"
-    tail -15 "$f" | cut -c1-300
+    echo "----- ${f#"$FL_ROOT"/} (last 25 lines)"
+    tail -25 "$f" | cut -c1-300
   done
   if [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]]; then
     (cd "$FL_ROOT" && find . -name '*.log' -print0 |
