@@ -165,6 +165,7 @@
 #include "daemon/node/peer_client.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
+#include "daemon/rpc/exclusive_port.h"
 #include "gloo/barrier.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
@@ -1102,6 +1103,7 @@ int StreamSourceWorker(const Options& o) {
   std::memset(data.get(), 7, o.bytes);  // Pre-fault.
   StreamSource service(data.get(), o.bytes);
   grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);

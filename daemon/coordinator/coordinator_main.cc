@@ -39,6 +39,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/exclusive_port.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
@@ -160,6 +161,7 @@ int Run() {
   rpc::HealthService health;
   health.SetServingStatus("", true);
   grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);
   int port = 0;
   builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(&service);

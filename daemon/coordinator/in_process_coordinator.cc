@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/peer_prober.h"
+#include "daemon/rpc/exclusive_port.h"
 
 namespace shardd::coordinator {
 
@@ -21,6 +22,7 @@ InProcessCoordinator::Start(const InProcessCoordinatorOptions& options) {
       c->manager_.get(), options.heartbeat_interval,
       options.max_rendezvous_wait);
   grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &c->port_);
   builder.RegisterService(c->service_.get());

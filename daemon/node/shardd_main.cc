@@ -55,6 +55,7 @@
 #include "daemon/node/peer_service.h"
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/exclusive_port.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
@@ -245,6 +246,7 @@ int Run() {
   rpc::HealthService health;
   PeerService peer;
   grpc::ServerBuilder peer_builder;
+  rpc::ForbidPortSharing(peer_builder);
   int peer_port = 0;
   const std::string peer_host = peer_hp->host.find(':') != std::string::npos
                                     ? absl::StrCat("[", peer_hp->host, "]")
@@ -353,6 +355,7 @@ int Run() {
 
   TrainerService trainer(manager->get());
   grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);  // --listen_tcp
   builder.SetMaxReceiveMessageSize(max_message);
   // gRPC's sync server keeps 1 to 2 polling threads by default; with the
   // trainer's calls coming one at a time it still created and destroyed a

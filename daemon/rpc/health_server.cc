@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/rpc/exclusive_port.h"
 
 namespace shardd::rpc {
 
@@ -21,8 +22,7 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
   }
   grpc::ServerBuilder builder;
   builder.RegisterService(health);
-  // A port another process already serves is an error, not shared.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ForbidPortSharing(builder);
   int bound = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -10,10 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "daemon/rpc/health_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/process_cluster.h"
+#include "tests/coordinator/subprocess.h"
 #include "tests/coordinator/test_main.h"
 
 namespace shardd::tests {
@@ -194,6 +197,38 @@ TEST_F(CoordinatorProcessTest,
               before->slots(r).member().incarnation());
     EXPECT_TRUE(cluster_.members()[r]->Running()) << r;
   }
+}
+
+// gRPC lets a second server listen on a port in use (SO_REUSEPORT) and the
+// kernel then splits new connections between the two: a coordinator
+// restarted on its port while anything else still listens there would get
+// a random share of its members' calls. It must refuse to start instead,
+// even when the holder would share.
+TEST(CoordinatorPortTest, RefusesAPortAnotherServerListensOn) {
+  rpc::HealthService health;
+  grpc::ServerBuilder builder;  // gRPC's defaults: willing to share.
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&health);
+  std::unique_ptr<grpc::Server> holder = builder.BuildAndStart();
+  ASSERT_NE(holder, nullptr);
+  ASSERT_GT(port, 0);
+  auto c = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", TestBinaries().coordinator,
+                    "' --listen=127.0.0.1:", port,
+                    " --world_size=2 --sharding_factor=1 2>&1")},
+      "coordinator");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto line = (*c)->WaitForLine("cannot listen on", In(absl::Seconds(30)));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, absl::StrCat("127.0.0.1:", port)))
+      << *line;
+  auto code = (*c)->Wait(In(absl::Seconds(10)));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  health.Shutdown();
 }
 
 TEST_F(CoordinatorProcessTest, SigtermStopsMembersAndCoordinatorCleanly) {

@@ -36,6 +36,7 @@
 #include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/coordinator/member_client.h"
+#include "daemon/rpc/exclusive_port.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/peer.grpc.pb.h"
 
@@ -125,6 +126,7 @@ int Run() {
   }
   ProbeOnlyPeer peer;
   grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);

@@ -1,11 +1,15 @@
 #include "tests/coordinator/process_cluster.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdint>
+#include <random>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::tests {
@@ -17,6 +21,24 @@ std::string ProcessCluster::address() const {
 }
 
 absl::Status ProcessCluster::StartCoordinator(int port) {
+  if (port != 0) return StartCoordinatorOn(port);
+  // A port below the kernel's ephemeral range (32768-60999 by default), so
+  // that no other process's bind to port 0 can take it while a test has
+  // killed the coordinator and is about to restart it there. Another test
+  // may pick the same one: the coordinator then cannot listen (our servers
+  // never share a port) and exits, and the next candidate is tried.
+  std::mt19937 random(static_cast<uint32_t>(getpid()) ^
+                      static_cast<uint32_t>(absl::ToUnixNanos(absl::Now())));
+  std::uniform_int_distribution<int> pick(20000, 32000);
+  absl::Status last;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    last = StartCoordinatorOn(pick(random));
+    if (!absl::IsOutOfRange(last)) return last;  // OUT_OF_RANGE: it exited.
+  }
+  return last;
+}
+
+absl::Status ProcessCluster::StartCoordinatorOn(int port) {
   std::vector<std::string> argv = {
       options_.coordinator_binary,
       absl::StrCat("--listen=127.0.0.1:", port),

@@ -28,11 +28,11 @@ struct ProcessClusterOptions {
 
 // A coordinator process and member processes on 127.0.0.1, for tests.
 //
-// Starts the coordinator on an ephemeral port (parsed from its "listening
-// on" line; likewise its metrics port when asked) and can kill and restart it
-// on the same port; starts members (tests/coordinator:member); reads the
-// cluster state over gRPC. Every wait has a deadline. Destruction SIGKILLs
-// every child still running.
+// Starts the coordinator on a free port below the kernel's ephemeral range
+// (parsed from its "listening on" line; its metrics port, when asked, is
+// ephemeral) and can kill and restart it on the same port; starts members
+// (tests/coordinator:member); reads the cluster state over gRPC. Every wait has
+// a deadline. Destruction SIGKILLs every child still running.
 //
 // Not thread-safe. Owns its children.
 class ProcessCluster {
@@ -40,7 +40,8 @@ class ProcessCluster {
   explicit ProcessCluster(ProcessClusterOptions options)
       : options_(std::move(options)) {}
 
-  // Starts the coordinator (port 0: any free port) and connects a stub.
+  // Starts the coordinator (port 0: a free one below the ephemeral range,
+  // which a restart can count on getting back) and connects a stub.
   absl::Status StartCoordinator(int port = 0);
   // SIGKILLs the coordinator and waits for it to be reaped.
   absl::Status KillCoordinator();
@@ -68,6 +69,10 @@ class ProcessCluster {
   shardd::v1::Coordinator::Stub& stub() { return *stub_; }
 
  private:
+  // One attempt on `port`; OUT_OF_RANGE when the coordinator exited before
+  // listening (the port is taken).
+  absl::Status StartCoordinatorOn(int port);
+
   ProcessClusterOptions options_;
   std::unique_ptr<Subprocess> coordinator_;
   int port_ = 0;

@@ -146,22 +146,39 @@ fl_wait_exit() {
 }
 
 # fl_start_coordinator RUN [PORT]: FL_PORT, FL_COORD_PID; log coord-N.log
-# (N counts the coordinator's incarnations in this run).
+# (N counts the coordinator's incarnations in this run). Without PORT, a
+# free port below the kernel's ephemeral range (32768-60999 by default), so
+# that no other process's bind to port 0 (another test's, running at the
+# same time) can take it while a test has killed the coordinator and
+# restarts it there; another test may pick the same one, and then the
+# coordinator cannot listen (our servers never share a port), exits, and
+# the next candidate is tried.
 declare -A FL_COORD_N
 fl_start_coordinator() {
-  local d="$FL_ROOT/$1" port=${2:-0}
+  local d="$FL_ROOT/$1" port=${2:-} attempt
   mkdir -p "$d"
-  FL_COORD_N[$1]=$((${FL_COORD_N[$1]:-0} + 1))
-  local n=${FL_COORD_N[$1]}
-  local log="$d/coord-$n.log"
-  "$FL_COORDINATOR" --listen=127.0.0.1:"$port" --world_size=$FL_W \
-    --sharding_factor=$FL_F >"$log" 2>&1 &
-  FL_COORD_PID=$!
-  fl_pids+=($!)
-  fl_wait_line "$log" 'listening on 127\.0\.0\.1:[0-9]+' 30 ||
-    fl_die "$1: coordinator $n did not start listening within 30 s"
-  FL_PORT=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$log" | head -1 |
-    cut -d: -f2)
+  for ((attempt = 1; attempt <= 20; attempt++)); do
+    FL_COORD_N[$1]=$((${FL_COORD_N[$1]:-0} + 1))
+    local n=${FL_COORD_N[$1]}
+    local log="$d/coord-$n.log" try=${port:-$((20000 + RANDOM % 12000))}
+    "$FL_COORDINATOR" --listen=127.0.0.1:"$try" --world_size=$FL_W \
+      --sharding_factor=$FL_F >"$log" 2>&1 &
+    FL_COORD_PID=$!
+    fl_pids+=($!)
+    fl_wait_line "$log" 'listening on 127\.0\.0\.1:[0-9]+|cannot listen' 30 ||
+      fl_die "$1: coordinator $n did not start listening within 30 s"
+    if grep -q 'cannot listen' "$log"; then
+      [[ -z "$port" ]] || fl_die "$1: coordinator $n: port $port is taken"
+      fl_wait_exit "$FL_COORD_PID" 10
+      rm -f "$log"
+      FL_COORD_N[$1]=$((n - 1))
+      continue
+    fi
+    FL_PORT=$(grep -Eo 'listening on 127\.0\.0\.1:[0-9]+' "$log" | head -1 |
+      cut -d: -f2)
+    return 0
+  done
+  fl_die "$1: no free coordinator port in 20 attempts"
 }
 
 # fl_start_daemon RUN RANK [FLAG...]: FL_DAEMON_PID[RANK]; incarnation I of

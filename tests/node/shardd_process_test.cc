@@ -37,6 +37,7 @@
 #include "daemon/core/adamw.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "daemon/rpc/health_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
@@ -873,6 +874,38 @@ TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
   auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_NE(*code, 0);
+}
+
+// The peer port is never shared with another listener (gRPC would set
+// SO_REUSEPORT and let the kernel split peers' connections between the two).
+TEST(ShardProcessPortTest, PeerPortAnotherServerListensOnIsRefused) {
+  rpc::HealthService health;
+  grpc::ServerBuilder builder;  // gRPC's defaults: willing to share.
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&health);
+  std::unique_ptr<grpc::Server> holder = builder.BuildAndStart();
+  ASSERT_NE(holder, nullptr);
+  ASSERT_GT(port, 0);
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary,
+                    "' --coordinator=127.0.0.1:1 --identity=port "
+                    "--peer_listen=127.0.0.1:",
+                    port, " --listen_unix=/tmp/shardd-port-", getpid(),
+                    ".sock 2>&1")},
+      "shardd-port");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line =
+      (*d)->WaitForLine("cannot listen on", absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, absl::StrCat("127.0.0.1:", port)))
+      << *line;
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  health.Shutdown();
 }
 
 // Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
