@@ -60,6 +60,7 @@
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
+#include "daemon/rpc/unix_socket_probe.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
 #include "prometheus/registry.h"
@@ -188,6 +189,22 @@ int Run() {
   const std::string shm_dir = absl::GetFlag(FLAGS_shm_dir);
   std::string socket_path = absl::GetFlag(FLAGS_listen_unix);
   if (socket_path.empty()) socket_path = absl::StrCat(shm_dir, "/shardd.sock");
+  // Before joining anything: a path another daemon serves is refused, a
+  // stale one (a previous process's) is replaced when the server starts. A
+  // supervisor may start us the moment it has SIGKILLed our predecessor,
+  // whose socket still accepts until the kernel has torn down its memory
+  // (tens of ms for GBs of shards): a served path gets a moment to go.
+  {
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    absl::Status free = rpc::CheckUnixSocketIsFree(socket_path);
+    while (absl::IsUnavailable(free) && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(10));
+      free = rpc::CheckUnixSocketIsFree(socket_path);
+    }
+    if (!free.ok()) {
+      return Fail(absl::StrCat("--listen_unix: ", free.message()));
+    }
+  }
   const int max_message =
       static_cast<int>(absl::GetFlag(FLAGS_max_message_mb) * 1024 * 1024);
 
@@ -367,7 +384,9 @@ int Run() {
   builder.SetMaxSendMessageSize(max_message);
   struct stat st;
   if (lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-    unlink(socket_path.c_str());  // A stale socket of a previous daemon.
+    // Stale (checked at start): a previous daemon's, killed before it could
+    // unlink it.
+    unlink(socket_path.c_str());
   }
   builder.AddListeningPort(absl::StrCat("unix:", socket_path),
                            grpc::experimental::LocalServerCredentials(UDS));

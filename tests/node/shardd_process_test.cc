@@ -1008,6 +1008,40 @@ TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {
   EXPECT_EQ(Health(peers_[0], ""), 1);
 }
 
+// A second daemon given the socket path a running daemon serves refuses to
+// start, before joining anything, instead of taking the path over (new
+// trainers would reach it while the running daemon's stayed put); the
+// running daemon goes on serving. (A stale socket, a killed daemon's, is
+// taken over by every replacement in tests/faults.)
+TEST_F(ShardProcessTest, SocketARunningDaemonServesIsRefused) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!Status(0).ready() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling with a deadline.
+  }
+  ASSERT_TRUE(Status(0).ready());
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary, "' --coordinator=", address_,
+                    " --identity=intruder --shm_dir=", shm_dir_,
+                    " --listen_unix=", sockets_[0],
+                    " --peer_listen=127.0.0.1:0 2>&1")},
+      "shardd-intruder");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line = (*d)->WaitForLine("--listen_unix:", deadline);
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, sockets_[0])) << *line;
+  EXPECT_TRUE(absl::StrContains(*line, "is served by a running process"))
+      << *line;
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  for (const std::string& l : (*d)->lines()) {
+    EXPECT_FALSE(absl::StrContains(l, "listening on")) << l;
+  }
+  EXPECT_TRUE(Status(0).ready());
+  EXPECT_TRUE(Status(1).ready());
+}
+
 // WatchEvents: a snapshot first; a dead peer shows as an epoch change; a
 // watcher that reconnects with after_sequence gets what it missed, not a
 // snapshot.
