@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,9 +16,11 @@ namespace shardd::rpc {
 absl::Status CheckUnixSocketIsFree(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return absl::PermissionDeniedError(
-        absl::StrCat(path, ": ", std::strerror(errno)));
+    const int err = errno;
+    if (err == ENOENT) return absl::OkStatus();
+    const std::string why = absl::StrCat(path, ": ", std::strerror(err));
+    return err == EACCES ? absl::PermissionDeniedError(why)
+                         : absl::FailedPreconditionError(why);
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(
@@ -48,9 +51,12 @@ absl::Status CheckUnixSocketIsFree(const std::string& path) {
                      " is served by a running process (another shardd with the "
                      "same socket?); stop it or choose another path"));
   }
-  if (err == ECONNREFUSED) return absl::OkStatus();  // Stale.
-  return absl::PermissionDeniedError(
-      absl::StrCat("connect ", path, ": ", std::strerror(err)));
+  // Refused: stale. Gone: unlinked since the lstat (its daemon's exit).
+  if (err == ECONNREFUSED || err == ENOENT) return absl::OkStatus();
+  const std::string why =
+      absl::StrCat("connect ", path, ": ", std::strerror(err));
+  return err == EACCES ? absl::PermissionDeniedError(why)
+                       : absl::FailedPreconditionError(why);
 }
 
 }  // namespace shardd::rpc

@@ -20,10 +20,11 @@ namespace shardd::rpc {
 // refused). UNAVAILABLE naming the path: a process accepts connections
 // there (it may be one that is exiting: SIGKILLed, its listening socket
 // closes only after the kernel has torn down its memory, so a caller may
-// retry for a moment). FAILED_PRECONDITION: `path` is not a socket. Other
-// errors (permissions, a path too long) say so with errno's text. Probes
-// with a non-blocking connect, so it never waits on the other process.
-// Thread-safe.
+// retry for a moment). FAILED_PRECONDITION: `path` is not a socket, or
+// cannot be probed; PERMISSION_DENIED: this process may not look at it;
+// INVALID_ARGUMENT: too long for a socket address. Messages name the path and
+// errno's text. Probes with a non-blocking connect, so it never waits on the
+// other process. Thread-safe.
 absl::Status CheckUnixSocketIsFree(const std::string& path);
 
 }  // namespace shardd::rpc
