@@ -451,10 +451,23 @@ void NodeManager::EpochLoop() {
                                             view->sharding_factor);
     if (prepare.joinable()) prepare.join();
     if (!built.ok()) {
-      absl::MutexLock lock(&mu_);
-      comm_failed_ = true;
-      comm_error_ = absl::StrCat("epoch ", view->epoch,
-                                 ": communicators: ", built.ToString());
+      const std::string why = absl::StrCat(
+          "epoch ", view->epoch, ": communicators: ", built.ToString());
+      {
+        absl::MutexLock lock(&mu_);
+        comm_failed_ = true;
+        comm_error_ = why;
+      }
+      // Nobody's lease runs out when communicators cannot be formed (a peer
+      // unreachable, a transient connect or store error): unreported, the
+      // job would sit un-ready in this epoch for good. Reported, every
+      // member builds them again in the next one; no suspect is named, so
+      // nobody is removed for it (a dead peer's lease runs out on its own).
+      // A newer epoch under way makes the report stale, and it is dropped.
+      if (client_->view().epoch == view->epoch) {
+        (void)client_->ReportFailure(-1, v1::FAILURE_KIND_PEER_UNREACHABLE, why,
+                                     view->epoch);
+      }
       continue;
     }
     bool needs_copy = false;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -249,6 +250,61 @@ TEST(NodeManagerTest, CudaIpcRefsCarryTheDevicesPciBusId) {
     EXPECT_EQ(ref->cuda_ipc().mem_handle().size(),
               static_cast<size_t>(memory::kCudaIpcHandleBytes));
   }
+  c.nodes.clear();
+  rmdir(c.dir.c_str());
+}
+
+// Communicators that cannot be built the first time (a peer unreachable
+// during the rendezvous, a store error): rank 0's backend fails its first
+// MakeCollective.
+class FailsFirstRendezvousBackend : public CpuEngineBackend {
+ public:
+  using CpuEngineBackend::CpuEngineBackend;
+  absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
+      const GroupSpec& spec, comm::Store& store) override {
+    if (failures_left_.fetch_sub(1) > 0) {
+      return absl::UnavailableError(
+          "injected: the rendezvous with a peer failed");
+    }
+    return CpuEngineBackend::MakeCollective(spec, store);
+  }
+
+ private:
+  std::atomic<int> failures_left_{1};
+};
+
+// The daemon whose communicators failed reports it, so that the
+// coordinator starts a new epoch in which every member builds them again;
+// nobody's lease runs out, so without the report the job would sit
+// un-ready in that epoch for good.
+TEST(NodeManagerTest, FailedRendezvousIsReportedAndTheNextEpochBecomesReady) {
+  Cluster c = Start(2, 2, [](int r) -> std::shared_ptr<EngineBackend> {
+    const std::string prefix = absl::StrCat("rdv-", getpid(), "-", r);
+    if (r == 0) {
+      return std::make_shared<FailsFirstRendezvousBackend>("/dev/shm", prefix);
+    }
+    return std::make_shared<CpuEngineBackend>("/dev/shm", prefix);
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  pb::RegisterModelRequest reg;
+  *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2);
+  std::vector<absl::Status> registered(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      registered[r] = c.nodes[r]->RegisterModel(reg, deadline).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // RegisterModel waits for a ready epoch (and exchanges the model over
+  // the store), so both succeeding means the job became ready.
+  EXPECT_TRUE(registered[0].ok()) << registered[0];
+  EXPECT_TRUE(registered[1].ok()) << registered[1];
+  const pb::GetStatusResponse s0 = c.nodes[0]->GetStatus();
+  const pb::GetStatusResponse s1 = c.nodes[1]->GetStatus();
+  EXPECT_TRUE(s0.ready());
+  EXPECT_TRUE(s1.ready());
+  EXPECT_EQ(s0.epoch(), s1.epoch());
   c.nodes.clear();
   rmdir(c.dir.c_str());
 }
