@@ -226,6 +226,20 @@ void CoordinatorManager::Publish() {
 
 absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
     const JoinRequestInfo& request) {
+  // A join that would replace a live incarnation of the same identity: is
+  // the old one still there? The probe is I/O, done without the lock (a
+  // dead process's port refuses at once; a hung one times out).
+  HolderProbe holder;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) {
+      return absl::UnavailableError("the coordinator is shutting down");
+    }
+    holder.address = table_.LiveHolderToReplace(request);
+  }
+  if (prober_ && !holder.address.empty()) {
+    holder.result = prober_(holder.address);
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -237,7 +251,7 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
     heartbeats.push_back(s.last_heartbeat);
   }
   absl::StatusOr<JoinOutcome> out =
-      table_.Join(request, clock_->Now(), NewLeaseToken());
+      table_.Join(request, clock_->Now(), NewLeaseToken(), holder);
   // A removal here is a live member replaced by a new incarnation of the
   // same identity: its previous process is gone.
   Changed(epoch, logged, metrics::coordinator_labels::kProcessExited,

@@ -168,9 +168,21 @@ absl::Time MembershipTable::next_expiry() const {
   return next;
 }
 
+std::string MembershipTable::LiveHolderToReplace(
+    const JoinRequestInfo& request) const {
+  for (const SlotRecord& s : slots_) {
+    if (s.live() && s.identity == request.identity &&
+        s.incarnation != request.incarnation &&
+        (request.rank < 0 || request.rank == s.rank)) {
+      return s.peer_address;
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<JoinOutcome> MembershipTable::Join(
     const JoinRequestInfo& request, absl::Time now,
-    const std::string& lease_token) {
+    const std::string& lease_token, const HolderProbe& holder) {
   const int w = options_.world_size;
   if (request.identity.empty()) {
     return absl::InvalidArgumentError("identity must not be empty");
@@ -253,6 +265,20 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
             ": this daemon holds a shard of another model"));
       }
     }
+  }
+
+  if (const SlotRecord& held = slots_[rank];
+      held.live() && held.identity == request.identity &&
+      holder.result == ProbeResult::kAlive &&
+      holder.address == held.peer_address) {
+    const std::string why = absl::StrCat(
+        "identity '", request.identity, "' is live in slot ", rank,
+        ": incarnation ", held.incarnation, " at ", held.peer_address,
+        " answers probes, so a second process with this identity (",
+        request.incarnation, " at ", request.peer_address,
+        ") is refused; stop one of them, or give it another identity");
+    Log(now, DecisionKind::kJoinRejected, {rank}, why);
+    return absl::AlreadyExistsError(why);
   }
 
   // Accepted: from here on the table changes.

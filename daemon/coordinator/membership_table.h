@@ -105,6 +105,13 @@ struct RecoveryAssignment {
   int64_t step = 0;
 };
 
+// The coordinator's probe of a live slot's holder before a join that would
+// replace it.
+struct HolderProbe {
+  std::string address;  // The holder's peer address that was probed.
+  ProbeResult result = ProbeResult::kNotProbed;
+};
+
 struct JoinOutcome {
   int rank = 0;
   int64_t epoch = 0;
@@ -146,9 +153,23 @@ class MembershipTable {
   // FAILED_PRECONDITION (a shard of another model). The same identity and
   // incarnation joining its own live slot again (a retried call) is
   // idempotent.
+  //
+  // A new incarnation of an identity whose slot is still live replaces the
+  // old one (a restarted daemon need not wait for its predecessor's lease),
+  // unless `holder` shows the old one answering probes at the slot's
+  // address: then two processes claim one identity, and replacing would
+  // make them evict each other for good (each rejoins when replaced). The
+  // newcomer gets ALREADY_EXISTS, logged as JOIN_REJECTED; nothing else
+  // changes. The caller probes the address LiveHolderToReplace names.
   absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request,
                                    absl::Time now,
-                                   const std::string& lease_token);
+                                   const std::string& lease_token,
+                                   const HolderProbe& holder = {});
+
+  // The peer address of the live incarnation that `request` would replace
+  // (its identity, live in the slot it would take, with another
+  // incarnation), or empty.
+  std::string LiveHolderToReplace(const JoinRequestInfo& request) const;
 
   // Renews the lease of `rank`. NOT_FOUND unless a live member holds the
   // slot with this token; INVALID_ARGUMENT for a state other than JOINING,

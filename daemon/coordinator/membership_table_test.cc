@@ -214,6 +214,60 @@ TEST_F(MembershipTableTest, ReplacementTakesTheSlotAndCopiesFromAReplica) {
   EXPECT_EQ(table_->slots()[3].phase, MemberPhase::kRecovering);
 }
 
+// A restarted daemon (same identity, new incarnation) takes its live slot
+// at once when its predecessor does not answer the coordinator's probe, or
+// was not probed.
+TEST_F(MembershipTableTest, NewIncarnationReplacesALiveOneThatIsGone) {
+  JoinAllReady(kT0);
+  JoinRequestInfo again = Request(3, "pod-3");
+  again.incarnation = "pod-3-inc2";
+  EXPECT_EQ(table_->LiveHolderToReplace(again), "127.0.0.1:7004");
+  const HolderProbe gone{"127.0.0.1:7004", ProbeResult::kUnreachable};
+  auto out = table_->Join(again, kT0, "token-3b", gone);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->rank, 3);
+  EXPECT_EQ(table_->slots()[3].incarnation, "pod-3-inc2");
+  EXPECT_EQ(table_->slots()[3].lease_token, "token-3b");
+  again.incarnation = "pod-3-inc3";
+  ASSERT_TRUE(table_->Join(again, kT0, "token-3c").ok());  // Not probed.
+  EXPECT_EQ(table_->slots()[3].incarnation, "pod-3-inc3");
+}
+
+// Two live processes with one identity would evict each other for good
+// (each rejoins when replaced): while the slot's holder answers probes, the
+// newcomer is refused, the refusal is logged, and nothing else changes.
+TEST_F(MembershipTableTest, SecondLiveProcessWithAnIdentityIsRefused) {
+  JoinAllReady(kT0);
+  JoinRequestInfo twin = Request(-1, "pod-3");
+  twin.incarnation = "pod-3-twin";
+  twin.peer_address = "127.0.0.1:7999";
+  ASSERT_EQ(table_->LiveHolderToReplace(twin), "127.0.0.1:7004");
+  const std::string before = Snapshot();
+  const HolderProbe alive{"127.0.0.1:7004", ProbeResult::kAlive};
+  auto out = table_->Join(twin, kT0, "token-twin", alive);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kAlreadyExists)
+      << out.status();
+  EXPECT_NE(out.status().message().find("'pod-3' is live in slot 3"),
+            std::string::npos)
+      << out.status();
+  EXPECT_NE(out.status().message().find("127.0.0.1:7999"), std::string::npos)
+      << out.status();
+  EXPECT_EQ(table_->slots()[3].lease_token, "token-3");
+  EXPECT_TRUE(table_->ready());
+  EXPECT_EQ(table_->decisions().back().kind, DecisionKind::kJoinRejected);
+  // Only the decision log grew (Snapshot: "epoch/decisions/slots").
+  const auto without_log = [](const std::string& snap) {
+    const size_t first = snap.find('/');
+    return snap.substr(0, first) + snap.substr(snap.find('/', first + 1));
+  };
+  EXPECT_EQ(without_log(Snapshot()), without_log(before));
+  // A probe of another address (the slot changed hands meanwhile) does not
+  // count, and the same process retrying is not a second one.
+  const HolderProbe stale{"127.0.0.1:1234", ProbeResult::kAlive};
+  EXPECT_TRUE(table_->Join(twin, kT0, "token-twin", stale).ok());
+  EXPECT_EQ(table_->LiveHolderToReplace(twin), "");
+}
+
 TEST_F(MembershipTableTest, WithoutReplicasTheLossIsUnrecoverable) {
   MembershipOptions o;
   o.world_size = 2;

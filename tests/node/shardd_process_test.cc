@@ -1042,6 +1042,37 @@ TEST_F(ShardProcessTest, SocketARunningDaemonServesIsRefused) {
   EXPECT_TRUE(Status(1).ready());
 }
 
+// A second daemon with a running daemon's identity (its own socket) is
+// refused by the coordinator, whose probe finds the first one alive:
+// replacing it would have the two evict each other for good (each rejoins
+// when replaced). The running daemons keep their slots and their epoch.
+TEST_F(ShardProcessTest, SecondDaemonWithALiveIdentityIsRefused) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!(Status(0).ready() && Status(1).ready()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling with a deadline.
+  }
+  ASSERT_TRUE(Status(1).ready());
+  const int64_t epoch = Status(1).epoch();
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary, "' --coordinator=", address_,
+                    " --identity=node-1 --rank=1 --shm_dir=", shm_dir_,
+                    " --listen_unix=", dir_, "/twin.sock",
+                    " --peer_listen=127.0.0.1:0 2>&1")},
+      "shardd-twin");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line = (*d)->WaitForLine("cannot join", deadline);
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_TRUE(absl::StrContains(*line, "ALREADY_EXISTS")) << *line;
+  EXPECT_TRUE(absl::StrContains(*line, "'node-1' is live in slot 1")) << *line;
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_TRUE(Status(0).ready());
+  EXPECT_TRUE(Status(1).ready());
+  EXPECT_EQ(Status(1).epoch(), epoch);
+}
+
 // WatchEvents: a snapshot first; a dead peer shows as an epoch change; a
 // watcher that reconnects with after_sequence gets what it missed, not a
 // snapshot.
