@@ -626,6 +626,10 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
   }
 }
 
+absl::Status NodeManager::MembershipStatus() const {
+  return client_->view().error;
+}
+
 absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::EngineOrError() const {
   absl::MutexLock lock(&mu_);
   if (engine_ == nullptr) {

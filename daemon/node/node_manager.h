@@ -165,6 +165,11 @@ class NodeManager {
   // this daemon then computes the copy's piece CRCs in the background
   // (PrecomputePieceCrcs): the copy itself then only moves bytes here.
   v1::ProbeResponse Probe(bool include_model = false);
+  // OK while this daemon is (or may again become) a member; otherwise why
+  // the coordinator ended its membership for good (a re-join refused, e.g.
+  // ALREADY_EXISTS: another live process has its identity). Transient
+  // errors are retried by the member client and never show here.
+  absl::Status MembershipStatus() const;
 
  private:
   explicit NodeManager(NodeOptions options);

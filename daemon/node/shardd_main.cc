@@ -421,8 +421,13 @@ int Run() {
   std::fflush(stdout);
   health.SetServingStatus("shardd.v1.Trainer", true);
   // Readiness follows the daemon's state (a probe reads it; this thread
-  // only mirrors it, every 200 ms).
+  // only mirrors it, every 200 ms). A membership the coordinator ended for
+  // good (a re-join refused: another live process took this identity while
+  // this one was unreachable) ends the daemon, through the same shutdown
+  // as SIGTERM but with exit status 1, so that a supervisor sees it instead
+  // of a process that stays alive outside the job.
   std::atomic<bool> stopping{false};
+  std::atomic<bool> membership_ended{false};
   std::thread readiness([&] {
     bool last = false;
     while (!stopping.load()) {
@@ -430,6 +435,13 @@ int Run() {
       if (ready != last) {
         health.SetServingStatus("shardd.ready", ready);
         last = ready;
+      }
+      const absl::Status membership = (*manager)->MembershipStatus();
+      if (!membership.ok() && !membership_ended.exchange(true)) {
+        std::printf("shardd: membership ended: %s; exiting\n",
+                    membership.ToString().c_str());
+        std::fflush(stdout);
+        kill(getpid(), SIGTERM);
       }
       absl::SleepFor(absl::Milliseconds(200));
     }
@@ -458,7 +470,7 @@ int Run() {
   manager->reset();  // Frees every buffer: segments are unlinked.
   unlink(socket_path.c_str());
   std::fprintf(stderr, "shardd: stopped\n");
-  return 0;
+  return membership_ended.load() ? 1 : 0;
 }
 
 }  // namespace

@@ -1073,6 +1073,39 @@ TEST_F(ShardProcessTest, SecondDaemonWithALiveIdentityIsRefused) {
   EXPECT_EQ(Status(1).epoch(), epoch);
 }
 
+// The other order: daemon 1 hangs (SIGSTOP), a second process with its
+// identity takes the slot (the coordinator's probe of the hung one times
+// out), and daemon 1 wakes up. Its re-join is refused (the new holder
+// answers probes), so it exits with status 1 saying why, instead of living
+// on outside the job; the new holder keeps the slot.
+TEST_F(ShardProcessTest, DaemonWhoseSlotWasTakenExitsWhenItWakesUp) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!(Status(0).ready() && Status(1).ready()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling with a deadline.
+  }
+  ASSERT_TRUE(Status(1).ready());
+  daemons_[1]->Signal(SIGSTOP);
+  auto twin = Subprocess::Spawn(
+      {g_shardd_binary, absl::StrCat("--coordinator=", address_),
+       "--identity=node-1", "--rank=1", absl::StrCat("--shm_dir=", shm_dir_),
+       absl::StrCat("--listen_unix=", dir_, "/twin.sock"),
+       "--peer_listen=127.0.0.1:0"},
+      "shardd-twin");
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  auto listening = (*twin)->WaitForLine("shardd rank 1 listening", deadline);
+  daemons_[1]->Signal(SIGCONT);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  auto ended = daemons_[1]->WaitForLine("membership ended", deadline);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(absl::StrContains(*ended, "ALREADY_EXISTS")) << *ended;
+  EXPECT_TRUE(absl::StrContains(*ended, "'node-1' is live in slot 1"))
+      << *ended;
+  auto code = daemons_[1]->Wait(absl::Now() + absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE((*twin)->Running());
+}
+
 // WatchEvents: a snapshot first; a dead peer shows as an epoch change; a
 // watcher that reconnects with after_sequence gets what it missed, not a
 // snapshot.
