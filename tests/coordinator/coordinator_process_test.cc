@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "daemon/rpc/health_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/port_holder.h"
 #include "tests/coordinator/process_cluster.h"
 #include "tests/coordinator/subprocess.h"
 #include "tests/coordinator/test_main.h"
@@ -205,15 +205,9 @@ TEST_F(CoordinatorProcessTest,
 // a random share of its members' calls. It must refuse to start instead,
 // even when the holder would share.
 TEST(CoordinatorPortTest, RefusesAPortAnotherServerListensOn) {
-  rpc::HealthService health;
-  grpc::ServerBuilder builder;  // gRPC's defaults: willing to share.
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&health);
-  std::unique_ptr<grpc::Server> holder = builder.BuildAndStart();
-  ASSERT_NE(holder, nullptr);
-  ASSERT_GT(port, 0);
+  auto holder = PortHolder::Start();
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const int port = (*holder)->port();
   auto c = Subprocess::Spawn(
       {"/bin/sh", "-c",
        absl::StrCat("exec '", TestBinaries().coordinator,
@@ -228,7 +222,6 @@ TEST(CoordinatorPortTest, RefusesAPortAnotherServerListensOn) {
   auto code = (*c)->Wait(In(absl::Seconds(10)));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_NE(*code, 0);
-  health.Shutdown();
 }
 
 TEST_F(CoordinatorProcessTest, SigtermStopsMembersAndCoordinatorCleanly) {

@@ -37,13 +37,13 @@
 #include "daemon/core/adamw.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/memory/shared_memory_segment.h"
-#include "daemon/rpc/health_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
+#include "tests/coordinator/port_holder.h"
 #include "tests/coordinator/subprocess.h"
 
 namespace shardd::tests {
@@ -879,15 +879,9 @@ TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
 // The peer port is never shared with another listener (gRPC would set
 // SO_REUSEPORT and let the kernel split peers' connections between the two).
 TEST(ShardProcessPortTest, PeerPortAnotherServerListensOnIsRefused) {
-  rpc::HealthService health;
-  grpc::ServerBuilder builder;  // gRPC's defaults: willing to share.
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&health);
-  std::unique_ptr<grpc::Server> holder = builder.BuildAndStart();
-  ASSERT_NE(holder, nullptr);
-  ASSERT_GT(port, 0);
+  auto holder = PortHolder::Start();
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const int port = (*holder)->port();
   auto d = Subprocess::Spawn(
       {"/bin/sh", "-c",
        absl::StrCat("exec '", g_shardd_binary,
@@ -905,7 +899,6 @@ TEST(ShardProcessPortTest, PeerPortAnotherServerListensOnIsRefused) {
   auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_NE(*code, 0);
-  health.Shutdown();
 }
 
 // Probes (kubelet) read grpc.health.v1 on the peer port: liveness ("")
