@@ -61,6 +61,11 @@ ABSL_FLAG(int64_t, join_timeout_s, 300,
           "record which slots are missing if the job is not ready by then");
 ABSL_FLAG(int64_t, probe_timeout_ms, 300,
           "deadline of the Peer.Probe that confirms a reported failure");
+ABSL_FLAG(int64_t, partition_quarantine_ms, 30000,
+          "a member removed as cut off from its peers (every link to them "
+          "reported down both ways) cannot join again from the same peer "
+          "address for this long; doubled at each further removal from "
+          "that address, up to 10 minutes");
 ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
           "longest a RendezvousWait may block");
 ABSL_FLAG(int, metrics_port, 0,
@@ -98,6 +103,11 @@ int Run() {
         "--lease_ms (",
         absl::FormatDuration(lease), ")"));
   }
+  const absl::Duration quarantine =
+      absl::Milliseconds(absl::GetFlag(FLAGS_partition_quarantine_ms));
+  if (quarantine < absl::ZeroDuration()) {
+    return Fail("--partition_quarantine_ms must not be negative");
+  }
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port < -1 || metrics_port > 65535) {
     return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
@@ -131,6 +141,9 @@ int Run() {
   options.membership.world_size = absl::GetFlag(FLAGS_world_size);
   options.membership.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
   options.membership.detector.lease = lease;
+  options.membership.partition_quarantine = quarantine;
+  options.membership.partition_quarantine_max =
+      std::max(quarantine, absl::Minutes(10));
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   auto manager = CoordinatorManager::Create(
       options, std::make_unique<RealClock>(),

@@ -259,11 +259,10 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
   return out;
 }
 
-absl::Status CoordinatorManager::Heartbeat(int rank,
-                                           const std::string& lease_token,
-                                           int64_t epoch,
-                                           int64_t committed_step,
-                                           MemberPhase state) {
+absl::Status CoordinatorManager::Heartbeat(
+    int rank, const std::string& lease_token, int64_t epoch,
+    int64_t committed_step, MemberPhase state,
+    std::vector<UnreachablePeer> unreachable) {
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -275,10 +274,12 @@ absl::Status CoordinatorManager::Heartbeat(int rank,
   const MemberPhase phase_before =
       known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
   const absl::Time now = clock_->Now();
-  absl::Status s =
-      table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now);
+  absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
+                                    state, now, std::move(unreachable));
   NoteRendezvous(now);  // Before Changed reports a recovery's ready epoch.
-  Changed(before, logged);
+  // The only removals a heartbeat makes are of members cut off from their
+  // peers.
+  Changed(before, logged, metrics::coordinator_labels::kPeerUnreachable);
   // A member's state change (JOINING -> READY, say) is a membership change
   // for watchers too, not only a new epoch or readiness.
   if (table_.ready() != was_ready ||

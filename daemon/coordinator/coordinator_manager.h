@@ -86,9 +86,13 @@ class CoordinatorManager {
       Prober prober);
 
   absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request);
+  // `unreachable`: the member's reachability report (see
+  // MembershipTable::Heartbeat); members it finds cut off from their peers
+  // are reported to the observer with cause peer_unreachable.
   absl::Status Heartbeat(int rank, const std::string& lease_token,
                          int64_t epoch, int64_t committed_step,
-                         MemberPhase state);
+                         MemberPhase state,
+                         std::vector<UnreachablePeer> unreachable = {});
   absl::Status Leave(int rank, const std::string& lease_token,
                      const std::string& reason);
   absl::StatusOr<ReportOutcome> ReportFailure(int reporter,

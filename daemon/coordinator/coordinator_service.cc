@@ -60,6 +60,8 @@ pb::DecisionKind ToProto(DecisionKind kind) {
       return pb::DECISION_KIND_JOIN_TIMEOUT;
     case DecisionKind::kCommitRejected:
       return pb::DECISION_KIND_COMMIT_REJECTED;
+    case DecisionKind::kPartitionUndecided:
+      return pb::DECISION_KIND_PARTITION_UNDECIDED;
   }
   return pb::DECISION_KIND_UNSPECIFIED;
 }
@@ -181,9 +183,15 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
                                            pb::HeartbeatResponse* response) {
   absl::StatusOr<MemberPhase> state = FromProto(request->state());
   if (!state.ok()) return rpc::ToGrpc(state.status());
-  absl::Status s =
-      manager_->Heartbeat(request->rank(), request->lease_token(),
-                          request->epoch(), request->committed_step(), *state);
+  std::vector<UnreachablePeer> unreachable;
+  unreachable.reserve(request->unreachable_peers_size());
+  for (const pb::UnreachablePeer& u : request->unreachable_peers()) {
+    unreachable.push_back(
+        {u.rank(), u.incarnation(), u.failed_probes(), u.error()});
+  }
+  absl::Status s = manager_->Heartbeat(
+      request->rank(), request->lease_token(), request->epoch(),
+      request->committed_step(), *state, std::move(unreachable));
   if (!s.ok()) return rpc::ToGrpc(s);
   // Rank is valid: the heartbeat was accepted.
   const LeaseView lease = manager_->Lease(request->rank());

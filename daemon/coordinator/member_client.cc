@@ -192,6 +192,11 @@ absl::Status MemberClient::HeartbeatOnce() {
                       : recovering_                ? pb::MEMBER_STATE_RECOVERING
                                                    : pb::MEMBER_STATE_JOINING);
   }
+  if (options_.unreachable_peers) {
+    for (pb::UnreachablePeer& peer : options_.unreachable_peers()) {
+      *request.add_unreachable_peers() = std::move(peer);
+    }
+  }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   if (!Register(&context)) {

@@ -52,6 +52,10 @@ struct MemberClientOptions {
   // Called at every join and re-join (on the calling or the heartbeat
   // thread; it must not call the client). Null: holds nothing, step 0.
   std::function<MemberShardStatus()> shard_status;
+  // The peers this member cannot reach, sent with every heartbeat (called
+  // on the heartbeat thread without the client's lock; it must not call the
+  // client). Null: none reported.
+  std::function<std::vector<shardd::v1::UnreachablePeer>()> unreachable_peers;
   // Deadline of every unary RPC (Join, Heartbeat, Leave).
   absl::Duration rpc_timeout = absl::Seconds(2);
   // Deadline of ReportFailure (the coordinator probes the suspect first).

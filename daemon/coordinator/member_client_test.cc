@@ -221,5 +221,92 @@ TEST(MemberClientTest, DestructorReturnsPromptlyWhileTheCoordinatorIsGone) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
+// The reachability reports of a simulated network, for each member's
+// heartbeats: while `cut` is set, rank `cut` and everyone else report each
+// other unreachable.
+struct Network {
+  absl::Mutex mu;
+  int cut = -1;
+  std::vector<std::string> incarnations;
+
+  std::vector<pb::UnreachablePeer> ReportOf(int rank) {
+    absl::MutexLock lock(&mu);
+    std::vector<pb::UnreachablePeer> out;
+    if (cut < 0) return out;
+    for (int r = 0; r < static_cast<int>(incarnations.size()); ++r) {
+      if (r == rank || (rank != cut && r != cut)) continue;
+      pb::UnreachablePeer p;
+      p.set_rank(r);
+      p.set_incarnation(incarnations[r]);
+      p.set_failed_probes(3);
+      p.set_error("connect: Network is unreachable");
+      out.push_back(p);
+    }
+    return out;
+  }
+};
+
+TEST(MemberClientTest,
+     MemberCutOffFromPeersIsRemovedAndRejoinsAfterQuarantine) {
+  InProcessCoordinatorOptions options =
+      Options(absl::Milliseconds(1500), absl::Milliseconds(100));
+  options.coordinator.membership.partition_quarantine = absl::Seconds(2);
+  auto coord = InProcessCoordinator::Start(options);
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  Network network;
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < kWorld; ++r) {
+    MemberClientOptions o = Member((*coord)->address(), r);
+    o.unreachable_peers = [&network, r] { return network.ReportOf(r); };
+    auto c = MemberClient::Join(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(*std::move(c));
+  }
+  const int64_t epoch = MakeReady(clients, 1);
+  {
+    absl::MutexLock lock(&network.mu);
+    for (const auto& c : clients) {
+      network.incarnations.push_back(c->incarnation());
+    }
+    network.cut = 2;
+  }
+  auto removed = clients[0]->WaitFor(
+      [&](const MembershipView& v) {
+        return v.epoch > epoch && v.members.size() == kWorld - 1;
+      },
+      Deadline());
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  const absl::Time removed_at = absl::Now();
+  for (const pb::MemberInfo& m : removed->members) EXPECT_NE(m.rank(), 2);
+  // The partition heals; rank 2 keeps trying (its membership did not end)
+  // and gets back in once the quarantine is over.
+  {
+    absl::MutexLock lock(&network.mu);
+    network.cut = -1;
+  }
+  EXPECT_TRUE(clients[2]->view().error.ok()) << clients[2]->view().error;
+  auto back = clients[2]->WaitFor(
+      [&](const MembershipView& v) { return v.joins == 2 && v.AllLive(); },
+      Deadline());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_GE(absl::Now() - removed_at, absl::Milliseconds(1500));
+  const ClusterSnapshot s = (*coord)->manager().Snapshot(1000);
+  bool cut_off = false, refused = false;
+  for (const Decision& d : s.decisions) {
+    if (d.kind == DecisionKind::kMemberRemoved &&
+        d.reason.find("rank 2 cut off from its peers") != std::string::npos) {
+      cut_off = true;
+    }
+    if (d.kind == DecisionKind::kJoinRejected &&
+        d.reason.find("quarantined") != std::string::npos) {
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(cut_off);
+  EXPECT_TRUE(refused);
+  // The others never lost their slots.
+  for (int r : {0, 1, 3}) EXPECT_EQ(clients[r]->view().joins, 1) << r;
+}
+
 }  // namespace
 }  // namespace shardd::coordinator

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/coordinator/partition_verdict.h"
 #include "daemon/core/host_port.h"
 
 namespace shardd::coordinator {
@@ -50,6 +52,8 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "UNRECOVERABLE";
     case DecisionKind::kJoinTimeout:
       return "JOIN_TIMEOUT";
+    case DecisionKind::kPartitionUndecided:
+      return "PARTITION_UNDECIDED";
   }
   return "UNKNOWN";
 }
@@ -198,6 +202,26 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   if (lease_token.empty()) {
     return absl::InvalidArgumentError("lease_token must not be empty");
   }
+  if (auto q = quarantines_.find(request.peer_address);
+      q != quarantines_.end() && q->second.until > now) {
+    const std::string why = absl::StrCat(
+        "peer address ", request.peer_address, " is quarantined for another ",
+        absl::FormatDuration(
+            absl::Ceil(q->second.until - now, absl::Milliseconds(100))),
+        " (", q->second.reason,
+        "); this daemon retries, a replacement elsewhere may take the slot");
+    if (!q->second.refusal_logged) {
+      q->second.refusal_logged = true;
+      std::vector<int> ranks;
+      if (request.rank >= 0) ranks.push_back(request.rank);
+      Log(now, DecisionKind::kJoinRejected, std::move(ranks),
+          absl::StrCat(request.rank >= 0
+                           ? absl::StrCat("rank ", request.rank, " ")
+                           : std::string(),
+                       "'", request.identity, "': ", why));
+    }
+    return absl::UnavailableError(why);
+  }
 
   // Where is this identity now?
   int live_slot = -1;
@@ -309,6 +333,7 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.ready_epoch = -1;
   slot.holds_shard = request.holds_shard;
   slot.model_fingerprint = request.model_fingerprint;
+  slot.unreachable.clear();
   Log(now, DecisionKind::kMemberJoined, {rank},
       absl::StrCat("rank ", rank, " joined: '", request.identity, "' at ",
                    request.peer_address,
@@ -360,9 +385,10 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   return out;
 }
 
-absl::Status MembershipTable::Heartbeat(int rank, absl::string_view lease_token,
-                                        int64_t epoch, int64_t committed_step,
-                                        MemberPhase state, absl::Time now) {
+absl::Status MembershipTable::Heartbeat(
+    int rank, absl::string_view lease_token, int64_t epoch,
+    int64_t committed_step, MemberPhase state, absl::Time now,
+    std::vector<UnreachablePeer> unreachable) {
   if (state != MemberPhase::kJoining && state != MemberPhase::kRecovering &&
       state != MemberPhase::kReady) {
     return absl::InvalidArgumentError(
@@ -379,6 +405,16 @@ absl::Status MembershipTable::Heartbeat(int rank, absl::string_view lease_token,
   SlotRecord& slot = slots_[rank];
   slot.last_heartbeat = now;
   slot.lease_expiry = now + options_.detector.lease;
+  slot.unreachable = std::move(unreachable);
+  if (!slot.unreachable.empty() || !undecided_links_.empty()) {
+    DecidePartitions(now);
+    if (!slot.live()) {
+      return absl::NotFoundError(
+          absl::StrCat("rank ", rank,
+                       " was removed: ", quarantines_[slot.peer_address].reason,
+                       " (its address is quarantined); Join again"));
+    }
+  }
   if (epoch != epoch_) return absl::OkStatus();
   slot.committed_step = committed_step;
   slot.phase = state;
@@ -392,6 +428,84 @@ absl::Status MembershipTable::Heartbeat(int rank, absl::string_view lease_token,
   }
   NoteReadiness(now);
   return absl::OkStatus();
+}
+
+void MembershipTable::DecidePartitions(absl::Time now) {
+  std::vector<ReachabilityReport> reports;
+  for (const SlotRecord& s : slots_) {
+    if (!s.live()) continue;
+    ReachabilityReport report{s.rank, {}};
+    for (const UnreachablePeer& u : s.unreachable) {
+      // Only reports about the slot's current holder count.
+      if (u.rank >= 0 && u.rank < options_.world_size &&
+          slots_[u.rank].live() &&
+          slots_[u.rank].incarnation == u.incarnation) {
+        report.unreachable.push_back(u.rank);
+      }
+    }
+    reports.push_back(std::move(report));
+  }
+  const int live = static_cast<int>(reports.size());
+  const PartitionVerdict verdict = DecidePartition(reports, (live - 1) / 2);
+  if (verdict.kind != PartitionKind::kCutOff) {
+    std::string links;
+    if (verdict.kind != PartitionKind::kNone) {
+      links = absl::StrJoin(verdict.broken_links, ",",
+                            [](std::string* out, const std::pair<int, int>& l) {
+                              absl::StrAppend(out, l.first, "-", l.second);
+                            });
+    }
+    if (links != undecided_links_) {
+      undecided_links_ = links;
+      undecided_since_ = now;
+    }
+    // Reports arrive one heartbeat at a time, so a partition being noticed
+    // passes through undecidable states; only one that lasts a lease is
+    // logged (once).
+    if (links.empty()) undecided_logged_.clear();
+    if (!links.empty() && links != undecided_logged_ &&
+        now - undecided_since_ >= options_.detector.lease) {
+      undecided_logged_ = links;
+      std::vector<int> ranks;
+      for (const auto& l : verdict.broken_links) {
+        ranks.push_back(l.first);
+        ranks.push_back(l.second);
+      }
+      std::sort(ranks.begin(), ranks.end());
+      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+      Log(now, DecisionKind::kPartitionUndecided, std::move(ranks),
+          absl::StrCat(verdict.reason, "; nobody is removed"));
+    }
+    return;
+  }
+  undecided_links_.clear();
+  undecided_logged_.clear();
+  for (const int r : verdict.cut_off) {
+    const SlotRecord& slot = slots_[r];
+    Quarantine& q = quarantines_[slot.peer_address];
+    ++q.removals;
+    absl::Duration length = options_.partition_quarantine;
+    for (int i = 1;
+         i < q.removals && length < options_.partition_quarantine_max; ++i) {
+      length *= 2;
+    }
+    length = std::min(length, options_.partition_quarantine_max);
+    q.until = now + length;
+    q.refusal_logged = false;
+    q.reason = absl::StrCat("rank ", r, " '", slot.identity,
+                            "' was cut off from its peers");
+    Remove(
+        r, MemberPhase::kFailed, now,
+        absl::StrCat(verdict.reason, "; its peer address ", slot.peer_address,
+                     " is quarantined for ", absl::FormatDuration(length),
+                     q.removals > 1 ? absl::StrCat(" (removal ", q.removals,
+                                                   " from that address)")
+                                    : std::string()));
+  }
+  StartEpoch(now, 0,
+             absl::StrCat("rank", verdict.cut_off.size() == 1 ? " " : "s ",
+                          absl::StrJoin(verdict.cut_off, ","),
+                          " cut off from the peers"));
 }
 
 absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,

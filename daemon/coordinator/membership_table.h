@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ enum class DecisionKind {
   kUnrecoverable,
   kJoinTimeout,
   kCommitRejected,
+  kPartitionUndecided,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -49,6 +51,16 @@ struct Decision {
   DecisionKind kind = DecisionKind::kEpochStarted;
   std::vector<int> ranks;
   std::string reason;
+};
+
+// A peer that a member could not reach: its Peer.Probe failed in each of
+// the member's last `failed_probes` probes (the member decides how many make
+// a report).
+struct UnreachablePeer {
+  int rank = 0;
+  std::string incarnation;  // The process probed.
+  int failed_probes = 0;
+  std::string error;  // The last probe's.
 };
 
 // One slot (rank).
@@ -68,6 +80,8 @@ struct SlotRecord {
   // The member holds its shard of a registered model.
   bool holds_shard = false;
   uint64_t model_fingerprint = 0;
+  // The peers the member last reported unreachable (its latest heartbeat).
+  std::vector<UnreachablePeer> unreachable;
 
   bool live() const {
     return phase == MemberPhase::kJoining ||
@@ -81,6 +95,20 @@ struct MembershipOptions {
   DetectorOptions detector;
   // Oldest decisions are dropped beyond this.
   size_t max_decisions = 1000;
+  // A member removed as cut off from its peers cannot join again from the
+  // same peer address for this long; each further removal from that
+  // address doubles it, up to partition_quarantine_max.
+  absl::Duration partition_quarantine = absl::Seconds(30);
+  absl::Duration partition_quarantine_max = absl::Minutes(10);
+};
+
+// A peer address whose member was removed as cut off from its peers.
+struct Quarantine {
+  absl::Time until;
+  int removals = 0;  // From this address, so far.
+  std::string reason;
+  // The first join refused during the current quarantine was logged.
+  bool refusal_logged = false;
 };
 
 struct JoinRequestInfo {
@@ -150,7 +178,9 @@ class MembershipTable {
   // INVALID_ARGUMENT (identity empty, peer_address malformed, rank out of
   // range), ALREADY_EXISTS (slot held by another live identity, or the
   // identity live in another slot), RESOURCE_EXHAUSTED (no free slot),
-  // FAILED_PRECONDITION (a shard of another model). The same identity and
+  // FAILED_PRECONDITION (a shard of another model), UNAVAILABLE (the peer
+  // address is quarantined: see Heartbeat; the first refusal of each
+  // quarantine is logged as JOIN_REJECTED). The same identity and
   // incarnation joining its own live slot again (a retried call) is
   // idempotent.
   //
@@ -175,9 +205,18 @@ class MembershipTable {
   // slot with this token; INVALID_ARGUMENT for a state other than JOINING,
   // RECOVERING or READY. A heartbeat for an older epoch renews the lease but
   // its state is ignored.
+  //
+  // `unreachable` replaces the member's reachability report (whatever the
+  // epoch). The live members' reports about the slots' current holders then
+  // go to DecidePartition (a strict majority must remain): members cut off
+  // from their peers are removed (MEMBER_REMOVED, a new epoch) and their
+  // peer addresses quarantined; an undecidable set of broken links is
+  // logged once as PARTITION_UNDECIDED. When the heartbeating member is
+  // itself removed, NOT_FOUND says why.
   absl::Status Heartbeat(int rank, absl::string_view lease_token, int64_t epoch,
                          int64_t committed_step, MemberPhase state,
-                         absl::Time now);
+                         absl::Time now,
+                         std::vector<UnreachablePeer> unreachable = {});
 
   // The member leaves; NOT_FOUND when the token does not match a live
   // member of the slot.
@@ -218,6 +257,10 @@ class MembershipTable {
   const std::deque<Decision>& decisions() const { return decisions_; }
   // Decisions ever logged (the deque drops the oldest).
   int64_t decisions_total() const { return decisions_total_; }
+  // Peer addresses removed as cut off, current and past quarantines.
+  const std::map<std::string, Quarantine>& quarantines() const {
+    return quarantines_;
+  }
 
   // Records that the job was not ready join_timeout after start, naming
   // the empty or unready slots. Returns the reason.
@@ -235,6 +278,8 @@ class MembershipTable {
   void Remove(int rank, MemberPhase phase, absl::Time now,
               const std::string& reason);
   void NoteReadiness(absl::Time now);
+  // Applies DecidePartition to the live members' reachability reports.
+  void DecidePartitions(absl::Time now);
   std::vector<MemberLiveness> Liveness() const;
 
   MembershipOptions options_;
@@ -246,6 +291,12 @@ class MembershipTable {
   std::deque<Decision> decisions_;
   int64_t decisions_total_ = 0;
   std::vector<Accusation> accusations_;
+  std::map<std::string, Quarantine> quarantines_;
+  // Broken links without a verdict ("" when none), since when they have
+  // been the same, and those last logged as PARTITION_UNDECIDED.
+  std::string undecided_links_;
+  absl::Time undecided_since_;
+  std::string undecided_logged_;
 };
 
 }  // namespace shardd::coordinator

@@ -1,6 +1,7 @@
 #include "daemon/coordinator/membership_table.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -441,6 +442,156 @@ TEST_F(MembershipTableTest, ReadyAtTheSameStepIsNoFallback) {
   JoinAllReady(absl::FromUnixSeconds(1000));
   EXPECT_EQ(table_->committed_step(), 7);
   EXPECT_EQ(table_->checkpoint_fallbacks(), 0);
+}
+
+// Rank `r`'s heartbeat reporting `unreachable` (ranks, their current
+// incarnations, 3 failed probes each).
+absl::Status ReachabilityHeartbeat(MembershipTable& table, int r,
+                                   const std::vector<int>& unreachable,
+                                   absl::Time now) {
+  std::vector<UnreachablePeer> peers;
+  for (const int u : unreachable) {
+    peers.push_back({u, table.slots()[u].incarnation, 3, "connect failed"});
+  }
+  return table.Heartbeat(r, absl::StrCat("token-", r), table.epoch(), 7,
+                         MemberPhase::kReady, now, std::move(peers));
+}
+
+TEST_F(MembershipTableTest, MemberCutOffFromItsPeersIsRemovedAndQuarantined) {
+  JoinAllReady(kT0);
+  const int64_t epoch = table_->epoch();
+  // The survivors report rank 2; rank 2 reports them: nothing happens until
+  // both ends of every link agree.
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 0, {2}, kT0).ok());
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 1, {2}, kT0).ok());
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 3, {2}, kT0).ok());
+  EXPECT_TRUE(table_->slots()[2].live());
+  EXPECT_EQ(table_->epoch(), epoch);
+  const absl::Status own =
+      ReachabilityHeartbeat(*table_, 2, {0, 1, 3}, kT0 + absl::Seconds(1));
+  // Rank 2's own heartbeat removed it: NOT_FOUND says why, so it re-joins.
+  EXPECT_TRUE(absl::IsNotFound(own)) << own;
+  EXPECT_NE(own.message().find("cut off from its peers"), std::string::npos);
+  EXPECT_EQ(table_->slots()[2].phase, MemberPhase::kFailed);
+  EXPECT_GT(table_->epoch(), epoch);
+  bool logged = false;
+  for (const Decision& d : table_->decisions()) {
+    if (d.kind == DecisionKind::kMemberRemoved && d.ranks == std::vector{2}) {
+      logged = true;
+      EXPECT_NE(d.reason.find("rank 2 cut off from its peers: it and ranks 0, "
+                              "1, 3 report each other unreachable"),
+                std::string::npos)
+          << d.reason;
+      EXPECT_NE(d.reason.find("127.0.0.1:7003 is quarantined for 30s"),
+                std::string::npos)
+          << d.reason;
+    }
+  }
+  EXPECT_TRUE(logged);
+
+  // Its re-join from the same address is refused while quarantined, and
+  // only the first refusal is logged.
+  const auto refused =
+      table_->Join(Request(2, "pod-2"), kT0 + absl::Seconds(5), "token-2b");
+  ASSERT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("quarantined for another 26s"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(table_->decisions().back().kind, DecisionKind::kJoinRejected);
+  const std::string after_first = Snapshot();
+  EXPECT_FALSE(
+      table_->Join(Request(2, "pod-2"), kT0 + absl::Seconds(6), "token-2c")
+          .ok());
+  EXPECT_EQ(Snapshot(), after_first);
+  EXPECT_EQ(table_->slots()[2].phase, MemberPhase::kFailed);
+
+  // A replacement at another address takes the slot at once and copies
+  // its shard from a replica.
+  JoinRequestInfo elsewhere = Request(2, "pod-2");
+  elsewhere.peer_address = "10.0.0.9:7070";
+  elsewhere.incarnation = "pod-2-inc2";
+  const auto replacement =
+      table_->Join(elsewhere, kT0 + absl::Seconds(7), "token-2d");
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_TRUE(replacement->recovery.has_value());
+}
+
+TEST_F(MembershipTableTest, QuarantineEndsAndDoublesOnTheNextRemoval) {
+  JoinAllReady(kT0);
+  auto cut_off = [&](absl::Time now) {
+    for (int r : {0, 1, 3}) {
+      ASSERT_TRUE(ReachabilityHeartbeat(*table_, r, {2}, now).ok());
+    }
+    EXPECT_TRUE(
+        absl::IsNotFound(ReachabilityHeartbeat(*table_, 2, {0, 1, 3}, now)));
+  };
+  cut_off(kT0);
+  // After 30 s the same address may join again (the partition healed).
+  ASSERT_TRUE(
+      table_->Join(Request(2, "pod-2"), kT0 + absl::Seconds(30), "token-2")
+          .ok());
+  // The survivors' reports still name rank 2's incarnation: with rank 2's
+  // own report empty nothing is broken both ways.
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(
+        ReachabilityHeartbeat(*table_, r, {2}, kT0 + absl::Seconds(31)).ok());
+  }
+  EXPECT_TRUE(table_->slots()[2].live());
+  // Cut off again: the second quarantine lasts twice as long.
+  cut_off(kT0 + absl::Seconds(40));
+  const auto& q = table_->quarantines().at("127.0.0.1:7003");
+  EXPECT_EQ(q.removals, 2);
+  EXPECT_EQ(q.until, kT0 + absl::Seconds(100));
+  EXPECT_TRUE(absl::IsUnavailable(
+      table_->Join(Request(2, "pod-2"), kT0 + absl::Seconds(99), "token-2")
+          .status()));
+}
+
+TEST_F(MembershipTableTest, ReportsAboutAReplacedProcessDoNotCount) {
+  JoinAllReady(kT0);
+  // Rank 2 reports the others; they report an incarnation of rank 2 that
+  // is no longer the holder.
+  for (int r : {0, 1, 3}) {
+    std::vector<UnreachablePeer> stale = {{2, "pod-2-old", 3, "timeout"}};
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                7, MemberPhase::kReady, kT0, stale)
+                    .ok());
+  }
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 2, {0, 1, 3}, kT0).ok());
+  EXPECT_TRUE(table_->slots()[2].live());
+  EXPECT_TRUE(table_->quarantines().empty());
+}
+
+TEST_F(MembershipTableTest, UndecidablePartitionIsLoggedOnceAndRemovesNoOne) {
+  JoinAllReady(kT0);
+  const int64_t epoch = table_->epoch();
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 0, {1}, kT0).ok());
+  ASSERT_TRUE(ReachabilityHeartbeat(*table_, 1, {0}, kT0).ok());
+  // Not logged before it has lasted a lease (reports of a partition being
+  // noticed arrive one by one), then once.
+  ASSERT_TRUE(
+      ReachabilityHeartbeat(*table_, 0, {1}, kT0 + absl::Seconds(1)).ok());
+  for (const Decision& d : table_->decisions()) {
+    EXPECT_NE(d.kind, DecisionKind::kPartitionUndecided);
+  }
+  for (int s = 2; s < 5; ++s) {
+    ASSERT_TRUE(
+        ReachabilityHeartbeat(*table_, 1, {0}, kT0 + absl::Seconds(s)).ok());
+  }
+  int undecided = 0;
+  for (const Decision& d : table_->decisions()) {
+    if (d.kind == DecisionKind::kPartitionUndecided) {
+      ++undecided;
+      EXPECT_NE(d.reason.find("cannot tell which side is cut off"),
+                std::string::npos)
+          << d.reason;
+      EXPECT_EQ(d.ranks, (std::vector<int>{0, 1}));
+    }
+  }
+  EXPECT_EQ(undecided, 1);
+  EXPECT_EQ(table_->epoch(), epoch);
+  for (const SlotRecord& s : table_->slots()) EXPECT_TRUE(s.live());
 }
 
 }  // namespace

@@ -294,16 +294,63 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     }
     return status;
   };
+  if (options.probe_peer &&
+      options.peer_probing.interval > absl::ZeroDuration()) {
+    m->reachability_ = std::make_unique<PeerReachability>(
+        options.peer_probing,
+        [self](const std::string& address, absl::Time deadline) {
+          return self->options_.probe_peer(address, deadline, false).status();
+        },
+        [self] {
+          // The other members of the current view (client_ is set before
+          // the probing starts and reset after it stops).
+          std::vector<ProbeTarget> targets;
+          const coordinator::MembershipView view = self->client_->view();
+          for (const v1::MemberInfo& m : view.members) {
+            if (m.rank() == view.rank) continue;
+            targets.push_back({m.rank(), m.peer_address(), m.incarnation()});
+          }
+          return targets;
+        },
+        [self](const UnreachablePeerReport& peer, bool unreachable) {
+          if (unreachable) {
+            std::printf(
+                "shardd rank %d: peer rank %d at %s unreachable (%d probes "
+                "failed: %s); reported to the coordinator\n",
+                self->client_->rank(), peer.rank, peer.address.c_str(),
+                peer.failed_probes, peer.error.c_str());
+          } else {
+            std::printf("shardd rank %d: peer rank %d at %s reachable again\n",
+                        self->client_->rank(), peer.rank, peer.address.c_str());
+          }
+          std::fflush(stdout);
+        });
+    PeerReachability* reachability = m->reachability_.get();
+    mo.unreachable_peers = [reachability] {
+      std::vector<v1::UnreachablePeer> out;
+      for (const UnreachablePeerReport& p : reachability->Unreachable()) {
+        v1::UnreachablePeer u;
+        u.set_rank(p.rank);
+        u.set_incarnation(p.incarnation);
+        u.set_failed_probes(p.failed_probes);
+        u.set_error(p.error);
+        out.push_back(std::move(u));
+      }
+      return out;
+    };
+  }
   absl::StatusOr<std::unique_ptr<coordinator::MemberClient>> client =
       coordinator::MemberClient::Join(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
+  if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_thread_ = std::thread([self] { self->EpochLoop(); });
   return m;
 }
 
 NodeManager::~NodeManager() {
   stop_ = true;
+  if (reachability_ != nullptr) reachability_->Stop();
   if (epoch_thread_.joinable()) epoch_thread_.join();
   // Probe (the only place that starts it) no longer runs: the peer server
   // is shut down before the manager goes.
@@ -317,6 +364,7 @@ NodeManager::~NodeManager() {
 
 absl::Status NodeManager::Shutdown(absl::string_view reason) {
   stop_ = true;
+  if (reachability_ != nullptr) reachability_->Stop();
   events_.Close();
   if (epoch_thread_.joinable()) epoch_thread_.join();
   {

@@ -20,6 +20,7 @@
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/engine_backend.h"
 #include "daemon/node/event_log.h"
+#include "daemon/node/peer_reachability.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
 #include "daemon/recovery/shard_memory.h"
@@ -73,6 +74,11 @@ struct NodeOptions {
   std::function<absl::StatusOr<v1::ProbeResponse>(
       const std::string& peer_address, absl::Time deadline, bool include_model)>
       probe_peer;
+  // Probing of the other members' Peer service with probe_peer, whose
+  // unreachable peers go to the coordinator with every heartbeat: how a
+  // node cut off from its peers (but not from the coordinator) is found.
+  // Off without probe_peer or with a zero interval.
+  PeerReachabilityOptions peer_probing;
   // How long a replacement keeps trying its sources before it gives up on
   // this epoch (and tries again in the next).
   absl::Duration recovery_timeout = absl::Seconds(120);
@@ -248,6 +254,9 @@ class NodeManager {
                  int64_t epoch);
 
   const NodeOptions options_;
+  // Created before client_ (its report goes into the client's heartbeats)
+  // and started after it (it probes the client's view); stopped first.
+  std::unique_ptr<PeerReachability> reachability_;
   std::unique_ptr<coordinator::MemberClient> client_;
   // options_.backend, or the CPU one, and whether its memory is a device's.
   std::shared_ptr<EngineBackend> backend_;

@@ -118,6 +118,14 @@ ABSL_FLAG(std::string, recovery_transport, "replica_group",
           "epoch's replica-group communicator, Gloo pairs straight into the "
           "new shard; FetchShard carries header and CRCs) or stream (inside "
           "the FetchShard gRPC stream)");
+ABSL_FLAG(int64_t, peer_probe_interval_ms, 1000,
+          "how often every other member's Peer service is probed; peers "
+          "that fail --peer_probe_failures probes in a row are reported to "
+          "the coordinator, which removes a node cut off from its peers "
+          "(0: no probing)");
+ABSL_FLAG(int64_t, peer_probe_timeout_ms, 2000, "deadline of each probe");
+ABSL_FLAG(int, peer_probe_failures, 3,
+          "consecutive failed probes that make a peer unreachable");
 
 namespace shardd::node {
 namespace {
@@ -323,6 +331,19 @@ int Run() {
   options.collective_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.connect_timeout = options.collective_timeout;
+  options.peer_probing.interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_peer_probe_interval_ms));
+  options.peer_probing.timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_peer_probe_timeout_ms));
+  options.peer_probing.failures_to_report =
+      absl::GetFlag(FLAGS_peer_probe_failures);
+  if (options.peer_probing.interval < absl::ZeroDuration() ||
+      options.peer_probing.timeout <= absl::ZeroDuration() ||
+      options.peer_probing.failures_to_report < 1) {
+    return Fail(
+        "--peer_probe_interval_ms must be >= 0, --peer_probe_timeout_ms > 0 "
+        "and --peer_probe_failures >= 1");
+  }
   options.commit_log_path = absl::GetFlag(FLAGS_commit_log);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_interval_steps =

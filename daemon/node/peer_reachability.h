@@ -1,0 +1,106 @@
+#ifndef SHARDD_DAEMON_NODE_PEER_REACHABILITY_H_
+#define SHARDD_DAEMON_NODE_PEER_REACHABILITY_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace shardd::node {
+
+struct PeerReachabilityOptions {
+  // Time between the starts of two rounds (a round lasts at least as long
+  // as its slowest probe). Zero: no probing at all.
+  absl::Duration interval = absl::Seconds(1);
+  // Deadline of each probe.
+  absl::Duration timeout = absl::Seconds(2);
+  // Consecutive failed probes that make a peer unreachable (reported).
+  int failures_to_report = 3;
+};
+
+// A member to probe, from the membership view.
+struct ProbeTarget {
+  int rank = 0;
+  std::string address;
+  std::string incarnation;
+};
+
+// A peer whose last `failed_probes` probes all failed.
+struct UnreachablePeerReport {
+  int rank = 0;
+  std::string address;
+  std::string incarnation;
+  int failed_probes = 0;
+  std::string error;  // The last probe's.
+};
+
+// This daemon's view of which peers it can reach: every `interval` it
+// probes each other member of the current membership (their Peer service),
+// all in parallel, and counts consecutive failures per member. Peers with
+// at least `failures_to_report` are reported to the coordinator in every
+// heartbeat; the coordinator removes a member that its peers cannot reach
+// and that cannot reach them (a network partition between the nodes:
+// nothing else notices one, since the member still heartbeats).
+//
+// A count belongs to one process at one address: a member replaced by a
+// new incarnation, or gone from the membership, starts again from zero.
+//
+// Thread-safe. Owns its probing thread (Start/Stop; the destructor stops
+// it); `targets` and `probe` are called on it and must stay valid until
+// Stop returns. `on_change` (optional) is told when a peer becomes
+// unreachable or reachable again, for the daemon's log.
+class PeerReachability {
+ public:
+  using Probe = std::function<absl::Status(const std::string& address,
+                                           absl::Time deadline)>;
+  using Targets = std::function<std::vector<ProbeTarget>()>;
+  using OnChange =
+      std::function<void(const UnreachablePeerReport& peer, bool unreachable)>;
+
+  PeerReachability(const PeerReachabilityOptions& options, Probe probe,
+                   Targets targets, OnChange on_change = nullptr);
+  ~PeerReachability();
+  PeerReachability(const PeerReachability&) = delete;
+  PeerReachability& operator=(const PeerReachability&) = delete;
+
+  // Starts the probing thread (no-op with a zero interval or if started).
+  void Start();
+  // Stops it and waits for the current round (bounded by the timeout).
+  void Stop();
+
+  // One round: probes every target at once and waits for all of them.
+  // The thread calls it; tests call it directly.
+  void RunRound();
+
+  // The peers with at least failures_to_report consecutive failures, by
+  // rank.
+  std::vector<UnreachablePeerReport> Unreachable() const;
+
+ private:
+  struct Count {
+    std::string address;
+    std::string incarnation;
+    int failures = 0;
+    std::string error;
+  };
+  void Loop();
+
+  const PeerReachabilityOptions options_;
+  const Probe probe_;
+  const Targets targets_;
+  const OnChange on_change_;
+
+  mutable absl::Mutex mu_;
+  std::map<int, Count> counts_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_PEER_REACHABILITY_H_

@@ -1,0 +1,205 @@
+#include "daemon/node/peer_reachability.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+// The membership and the network as the test sets them; probes answer
+// from `down` (address -> error).
+class PeerReachabilityTest : public ::testing::Test {
+ protected:
+  PeerReachabilityTest() {
+    options_.interval = absl::Milliseconds(10);
+    options_.timeout = absl::Seconds(5);
+    options_.failures_to_report = 3;
+  }
+
+  std::unique_ptr<PeerReachability> Make() {
+    return std::make_unique<PeerReachability>(
+        options_,
+        [this](const std::string& address, absl::Time) {
+          absl::MutexLock lock(&mu_);
+          ++probes_;
+          auto it = down_.find(address);
+          return it == down_.end() ? absl::OkStatus()
+                                   : absl::UnavailableError(it->second);
+        },
+        [this] {
+          absl::MutexLock lock(&mu_);
+          return targets_;
+        },
+        [this](const UnreachablePeerReport& p, bool unreachable) {
+          absl::MutexLock lock(&mu_);
+          changes_.push_back({p.rank, unreachable});
+        });
+  }
+
+  void SetDown(const std::string& address, bool down) {
+    absl::MutexLock lock(&mu_);
+    if (down) {
+      down_[address] = "connect: Network is unreachable";
+    } else {
+      down_.erase(address);
+    }
+  }
+
+  PeerReachabilityOptions options_;
+  absl::Mutex mu_;
+  std::vector<ProbeTarget> targets_ = {
+      {0, "10.0.0.1:7070", "inc-0"},
+      {2, "10.0.0.3:7070", "inc-2"},
+      {3, "10.0.0.4:7070", "inc-3"},
+  };
+  std::map<std::string, std::string> down_;
+  std::vector<std::pair<int, bool>> changes_;
+  int probes_ = 0;
+};
+
+TEST_F(PeerReachabilityTest, ReportsAPeerAfterConsecutiveFailures) {
+  auto r = Make();
+  SetDown("10.0.0.3:7070", true);
+  r->RunRound();
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+  r->RunRound();
+  const std::vector<UnreachablePeerReport> u = r->Unreachable();
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].rank, 2);
+  EXPECT_EQ(u[0].incarnation, "inc-2");
+  EXPECT_EQ(u[0].failed_probes, 3);
+  EXPECT_EQ(u[0].error, "connect: Network is unreachable");
+  EXPECT_EQ(changes_, (std::vector<std::pair<int, bool>>{{2, true}}));
+}
+
+TEST_F(PeerReachabilityTest, ASuccessfulProbeStartsTheCountAgain) {
+  auto r = Make();
+  SetDown("10.0.0.3:7070", true);
+  r->RunRound();
+  r->RunRound();
+  SetDown("10.0.0.3:7070", false);
+  r->RunRound();
+  SetDown("10.0.0.3:7070", true);
+  r->RunRound();
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+  r->RunRound();
+  EXPECT_EQ(r->Unreachable().size(), 1u);
+  // Reachable again: no longer reported, and the change is told.
+  SetDown("10.0.0.3:7070", false);
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+  EXPECT_EQ(changes_,
+            (std::vector<std::pair<int, bool>>{{2, true}, {2, false}}));
+}
+
+TEST_F(PeerReachabilityTest, ANewIncarnationOrAddressStartsFromZero) {
+  auto r = Make();
+  SetDown("10.0.0.3:7070", true);
+  for (int i = 0; i < 3; ++i) r->RunRound();
+  ASSERT_EQ(r->Unreachable().size(), 1u);
+  {
+    absl::MutexLock lock(&mu_);
+    targets_[1].incarnation = "inc-2b";  // A replacement, same address.
+  }
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+  {
+    absl::MutexLock lock(&mu_);
+    targets_[1].address = "10.0.0.9:7070";  // And at another address.
+  }
+  SetDown("10.0.0.9:7070", true);
+  r->RunRound();
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+}
+
+TEST_F(PeerReachabilityTest, APeerGoneFromTheMembershipIsForgotten) {
+  auto r = Make();
+  SetDown("10.0.0.3:7070", true);
+  for (int i = 0; i < 3; ++i) r->RunRound();
+  ASSERT_EQ(r->Unreachable().size(), 1u);
+  std::vector<ProbeTarget> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all = targets_;
+    targets_.erase(targets_.begin() + 1);
+  }
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+  // Back in the membership (re-joined), still cut off: three more probes
+  // before it is reported again, not one.
+  {
+    absl::MutexLock lock(&mu_);
+    targets_ = all;
+  }
+  r->RunRound();
+  EXPECT_TRUE(r->Unreachable().empty());
+}
+
+TEST_F(PeerReachabilityTest, ProbesOfOneRoundRunAtTheSameTime) {
+  // Each probe waits for all three to be in flight: probed one after
+  // another, the first would time out and count as a failure.
+  int in_flight = 0;
+  absl::Mutex m;
+  PeerReachabilityOptions o = options_;
+  o.failures_to_report = 1;
+  PeerReachability r(
+      o,
+      [&](const std::string&, absl::Time) {
+        absl::MutexLock lock(&m);
+        ++in_flight;
+        auto all = [&in_flight] { return in_flight == 3; };
+        return m.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(10))
+                   ? absl::OkStatus()
+                   : absl::DeadlineExceededError("not in parallel");
+      },
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return targets_;
+      });
+  r.RunRound();
+  EXPECT_TRUE(r.Unreachable().empty());
+}
+
+TEST_F(PeerReachabilityTest, TheThreadProbesUntilStopped) {
+  auto r = Make();
+  SetDown("10.0.0.1:7070", true);
+  r->Start();
+  {
+    absl::MutexLock lock(&mu_);
+    auto reported = [this] { return !changes_.empty(); };
+    ASSERT_TRUE(
+        mu_.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(30)));
+  }
+  r->Stop();
+  EXPECT_EQ(r->Unreachable().size(), 1u);
+  int after_stop;
+  {
+    absl::MutexLock lock(&mu_);
+    after_stop = probes_;
+  }
+  r->RunRound();  // Still usable by hand; the thread is gone.
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(probes_, after_stop + 3);
+}
+
+TEST_F(PeerReachabilityTest, ZeroIntervalStartsNothing) {
+  options_.interval = absl::ZeroDuration();
+  auto r = Make();
+  r->Start();
+  r->Stop();
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(probes_, 0);
+}
+
+}  // namespace
+}  // namespace shardd::node
