@@ -436,6 +436,7 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   s.lease = table_.options().detector.lease;
   s.slots = table_.slots();
   s.started = started_;
+  s.quarantines = table_.quarantines();
   const auto& log = table_.decisions();
   for (auto it = log.rbegin();
        it != log.rend() && static_cast<int>(s.decisions.size()) < max_decisions;

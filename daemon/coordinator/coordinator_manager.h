@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ struct ClusterSnapshot {
   // Why the last change happened ("rank 3 lease expired ...").
   std::string last_reason;
   absl::Time started;
+  // By peer address (MembershipTable::quarantines).
+  std::map<std::string, Quarantine> quarantines;
 };
 
 // What a heartbeat reply carries, without copying the whole cluster.

@@ -337,6 +337,13 @@ grpc::Status CoordinatorService::GetClusterState(
   }
   response->set_lease_ms(absl::ToInt64Milliseconds(s.lease));
   response->set_coordinator_started_unix_ms(UnixMs(s.started));
+  for (const auto& [address, q] : s.quarantines) {
+    pb::QuarantinedAddress* out = response->add_quarantines();
+    out->set_peer_address(address);
+    out->set_until_unix_ms(UnixMs(q.until));
+    out->set_removals(q.removals);
+    out->set_reason(q.reason);
+  }
   return grpc::Status::OK;
 }
 

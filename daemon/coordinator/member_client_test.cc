@@ -304,6 +304,19 @@ TEST(MemberClientTest,
   }
   EXPECT_TRUE(cut_off);
   EXPECT_TRUE(refused);
+  // GetClusterState shows the (now past) quarantine of rank 2's address.
+  auto stub = pb::Coordinator::NewStub(grpc::CreateChannel(
+      (*coord)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(Deadline()));
+  pb::ClusterState state;
+  ASSERT_TRUE(
+      stub->GetClusterState(&context, pb::GetClusterStateRequest(), &state)
+          .ok());
+  ASSERT_EQ(state.quarantines_size(), 1);
+  EXPECT_EQ(state.quarantines(0).peer_address(), "127.0.0.1:20002");
+  EXPECT_EQ(state.quarantines(0).removals(), 1);
+  EXPECT_NE(state.quarantines(0).reason().find("cut off"), std::string::npos);
   // The others never lost their slots.
   for (int r : {0, 1, 3}) EXPECT_EQ(clients[r]->view().joins, 1) << r;
 }

@@ -302,15 +302,15 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
           return self->options_.probe_peer(address, deadline, false).status();
         },
         [self] {
-          // The other members of the current view (client_ is set before
-          // the probing starts and reset after it stops).
-          std::vector<ProbeTarget> targets;
+          // The members of the current view this daemon exchanges data
+          // with (client_ is set before the probing starts and reset after
+          // it stops).
+          std::vector<ProbeTarget> members;
           const coordinator::MembershipView view = self->client_->view();
           for (const v1::MemberInfo& m : view.members) {
-            if (m.rank() == view.rank) continue;
-            targets.push_back({m.rank(), m.peer_address(), m.incarnation()});
+            members.push_back({m.rank(), m.peer_address(), m.incarnation()});
           }
-          return targets;
+          return GroupPeers(view.rank, view.sharding_factor, members);
         },
         [self](const UnreachablePeerReport& peer, bool unreachable) {
           if (unreachable) {

@@ -4,6 +4,20 @@
 
 namespace shardd::node {
 
+std::vector<ProbeTarget> GroupPeers(int self, int sharding_factor,
+                                    const std::vector<ProbeTarget>& members) {
+  std::vector<ProbeTarget> out;
+  if (sharding_factor < 1) return out;
+  for (const ProbeTarget& m : members) {
+    if (m.rank == self) continue;
+    if (m.rank / sharding_factor == self / sharding_factor ||
+        m.rank % sharding_factor == self % sharding_factor) {
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
 PeerReachability::PeerReachability(const PeerReachabilityOptions& options,
                                    Probe probe, Targets targets,
                                    OnChange on_change)

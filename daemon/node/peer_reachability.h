@@ -30,6 +30,15 @@ struct ProbeTarget {
   std::string incarnation;
 };
 
+// The members `self` exchanges data with: its shard group (same rank / F:
+// all-gather, reduce-scatter) and its replica group (same rank % F:
+// all-reduce, shard copies), itself excluded. Only those links matter to
+// the job, and probing them alone costs F + W/F - 2 probes per round
+// instead of W - 1. A member cut off from the others is still found: its
+// two groups give it at least two broken links when W/F >= 2 and F >= 2.
+std::vector<ProbeTarget> GroupPeers(int self, int sharding_factor,
+                                    const std::vector<ProbeTarget>& members);
+
 // A peer whose last `failed_probes` probes all failed.
 struct UnreachablePeerReport {
   int rank = 0;

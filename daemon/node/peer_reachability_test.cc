@@ -201,5 +201,24 @@ TEST_F(PeerReachabilityTest, ZeroIntervalStartsNothing) {
   EXPECT_EQ(probes_, 0);
 }
 
+TEST(GroupPeersTest, ProbesTheShardAndReplicaGroupsOnly) {
+  // W = 8, F = 4: rank 5's shard group is 4..7, its replica group {1, 5}.
+  std::vector<ProbeTarget> members;
+  for (int r = 0; r < 8; ++r) {
+    members.push_back({r, "10.0.0." + std::to_string(r + 1) + ":7070", "i"});
+  }
+  std::vector<int> ranks;
+  for (const ProbeTarget& t : GroupPeers(5, 4, members))
+    ranks.push_back(t.rank);
+  EXPECT_EQ(ranks, (std::vector<int>{1, 4, 6, 7}));
+  // F = 1 (no sharding): the replica group is everyone; F = W: likewise.
+  EXPECT_EQ(GroupPeers(0, 1, members).size(), 7u);
+  EXPECT_EQ(GroupPeers(0, 8, members).size(), 7u);
+  // Members missing from the view (a vacant slot) are not probed.
+  members.erase(members.begin() + 1);
+  EXPECT_EQ(GroupPeers(5, 4, members).size(), 3u);
+  EXPECT_TRUE(GroupPeers(5, 0, members).empty());
+}
+
 }  // namespace
 }  // namespace shardd::node
