@@ -97,6 +97,14 @@ struct MembershipView {
   bool AllLive() const {
     return world_size > 0 && static_cast<int>(members.size()) == world_size;
   }
+  // True when `rank` is held in this view by the process `incarnation`
+  // (not by a successor that took the slot).
+  bool HeldBy(int rank, const std::string& incarnation) const {
+    for (const shardd::v1::MemberInfo& m : members) {
+      if (m.rank() == rank) return m.incarnation() == incarnation;
+    }
+    return false;
+  }
 };
 
 // The daemon side of the Coordinator protocol, without decisions of its

@@ -221,6 +221,18 @@ TEST(MemberClientTest, DestructorReturnsPromptlyWhileTheCoordinatorIsGone) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
 }
 
+TEST(MemberClientTest, ViewSaysWhichProcessHoldsASlot) {
+  MembershipView v;
+  v.world_size = 2;
+  pb::MemberInfo m;
+  m.set_rank(1);
+  m.set_incarnation("b");
+  v.members.push_back(m);
+  EXPECT_TRUE(v.HeldBy(1, "b"));
+  EXPECT_FALSE(v.HeldBy(1, "a"));  // A successor holds it.
+  EXPECT_FALSE(v.HeldBy(0, "b"));  // Vacant.
+}
+
 // The reachability reports of a simulated network, for each member's
 // heartbeats: while `cut` is set, rank `cut` and everyone else report each
 // other unreachable.

@@ -362,6 +362,8 @@ NodeManager::~NodeManager() {
   replica_group_.reset();
 }
 
+void NodeManager::BeginShutdown() { stop_ = true; }
+
 absl::Status NodeManager::Shutdown(absl::string_view reason) {
   stop_ = true;
   if (reachability_ != nullptr) reachability_->Stop();
@@ -426,6 +428,14 @@ void NodeManager::EpochLoop() {
       }
     }
     if (!view->AllLive()) continue;
+    // Only the process that holds this rank's slot in the epoch builds its
+    // communicators: one removed (cut off, or replaced while it hung) still
+    // sees the epochs of its successor, and must not publish itself in
+    // their rendezvous as that rank.
+    if (!view->HeldBy(client_->rank(), client_->incarnation())) {
+      handled = view->epoch;
+      continue;
+    }
     handled = view->epoch;
     // Before anything else of this epoch (communicators, serving a copy,
     // READY): a step left in doubt becomes applied or dropped, so that every
@@ -662,6 +672,14 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
     {
       absl::MutexLock lock(&mu_);
       if (ReadyLocked() && comm_epoch_ >= min_epoch) return comm_epoch_;
+    }
+    if (stop_.load()) {
+      return absl::UnavailableError("the daemon is shutting down");
+    }
+    if (absl::Status ended = client_->view().error; !ended.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("this daemon is no longer a member (", ended.ToString(),
+                       "); it is exiting"));
     }
     if (absl::Now() >= deadline) {
       absl::MutexLock lock(&mu_);

@@ -131,6 +131,11 @@ class NodeManager {
   // Leaves the coordinator and stops following the membership. Buffers are
   // freed (segments unlinked) when the manager is destroyed.
   absl::Status Shutdown(absl::string_view reason);
+  // The first step of a shutdown, before the trainer server drains its
+  // calls: a WaitReady (or any operation waiting for a ready epoch) returns
+  // UNAVAILABLE at once instead of at its deadline, which would hold the
+  // server's drain, and no new epoch's communicators are built.
+  void BeginShutdown();
 
   int rank() const;
 
@@ -185,7 +190,8 @@ class NodeManager {
                                   int sharding_factor);
   // True when communicators of the newest known epoch are up and healthy.
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits (polling) until ready; ABORTED/DEADLINE_EXCEEDED otherwise.
+  // Waits (polling) until ready; DEADLINE_EXCEEDED at the deadline,
+  // UNAVAILABLE when the daemon shuts down or its membership ended.
   absl::StatusOr<int64_t> WaitUntilReady(absl::Time deadline,
                                          int64_t min_epoch);
   // The engine when a model is registered, else FAILED_PRECONDITION.

@@ -478,7 +478,9 @@ int Run() {
   stopping = true;
   readiness.join();
   health.SetServingStatus("shardd.ready", false);
-  // Stop accepting and drain in-flight trainer calls (cancelled after 5 s).
+  // Stop accepting and drain in-flight trainer calls (cancelled after 5 s);
+  // those waiting for a ready epoch return at once.
+  (*manager)->BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");
   if (!left.ok()) {

@@ -21,6 +21,8 @@
 #                      (the coordinator probes daemons' peer services).
 #   node namespace K   veth "ctl" in bctl, 10.N.1.(K+1) (coordinator traffic),
 #   (K = 0..W-1)       veth "data" in bdata, 10.N.2.(K+1) (Peer API, Gloo).
+#   extra node K >= W  the same, added by nl_add_node K (a new machine for a
+#                      replacement daemon: nl_start_daemon_on RUN RANK K).
 #
 # No namespace has a route to the other /24 through the hub (the hub does
 # not forward between its bridges and the nodes have no default route), so
@@ -97,11 +99,48 @@ nl_reap_stale() {
   done < <(ip netns list 2>/dev/null)
 }
 
+# nl_make_node K: node K's namespace (recorded for deletion) with its two
+# links and addresses; their hub ends (cK, dK) wait in the hub, unattached:
+# nl_hub_ports K prints the hub commands that attach them to the bridges.
+nl_make_node() {
+  local k=$1 ns err
+  ns=$(nl_ns "$k")
+  NL_NETNS+=("$ns")
+  err=$(ip netns add "$ns" 2>&1) || fl_die "netns set-up: ip netns add $ns: $err"
+  nl_batch "$ns" <<EOF
+link set lo up
+link add ctl type veth peer name c$k netns $NL_HUB
+link add data type veth peer name d$k netns $NL_HUB
+addr add $(nl_ctl_ip "$k")/24 dev ctl
+addr add $(nl_data_ip "$k")/24 dev data
+link set ctl up
+link set data up
+EOF
+}
+nl_hub_ports() {
+  printf 'link set c%s master bctl up\nlink set d%s master bdata up\n' "$1" "$1"
+}
+
+# nl_add_node K: one more node namespace after nl_setup, K >= W (with W =
+# 4, K = 4 has 10.N.1.5 and 10.N.2.5), on both networks like the others
+# (a new machine, e.g. for a replacement: nl_start_daemon_on); deleted at
+# exit with them.
+nl_add_node() {
+  local k=$1 ns
+  ns=$(nl_ns "$k")
+  ((k >= FL_W && k < 99)) || fl_die "nl_add_node $k: K must be in [$FL_W, 99)"
+  [[ " ${NL_NETNS[*]} " != *" $ns "* ]] || fl_die "nl_add_node $k: $ns exists"
+  nl_make_node "$k"
+  nl_batch "$NL_HUB" < <(nl_hub_ports "$k")
+  fl_log "netns: node $k added ($ns): control $(nl_ctl_ip "$k")," \
+    "data $(nl_data_ip "$k")"
+}
+
 # nl_setup: the hub and W node namespaces (file comment); NL_HUB, NL_NET,
 # NL_COORD_HOST. Skips the test (nl_skip) when not root or when a network
 # namespace cannot be created. Call after fl_init.
 nl_setup() {
-  local err k ns ports=""
+  local err k ports=""
   [[ $EUID -eq 0 ]] ||
     nl_skip "needs root for network namespaces (running as uid $EUID)"
   command -v ip >/dev/null || nl_skip "no ip(8) (iproute2) on the PATH"
@@ -124,19 +163,8 @@ link set bctl up
 link set bdata up
 EOF
   for ((k = 0; k < FL_W; k++)); do
-    ns=$(nl_ns "$k")
-    NL_NETNS+=("$ns")
-    err=$(ip netns add "$ns" 2>&1) || fl_die "netns set-up: ip netns add $ns: $err"
-    nl_batch "$ns" <<EOF
-link set lo up
-link add ctl type veth peer name c$k netns $NL_HUB
-link add data type veth peer name d$k netns $NL_HUB
-addr add $(nl_ctl_ip "$k")/24 dev ctl
-addr add $(nl_data_ip "$k")/24 dev data
-link set ctl up
-link set data up
-EOF
-    ports+="link set c$k master bctl up"$'\n'"link set d$k master bdata up"$'\n'
+    nl_make_node "$k"
+    ports+=$(nl_hub_ports "$k")$'\n'
   done
   nl_batch "$NL_HUB" <<<"$ports"
   fl_log "netns: hub $NL_HUB, nodes $(nl_ns 0)..$(nl_ns $((FL_W - 1))):" \
@@ -222,17 +250,43 @@ nl_start_coordinator() {
 nl_start_daemon() {
   local run=$1 r=$2
   shift 2
-  local d="$FL_ROOT/$run" key="$run/$r"
+  nl_start_daemon_on "$run" "$r" "$r" "$@"
+}
+
+# nl_start_daemon_on RUN RANK K [FLAG...]: nl_start_daemon on node K (its
+# namespace and data address) with RANK's identity node-RANK, e.g. a
+# replacement on a new node (nl_add_node); logs and commit logs named as
+# nl_start_daemon's (fl_daemon_log and fl_check_run find them). Its
+# trainer socket (NL_SOCKET[RUN/RANK]) is sRANK.sock on node RANK, else
+# sRANK-nK.sock: a daemon refuses a path another one serves, and the
+# RANK daemon it replaces may live on, cut off.
+declare -A NL_SOCKET
+nl_start_daemon_on() {
+  local run=$1 r=$2 k=$3
+  shift 3
+  local d="$FL_ROOT/$run" key="$run/$r" sock
   FL_DAEMON_N[$key]=$((${FL_DAEMON_N[$key]:-0} + 1))
   local n=${FL_DAEMON_N[$key]}
-  ip netns exec "$(nl_ns "$r")" "$FL_SHARDD" \
+  if [[ $k -eq $r ]]; then sock="$d/s$r.sock"; else sock="$d/s$r-n$k.sock"; fi
+  NL_SOCKET[$key]=$sock
+  ip netns exec "$(nl_ns "$k")" "$FL_SHARDD" \
     --coordinator="$NL_COORD_HOST:$FL_PORT" \
-    --peer_listen="$(nl_data_ip "$r"):0" --identity=node-"$r" \
-    --rank="$r" --listen_unix="$d/s$r.sock" --shm_dir="$d" \
+    --peer_listen="$(nl_data_ip "$k"):0" --identity=node-"$r" \
+    --rank="$r" --listen_unix="$sock" --shm_dir="$d" \
     --commit_log="$d/commit-$r-$n.log" "${FL_DAEMON_FLAGS[@]}" "$@" \
     >"$d/d$r-$n.log" 2>&1 &
   FL_DAEMON_PID[r]=$!
   fl_pids+=($!)
+}
+
+# nl_start_trainer RUN RANK [FLAG...]: fl_start_trainer (root namespace)
+# against the trainer socket of RANK's latest daemon, wherever it runs
+# (fl_start_trainer's own --socket is sRANK.sock; with absl flags the last
+# --socket given wins).
+nl_start_trainer() {
+  local run=$1 r=$2
+  shift 2
+  fl_start_trainer "$run" "$r" --socket="${NL_SOCKET[$run/$r]}" "$@"
 }
 
 # nl_start_cluster RUN [RANK FLAG]...: fl_start_cluster in the namespaces:

@@ -820,6 +820,50 @@ TEST_F(ShardProcessTest,
   EXPECT_EQ(*code, 0);
 }
 
+// SIGTERM while a trainer waits for a ready epoch that cannot come (its
+// peer is dead): the wait ends at once with UNAVAILABLE and the daemon
+// exits, instead of the server's drain waiting for the call's own deadline
+// (two minutes here).
+TEST_F(ShardProcessTest, ShutdownDoesNotWaitForAPendingWaitReady) {
+  std::vector<pb::RegisterModelResponse> reg(kW);
+  std::vector<grpc::Status> reg_status(kW);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kW; ++r) {
+      threads.emplace_back([&, r] { reg_status[r] = Register(r, &reg[r]); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(reg_status[r].ok()) << reg_status[r].error_message();
+  }
+  daemons_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(daemons_[1]->Wait(absl::Now() + absl::Seconds(5)).ok());
+  pb::WaitReadyRequest wait;
+  wait.set_min_epoch(Status(0).epoch() + 1000);  // Never reached.
+  pb::WaitReadyResponse waited;
+  grpc::Status waited_status;
+  auto ctx = Ctx(absl::Seconds(120));
+  std::thread waiter(
+      [&] { waited_status = stubs_[0]->WaitReady(ctx.get(), wait, &waited); });
+  // A call sent after the WaitReady on the same connection: once it is
+  // answered, the WaitReady has reached the daemon.
+  Status(0);
+  const absl::Time signalled = absl::Now();
+  daemons_[0]->Signal(SIGTERM);
+  auto code = daemons_[0]->Wait(absl::Now() + absl::Seconds(60));
+  waiter.join();
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  // The server's drain lasts at most 5 s; the call's deadline was 120 s.
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(30));
+  EXPECT_EQ(waited_status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << waited_status.error_message();
+  EXPECT_TRUE(absl::StrContains(waited_status.error_message(), "shutting down"))
+      << waited_status.error_message();
+  stubs_.clear();
+}
+
 // --device: auto takes the CPU and says why (no GPU data plane, or none
 // usable); an explicit CUDA device is refused with the reason, before the
 // daemon joins anything.
