@@ -206,6 +206,10 @@ void CoordinatorManager::Publish() {
     published_without_replica_ = without;
     observer->ShardsWithoutReplica(without);
   }
+  if (table_.broken_peer_links() != published_broken_links_) {
+    published_broken_links_ = table_.broken_peer_links();
+    observer->BrokenPeerLinks(published_broken_links_);
+  }
   const int ready = table_.ready() ? 1 : 0;
   if (table_.epoch() != published_epoch_ || ready != published_ready_) {
     published_epoch_ = table_.epoch();

@@ -406,7 +406,7 @@ absl::Status MembershipTable::Heartbeat(
   slot.last_heartbeat = now;
   slot.lease_expiry = now + options_.detector.lease;
   slot.unreachable = std::move(unreachable);
-  if (!slot.unreachable.empty() || !undecided_links_.empty()) {
+  if (!slot.unreachable.empty() || broken_peer_links_ > 0) {
     DecidePartitions(now);
     if (!slot.live()) {
       return absl::NotFoundError(
@@ -447,6 +447,9 @@ void MembershipTable::DecidePartitions(absl::Time now) {
   }
   const int live = static_cast<int>(reports.size());
   const PartitionVerdict verdict = DecidePartition(reports, (live - 1) / 2);
+  // After a removal the cut-off member's links no longer count (it is not
+  // live); the next heartbeat's decision brings the count down.
+  broken_peer_links_ = static_cast<int>(verdict.broken_links.size());
   if (verdict.kind != PartitionKind::kCutOff) {
     std::string links;
     if (verdict.kind != PartitionKind::kNone) {

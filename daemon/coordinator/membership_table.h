@@ -257,6 +257,9 @@ class MembershipTable {
   const std::deque<Decision>& decisions() const { return decisions_; }
   // Decisions ever logged (the deque drops the oldest).
   int64_t decisions_total() const { return decisions_total_; }
+  // Links between live members that both ends reported down at the last
+  // partition decision (0 when none).
+  int broken_peer_links() const { return broken_peer_links_; }
   // Peer addresses removed as cut off, current and past quarantines.
   const std::map<std::string, Quarantine>& quarantines() const {
     return quarantines_;
@@ -292,6 +295,7 @@ class MembershipTable {
   int64_t decisions_total_ = 0;
   std::vector<Accusation> accusations_;
   std::map<std::string, Quarantine> quarantines_;
+  int broken_peer_links_ = 0;
   // Broken links without a verdict ("" when none), since when they have
   // been the same, and those last logged as PARTITION_UNDECIDED.
   std::string undecided_links_;

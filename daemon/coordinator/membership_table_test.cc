@@ -467,6 +467,7 @@ TEST_F(MembershipTableTest, MemberCutOffFromItsPeersIsRemovedAndQuarantined) {
   ASSERT_TRUE(ReachabilityHeartbeat(*table_, 3, {2}, kT0).ok());
   EXPECT_TRUE(table_->slots()[2].live());
   EXPECT_EQ(table_->epoch(), epoch);
+  EXPECT_EQ(table_->broken_peer_links(), 0);  // One-sided so far.
   const absl::Status own =
       ReachabilityHeartbeat(*table_, 2, {0, 1, 3}, kT0 + absl::Seconds(1));
   // Rank 2's own heartbeat removed it: NOT_FOUND says why, so it re-joins.
@@ -488,6 +489,11 @@ TEST_F(MembershipTableTest, MemberCutOffFromItsPeersIsRemovedAndQuarantined) {
     }
   }
   EXPECT_TRUE(logged);
+  EXPECT_EQ(table_->broken_peer_links(), 3);  // At the decision.
+  // The next report decides again without the removed member's links.
+  ASSERT_TRUE(
+      ReachabilityHeartbeat(*table_, 0, {}, kT0 + absl::Seconds(2)).ok());
+  EXPECT_EQ(table_->broken_peer_links(), 0);
 
   // Its re-join from the same address is refused while quarantined, and
   // only the first refusal is logged.

@@ -76,6 +76,9 @@ class CoordinatorObserver {
   virtual void CommitVote(absl::string_view /*decision*/) {}
   // The lease members must renew within.
   virtual void Lease(absl::Duration /*lease*/) {}
+  // Links between live members that both ends report unreachable (a
+  // network partition between nodes; 0 when none).
+  virtual void BrokenPeerLinks(int /*n*/) {}
 };
 
 }  // namespace shardd::metrics

@@ -101,6 +101,10 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
       registry, "shardd_coordinator_shards_without_replica",
       "Shard indices no live member holds (only a checkpoint can restore "
       "them).");
+  broken_peer_links_ = NewGauge(
+      registry, "shardd_coordinator_broken_peer_links",
+      "Links between live members that both ends report unreachable (a "
+      "network partition between nodes).");
   checkpoint_fallbacks_ =
       NewCounter(registry, "shardd_coordinator_checkpoint_fallbacks_total",
                  "Recoveries that had to use a checkpoint.");
@@ -147,6 +151,10 @@ void PrometheusCoordinatorObserver::RecoveryPhase(absl::string_view phase,
 
 void PrometheusCoordinatorObserver::ShardsWithoutReplica(int n) {
   shards_without_replica_->Set(n);
+}
+
+void PrometheusCoordinatorObserver::BrokenPeerLinks(int n) {
+  broken_peer_links_->Set(n);
 }
 
 void PrometheusCoordinatorObserver::CheckpointFallback() {

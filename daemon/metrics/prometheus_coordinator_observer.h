@@ -45,6 +45,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void RecoveryCompleted() override;
   void RecoveryPhase(absl::string_view phase, absl::Duration d) override;
   void ShardsWithoutReplica(int n) override;
+  void BrokenPeerLinks(int n) override;
   void CheckpointFallback() override;
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
@@ -61,6 +62,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Counter* recoveries_completed_;
   BoundedSeries<prometheus::Histogram> recovery_duration_;
   prometheus::Gauge* shards_without_replica_;
+  prometheus::Gauge* broken_peer_links_;
   prometheus::Counter* checkpoint_fallbacks_;
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;

@@ -74,6 +74,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
         "shardd_coordinator_recoveries_started_total",
         "shardd_coordinator_recoveries_completed_total",
         "shardd_coordinator_shards_without_replica",
+        "shardd_coordinator_broken_peer_links",
         "shardd_coordinator_checkpoint_fallbacks_total",
         "shardd_coordinator_lease_seconds"}) {
     EXPECT_EQ(s.at(name), 0) << name;
@@ -87,6 +88,7 @@ TEST_F(PrometheusCoordinatorObserverTest, GaugesFollowTheLatestValues) {
   observer_.CommittedStep(41);
   observer_.Lease(absl::Milliseconds(1500));
   observer_.ShardsWithoutReplica(2);
+  observer_.BrokenPeerLinks(3);
   auto s = Samples();
   EXPECT_EQ(s.at("shardd_coordinator_membership_epoch"), 3);
   EXPECT_EQ(s.at("shardd_coordinator_ready"), 0);
@@ -95,6 +97,9 @@ TEST_F(PrometheusCoordinatorObserverTest, GaugesFollowTheLatestValues) {
   EXPECT_EQ(s.at("shardd_coordinator_committed_step"), 41);
   EXPECT_EQ(s.at("shardd_coordinator_lease_seconds"), 1.5);
   EXPECT_EQ(s.at("shardd_coordinator_shards_without_replica"), 2);
+  EXPECT_EQ(s.at("shardd_coordinator_broken_peer_links"), 3);
+  observer_.BrokenPeerLinks(0);
+  EXPECT_EQ(Samples().at("shardd_coordinator_broken_peer_links"), 0);
   observer_.EpochChanged(4, true);
   observer_.Members(4, 4);
   observer_.ShardsWithoutReplica(0);

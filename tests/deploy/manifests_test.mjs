@@ -412,6 +412,7 @@ describe("alert rules", () => {
   test("every rule selects only exported metrics", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
+      "shardd_coordinator_broken_peer_links",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
       "shardd_coordinator_recovery_duration_seconds_count",
