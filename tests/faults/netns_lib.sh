@@ -357,3 +357,22 @@ nl_heal() {
   nl_ip -n "$(nl_ns "$1")" link set data up
   fl_log "netns: node $1 healed (data link up)"
 }
+
+# nl_cut_link A B: only the data link between nodes A and B goes down, both
+# ways (a "prohibit" route to the other's data address in each namespace:
+# sends fail at once, and whatever still arrives cannot be answered); every
+# other link, and both nodes' coordinator traffic, stay up.
+# NL_CUT_TIME: just before. nl_mend_link A B: both routes removed;
+# NL_MEND_TIME: just before.
+nl_cut_link() {
+  NL_CUT_TIME=$(fl_now)
+  nl_ip -n "$(nl_ns "$1")" route add prohibit "$(nl_data_ip "$2")/32"
+  nl_ip -n "$(nl_ns "$2")" route add prohibit "$(nl_data_ip "$1")/32"
+  fl_log "netns: data link $1-$2 cut"
+}
+nl_mend_link() {
+  NL_MEND_TIME=$(fl_now)
+  nl_ip -n "$(nl_ns "$1")" route del prohibit "$(nl_data_ip "$2")/32"
+  nl_ip -n "$(nl_ns "$2")" route del prohibit "$(nl_data_ip "$1")/32"
+  fl_log "netns: data link $1-$2 mended"
+}
