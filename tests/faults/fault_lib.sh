@@ -227,6 +227,24 @@ fl_start_trainer() {
 # fl_trainer_log RUN RANK: the log of RANK's latest trainer process.
 fl_trainer_log() { echo "$FL_ROOT/$1/t$2-${FL_TRAINER_N[$1/$2]}.log"; }
 
+# fl_wait_started PID LOG EXTENDED_REGEX SECONDS: until a line of LOG
+# matches (0), PID exits first (1; e.g. an unknown flag) or the deadline
+# passes (2).
+fl_wait_started() {
+  local end=$((SECONDS + $4))
+  while true; do
+    grep -Eq "$3" "$2" 2>/dev/null && return 0
+    fl_exited "$1" && return 1
+    ((SECONDS > end)) && return 2
+    sleep 0.01 # poll interval
+  done
+}
+
+# How fl_start_cluster starts the coordinator (RUN) and a daemon (RUN RANK
+# [FLAG...]); netns_lib.sh puts them in network namespaces.
+FL_START_COORDINATOR=fl_start_coordinator
+FL_START_DAEMON=fl_start_daemon
+
 # fl_start_cluster RUN [RANK FLAG]...: a coordinator, W daemons (each RANK
 # named with its FLAG, e.g. --failpoint=...) and, once each daemon listens,
 # its trainer.
@@ -238,17 +256,18 @@ fl_start_cluster() {
     flag[$1]=$2
     shift 2
   done
-  fl_start_coordinator "$run"
+  "$FL_START_COORDINATOR" "$run"
   for ((r = 0; r < FL_W; r++)); do
     if [[ -n "${flag[$r]:-}" ]]; then
-      fl_start_daemon "$run" "$r" "${flag[$r]}"
+      "$FL_START_DAEMON" "$run" "$r" "${flag[$r]}"
     else
-      fl_start_daemon "$run" "$r"
+      "$FL_START_DAEMON" "$run" "$r"
     fi
   done
   for ((r = 0; r < FL_W; r++)); do
-    fl_wait_line "$(fl_daemon_log "$run" "$r")" "^shardd rank $r listening" 30 ||
-      fl_die "$run: daemon $r did not join within 30 s"
+    fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
+      "^shardd rank $r listening" 30 ||
+      fl_die "$run: daemon $r did not join within 30 s (or exited)"
     fl_start_trainer "$run" "$r"
   done
   fl_log "$run: cluster up (coordinator port $FL_PORT)"

@@ -7,8 +7,8 @@
 #   source "$(dirname "$0")/netns_lib.sh"
 #   fl_init "$@"
 #   nl_setup            # or: SKIPPED (JUnit <skipped/>) and exit 0
-#   nl_reference        # the no-fault run, inside the namespaces
-#   nl_start_cluster run
+#   fl_reference        # the no-fault run, inside the namespaces
+#   fl_start_cluster run
 #   nl_partition 2 ... nl_heal 2
 #   fl_wait_trainers run; fl_check_run run "$FL_REF"; fl_finish
 #
@@ -39,7 +39,7 @@
 # namespaces and then runs fl_exit.
 
 NL_NETNS=()       # namespaces this process created (deleted at exit)
-NL_COORD_FLAGS=() # extra flags for every coordinator nl_start_cluster starts
+NL_COORD_FLAGS=() # extra flags for every coordinator fl_start_cluster starts
 
 # nl_skip WHY: this host cannot build the topology. The test does not count
 # as passed: a JUnit XML with one skipped test case (scripts/test counts
@@ -145,6 +145,8 @@ nl_setup() {
     nl_skip "needs root for network namespaces (running as uid $EUID)"
   command -v ip >/dev/null || nl_skip "no ip(8) (iproute2) on the PATH"
   nl_reap_stale
+  FL_START_COORDINATOR=nl_start_cluster_coordinator
+  FL_START_DAEMON=nl_start_daemon
   NL_TAG="nl$$x$((RANDOM % 1000))"
   NL_HUB="${NL_TAG}h"
   NL_NET="10.$((100 + RANDOM % 100))"
@@ -195,19 +197,6 @@ nl_exit() {
   fl_exit
 }
 
-# nl_wait_started PID LOG EXTENDED_REGEX SECONDS: until a line of LOG
-# matches (0), PID exits first (1; e.g. an unknown flag) or the deadline
-# passes (2).
-nl_wait_started() {
-  local end=$((SECONDS + $4))
-  while true; do
-    grep -Eq "$3" "$2" 2>/dev/null && return 0
-    fl_exited "$1" && return 1
-    ((SECONDS > end)) && return 2
-    sleep 0.01 # poll interval
-  done
-}
-
 # nl_start_coordinator RUN [FLAG...]: fl_start_coordinator in the hub
 # namespace, listening on $NL_COORD_HOST: FL_PORT, FL_COORD_PID; log
 # coord-N.log. No process outside the hub can hold a port there, so any
@@ -226,7 +215,7 @@ nl_start_coordinator() {
       --sharding_factor="$FL_F" "$@" >"$log" 2>&1 &
     FL_COORD_PID=$!
     fl_pids+=($!)
-    nl_wait_started "$FL_COORD_PID" "$log" "$re|cannot listen" 30
+    fl_wait_started "$FL_COORD_PID" "$log" "$re|cannot listen" 30
     case $? in
       1) fl_die "$run: coordinator $n exited at start: $(tail -3 "$log")" ;;
       2) fl_die "$run: coordinator $n did not start listening within 30 s" ;;
@@ -289,42 +278,11 @@ nl_start_trainer() {
   fl_start_trainer "$run" "$r" --socket="${NL_SOCKET[$run/$r]}" "$@"
 }
 
-# nl_start_cluster RUN [RANK FLAG]...: fl_start_cluster in the namespaces:
-# a coordinator (with NL_COORD_FLAGS), W daemons (each RANK named with its
-# FLAG) and, once each daemon listens, its trainer (root namespace).
-nl_start_cluster() {
-  local run=$1 r
-  shift
-  local -A flag=()
-  while [[ $# -ge 2 ]]; do
-    flag[$1]=$2
-    shift 2
-  done
-  nl_start_coordinator "$run" "${NL_COORD_FLAGS[@]}"
-  for ((r = 0; r < FL_W; r++)); do
-    if [[ -n "${flag[$r]:-}" ]]; then
-      nl_start_daemon "$run" "$r" "${flag[$r]}"
-    else
-      nl_start_daemon "$run" "$r"
-    fi
-  done
-  for ((r = 0; r < FL_W; r++)); do
-    nl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
-      "^shardd rank $r listening" 30 ||
-      fl_die "$run: daemon $r did not join within 30 s (or exited)"
-    fl_start_trainer "$run" "$r"
-  done
-  fl_log "$run: cluster up in namespaces (coordinator $NL_COORD_HOST:$FL_PORT)"
-}
-
-# nl_reference: fl_reference inside the namespaces; FL_REF = its params.bin.
-nl_reference() {
-  nl_start_cluster ref
-  fl_wait_trainers ref
-  fl_check_run ref ""
-  fl_kill_all
-  FL_REF="$FL_ROOT/ref/params.bin"
-  [[ $fl_fail -eq 0 ]] || fl_die "the no-fault reference run failed"
+# fl_start_cluster's coordinator in the hub namespace, with NL_COORD_FLAGS
+# (nl_setup makes fl_start_cluster and fl_reference use it and
+# nl_start_daemon; their trainers stay in the root namespace).
+nl_start_cluster_coordinator() {
+  nl_start_coordinator "$1" "${NL_COORD_FLAGS[@]}"
 }
 
 # nl_peer_address RUN RANK: the Peer API host:port of RANK's latest daemon

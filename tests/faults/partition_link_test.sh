@@ -32,9 +32,9 @@ nl_setup
 # Failed epochs retry every collective timeout: 10 s keeps the stall and
 # the recovery after the mend short.
 FL_DAEMON_FLAGS=(--collective_timeout_ms=10000)
-nl_reference
+fl_reference
 
-nl_start_cluster run
+fl_start_cluster run
 fl_wait_line "$(fl_trainer_log run 1)" "^step 4 " 60 ||
   fl_die "trainer 1 did not commit step 4 within 60 s"
 nl_cut_link 0 1

@@ -48,9 +48,9 @@ SHARD=$((RANK % FL_F))
 REPLICA=0 # the other replica of shard 0 (ranks 0 and 2)
 nl_add_node $NODE
 NL_COORD_FLAGS=(--partition_quarantine_ms=3000)
-nl_reference
+fl_reference
 
-nl_start_cluster run
+fl_start_cluster run
 coord="$FL_ROOT/run/coord-1.log"
 old_daemon=${FL_DAEMON_PID[$RANK]}
 old_trainer=${FL_TRAINER_PID[$RANK]}
@@ -82,7 +82,7 @@ fl_expect "the partition came mid-training (not after the last step)" \
   "[[ $last -lt $FL_STEPS ]]"
 nl_start_daemon_on run $RANK $NODE
 new_log=$(fl_daemon_log run $RANK)
-nl_wait_started "${FL_DAEMON_PID[$RANK]}" "$new_log" \
+fl_wait_started "${FL_DAEMON_PID[$RANK]}" "$new_log" \
   "^shardd rank $RANK listening" 30 ||
   fl_die "the replacement on node $NODE did not join within 30 s (or exited)"
 nl_start_trainer run $RANK

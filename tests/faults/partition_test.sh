@@ -32,10 +32,10 @@ source "$(dirname "$0")/netns_lib.sh"
 fl_init "$@"
 nl_setup
 NL_COORD_FLAGS=(--partition_quarantine_ms=3000)
-nl_reference
+fl_reference
 
 RANK=2
-nl_start_cluster run
+fl_start_cluster run
 fl_wait_line "$(fl_trainer_log run $RANK)" "^step 4 " 60 ||
   fl_die "trainer $RANK did not commit step 4 within 60 s"
 nl_partition $RANK
