@@ -294,13 +294,10 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     }
     return status;
   };
-  if (options.probe_peer &&
+  if (options.probe_peers &&
       options.peer_probing.interval > absl::ZeroDuration()) {
     m->reachability_ = std::make_unique<PeerReachability>(
-        options.peer_probing,
-        [self](const std::string& address, absl::Time deadline) {
-          return self->options_.probe_peer(address, deadline, false).status();
-        },
+        options.peer_probing, options.probe_peers,
         [self] {
           // The members of the current view this daemon exchanges data
           // with (client_ is set before the probing starts and reset after

@@ -74,10 +74,13 @@ struct NodeOptions {
   std::function<absl::StatusOr<v1::ProbeResponse>(
       const std::string& peer_address, absl::Time deadline, bool include_model)>
       probe_peer;
-  // Probing of the other members' Peer service with probe_peer, whose
+  // Probes many members' Peer service at once (PeerProbePool::ProbeAll in
+  // shardd_main: one status per address, in order).
+  PeerReachability::Probe probe_peers;
+  // Probing of the other members' Peer service with probe_peers, whose
   // unreachable peers go to the coordinator with every heartbeat: how a
   // node cut off from its peers (but not from the coordinator) is found.
-  // Off without probe_peer or with a zero interval.
+  // Off without probe_peers or with a zero interval.
   PeerReachabilityOptions peer_probing;
   // How long a replacement keeps trying its sources before it gives up on
   // this epoch (and tries again in the next).

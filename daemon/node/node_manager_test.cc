@@ -636,6 +636,16 @@ class InProcessPeers {
       if (node == nullptr) return absl::UnavailableError(address);
       return node->Probe(include_model);
     };
+    o.probe_peers = [this](const std::vector<std::string>& addresses,
+                           absl::Time) {
+      std::vector<absl::Status> out;
+      for (const std::string& address : addresses) {
+        out.push_back(Find(address) != nullptr
+                          ? absl::OkStatus()
+                          : absl::UnavailableError(address));
+      }
+      return out;
+    };
   }
 
  private:

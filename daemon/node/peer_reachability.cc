@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace shardd::node {
 
 std::vector<ProbeTarget> GroupPeers(int self, int sharding_factor,
@@ -60,19 +62,18 @@ void PeerReachability::Loop() {
 
 void PeerReachability::RunRound() {
   const std::vector<ProbeTarget> targets = targets_();
-  std::vector<absl::Status> results(targets.size());
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  {
-    // One thread per peer: a hung or cut-off peer costs its whole timeout,
-    // and must not delay the verdict on the others.
-    std::vector<std::thread> probes;
-    probes.reserve(targets.size());
-    for (size_t i = 0; i < targets.size(); ++i) {
-      probes.emplace_back([this, &targets, &results, deadline, i] {
-        results[i] = probe_(targets[i].address, deadline);
-      });
-    }
-    for (std::thread& t : probes) t.join();
+  std::vector<std::string> addresses;
+  addresses.reserve(targets.size());
+  for (const ProbeTarget& t : targets) addresses.push_back(t.address);
+  // All at once: a hung or cut-off peer costs its whole timeout, and must
+  // not delay the verdict on the others.
+  std::vector<absl::Status> results =
+      probe_(addresses, absl::Now() + options_.timeout);
+  if (results.size() != targets.size()) {
+    results.assign(targets.size(),
+                   absl::InternalError(absl::StrCat(
+                       "the probe returned ", results.size(), " results for ",
+                       targets.size(), " peers")));
   }
   std::vector<std::pair<UnreachablePeerReport, bool>> changes;
   {

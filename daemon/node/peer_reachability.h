@@ -65,8 +65,11 @@ struct UnreachablePeerReport {
 // unreachable or reachable again, for the daemon's log.
 class PeerReachability {
  public:
-  using Probe = std::function<absl::Status(const std::string& address,
-                                           absl::Time deadline)>;
+  // Probes every address at once with `deadline` and returns one status
+  // per address, in order (PeerProbePool::ProbeAll in the daemon). A
+  // result list of another length fails every probe of the round.
+  using Probe = std::function<std::vector<absl::Status>(
+      const std::vector<std::string>& addresses, absl::Time deadline)>;
   using Targets = std::function<std::vector<ProbeTarget>()>;
   using OnChange =
       std::function<void(const UnreachablePeerReport& peer, bool unreachable)>;

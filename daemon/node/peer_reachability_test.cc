@@ -26,12 +26,17 @@ class PeerReachabilityTest : public ::testing::Test {
   std::unique_ptr<PeerReachability> Make() {
     return std::make_unique<PeerReachability>(
         options_,
-        [this](const std::string& address, absl::Time) {
+        [this](const std::vector<std::string>& addresses, absl::Time) {
           absl::MutexLock lock(&mu_);
-          ++probes_;
-          auto it = down_.find(address);
-          return it == down_.end() ? absl::OkStatus()
-                                   : absl::UnavailableError(it->second);
+          std::vector<absl::Status> out;
+          for (const std::string& address : addresses) {
+            ++probes_;
+            auto it = down_.find(address);
+            out.push_back(it == down_.end()
+                              ? absl::OkStatus()
+                              : absl::UnavailableError(it->second));
+          }
+          return out;
         },
         [this] {
           absl::MutexLock lock(&mu_);
@@ -145,29 +150,46 @@ TEST_F(PeerReachabilityTest, APeerGoneFromTheMembershipIsForgotten) {
   EXPECT_TRUE(r->Unreachable().empty());
 }
 
-TEST_F(PeerReachabilityTest, ProbesOfOneRoundRunAtTheSameTime) {
-  // Each probe waits for all three to be in flight: probed one after
-  // another, the first would time out and count as a failure.
-  int in_flight = 0;
-  absl::Mutex m;
-  PeerReachabilityOptions o = options_;
-  o.failures_to_report = 1;
+TEST_F(PeerReachabilityTest, ProbesEveryTargetAtOnceWithTheTimeout) {
+  // One call for the round (the probe runs them in parallel): every
+  // target's address, and a deadline `timeout` from now.
+  std::vector<std::vector<std::string>> calls;
+  absl::Duration left;
   PeerReachability r(
-      o,
-      [&](const std::string&, absl::Time) {
-        absl::MutexLock lock(&m);
-        ++in_flight;
-        auto all = [&in_flight] { return in_flight == 3; };
-        return m.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(10))
-                   ? absl::OkStatus()
-                   : absl::DeadlineExceededError("not in parallel");
+      options_,
+      [&](const std::vector<std::string>& addresses, absl::Time deadline) {
+        calls.push_back(addresses);
+        left = deadline - absl::Now();
+        return std::vector<absl::Status>(addresses.size());
       },
       [this] {
         absl::MutexLock lock(&mu_);
         return targets_;
       });
   r.RunRound();
-  EXPECT_TRUE(r.Unreachable().empty());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], (std::vector<std::string>{
+                          "10.0.0.1:7070", "10.0.0.3:7070", "10.0.0.4:7070"}));
+  EXPECT_GT(left, absl::Seconds(4));
+  EXPECT_LE(left, absl::Seconds(5));
+}
+
+TEST_F(PeerReachabilityTest, AResultOfTheWrongLengthFailsEveryProbe) {
+  PeerReachabilityOptions o = options_;
+  o.failures_to_report = 1;
+  PeerReachability r(
+      o,
+      [](const std::vector<std::string>&, absl::Time) {
+        return std::vector<absl::Status>(1);  // Three asked.
+      },
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return targets_;
+      });
+  r.RunRound();
+  const std::vector<UnreachablePeerReport> u = r.Unreachable();
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].error, "the probe returned 1 results for 3 peers");
 }
 
 TEST_F(PeerReachabilityTest, TheThreadProbesUntilStopped) {

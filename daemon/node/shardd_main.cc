@@ -52,6 +52,7 @@
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
+#include "daemon/node/peer_probe_pool.h"
 #include "daemon/node/peer_service.h"
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
@@ -375,6 +376,13 @@ int Run() {
         return PeerClient::FetchShard(channel_credentials, peer_address,
                                       request, deadline, on_message);
       };
+  // Kept for the daemon's life: its channels outlive the rounds (the
+  // manager, which calls it, is destroyed first).
+  auto probe_pool = std::make_shared<PeerProbePool>(channel_credentials);
+  options.probe_peers = [probe_pool](const std::vector<std::string>& addresses,
+                                     absl::Time deadline) {
+    return probe_pool->ProbeAll(addresses, deadline);
+  };
   options.probe_peer = [channel_credentials](const std::string& peer_address,
                                              absl::Time deadline,
                                              bool include_model) {
