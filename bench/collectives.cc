@@ -49,6 +49,13 @@
 // between the measured sizes), and bench/results/
 // collectives_flat_vs_per_tensor.png plots it (gnuplot).
 //
+// --control (an A/A run): ours is replaced by the same raw Gloo calls on a
+// second context with its own TCP device and store, set up as ours is
+// (reduce-scatter: halving-doubling against halving-doubling); everything
+// else is unchanged, and the figures are named control_<op>_...: what
+// identical code scores on the same statistics, i.e. the noise floor of the
+// worst-point figure on this machine. No FSDP table in that mode.
+//
 // Run time on the 2-core VM: --quick about half a minute; the full run
 // several minutes (W = 8 on 2 cores is slow, and 256 MiB at W = 8 needs
 // ~1 GiB per process).
@@ -118,6 +125,9 @@ struct Options {
   bool fsdp = false;
   // Raw Gloo only (no GlooCollective): a baseline of the machine.
   bool raw_only = false;
+  // An A/A control: ours replaced by raw Gloo on a second context, so that
+  // the ratios and their spread show what identical code scores here.
+  bool control = false;
   // Only these operations / world sizes (empty: all), for looking into one
   // point without the whole run.
   std::vector<std::string> ops;
@@ -268,7 +278,7 @@ class Worker {
 
  private:
   void Connect() {
-    if (!o_.raw_only) ConnectOurs();
+    if (!o_.raw_only && !o_.control) ConnectOurs();
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     device_ = gloo::transport::tcp::CreateDevice(attr);
@@ -278,6 +288,15 @@ class Worker {
     context->setTimeout(std::chrono::seconds(300));
     context->connectFullMesh(*raw_store_, device_);
     raw_ = context;
+    if (o_.control) {
+      ctrl_device_ = gloo::transport::tcp::CreateDevice(attr);
+      ctrl_store_ = std::make_unique<gloo::rendezvous::FileStore>(
+          absl::StrCat(o_.store, "/ctrl"));
+      auto c = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
+      c->setTimeout(std::chrono::seconds(300));
+      c->connectFullMesh(*ctrl_store_, ctrl_device_);
+      ctrl_ = c;
+    }
   }
 
   void ConnectOurs() {
@@ -326,8 +345,9 @@ class Worker {
     Check(work->Wait(), absl::StrCat("ours ", op));
   }
 
-  void RawAllreduce(float* p, int64_t n) {
-    gloo::AllreduceOptions opts(raw_);
+  void RawAllreduce(const std::shared_ptr<gloo::Context>& ctx, float* p,
+                    int64_t n) {
+    gloo::AllreduceOptions opts(ctx);
     opts.setOutput(p, n);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(
@@ -336,8 +356,9 @@ class Worker {
     gloo::allreduce(opts);
   }
 
-  void RawAllgather(const float* in, float* out, int64_t per_rank) {
-    gloo::AllgatherOptions opts(raw_);
+  void RawAllgather(const std::shared_ptr<gloo::Context>& ctx, const float* in,
+                    float* out, int64_t per_rank) {
+    gloo::AllgatherOptions opts(ctx);
     opts.setInput(const_cast<float*>(in), per_rank);
     opts.setOutput(out, per_rank * world_);
     gloo::allgather(opts);
@@ -349,6 +370,8 @@ class Worker {
     std::string op;
     int64_t bytes = 0;
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rshd;
+    // --control: the same on the second context.
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> ctrl_rshd;
     std::vector<double> t_ours, t_raw, t_ring;
     PairedCi ci;
     bool done = false;
@@ -363,6 +386,12 @@ class Worker {
       point.rshd = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
           raw_, std::vector<float*>{b_->data()}, static_cast<int>(n),
           std::vector<int>(world_, static_cast<int>(n / world_)));
+      if (o_.control) {
+        point.ctrl_rshd =
+            std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+                ctrl_, std::vector<float*>{b_->data()}, static_cast<int>(n),
+                std::vector<int>(world_, static_cast<int>(n / world_)));
+      }
     }
     return point;
   }
@@ -383,8 +412,27 @@ class Worker {
     // (OpOptions::caller_waits: run on this thread while idle).
     OpOptions waited;
     waited.caller_waits = true;
-    auto ours = [&] {
+    // Raw Gloo's side on one context: `raw_`, or under --control also the
+    // second context `ctrl_` in place of ours.
+    auto gloo_on = [&](const std::shared_ptr<gloo::Context>& ctx,
+                       gloo::ReduceScatterHalvingDoubling<float>* rshd) {
       if (op == "allgather") {
+        RawAllgather(ctx, a, b, shard);
+      } else if (op == "reducescatter") {
+        rshd->run();
+      } else if (op == "allreduce") {
+        RawAllreduce(ctx, a, n);
+      } else {
+        gloo::BroadcastOptions opts(ctx);
+        opts.setOutput(a, n);
+        opts.setRoot(0);
+        gloo::broadcast(opts);
+      }
+    };
+    auto ours = [&] {
+      if (o_.control) {
+        gloo_on(ctrl_, point.ctrl_rshd.get());
+      } else if (op == "allgather") {
         OursWait(ours_->AllGather(a, b, counts, DType::kFloat32, waited), op);
       } else if (op == "reducescatter") {
         OursWait(ours_->ReduceScatter(a, b, counts, DType::kFloat32,
@@ -398,29 +446,17 @@ class Worker {
         OursWait(ours_->Broadcast(a, n, DType::kFloat32, 0, waited), op);
       }
     };
-    auto raw = [&] {
-      if (op == "allgather") {
-        RawAllgather(a, b, shard);
-      } else if (op == "reducescatter") {
-        point.rshd->run();
-      } else if (op == "allreduce") {
-        RawAllreduce(a, n);
-      } else {
-        gloo::BroadcastOptions opts(raw_);
-        opts.setOutput(a, n);
-        opts.setRoot(0);
-        gloo::broadcast(opts);
-      }
-    };
-    auto raw_ring = [&] { RawAllreduce(b, n); };  // reduce-scatter only
+    auto raw = [&] { gloo_on(raw_, point.rshd.get()); };
+    auto raw_ring = [&] { RawAllreduce(raw_, b, n); };  // reduce-scatter only
 
     // Every block starts warm: the point before it left other sizes in the
     // caches and TCP windows.
     const int warmup = bytes <= kMiB ? 2 : 1;
+    const bool ring_timed = op == "reducescatter" && !o_.control;
     for (int i = 0; i < warmup; ++i) {
       if (!o_.raw_only) TimeOne(ours);
       TimeOne(raw);
-      if (op == "reducescatter") TimeOne(raw_ring);
+      if (ring_timed) TimeOne(raw_ring);
     }
     const int block = Reps(bytes, o_.quick);
     const int max_reps = MaxReps(bytes, o_.quick);
@@ -432,9 +468,9 @@ class Worker {
       if ((point.t_ours.size() + i) % 2 == 0) {
         to = o_.raw_only ? 0.0 : TimeOne(ours);
         tr = TimeOne(raw);
-        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+        tg = ring_timed ? TimeOne(raw_ring) : 0.0;
       } else {
-        tg = op == "reducescatter" ? TimeOne(raw_ring) : 0.0;
+        tg = ring_timed ? TimeOne(raw_ring) : 0.0;
         tr = TimeOne(raw);
         to = o_.raw_only ? 0.0 : TimeOne(ours);
       }
@@ -457,7 +493,8 @@ class Worker {
     // the faster of the two in each repetition would hand Gloo the luckier
     // of two noisy samples.
     bool ring_side = false;
-    if (op == "reducescatter") {
+    // --control compares halving-doubling with itself.
+    if (op == "reducescatter" && !o_.control) {
       ring_side = Median(point.t_ring) / 2 < Median(point.t_raw);
     }
     std::vector<double> paired;
@@ -505,7 +542,7 @@ class Worker {
       };
       auto raw = [&] {
         for (int t = 0; t < tensors; ++t) {
-          RawAllgather(a + t * shard, b + t * shard * world_, shard);
+          RawAllgather(raw_, a + t * shard, b + t * shard * world_, shard);
         }
       };
       const int reps = o_.quick ? 3 : 5;
@@ -534,6 +571,9 @@ class Worker {
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<gloo::rendezvous::FileStore> raw_store_;
   std::shared_ptr<gloo::rendezvous::Context> raw_;
+  std::shared_ptr<gloo::transport::Device> ctrl_device_;
+  std::unique_ptr<gloo::rendezvous::FileStore> ctrl_store_;
+  std::shared_ptr<gloo::rendezvous::Context> ctrl_;
   std::unique_ptr<Buffer> a_, b_;
 };
 
@@ -566,7 +606,7 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
   char dir_template[] = "/tmp/shardd-bench-collectives.XXXXXX";
   const char* dir = mkdtemp(dir_template);
   if (dir == nullptr) Die("mkdtemp");
-  for (const char* sub : {"/ours", "/raw"}) {
+  for (const char* sub : {"/ours", "/raw", "/ctrl"}) {
     const std::string path = absl::StrCat(dir, sub);
     if (mkdir(path.c_str(), 0700) != 0) Die(absl::StrCat("mkdir ", path));
   }
@@ -579,6 +619,7 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
     if (o.quick) argv.push_back("--quick");
     if (fsdp) argv.push_back("--fsdp");
     if (o.raw_only) argv.push_back("--raw_only");
+    if (o.control) argv.push_back("--control");
     if (!o.ops.empty()) {
       argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
     }
@@ -671,7 +712,7 @@ int RunParent(const Options& o) {
   int64_t fsdp_total = 0;
   int fsdp_world = 0;
   for (int world : worlds) {
-    const bool with_fsdp = world == 4 && o.ops.empty();
+    const bool with_fsdp = world == 4 && o.ops.empty() && !o.control;
     const absl::Time start = absl::Now();
     const std::string out = RunWorld(o, world, with_fsdp);
     std::cerr << "W=" << world << ": "
@@ -712,7 +753,7 @@ int RunParent(const Options& o) {
                               : op == "broadcast" ? "broadcast"
                               : op == "allgather" ? "allgather"
                                                   : "halving-doubling";
-        if (op == "reducescatter") {
+        if (op == "reducescatter" && !o.control) {
           // The ring all-reduce computes the same result (and more): count
           // it by the all-reduce bus bandwidth.
           const double ring_bus = BusFactor("allreduce", w);
@@ -775,25 +816,33 @@ int RunParent(const Options& o) {
       }
     }
   }
+  if (o.control) {
+    std::cout << "CONTROL RUN: the ours_* columns are raw Gloo on a second "
+                 "context (its own TCP device), not shardd\n";
+  }
   std::cout << report.Table() << "\n";
 
   // Headline: the worst over sizes >= 1 MiB and every W of the median
   // paired ratio (see Worker::RunBlock). Beside it the same worst from median
   // times and from best-of-N times, each side's taken apart from the other's.
-  for (const auto& [op, ratios] : ratios_ge_1mib) {
+  // --control: the same statistics of raw Gloo against itself, named
+  // control_<op>_...: what identical code scores on this machine.
+  const std::string prefix = o.control ? "control_" : "";
+  for (const auto& [op_name, ratios] : ratios_ge_1mib) {
+    const std::string op = prefix + op_name;
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib"),
                      *std::min_element(ratios.begin(), ratios.end()));
     // The lowest upper bound: below 0.9 only if some point is slower than
     // 0.9x Gloo beyond what the noise allows.
-    const std::vector<double>& hi = ci_hi_ge_1mib[op];
+    const std::vector<double>& hi = ci_hi_ge_1mib[op_name];
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_ci95_hi"),
         *std::min_element(hi.begin(), hi.end()));
-    const std::vector<double>& by_best = best_ratios_ge_1mib[op];
+    const std::vector<double>& by_best = best_ratios_ge_1mib[op_name];
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_best_times"),
         *std::min_element(by_best.begin(), by_best.end()));
-    const std::vector<double>& by_median = median_ratios_ge_1mib[op];
+    const std::vector<double>& by_median = median_ratios_ge_1mib[op_name];
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_median_times"),
         *std::min_element(by_median.begin(), by_median.end()));
@@ -873,10 +922,11 @@ int RunParent(const Options& o) {
 }
 
 int Usage(const char* argv0) {
-  std::cerr << "usage: " << argv0
-            << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
-               "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
-               "[--max_bytes=N] [--out=PATH]\n";
+  std::cerr
+      << "usage: " << argv0
+      << " [--quick] [--raw_only] [--control] [--ops=allgather,reducescatter,"
+         "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
+         "[--max_bytes=N] [--out=PATH]\n";
   return 2;
 }
 
@@ -893,6 +943,8 @@ int main(int argc, char** argv) {
       o.worker = true;
     } else if (arg == "--raw_only") {
       o.raw_only = true;
+    } else if (arg == "--control") {
+      o.control = true;
     } else if (arg == "--fsdp") {
       o.fsdp = true;
     } else if (absl::StartsWith(arg, "--ops=")) {

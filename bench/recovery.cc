@@ -98,17 +98,25 @@
 // untouched receive buffer:
 // first touch of memory costs ~11 us per 4 KiB page on these VMs, which
 // bounds anything that lands in fresh memory (an engine's buffers, a
-// restore's destination) to a few hundred MB/s.
+// restore's destination) to a few hundred MB/s. And it sends the same bytes
+// in 8 MiB pieces with every receive posted at once, the receiver checking
+// each piece's CRC-32C as soon as it lands while the next ones arrive, as
+// the replacement verifies the shard ("verified" loopback): on 2 cores the
+// checksum's CPU competes with the two sides of the copy, and the row shows
+// what that costs raw Gloo.
 //
 // Figures: recovery_seconds_<m>, checkpoint_restore_seconds_<m> (cold),
-// transfer_bw_ratio_to_loopback_<m> per model; the headline
+// transfer_bw_ratio_to_loopback_<m> and
+// transfer_bw_ratio_to_verified_loopback_<m> (the same against the
+// verified loopback; the target stays on the plain one) per model; the
+// headline
 // recovery_seconds_50m, checkpoint_restore_seconds_50m,
 // recovery_to_checkpoint_restore_ratio (recovery total / cold restore) and
 // transfer_bw_ratio_to_loopback (replacement's transfer bandwidth / raw
 // Gloo's, target >= 0.8) come from the 50m model, or with --quick (10m
 // only, under a minute) from the 10m model. Without --quick the headline
-// model's whole recovery runs 3 times (a fresh cluster and one kill each):
-// its recovery_seconds and transfer ratio are the medians of the 3 (each
+// model's whole recovery runs 5 times (a fresh cluster and one kill each):
+// its recovery_seconds and transfer ratio are the medians of the 5 (each
 // run's transfer is a row), its phase rows are the last run's.
 //
 // Memory: 200m holds ~1.9 GB of shared memory per daemon (shards, AdamW
@@ -161,6 +169,7 @@
 #include "bench/bench_report.h"
 #include "bench/recovery_timeline.h"
 #include "client/trainer_client.h"
+#include "daemon/core/crc32c.h"
 #include "daemon/memory/private_allocator.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -947,9 +956,14 @@ absl::StatusOr<CheckpointResult> MeasureCheckpoint(const Options& o,
 
 // ---------------------------------------------------------- loopback ---
 
+// The pieces of the verified loopback: about a 50m section (a unit's
+// parameters or one AdamW moment, half of a 2048 x 2049 layer: 8.4 MB).
+constexpr size_t kVerifiedPieceBytes = size_t{8} << 20;
+
 // Worker: rank 0 sends o.bytes to rank 1 over raw Gloo (TCP, 127.0.0.1), a
-// warm-up and o.reps timed transfers; rank 1 prints
-// "RESULT median_s=S min_s=M".
+// warm-up and o.reps timed transfers, 2 into fresh memory and o.reps
+// verified ones; rank 1 prints
+// "RESULT median_s=S min_s=M fresh_s=F verified_s=V".
 int LoopbackWorker(const Options& o) {
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -996,12 +1010,49 @@ int LoopbackWorker(const Options& o) {
       times.push_back(s);
     }
   }
+  // Verified: the same bytes in kVerifiedPieceBytes pieces, every receive
+  // posted at once, and rank 1 checks each piece's CRC-32C as soon as it
+  // has landed, while the next ones arrive, as the replacement does with
+  // the shard (into pre-faulted memory, like its prepared engine): what
+  // raw Gloo achieves with the same verification.
+  std::vector<double> verified_times;
+  uint32_t crc_sink = 0;
+  for (int i = 0; i < o.reps; ++i) {
+    const uint64_t slot = 1000 + static_cast<uint64_t>(i);
+    gloo::BarrierOptions barrier(context);
+    gloo::barrier(barrier);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::pair<size_t, size_t>> pieces;  // offset, length
+    for (size_t at = 0; at < bytes; at += kVerifiedPieceBytes) {
+      pieces.push_back({at, std::min(kVerifiedPieceBytes, bytes - at)});
+    }
+    for (const auto& [offset, length] : pieces) {
+      if (o.rank == 0) {
+        buffer->send(1, slot, offset, length);
+      } else {
+        buffer->recv(0, slot, offset, length);
+      }
+    }
+    for (const auto& [offset, length] : pieces) {
+      if (o.rank == 0) {
+        buffer->waitSend();
+      } else {
+        buffer->waitRecv();
+        crc_sink ^= core::Crc32c(data.get() + offset, length);
+      }
+    }
+    verified_times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
   gloo::BarrierOptions barrier(context);
   gloo::barrier(barrier);
   if (o.rank == 1) {
     std::cout << "RESULT median_s=" << Median(times)
               << " min_s=" << *std::min_element(times.begin(), times.end())
-              << " fresh_s=" << Median(fresh_times) << std::endl;
+              << " fresh_s=" << Median(fresh_times)
+              << " verified_s=" << Median(verified_times)
+              << " crc_sink=" << crc_sink << std::endl;
   }
   return 0;
 }
@@ -1009,7 +1060,8 @@ int LoopbackWorker(const Options& o) {
 struct LoopbackResult {
   double median_s = 0;
   double min_s = 0;
-  double fresh_s = 0;  // Into an untouched receive buffer.
+  double fresh_s = 0;     // Into an untouched receive buffer.
+  double verified_s = 0;  // In pieces, each CRC-32C checked on arrival.
 };
 
 absl::StatusOr<LoopbackResult> MeasureLoopback(int64_t bytes, int reps) {
@@ -1041,7 +1093,8 @@ absl::StatusOr<LoopbackResult> MeasureLoopback(int64_t bytes, int reps) {
   LoopbackResult r;
   if (!absl::SimpleAtod((*fields)["median_s"], &r.median_s) ||
       !absl::SimpleAtod((*fields)["min_s"], &r.min_s) ||
-      !absl::SimpleAtod((*fields)["fresh_s"], &r.fresh_s)) {
+      !absl::SimpleAtod((*fields)["fresh_s"], &r.fresh_s) ||
+      !absl::SimpleAtod((*fields)["verified_s"], &r.verified_s)) {
     return absl::InternalError("loopback worker: no RESULT line");
   }
   return r;
@@ -1246,11 +1299,11 @@ int Run(const Options& options) {
     std::cerr << "recovery: " << model.name << " (" << model.Params() / 1e6
               << "M parameters): train, kill daemon " << kKilledRank
               << " in step " << kKillStep << ", replace\n";
-    // The headline model's recovery runs 3 times (a fresh cluster each, one
+    // The headline model's recovery runs 5 times (a fresh cluster each, one
     // kill each) and its figures take the medians: one kill is one sample on
     // a noisy machine. The other models, and --quick, run once.
-    const int runs = !options.quick && model.name == headline ? 3 : 1;
-    std::vector<double> transfers, totals, loopbacks;
+    const int runs = !options.quick && model.name == headline ? 5 : 1;
+    std::vector<double> transfers, totals, loopbacks, verified_loopbacks;
     std::optional<LoopbackResult> loop;  // The last run's.
     std::unique_ptr<RecoveryRun> last;
     absl::StatusOr<RecoveryResult> r = absl::UnknownError("not run");
@@ -1274,6 +1327,7 @@ int Run(const Options& options) {
       transfers.push_back(r->phases.transfer_s);
       totals.push_back(r->phases.total_s);
       loopbacks.push_back(l->median_s);
+      verified_loopbacks.push_back(l->verified_s);
       if (runs > 1) {
         std::cerr << "recovery: " << model.name << ": run " << i + 1 << " of "
                   << runs << ": transfer " << r->phases.transfer_s
@@ -1311,6 +1365,14 @@ int Run(const Options& options) {
       ratios.push_back(loopbacks[i] / transfers[i]);
     }
     const double ratio = Median(ratios);
+    // The same against raw Gloo with the replacement's verification (each
+    // piece's CRC-32C checked as it lands): how much of the gap to the
+    // plain loopback is the checksum's CPU on this 2-core machine.
+    std::vector<double> verified_ratios;
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      verified_ratios.push_back(verified_loopbacks[i] / transfers[i]);
+    }
+    const double verified_ratio = Median(verified_ratios);
     const RestoreResult& cold = ckpt->restores[0];
     report.AddRow({{"what", std::string("recovery")},
                    {"model", model.name},
@@ -1350,7 +1412,8 @@ int Run(const Options& options) {
            {"seconds", seconds},
            {"MBps", mb / seconds},
            {"x_loopback", ratios[i]},
-           {"loopback_s", loopbacks[i]}});
+           {"loopback_s", loopbacks[i]},
+           {"verified_loopback_s", verified_loopbacks[i]}});
     }
     // x_loopback here is the figure: the median of the per-run ratios.
     report.AddRow({{"what", runs > 1 ? "transfer (replacement), median"
@@ -1360,7 +1423,8 @@ int Run(const Options& options) {
                    {"seconds", transfer_s},
                    {"MBps", mb / transfer_s},
                    {"x_loopback", ratio},
-                   {"loopback_s", Median(loopbacks)}});
+                   {"loopback_s", Median(loopbacks)},
+                   {"verified_loopback_s", Median(verified_loopbacks)}});
     add("  request+header part", r->phases.engine_s);
     add("  data part", r->phases.stream_s);
     if (r->engine_prepared_s >= 0) {
@@ -1379,6 +1443,7 @@ int Run(const Options& options) {
     }
     add("raw gloo send/recv", loop->median_s);
     add("raw gloo, fresh recv buffer", loop->fresh_s);
+    add("raw gloo, 8 MiB pieces CRC-checked", loop->verified_s);
     add("checkpoint write", ckpt->write_s);
     for (const RestoreResult& restore : ckpt->restores) {
       add(absl::StrCat("restore, ", restore.mode), restore.seconds,
@@ -1389,10 +1454,15 @@ int Run(const Options& options) {
                      cold.seconds);
     report.SetFigure(absl::StrCat("transfer_bw_ratio_to_loopback_", model.name),
                      ratio);
+    report.SetFigure(
+        absl::StrCat("transfer_bw_ratio_to_verified_loopback_", model.name),
+        verified_ratio);
     if (model.name == headline) {
       report.SetFigure("recovery_to_checkpoint_restore_ratio",
                        total_s / cold.seconds);
       report.SetFigure("transfer_bw_ratio_to_loopback", ratio);
+      report.SetFigure("transfer_bw_ratio_to_verified_loopback",
+                       verified_ratio);
     }
   }
   std::cout << report.Table() << std::flush;
