@@ -101,6 +101,20 @@ void PrintStatus(const v1::GetStatusResponse& s) {
   std::printf("fingerprint     %016llx\n",
               static_cast<unsigned long long>(s.model_fingerprint()));
   std::printf("version         %s\n", s.version().c_str());
+  if (!s.peers().empty()) {
+    // The Peer services this daemon probes: a partition shows here first.
+    std::printf("\n%-5s %-24s %8s %8s %-12s %s\n", "peer", "address",
+                "answered", "failing", "state", "last error");
+    for (const v1::PeerReachabilityStatus& p : s.peers()) {
+      std::printf(
+          "%-5d %-24s %8lld %8d %-12s %s\n", p.rank(), p.peer_address().c_str(),
+          static_cast<long long>(p.probes_answered()), p.consecutive_failures(),
+          p.reported_unreachable()       ? "UNREACHABLE"
+          : p.consecutive_failures() > 0 ? "failing"
+                                         : "reachable",
+          p.last_error().c_str());
+    }
+  }
   if (!s.collectives().empty()) {
     std::printf("\n%-16s %-8s %8s %8s %12s %12s %10s\n", "collective", "group",
                 "calls", "failed", "sent", "received", "seconds");

@@ -2550,6 +2550,18 @@ absl::Status NodeManager::WatchEvents(
 v1::GetStatusResponse NodeManager::GetStatus() const {
   v1::GetStatusResponse status;
   const coordinator::MembershipView view = client_->view();
+  if (reachability_ != nullptr) {
+    for (const PeerProbeState& p : reachability_->Peers()) {
+      v1::PeerReachabilityStatus* out = status.add_peers();
+      out->set_rank(p.rank);
+      out->set_peer_address(p.address);
+      out->set_incarnation(p.incarnation);
+      out->set_consecutive_failures(p.consecutive_failures);
+      out->set_probes_answered(p.probes_answered);
+      out->set_last_error(p.last_error);
+      out->set_reported_unreachable(p.reported);
+    }
+  }
   absl::MutexLock lock(&mu_);
   status.set_rank(client_->rank());
   status.set_epoch(comm_epoch_);

@@ -92,7 +92,7 @@ void PeerReachability::RunRound() {
       const bool was = count.failures >= options_.failures_to_report;
       if (results[i].ok()) {
         count.failures = 0;
-        count.error.clear();
+        ++count.answered;
       } else {
         ++count.failures;
         count.error = std::string(results[i].message());
@@ -121,6 +121,16 @@ std::vector<UnreachablePeerReport> PeerReachability::Unreachable() const {
     if (c.failures >= options_.failures_to_report) {
       out.push_back({rank, c.address, c.incarnation, c.failures, c.error});
     }
+  }
+  return out;
+}
+
+std::vector<PeerProbeState> PeerReachability::Peers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<PeerProbeState> out;
+  for (const auto& [rank, c] : counts_) {
+    out.push_back({rank, c.address, c.incarnation, c.failures, c.answered,
+                   c.error, c.failures >= options_.failures_to_report});
   }
   return out;
 }

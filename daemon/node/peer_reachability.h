@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_NODE_PEER_REACHABILITY_H_
 #define SHARDD_DAEMON_NODE_PEER_REACHABILITY_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -48,6 +49,17 @@ struct UnreachablePeerReport {
   std::string error;  // The last probe's.
 };
 
+// A probed peer's counts (PeerReachability::Peers).
+struct PeerProbeState {
+  int rank = 0;
+  std::string address;
+  std::string incarnation;
+  int consecutive_failures = 0;
+  int64_t probes_answered = 0;
+  std::string last_error;  // Of the latest failed probe.
+  bool reported = false;   // consecutive_failures >= failures_to_report.
+};
+
 // This daemon's view of which peers it can reach: every `interval` it
 // probes each other member of the current membership (their Peer service),
 // all in parallel, and counts consecutive failures per member. Peers with
@@ -93,12 +105,16 @@ class PeerReachability {
   // rank.
   std::vector<UnreachablePeerReport> Unreachable() const;
 
+  // Every peer of the latest round, by rank.
+  std::vector<PeerProbeState> Peers() const;
+
  private:
   struct Count {
     std::string address;
     std::string incarnation;
     int failures = 0;
     std::string error;
+    int64_t answered = 0;
   };
   void Loop();
 

@@ -85,6 +85,35 @@ TEST_F(PeerReachabilityTest, ReportsAPeerAfterConsecutiveFailures) {
   EXPECT_EQ(changes_, (std::vector<std::pair<int, bool>>{{2, true}}));
 }
 
+TEST_F(PeerReachabilityTest, PeersListsEveryProbedPeerWithItsCounts) {
+  auto r = Make();
+  EXPECT_TRUE(r->Peers().empty());  // No round yet.
+  r->RunRound();
+  SetDown("10.0.0.3:7070", true);
+  for (int i = 0; i < 3; ++i) r->RunRound();
+  const std::vector<PeerProbeState> peers = r->Peers();
+  ASSERT_EQ(peers.size(), 3u);
+  EXPECT_EQ(peers[0].rank, 0);
+  EXPECT_EQ(peers[0].address, "10.0.0.1:7070");
+  EXPECT_EQ(peers[0].incarnation, "inc-0");
+  EXPECT_EQ(peers[0].probes_answered, 4);
+  EXPECT_EQ(peers[0].consecutive_failures, 0);
+  EXPECT_FALSE(peers[0].reported);
+  EXPECT_EQ(peers[1].rank, 2);
+  EXPECT_EQ(peers[1].probes_answered, 1);
+  EXPECT_EQ(peers[1].consecutive_failures, 3);
+  EXPECT_EQ(peers[1].last_error, "connect: Network is unreachable");
+  EXPECT_TRUE(peers[1].reported);
+  // Answering again clears the failures; the last error stays on record.
+  SetDown("10.0.0.3:7070", false);
+  r->RunRound();
+  const PeerProbeState again = r->Peers()[1];
+  EXPECT_EQ(again.probes_answered, 2);
+  EXPECT_EQ(again.consecutive_failures, 0);
+  EXPECT_FALSE(again.reported);
+  EXPECT_EQ(again.last_error, "connect: Network is unreachable");
+}
+
 TEST_F(PeerReachabilityTest, ASuccessfulProbeStartsTheCountAgain) {
   auto r = Make();
   SetDown("10.0.0.3:7070", true);

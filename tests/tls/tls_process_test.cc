@@ -424,6 +424,39 @@ TEST_F(TlsProcessTest, MutualTlsClusterFormsReadyEpochAndGathers) {
   }
 }
 
+// Peer reachability probing presents the daemons' client certificates:
+// every daemon's GetStatus lists its two group peers (F + W/F - 2) as
+// answering. With the wrong credentials every probe fails the handshake
+// and no peer ever answers.
+TEST_F(TlsProcessTest, DaemonsProbeTheirPeersOverMutualTls) {
+  ASSERT_NE(g_cluster, nullptr);
+  ASSERT_TRUE(WaitForState(AllReady, absl::Now() + absl::Seconds(60),
+                           "4 READY over mTLS")
+                  .ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int r = 0; r < kW; ++r) {
+    pb::GetStatusResponse status;
+    bool answered = false;
+    while (!answered && absl::Now() < deadline) {
+      auto stub = Local(r);
+      grpc::ClientContext context;
+      ArmDeadline(&context, absl::Seconds(10));
+      status.Clear();
+      const grpc::Status s =
+          stub->GetStatus(&context, pb::GetStatusRequest(), &status);
+      answered = s.ok() && status.peers_size() == kF + kW / kF - 2;
+      for (const pb::PeerReachabilityStatus& p : status.peers()) {
+        answered = answered && p.probes_answered() >= 2 &&
+                   p.consecutive_failures() == 0 && !p.reported_unreachable();
+      }
+      if (!answered) {
+        absl::SleepFor(absl::Milliseconds(100));  // Polling, with a deadline.
+      }
+    }
+    ASSERT_TRUE(answered) << "rank " << r << ": " << status.DebugString();
+  }
+}
+
 TEST_F(TlsProcessTest, ClientsWithoutTheRightCertificateAreRefused) {
   ASSERT_NE(g_cluster, nullptr);
   const Cluster& c = *g_cluster;
