@@ -441,6 +441,7 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   s.slots = table_.slots();
   s.started = started_;
   s.quarantines = table_.quarantines();
+  s.broken_links = table_.broken_links();
   const auto& log = table_.decisions();
   for (auto it = log.rbegin();
        it != log.rend() && static_cast<int>(s.decisions.size()) < max_decisions;

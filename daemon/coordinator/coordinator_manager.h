@@ -53,6 +53,8 @@ struct ClusterSnapshot {
   absl::Time started;
   // By peer address (MembershipTable::quarantines).
   std::map<std::string, Quarantine> quarantines;
+  // MembershipTable::broken_links.
+  std::vector<std::pair<int, int>> broken_links;
 };
 
 // What a heartbeat reply carries, without copying the whole cluster.

@@ -344,6 +344,11 @@ grpc::Status CoordinatorService::GetClusterState(
     out->set_removals(q.removals);
     out->set_reason(q.reason);
   }
+  for (const auto& [a, b] : s.broken_links) {
+    pb::PeerLink* out = response->add_broken_links();
+    out->set_rank_a(a);
+    out->set_rank_b(b);
+  }
   return grpc::Status::OK;
 }
 

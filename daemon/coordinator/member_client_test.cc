@@ -235,18 +235,22 @@ TEST(MemberClientTest, ViewSaysWhichProcessHoldsASlot) {
 
 // The reachability reports of a simulated network, for each member's
 // heartbeats: while `cut` is set, rank `cut` and everyone else report each
-// other unreachable.
+// other unreachable; while `link` is set, its two ends report each other.
 struct Network {
   absl::Mutex mu;
   int cut = -1;
+  std::pair<int, int> link = {-1, -1};
   std::vector<std::string> incarnations;
 
   std::vector<pb::UnreachablePeer> ReportOf(int rank) {
     absl::MutexLock lock(&mu);
     std::vector<pb::UnreachablePeer> out;
-    if (cut < 0) return out;
     for (int r = 0; r < static_cast<int>(incarnations.size()); ++r) {
-      if (r == rank || (rank != cut && r != cut)) continue;
+      const bool on_link = (rank == link.first && r == link.second) ||
+                           (rank == link.second && r == link.first);
+      const bool across_cut =
+          cut >= 0 && r != rank && (rank == cut || r == cut);
+      if (!on_link && !across_cut) continue;
       pb::UnreachablePeer p;
       p.set_rank(r);
       p.set_incarnation(incarnations[r]);
@@ -331,6 +335,68 @@ TEST(MemberClientTest,
   EXPECT_NE(state.quarantines(0).reason().find("cut off"), std::string::npos);
   // The others never lost their slots.
   for (int r : {0, 1, 3}) EXPECT_EQ(clients[r]->view().joins, 1) << r;
+}
+
+// One link down both ways: nobody can be blamed, nobody is removed, and
+// GetClusterState lists the link until it is mended.
+TEST(MemberClientTest, ClusterStateListsABrokenLinkNoRemovalExplains) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(100)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  Network network;
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < kWorld; ++r) {
+    MemberClientOptions o = Member((*coord)->address(), r);
+    o.unreachable_peers = [&network, r] { return network.ReportOf(r); };
+    auto c = MemberClient::Join(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(*std::move(c));
+  }
+  const int64_t epoch = MakeReady(clients, 1);
+  {
+    absl::MutexLock lock(&network.mu);
+    for (const auto& c : clients) {
+      network.incarnations.push_back(c->incarnation());
+    }
+    network.link = {0, 1};
+  }
+  auto stub = pb::Coordinator::NewStub(grpc::CreateChannel(
+      (*coord)->address(), grpc::InsecureChannelCredentials()));
+  // Polls GetClusterState (with a deadline) until `done`.
+  auto wait_for_state =
+      [&](const std::function<bool(const pb::ClusterState&)>& done) {
+        pb::ClusterState state;
+        const absl::Time deadline = Deadline();
+        while (absl::Now() < deadline) {
+          grpc::ClientContext context;
+          context.set_deadline(absl::ToChronoTime(deadline));
+          state.Clear();
+          if (stub->GetClusterState(&context, pb::GetClusterStateRequest(),
+                                    &state)
+                  .ok() &&
+              done(state)) {
+            return state;
+          }
+          absl::SleepFor(absl::Milliseconds(20));  // Polling, with a deadline.
+        }
+        ADD_FAILURE() << "GetClusterState never got there: "
+                      << state.DebugString();
+        return state;
+      };
+  const pb::ClusterState down = wait_for_state(
+      [](const pb::ClusterState& s) { return s.broken_links_size() > 0; });
+  ASSERT_EQ(down.broken_links_size(), 1);
+  EXPECT_EQ(down.broken_links(0).rank_a(), 0);
+  EXPECT_EQ(down.broken_links(0).rank_b(), 1);
+  EXPECT_EQ(down.epoch(), epoch);
+  {
+    absl::MutexLock lock(&network.mu);
+    network.link = {-1, -1};
+  }
+  const pb::ClusterState mended = wait_for_state(
+      [](const pb::ClusterState& s) { return s.broken_links_size() == 0; });
+  EXPECT_EQ(mended.epoch(), epoch);
+  for (const auto& c : clients) EXPECT_EQ(c->view().joins, 1);
 }
 
 }  // namespace

@@ -406,7 +406,7 @@ absl::Status MembershipTable::Heartbeat(
   slot.last_heartbeat = now;
   slot.lease_expiry = now + options_.detector.lease;
   slot.unreachable = std::move(unreachable);
-  if (!slot.unreachable.empty() || broken_peer_links_ > 0) {
+  if (!slot.unreachable.empty() || !broken_links_.empty()) {
     DecidePartitions(now);
     if (!slot.live()) {
       return absl::NotFoundError(
@@ -449,7 +449,7 @@ void MembershipTable::DecidePartitions(absl::Time now) {
   const PartitionVerdict verdict = DecidePartition(reports, (live - 1) / 2);
   // After a removal the cut-off member's links no longer count (it is not
   // live); the next heartbeat's decision brings the count down.
-  broken_peer_links_ = static_cast<int>(verdict.broken_links.size());
+  broken_links_ = verdict.broken_links;
   if (verdict.kind != PartitionKind::kCutOff) {
     std::string links;
     if (verdict.kind != PartitionKind::kNone) {

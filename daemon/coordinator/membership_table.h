@@ -258,8 +258,14 @@ class MembershipTable {
   // Decisions ever logged (the deque drops the oldest).
   int64_t decisions_total() const { return decisions_total_; }
   // Links between live members that both ends reported down at the last
-  // partition decision (0 when none).
-  int broken_peer_links() const { return broken_peer_links_; }
+  // partition decision, as (lower rank, higher rank) pairs in order (none
+  // when no link is down).
+  const std::vector<std::pair<int, int>>& broken_links() const {
+    return broken_links_;
+  }
+  int broken_peer_links() const {
+    return static_cast<int>(broken_links_.size());
+  }
   // Peer addresses removed as cut off, current and past quarantines.
   const std::map<std::string, Quarantine>& quarantines() const {
     return quarantines_;
@@ -295,7 +301,7 @@ class MembershipTable {
   int64_t decisions_total_ = 0;
   std::vector<Accusation> accusations_;
   std::map<std::string, Quarantine> quarantines_;
-  int broken_peer_links_ = 0;
+  std::vector<std::pair<int, int>> broken_links_;
   // Broken links without a verdict ("" when none), since when they have
   // been the same, and those last logged as PARTITION_UNDECIDED.
   std::string undecided_links_;

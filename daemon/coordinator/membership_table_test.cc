@@ -490,6 +490,8 @@ TEST_F(MembershipTableTest, MemberCutOffFromItsPeersIsRemovedAndQuarantined) {
   }
   EXPECT_TRUE(logged);
   EXPECT_EQ(table_->broken_peer_links(), 3);  // At the decision.
+  EXPECT_EQ(table_->broken_links(),
+            (std::vector<std::pair<int, int>>{{0, 2}, {1, 2}, {2, 3}}));
   // The next report decides again without the removed member's links.
   ASSERT_TRUE(
       ReachabilityHeartbeat(*table_, 0, {}, kT0 + absl::Seconds(2)).ok());
@@ -596,6 +598,8 @@ TEST_F(MembershipTableTest, UndecidablePartitionIsLoggedOnceAndRemovesNoOne) {
     }
   }
   EXPECT_EQ(undecided, 1);
+  // The link stays listed (GetClusterState's broken_links) while it lasts.
+  EXPECT_EQ(table_->broken_links(), (std::vector<std::pair<int, int>>{{0, 1}}));
   EXPECT_EQ(table_->epoch(), epoch);
   for (const SlotRecord& s : table_->slots()) EXPECT_TRUE(s.live());
 }
