@@ -15,8 +15,21 @@ namespace {
 // call and, if even that does not bring it, reports the probe as failed.
 constexpr absl::Duration kCallbackGrace = absl::Seconds(2);
 
-// One probe of a round. Held by the round, which the callbacks share, so
-// that a callback arriving after ProbeAll gave up writes into live memory.
+// What the callbacks write: statuses and the count still due. Shared
+// with them, and free of gRPC objects, so that whichever thread drops the
+// last reference destroys nothing of gRPC's.
+struct Outcomes {
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  std::vector<grpc::Status> status ABSL_GUARDED_BY(mu);
+  std::vector<bool> done ABSL_GUARDED_BY(mu);
+};
+
+// One probe's gRPC objects. Owned by ProbeAll's thread and destroyed there
+// once its callback has run: destroying a context, stub or channel on one
+// of gRPC's callback threads (where the last shared reference to them
+// could otherwise drop) is not allowed (a daemon hit gRPC's
+// "assertion failed: prior > 0" that way).
 struct Call {
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
@@ -24,14 +37,6 @@ struct Call {
   grpc::ClientContext context;
   v1::ProbeRequest request;
   v1::ProbeResponse response;
-  grpc::Status status;
-  bool done = false;
-};
-
-struct Round {
-  absl::Mutex mu;
-  int pending ABSL_GUARDED_BY(mu) = 0;
-  std::vector<std::unique_ptr<Call>> calls;
 };
 
 }  // namespace
@@ -58,7 +63,16 @@ std::shared_ptr<grpc::Channel> PeerProbePool::ChannelFor(
 
 std::vector<absl::Status> PeerProbePool::ProbeAll(
     const std::vector<std::string>& addresses, absl::Time deadline) {
-  auto round = std::make_shared<Round>();
+  const size_t n = addresses.size();
+  auto outcomes = std::make_shared<Outcomes>();
+  {
+    absl::MutexLock lock(&outcomes->mu);
+    outcomes->pending = static_cast<int>(n);
+    outcomes->status.resize(n);
+    outcomes->done.assign(n, false);
+  }
+  std::vector<std::unique_ptr<Call>> calls;
+  calls.reserve(n);
   {
     absl::MutexLock lock(&mu_);
     // Keep only the channels of this round's addresses.
@@ -73,50 +87,50 @@ std::vector<absl::Status> PeerProbePool::ProbeAll(
       auto call = std::make_unique<Call>();
       call->address = address;
       call->channel = ChannelFor(address);
-      round->calls.push_back(std::move(call));
+      calls.push_back(std::move(call));
     }
   }
-  {
-    absl::MutexLock lock(&round->mu);
-    round->pending = static_cast<int>(round->calls.size());
-  }
-  for (const std::unique_ptr<Call>& owned : round->calls) {
-    Call* call = owned.get();
+  for (size_t i = 0; i < n; ++i) {
+    Call* call = calls[i].get();
     call->stub = v1::Peer::NewStub(call->channel);
     call->context.set_deadline(absl::ToChronoTime(deadline));
     call->request.set_from_rank(-1);
+    // The callback may run on this thread, before Probe returns.
     call->stub->async()->Probe(&call->context, &call->request, &call->response,
-                               [round, call](grpc::Status status) {
-                                 absl::MutexLock lock(&round->mu);
-                                 call->status = std::move(status);
-                                 call->done = true;
-                                 --round->pending;
+                               [outcomes, i](grpc::Status status) {
+                                 absl::MutexLock lock(&outcomes->mu);
+                                 outcomes->status[i] = std::move(status);
+                                 outcomes->done[i] = true;
+                                 --outcomes->pending;
                                });
   }
-  const auto all_done = [&round]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(round->mu) {
-    return round->pending == 0;
-  };
+  const auto all_done = [&outcomes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                            outcomes->mu) { return outcomes->pending == 0; };
+  std::vector<grpc::Status> statuses;
+  std::vector<bool> done;
   {
-    absl::MutexLock lock(&round->mu);
-    if (!round->mu.AwaitWithDeadline(absl::Condition(&all_done),
-                                     deadline + kCallbackGrace)) {
+    absl::MutexLock lock(&outcomes->mu);
+    if (!outcomes->mu.AwaitWithDeadline(absl::Condition(&all_done),
+                                        deadline + kCallbackGrace)) {
       // Never seen: every call has its deadline. Cancelling brings the
-      // callback at once; the calls stay alive in `round` regardless.
-      for (const std::unique_ptr<Call>& call : round->calls) {
-        if (!call->done) call->context.TryCancel();
+      // callback at once.
+      for (size_t i = 0; i < n; ++i) {
+        if (!outcomes->done[i]) calls[i]->context.TryCancel();
       }
-      round->mu.AwaitWithDeadline(absl::Condition(&all_done),
-                                  absl::Now() + kCallbackGrace);
+      outcomes->mu.AwaitWithDeadline(absl::Condition(&all_done),
+                                     absl::Now() + kCallbackGrace);
     }
+    statuses = outcomes->status;
+    done = outcomes->done;
   }
   std::vector<absl::Status> results;
-  results.reserve(round->calls.size());
-  absl::MutexLock pool_lock(&mu_);
-  absl::MutexLock lock(&round->mu);
-  for (const std::unique_ptr<Call>& call : round->calls) {
+  results.reserve(n);
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < n; ++i) {
+    Call* call = calls[i].get();
     absl::Status status =
-        call->done ? rpc::FromGrpc(call->status)
-                   : absl::DeadlineExceededError("no answer by the deadline");
+        done[i] ? rpc::FromGrpc(statuses[i])
+                : absl::DeadlineExceededError("no answer by the deadline");
     if (!status.ok()) {
       status = absl::Status(
           status.code(),
@@ -129,6 +143,9 @@ std::vector<absl::Status> PeerProbePool::ProbeAll(
       }
     }
     results.push_back(std::move(status));
+    // A call whose callback never came must outlive this round: gRPC may
+    // still write into it. Never seen (see above); leaked, not freed.
+    if (!done[i]) calls[i].release();
   }
   return results;
 }
