@@ -260,7 +260,26 @@ struct Network {
     }
     return out;
   }
+
+  // Who holds each rank, so that reports name them (once all joined).
+  void Learn(const std::vector<std::unique_ptr<MemberClient>>& clients) {
+    absl::MutexLock lock(&mu);
+    incarnations.clear();
+    for (const auto& c : clients) incarnations.push_back(c->incarnation());
+  }
 };
+
+// Joins kWorld members whose heartbeats carry `network`'s reports.
+void JoinAll(Network& network, const std::string& address,
+             std::vector<std::unique_ptr<MemberClient>>* clients) {
+  for (int r = 0; r < kWorld; ++r) {
+    MemberClientOptions o = Member(address, r);
+    o.unreachable_peers = [&network, r] { return network.ReportOf(r); };
+    auto c = MemberClient::Join(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients->push_back(*std::move(c));
+  }
+}
 
 TEST(MemberClientTest,
      MemberCutOffFromPeersIsRemovedAndRejoinsAfterQuarantine) {
@@ -271,19 +290,11 @@ TEST(MemberClientTest,
   ASSERT_TRUE(coord.ok()) << coord.status();
   Network network;
   std::vector<std::unique_ptr<MemberClient>> clients;
-  for (int r = 0; r < kWorld; ++r) {
-    MemberClientOptions o = Member((*coord)->address(), r);
-    o.unreachable_peers = [&network, r] { return network.ReportOf(r); };
-    auto c = MemberClient::Join(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    clients.push_back(*std::move(c));
-  }
+  ASSERT_NO_FATAL_FAILURE(JoinAll(network, (*coord)->address(), &clients));
   const int64_t epoch = MakeReady(clients, 1);
+  network.Learn(clients);
   {
     absl::MutexLock lock(&network.mu);
-    for (const auto& c : clients) {
-      network.incarnations.push_back(c->incarnation());
-    }
     network.cut = 2;
   }
   auto removed = clients[0]->WaitFor(
@@ -345,19 +356,11 @@ TEST(MemberClientTest, ClusterStateListsABrokenLinkNoRemovalExplains) {
   ASSERT_TRUE(coord.ok()) << coord.status();
   Network network;
   std::vector<std::unique_ptr<MemberClient>> clients;
-  for (int r = 0; r < kWorld; ++r) {
-    MemberClientOptions o = Member((*coord)->address(), r);
-    o.unreachable_peers = [&network, r] { return network.ReportOf(r); };
-    auto c = MemberClient::Join(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    clients.push_back(*std::move(c));
-  }
+  ASSERT_NO_FATAL_FAILURE(JoinAll(network, (*coord)->address(), &clients));
   const int64_t epoch = MakeReady(clients, 1);
+  network.Learn(clients);
   {
     absl::MutexLock lock(&network.mu);
-    for (const auto& c : clients) {
-      network.incarnations.push_back(c->incarnation());
-    }
     network.link = {0, 1};
   }
   auto stub = pb::Coordinator::NewStub(grpc::CreateChannel(
