@@ -54,6 +54,10 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "JOIN_TIMEOUT";
     case DecisionKind::kPartitionUndecided:
       return "PARTITION_UNDECIDED";
+    case DecisionKind::kEpochStalled:
+      return "EPOCH_STALLED";
+    case DecisionKind::kJobFailed:
+      return "JOB_FAILED";
   }
   return "UNKNOWN";
 }
@@ -73,12 +77,81 @@ absl::StatusOr<MembershipTable> MembershipTable::Create(
   if (options.detector.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("lease must be positive");
   }
+  if (options.max_failed_epochs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_failed_epochs must be >= 1, got ", options.max_failed_epochs));
+  }
   return MembershipTable(options);
 }
 
 MembershipTable::MembershipTable(const MembershipOptions& options)
     : options_(options), slots_(options.world_size) {
   for (int r = 0; r < options.world_size; ++r) slots_[r].rank = r;
+  if (options_.rejoin_grace <= absl::ZeroDuration()) {
+    options_.rejoin_grace = options_.detector.lease;
+  }
+  settle_after_ = options_.started + options_.rejoin_grace;
+}
+
+std::string MembershipTable::MembershipKey() const {
+  std::string key;
+  for (const SlotRecord& s : slots_) {
+    absl::StrAppend(&key, s.live() ? s.incarnation : std::string(), ";");
+  }
+  return key;
+}
+
+void MembershipTable::Fail(absl::Time now, std::vector<int> ranks,
+                           const std::string& why) {
+  if (failed()) return;
+  failure_ = why;
+  was_ready_ = false;
+  Log(now, DecisionKind::kJobFailed, std::move(ranks), why);
+}
+
+void MembershipTable::Replan(absl::Time now) {
+  if (failed()) return;
+  PlanInput in;
+  in.world_size = options_.world_size;
+  in.sharding_factor = options_.sharding_factor;
+  in.committed_step = committed_step_;
+  in.settled = now >= settle_after_;
+  for (const SlotRecord& s : slots_) {
+    PlanSlot p;
+    p.rank = s.rank;
+    p.live = s.live();
+    p.holds_shard = s.holds_shard;
+    p.held_before = s.held_by_predecessor;
+    p.step = s.committed_step;
+    p.pending_step = s.pending_step;
+    p.keeps_checkpoints = s.checkpoints.keeps;
+    p.checkpoints = s.checkpoints.steps;
+    p.checkpoint_problem = s.checkpoints.problem;
+    in.slots.push_back(std::move(p));
+  }
+  const bool same_epoch = plan_epoch_ == epoch_;
+  const PlanKind before = plan_.kind;
+  plan_ = DecideEpochPlan(in);
+  plan_epoch_ = epoch_;
+  if (plan_.kind == PlanKind::kFailed) {
+    Fail(now, plan_.lost_holders, plan_.reason);
+    return;
+  }
+  const bool issued = plan_.kind == PlanKind::kNew ||
+                      plan_.kind == PlanKind::kResume ||
+                      plan_.kind == PlanKind::kRollback;
+  plan_key_ = issued ? MembershipKey() : std::string();
+  if (same_epoch && before == plan_.kind) return;  // Logged already.
+  std::vector<int> targets = plan_.restores;
+  for (const ShardCopy& c : plan_.copies) targets.push_back(c.target_rank);
+  if (!targets.empty()) {
+    Log(now, DecisionKind::kRecoveryPlanned, std::move(targets),
+        absl::StrCat("epoch ", epoch_, ": ", plan_.reason));
+  }
+}
+
+void MembershipTable::Settle(absl::Time now) {
+  if (!failed() && plan_.kind == PlanKind::kWait) Replan(now);
 }
 
 void MembershipTable::Log(absl::Time now, DecisionKind kind,
@@ -91,15 +164,54 @@ void MembershipTable::Log(absl::Time now, DecisionKind kind,
 
 void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
                                  absl::string_view why) {
+  // An epoch whose plan went out to every slot and that ends unready while
+  // the same members hold the slots has failed; a membership change is
+  // progress of another kind (leases and quarantines bound those).
+  if (!plan_key_.empty() && plan_epoch_ == epoch_ && !was_ready_ &&
+      !failed()) {
+    const std::string key = MembershipKey();
+    if (key == plan_key_ && broken_links_.empty()) {
+      if (key != stalled_key_) {
+        stalled_key_ = key;
+        stalled_epochs_ = 0;
+        stalled_causes_.clear();
+      }
+      ++stalled_epochs_;
+      stalled_causes_.push_back(absl::StrCat("epoch ", epoch_, ": ", why));
+    } else if (key != plan_key_) {
+      stalled_epochs_ = 0;
+      stalled_causes_.clear();
+      stalled_key_.clear();
+    }
+  }
   epoch_ = std::max(epoch_ + 1, at_least);
   was_ready_ = false;
   Log(now, DecisionKind::kEpochStarted, {},
       absl::StrCat("epoch ", epoch_, ": ", why));
+  if (stalled_epochs_ >= options_.max_failed_epochs && !failed()) {
+    std::vector<int> ranks;
+    for (const SlotRecord& s : slots_) ranks.push_back(s.rank);
+    const std::string diagnosis = absl::StrCat(
+        stalled_epochs_, " epochs in a row failed with the same members in "
+        "every slot and the same plan (",
+        PlanKindName(plan_.kind), " at step ", plan_.step,
+        "): ", absl::StrJoin(stalled_causes_, "; "));
+    Log(now, DecisionKind::kEpochStalled, ranks, diagnosis);
+    Fail(now, std::move(ranks),
+         absl::StrCat("the job makes no progress: ", diagnosis));
+    return;
+  }
+  Replan(now);
 }
 
 void MembershipTable::Remove(int rank, MemberPhase phase, absl::Time now,
                              const std::string& reason) {
   SlotRecord& slot = slots_[rank];
+  if (slot.holds_shard) {
+    // Its shard may have no other holder: wait for it (or a replacement)
+    // before calling the shard lost.
+    settle_after_ = std::max(settle_after_, now + options_.rejoin_grace);
+  }
   slot.phase = phase;
   slot.lease_token.clear();
   Log(now,
@@ -109,6 +221,7 @@ void MembershipTable::Remove(int rank, MemberPhase phase, absl::Time now,
 }
 
 bool MembershipTable::ready() const {
+  if (failed() || plan_epoch_ != epoch_ || plan_key_.empty()) return false;
   for (const SlotRecord& s : slots_) {
     if (s.phase != MemberPhase::kReady || s.ready_epoch != epoch_) return false;
   }
@@ -125,6 +238,9 @@ void MembershipTable::NoteReadiness(absl::Time now) {
     int64_t step = slots_.front().committed_step;
     for (const SlotRecord& s : slots_) step = std::min(step, s.committed_step);
     std::string rolled_back;
+    stalled_epochs_ = 0;
+    stalled_causes_.clear();
+    stalled_key_.clear();
     if (step < committed_step_) {
       ++checkpoint_fallbacks_;
       rolled_back =
@@ -169,6 +285,9 @@ absl::Time MembershipTable::next_expiry() const {
   for (const SlotRecord& s : slots_) {
     if (s.live()) next = std::min(next, s.lease_expiry);
   }
+  if (!failed() && plan_.kind == PlanKind::kWait && plan_.lost_shard >= 0) {
+    next = std::min(next, settle_after_);
+  }
   return next;
 }
 
@@ -188,6 +307,9 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
     const JoinRequestInfo& request, absl::Time now,
     const std::string& lease_token, const HolderProbe& holder) {
   const int w = options_.world_size;
+  if (failed()) {
+    return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
+  }
   if (request.identity.empty()) {
     return absl::InvalidArgumentError("identity must not be empty");
   }
@@ -306,6 +428,10 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   }
 
   // Accepted: from here on the table changes.
+  if (decisions_total_ == 0) {
+    // The first join: whoever else held shards has a grace to re-join.
+    settle_after_ = std::max(settle_after_, now + options_.rejoin_grace);
+  }
   SlotRecord& slot = slots_[rank];
   const bool replaced_live = slot.live();
   if (replaced_live) {
@@ -313,13 +439,10 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
            absl::StrCat("rank ", rank, " '", slot.identity,
                         "' replaced by a new incarnation"));
   }
-  bool training_started = false;
-  for (const SlotRecord& s : slots_) {
-    if (s.live() && s.holds_shard) training_started = true;
-  }
   if (request.holds_shard) {
     committed_step_ = std::max(committed_step_, request.last_committed_step);
   }
+  slot.held_by_predecessor = slot.holds_shard || slot.held_by_predecessor;
   slot.phase = MemberPhase::kJoining;
   slot.identity = request.identity;
   slot.peer_address = request.peer_address;
@@ -333,6 +456,8 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.ready_epoch = -1;
   slot.holds_shard = request.holds_shard;
   slot.model_fingerprint = request.model_fingerprint;
+  slot.pending_step = request.holds_shard ? request.pending_step : 0;
+  slot.checkpoints = request.checkpoints;
   slot.unreachable.clear();
   Log(now, DecisionKind::kMemberJoined, {rank},
       absl::StrCat("rank ", rank, " joined: '", request.identity, "' at ",
@@ -349,46 +474,26 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   out.epoch = epoch_;
   out.lease_token = lease_token;
   out.committed_step = committed_step_;
-  if (!request.holds_shard && training_started) {
-    const int f = options_.sharding_factor;
-    const int shard_index = rank % f;
-    std::vector<int> sources;
-    for (const SlotRecord& s : slots_) {
-      if (s.rank != rank && s.live() && s.holds_shard &&
-          s.rank % f == shard_index) {
-        sources.push_back(s.rank);
-      }
-    }
-    if (sources.empty()) {
-      out.unrecoverable = true;
-      Log(now, DecisionKind::kUnrecoverable, {rank},
-          absl::StrCat(
-              "shard ", shard_index, " of rank ", rank,
-              " has no live replica (W/F = ", w / f,
-              "): it cannot be rebuilt from replicas; every rank falls back "
-              "to the latest sharded checkpoint they all hold"));
-    } else {
-      // Rotate so that replacements of different groups start at different
-      // sources and the copy load spreads over the replicas.
-      std::rotate(sources.begin(),
-                  sources.begin() + (rank / f) % sources.size(), sources.end());
-      slot.phase = MemberPhase::kRecovering;
-      out.recovery =
-          RecoveryAssignment{rank, shard_index, sources, committed_step_};
-      std::string list;
-      for (int r : sources) absl::StrAppend(&list, list.empty() ? "" : ",", r);
-      Log(now, DecisionKind::kRecoveryPlanned, {rank},
-          absl::StrCat("rank ", rank, " copies shard ", shard_index,
-                       " at step ", committed_step_, " from rank(s) ", list));
-    }
+  // The epoch's plan, if it is decided already (every slot claimed): the
+  // member reads it from the membership updates in any case.
+  for (const ShardCopy& c : plan_.copies) {
+    if (c.target_rank != rank) continue;
+    slot.phase = MemberPhase::kRecovering;
+    out.recovery = RecoveryAssignment{rank, c.shard_index, c.source_ranks,
+                                      plan_.step};
   }
+  out.unrecoverable = plan_.kind == PlanKind::kRollback;
   return out;
 }
 
 absl::Status MembershipTable::Heartbeat(
     int rank, absl::string_view lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state, absl::Time now,
-    std::vector<UnreachablePeer> unreachable) {
+    std::vector<UnreachablePeer> unreachable,
+    const CheckpointInventory* checkpoints) {
+  if (failed()) {
+    return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
+  }
   if (state != MemberPhase::kJoining && state != MemberPhase::kRecovering &&
       state != MemberPhase::kReady) {
     return absl::InvalidArgumentError(
@@ -406,6 +511,7 @@ absl::Status MembershipTable::Heartbeat(
   slot.last_heartbeat = now;
   slot.lease_expiry = now + options_.detector.lease;
   slot.unreachable = std::move(unreachable);
+  if (checkpoints != nullptr) slot.checkpoints = *checkpoints;
   if (!slot.unreachable.empty() || !broken_links_.empty()) {
     DecidePartitions(now);
     if (!slot.live()) {
@@ -416,10 +522,38 @@ absl::Status MembershipTable::Heartbeat(
     }
   }
   if (epoch != epoch_) return absl::OkStatus();
-  slot.committed_step = committed_step;
+  const bool plan_issued = !plan_key_.empty() && plan_epoch_ == epoch_;
+  if (state == MemberPhase::kReady && slot.ready_epoch != epoch_) {
+    const int64_t expected =
+        plan_.kind == PlanKind::kNew ? int64_t{0} : plan_.step;
+    if (!plan_issued) {
+      // Not every slot is claimed in this epoch: nothing to be ready for.
+      slot.phase = MemberPhase::kJoining;
+      return absl::OkStatus();
+    }
+    if (committed_step != expected) {
+      // The member holds its shard at another step than the plan meant:
+      // plan again from what it actually holds.
+      slot.committed_step = committed_step;
+      slot.holds_shard = true;
+      slot.pending_step = 0;
+      const std::string why = absl::StrCat(
+          "rank ", rank, " reported READY at step ", committed_step,
+          " but epoch ", epoch_, "'s plan is step ", expected);
+      StartEpoch(now, 0, why);
+      return absl::FailedPreconditionError(why);
+    }
+    // Exactly the plan's step (a rollback lowers it).
+    slot.committed_step = committed_step;
+  } else {
+    // Within a ready epoch steps only move forward; a heartbeat may lag a
+    // commit the vote already recorded.
+    slot.committed_step = std::max(slot.committed_step, committed_step);
+  }
   slot.phase = state;
   if (state == MemberPhase::kReady) {
     slot.ready_epoch = epoch_;
+    slot.pending_step = 0;  // Resolved before READY.
     slot.holds_shard = true;
     // A READY member holds its shard at its committed step; the cluster's
     // committed step is the highest such step (the commit vote raises it
@@ -541,6 +675,7 @@ std::vector<int> MembershipTable::ExpireLeases(absl::Time now) {
     for (int r : removed) absl::StrAppend(&list, list.empty() ? "" : ",", r);
     StartEpoch(now, 0, absl::StrCat("lease expired: rank(s) ", list));
   }
+  Settle(now);
   return removed;
 }
 
@@ -548,6 +683,9 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
     int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
     absl::string_view detail, ProbeResult probe, absl::Time now) {
   const int w = options_.world_size;
+  if (failed()) {
+    return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
+  }
   if (suspect < -1 || suspect >= w || suspect == reporter) {
     return absl::InvalidArgumentError(absl::StrCat(
         "suspect_rank must be in [0, ", w,
@@ -620,6 +758,13 @@ bool MembershipTable::IsLiveMember(int rank,
 
 void MembershipTable::CommitStep(int64_t step) {
   committed_step_ = std::max(committed_step_, step);
+  // Every member voted yes on it: each applied it or holds it in doubt and
+  // applies it at the next epoch, whatever its last heartbeat said.
+  for (SlotRecord& s : slots_) {
+    if (s.live() && s.ready_epoch == epoch_) {
+      s.committed_step = std::max(s.committed_step, step);
+    }
+  }
 }
 
 void MembershipTable::NoteCommitRejected(int64_t step, std::vector<int> ranks,

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/coordinator/epoch_plan.h"
 #include "daemon/coordinator/failure_detector.h"
 
 namespace shardd::coordinator {
@@ -40,6 +41,8 @@ enum class DecisionKind {
   kJoinTimeout,
   kCommitRejected,
   kPartitionUndecided,
+  kEpochStalled,
+  kJobFailed,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -63,6 +66,16 @@ struct UnreachablePeer {
   std::string error;  // The last probe's.
 };
 
+// The sharded checkpoints a member keeps, as it reports them.
+struct CheckpointInventory {
+  // The member was started with --checkpoint_dir.
+  bool keeps = false;
+  // Steps of its checkpoint files whose every CRC it verified, ascending.
+  std::vector<int64_t> steps;
+  // What it found wrong (a corrupt or unreadable file), for reasons.
+  std::string problem;
+};
+
 // One slot (rank).
 struct SlotRecord {
   int rank = 0;
@@ -80,6 +93,11 @@ struct SlotRecord {
   // The member holds its shard of a registered model.
   bool holds_shard = false;
   uint64_t model_fingerprint = 0;
+  // A previous holder of the slot held its shard (so a loss names it).
+  bool held_by_predecessor = false;
+  // An in-doubt step the member reported at its join (0: none).
+  int64_t pending_step = 0;
+  CheckpointInventory checkpoints;
   // The peers the member last reported unreachable (its latest heartbeat).
   std::vector<UnreachablePeer> unreachable;
 
@@ -100,6 +118,19 @@ struct MembershipOptions {
   // address doubles it, up to partition_quarantine_max.
   absl::Duration partition_quarantine = absl::Seconds(30);
   absl::Duration partition_quarantine_max = absl::Minutes(10);
+  // When the coordinator started: a shard without a live holder is not
+  // declared lost before started + rejoin_grace (members re-join a
+  // restarted coordinator within about a lease), nor within rejoin_grace
+  // of its last holder's removal (a hung holder may come back), unless
+  // every slot is claimed. Zero grace: the lease.
+  absl::Time started = absl::InfinitePast();
+  absl::Duration rejoin_grace = absl::ZeroDuration();
+  // Epochs in a row that end without becoming ready while the same members
+  // hold every slot (a failure report, or a READY at the wrong step) before
+  // the job is declared failed (EPOCH_STALLED). Epochs that fail while
+  // broken peer links are reported do not count: the partition rules own
+  // those.
+  int max_failed_epochs = 5;
 };
 
 // A peer address whose member was removed as cut off from its peers.
@@ -121,6 +152,9 @@ struct JoinRequestInfo {
   bool holds_shard = false;
   int64_t last_committed_step = 0;
   uint64_t model_fingerprint = 0;
+  // An in-doubt step it holds prepared (0: none).
+  int64_t pending_step = 0;
+  CheckpointInventory checkpoints;
 };
 
 // A replacement's shard copy, as planned at its join.
@@ -213,10 +247,18 @@ class MembershipTable {
   // peer addresses quarantined; an undecidable set of broken links is
   // logged once as PARTITION_UNDECIDED. When the heartbeating member is
   // itself removed, NOT_FOUND says why.
+  //
+  // `checkpoints`, when given, replaces the member's checkpoint inventory.
+  // A READY for the current epoch at another step than the epoch's plan is
+  // refused (FAILED_PRECONDITION naming both steps) and starts a new epoch,
+  // planned from the step the member reported.
+  //
+  // After the job failed every call is DATA_LOSS with the reason.
   absl::Status Heartbeat(int rank, absl::string_view lease_token, int64_t epoch,
                          int64_t committed_step, MemberPhase state,
                          absl::Time now,
-                         std::vector<UnreachablePeer> unreachable = {});
+                         std::vector<UnreachablePeer> unreachable = {},
+                         const CheckpointInventory* checkpoints = nullptr);
 
   // The member leaves; NOT_FOUND when the token does not match a live
   // member of the slot.
@@ -247,6 +289,16 @@ class MembershipTable {
 
   int64_t epoch() const { return epoch_; }
   bool ready() const;
+  // The current epoch's plan (PlanKind::kWait until every slot is claimed)
+  // and the epoch it was decided for.
+  const EpochPlan& plan() const { return plan_; }
+  // The job cannot continue (a shard lost without a usable checkpoint, or
+  // the same members failed max_failed_epochs epochs in a row): terminal.
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  // Re-decides the plan at `now` (a wait for a lost shard's holders may have
+  // run out). ExpireLeases calls it too.
+  void Settle(absl::Time now);
   int64_t committed_step() const { return committed_step_; }
   // Epochs that became ready at an earlier step than the cluster had
   // committed (everyone restored a checkpoint).
@@ -274,8 +326,9 @@ class MembershipTable {
   // Records that the job was not ready join_timeout after start, naming
   // the empty or unready slots. Returns the reason.
   std::string NoteJoinTimeout(absl::Time now, absl::Duration waited);
-  // The earliest lease expiry among live members (InfiniteFuture if none):
-  // when ExpireLeases next has work.
+  // The earliest lease expiry among live members, or the end of a wait for
+  // a lost shard's holders (InfiniteFuture if none): when ExpireLeases
+  // next has work.
   absl::Time next_expiry() const;
 
  private:
@@ -290,6 +343,14 @@ class MembershipTable {
   // Applies DecidePartition to the live members' reachability reports.
   void DecidePartitions(absl::Time now);
   std::vector<MemberLiveness> Liveness() const;
+  // Decides plan_ for the current membership; logs RECOVERY_PLANNED once
+  // per epoch for a plan with copies or restores, and fails the job on a
+  // kFailed plan.
+  void Replan(absl::Time now);
+  // Enters the terminal state (once) with `reason`, logged as JOB_FAILED.
+  void Fail(absl::Time now, std::vector<int> ranks, const std::string& why);
+  // The incarnations of every slot's live holder ("" for an empty slot).
+  std::string MembershipKey() const;
 
   MembershipOptions options_;
   int64_t epoch_ = 0;
@@ -307,6 +368,17 @@ class MembershipTable {
   std::string undecided_links_;
   absl::Time undecided_since_;
   std::string undecided_logged_;
+  EpochPlan plan_;
+  int64_t plan_epoch_ = -1;
+  // The membership the current epoch's plan was issued to ("" when none).
+  std::string plan_key_;
+  // Failed epochs in a row with the same membership, and their causes.
+  int stalled_epochs_ = 0;
+  std::string stalled_key_;
+  std::vector<std::string> stalled_causes_;
+  // A lost shard is not declared lost before this (see rejoin_grace).
+  absl::Time settle_after_ = absl::InfinitePast();
+  std::string failure_;
 };
 
 }  // namespace shardd::coordinator

@@ -33,10 +33,19 @@ class MembershipTableTest : public ::testing::Test {
     return r;
   }
 
-  // Joins ranks 0..3 and makes every one READY with a shard.
+  // The member of `rank` holding its shard at step 7 (a running job).
+  static JoinRequestInfo Holder(int rank, const std::string& identity) {
+    JoinRequestInfo r = Request(rank, identity);
+    r.holds_shard = true;
+    r.last_committed_step = 7;
+    return r;
+  }
+
+  // Joins ranks 0..3 holding their shards at step 7 and makes every one
+  // READY.
   void JoinAllReady(absl::Time now) {
     for (int r = 0; r < 4; ++r) {
-      auto out = table_->Join(Request(r, absl::StrCat("pod-", r)), now,
+      auto out = table_->Join(Holder(r, absl::StrCat("pod-", r)), now,
                               absl::StrCat("token-", r));
       ASSERT_TRUE(out.ok()) << out.status();
     }
@@ -110,7 +119,7 @@ TEST_F(MembershipTableTest, DecisionsTotalCountsEveryDecisionEverLogged) {
 TEST_F(MembershipTableTest, ReadyOnlyWhenAllSlotsReportReadyForTheEpoch) {
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(table_
-                    ->Join(Request(r, absl::StrCat("pod-", r)), kT0,
+                    ->Join(Holder(r, absl::StrCat("pod-", r)), kT0,
                            absl::StrCat("token-", r))
                     .ok());
   }
@@ -269,34 +278,50 @@ TEST_F(MembershipTableTest, SecondLiveProcessWithAnIdentityIsRefused) {
   EXPECT_EQ(table_->LiveHolderToReplace(twin), "");
 }
 
-TEST_F(MembershipTableTest, WithoutReplicasTheLossIsUnrecoverable) {
+TEST_F(MembershipTableTest, WithoutReplicaOrCheckpointTheJobFails) {
   MembershipOptions o;
   o.world_size = 2;
   o.sharding_factor = 2;
+  o.detector.lease = kLease;
   auto table = MembershipTable::Create(o);
   ASSERT_TRUE(table.ok());
   for (int r = 0; r < 2; ++r) {
+    JoinRequestInfo req = Holder(r, absl::StrCat("pod-", r));
+    ASSERT_TRUE(table->Join(req, kT0, absl::StrCat("token-", r)).ok());
+  }
+  for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(table
-                    ->Join(Request(r, absl::StrCat("pod-", r)), kT0,
-                           absl::StrCat("token-", r))
-                    .ok());
-    ASSERT_TRUE(table
-                    ->Heartbeat(r, absl::StrCat("token-", r), table->epoch(), 3,
+                    ->Heartbeat(r, absl::StrCat("token-", r), table->epoch(), 7,
                                 MemberPhase::kReady, kT0)
                     .ok());
   }
+  ASSERT_TRUE(table->ready());
   ASSERT_TRUE(table
-                  ->Heartbeat(0, "token-0", table->epoch(), 3,
+                  ->Heartbeat(0, "token-0", table->epoch(), 7,
                               MemberPhase::kReady, kT0 + absl::Seconds(1))
                   .ok());
   ASSERT_EQ(table->ExpireLeases(kT0 + kLease), std::vector<int>{1});
+  EXPECT_FALSE(table->failed());  // Its holder may come back.
   auto replacement = table->Join(Request(1, "pod-1b"), kT0 + kLease, "t");
   ASSERT_TRUE(replacement.ok());
-  EXPECT_TRUE(replacement->unrecoverable);
-  EXPECT_FALSE(replacement->recovery.has_value());
-  EXPECT_EQ(table->decisions().back().kind, DecisionKind::kUnrecoverable);
-  EXPECT_NE(table->decisions().back().reason.find("checkpoint"),
-            std::string::npos);
+  ASSERT_TRUE(table->failed());
+  EXPECT_EQ(table->decisions().back().kind, DecisionKind::kJobFailed);
+  EXPECT_NE(table->failure().find("shard 1 at step 7 is lost"),
+            std::string::npos)
+      << table->failure();
+  EXPECT_NE(table->failure().find("held by rank 1"), std::string::npos);
+  EXPECT_NE(table->failure().find("no --checkpoint_dir"), std::string::npos);
+  // Terminal: every call says so, and nothing changes any more.
+  const int64_t epoch = table->epoch();
+  EXPECT_EQ(table
+                ->Heartbeat(0, "token-0", epoch, 7, MemberPhase::kReady,
+                            kT0 + kLease)
+                .code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(table->Join(Request(1, "pod-1c"), kT0 + kLease, "u").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(table->ready());
+  EXPECT_EQ(table->epoch(), epoch);
 }
 
 TEST_F(MembershipTableTest, FastPathReportRemovesSuspectAtOnce) {
@@ -413,17 +438,31 @@ TEST_F(MembershipTableTest, LeaveEmptiesTheSlotAndIsIdempotent) {
 namespace shardd::coordinator {
 namespace {
 
-TEST_F(MembershipTableTest, ReadyAtAnEarlierCommonStepIsACheckpointFallback) {
+TEST_F(MembershipTableTest, LostShardWithCommonCheckpointRollsBack) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   JoinAllReady(t0);  // Everyone READY at step 7.
   EXPECT_EQ(table_->committed_step(), 7);
-  // Rank 3 is replaced; everyone restored the checkpoint of step 4.
-  ASSERT_TRUE(table_->Leave(3, "token-3", "test", t0).ok());
-  auto out =
-      table_->Join(Request(3, "pod-3b"), t0 + absl::Milliseconds(10), "t3b");
-  ASSERT_TRUE(out.ok()) << out.status();
+  CheckpointInventory inventory{true, {4}, ""};
   for (int r = 0; r < 4; ++r) {
-    const std::string token = r == 3 ? "t3b" : absl::StrCat("token-", r);
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                7, MemberPhase::kReady, t0, {}, &inventory)
+                    .ok());
+  }
+  // Both holders of shard 1 are replaced by members holding checkpoint 4.
+  ASSERT_TRUE(table_->Leave(1, "token-1", "test", t0).ok());
+  ASSERT_TRUE(table_->Leave(3, "token-3", "test", t0).ok());
+  for (int r : {1, 3}) {
+    JoinRequestInfo req = Request(r, absl::StrCat("pod-", r, "b"));
+    req.checkpoints = inventory;
+    ASSERT_TRUE(table_->Join(req, t0, absl::StrCat("t", r, "b")).ok());
+  }
+  ASSERT_EQ(table_->plan().kind, PlanKind::kRollback);
+  EXPECT_EQ(table_->plan().step, 4);
+  EXPECT_EQ(table_->decisions().back().kind, DecisionKind::kRecoveryPlanned);
+  for (int r = 0; r < 4; ++r) {
+    const std::string token =
+        r % 2 == 1 ? absl::StrCat("t", r, "b") : absl::StrCat("token-", r);
     ASSERT_TRUE(table_
                     ->Heartbeat(r, token, table_->epoch(), 4,
                                 MemberPhase::kReady,
@@ -436,6 +475,95 @@ TEST_F(MembershipTableTest, ReadyAtAnEarlierCommonStepIsACheckpointFallback) {
   EXPECT_NE(table_->decisions().back().reason.find("checkpoint fallback"),
             std::string::npos)
       << table_->decisions().back().reason;
+}
+
+TEST_F(MembershipTableTest, ReadyAtAnotherStepThanThePlanStartsANewEpoch) {
+  JoinAllReady(kT0);
+  ASSERT_TRUE(table_->Leave(1, "token-1", "test", kT0).ok());
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1b"), kT0, "t1b").ok());
+  ASSERT_EQ(table_->plan().kind, PlanKind::kResume);
+  const int64_t epoch = table_->epoch();
+  // The replacement claims READY without having copied (step 0).
+  const absl::Status s =
+      table_->Heartbeat(1, "t1b", epoch, 0, MemberPhase::kReady, kT0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("plan is step 7"), std::string::npos) << s;
+  EXPECT_EQ(table_->epoch(), epoch + 1);
+  EXPECT_FALSE(table_->ready());
+}
+
+TEST_F(MembershipTableTest, SameMembersFailingEpochsEndTheJobOnce) {
+  JoinAllReady(kT0);
+  for (int i = 0; i < 4; ++i) {
+    auto out = table_->ReportFailure(0, "token-0", table_->epoch(), -1,
+                                     "allgather: timed out", ProbeResult::kNotProbed,
+                                     kT0);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_FALSE(table_->failed()) << i;
+  }
+  // A ready epoch in between starts the count again.
+  for (int r = 0; r < 4; ++r) ReadyHeartbeat(r, kT0);
+  ASSERT_TRUE(table_->ready());
+  // The ready epoch's failure is not a failed epoch; the 5 after it are.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_FALSE(table_->failed()) << i;
+    ASSERT_TRUE(table_
+                    ->ReportFailure(2, "token-2", table_->epoch(), -1,
+                                    "allgather: timed out",
+                                    ProbeResult::kNotProbed, kT0)
+                    .ok());
+  }
+  ASSERT_TRUE(table_->failed());
+  int stalled = 0;
+  for (const Decision& d : table_->decisions()) {
+    if (d.kind == DecisionKind::kEpochStalled) ++stalled;
+  }
+  EXPECT_EQ(stalled, 1);
+  EXPECT_NE(table_->failure().find("5 epochs in a row"), std::string::npos)
+      << table_->failure();
+  EXPECT_NE(table_->failure().find("allgather: timed out"), std::string::npos);
+  EXPECT_EQ(table_
+                ->ReportFailure(2, "token-2", table_->epoch(), -1, "again",
+                                ProbeResult::kNotProbed, kT0)
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(MembershipTableTest, LostShardWaitsOneGraceForItsHoldersThenFails) {
+  JoinAllReady(kT0);
+  // Ranks 1 and 3 (both holders of shard 1) go silent.
+  const absl::Time t1 = kT0 + absl::Seconds(1);
+  for (int r : {0, 2}) ReadyHeartbeat(r, t1);
+  ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), (std::vector<int>{1, 3}));
+  EXPECT_FALSE(table_->failed());
+  EXPECT_EQ(table_->plan().kind, PlanKind::kWait);
+  // ExpireLeases is called again when the wait ends.
+  for (int r : {0, 2}) ReadyHeartbeat(r, kT0 + absl::Seconds(2));
+  EXPECT_EQ(table_->next_expiry(), kT0 + 2 * kLease);
+  table_->Settle(kT0 + 2 * kLease - absl::Milliseconds(1));
+  EXPECT_FALSE(table_->failed());
+  table_->Settle(kT0 + 2 * kLease);
+  ASSERT_TRUE(table_->failed());
+  EXPECT_NE(table_->failure().find("held by ranks 1, 3"), std::string::npos)
+      << table_->failure();
+}
+
+TEST_F(MembershipTableTest, HolderBackWithinTheGraceSavesTheJob) {
+  JoinAllReady(kT0);
+  for (int r : {0, 2}) ReadyHeartbeat(r, kT0 + absl::Seconds(1));
+  ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), (std::vector<int>{1, 3}));
+  // Rank 3 was only hung: it re-joins holding its shard.
+  JoinRequestInfo back = Holder(3, "pod-3");
+  back.incarnation = "pod-3-inc1";
+  ASSERT_TRUE(table_->Join(back, kT0 + kLease, "t3").ok());
+  table_->Settle(kT0 + 3 * kLease);
+  EXPECT_FALSE(table_->failed());
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1b"), kT0 + 3 * kLease, "t1").ok());
+  ASSERT_EQ(table_->plan().kind, PlanKind::kResume);
+  ASSERT_EQ(table_->plan().copies.size(), 1u);
+  EXPECT_EQ(table_->plan().copies[0].target_rank, 1);
+  EXPECT_EQ(table_->plan().copies[0].source_ranks, std::vector<int>{3});
 }
 
 TEST_F(MembershipTableTest, ReadyAtTheSameStepIsNoFallback) {

@@ -1,0 +1,225 @@
+#include "daemon/coordinator/epoch_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace shardd::coordinator {
+namespace {
+
+// "rank 2", "ranks 0, 2", "no rank".
+std::string Ranks(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "no rank";
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+// Why no checkpoint step is held by every rank, naming each rank's part.
+std::string WhyNoCheckpoint(const PlanInput& in) {
+  std::vector<int> without_dir;
+  std::vector<std::string> parts;
+  for (const PlanSlot& s : in.slots) {
+    if (!s.live) {
+      parts.push_back(absl::StrCat("rank ", s.rank, " has no member"));
+      continue;
+    }
+    if (!s.keeps_checkpoints) {
+      without_dir.push_back(s.rank);
+      continue;
+    }
+    std::string part = absl::StrCat(
+        "rank ", s.rank,
+        s.checkpoints.empty()
+            ? std::string(" holds no verified checkpoint")
+            : absl::StrCat(" holds step(s) ",
+                           absl::StrJoin(s.checkpoints, ",")));
+    if (!s.checkpoint_problem.empty()) {
+      absl::StrAppend(&part, " (", s.checkpoint_problem, ")");
+    }
+    parts.push_back(std::move(part));
+  }
+  std::string why;
+  if (!without_dir.empty()) {
+    why = absl::StrCat(Ranks(without_dir),
+                       without_dir.size() == 1 ? " keeps" : " keep",
+                       " no checkpoints (no --checkpoint_dir)");
+  }
+  if (!parts.empty()) {
+    absl::StrAppend(&why, why.empty() ? "" : "; ", absl::StrJoin(parts, "; "));
+  }
+  return absl::StrCat("no checkpoint step is held by every rank: ", why);
+}
+
+}  // namespace
+
+const char* PlanKindName(PlanKind kind) {
+  switch (kind) {
+    case PlanKind::kWait:
+      return "WAIT";
+    case PlanKind::kNew:
+      return "NEW";
+    case PlanKind::kResume:
+      return "RESUME";
+    case PlanKind::kRollback:
+      return "ROLLBACK";
+    case PlanKind::kFailed:
+      return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+EpochPlan DecideEpochPlan(const PlanInput& in) {
+  const int w = in.world_size;
+  const int f = in.sharding_factor;
+  EpochPlan plan;
+  std::vector<int> unclaimed;
+  bool any_live_holder = false;
+  bool ever_held = false;
+  int64_t target = 0;
+  for (const PlanSlot& s : in.slots) {
+    if (!s.live) unclaimed.push_back(s.rank);
+    if (s.holds_shard) ever_held = true;
+    if (!s.live || !s.holds_shard) continue;
+    any_live_holder = true;
+    target = std::max(target, s.step);
+    // An in-doubt step the cluster committed is applied at the next epoch.
+    if (s.pending_step == s.step + 1 && in.committed_step >= s.pending_step) {
+      target = std::max(target, s.pending_step);
+    }
+  }
+  const bool all_live = unclaimed.empty();
+  if (!any_live_holder && !ever_held && in.committed_step == 0) {
+    if (!all_live) {
+      plan.reason = absl::StrCat("a new job: waiting for ", Ranks(unclaimed));
+      return plan;
+    }
+    plan.kind = PlanKind::kNew;
+    plan.reason = "a new job: no member holds a shard; all start at step 0";
+    return plan;
+  }
+  if (!any_live_holder) {
+    // Every holder is gone: the job trained up to at least this step.
+    target = in.committed_step;
+    for (const PlanSlot& s : in.slots) {
+      if (s.holds_shard) target = std::max(target, s.step);
+    }
+  }
+  auto reaches = [target](const PlanSlot& s) {
+    return s.live && s.holds_shard &&
+           (s.step == target ||
+            (s.step + 1 == target && s.pending_step == target));
+  };
+  std::vector<std::vector<int>> sources(f);
+  for (const PlanSlot& s : in.slots) {
+    if (reaches(s)) sources[s.rank % f].push_back(s.rank);
+  }
+  std::vector<int> lost;
+  for (int i = 0; i < f; ++i) {
+    if (sources[i].empty()) lost.push_back(i);
+  }
+  // Before any step is committed a shard is its model's initial values:
+  // registering the model makes them again, nothing is lost.
+  if (target == 0 && in.committed_step == 0) lost.clear();
+
+  if (lost.empty()) {
+    if (!all_live) {
+      plan.reason = absl::StrCat("every shard has a holder at step ", target,
+                                 "; waiting for ", Ranks(unclaimed));
+      return plan;
+    }
+    plan.kind = PlanKind::kResume;
+    plan.step = target;
+    std::vector<std::string> copies;
+    for (const PlanSlot& s : in.slots) {
+      const int index = s.rank % f;
+      if (reaches(s) || sources[index].empty()) continue;
+      ShardCopy copy{s.rank, index, sources[index]};
+      std::rotate(copy.source_ranks.begin(),
+                  copy.source_ranks.begin() +
+                      (s.rank / f) % copy.source_ranks.size(),
+                  copy.source_ranks.end());
+      copies.push_back(absl::StrCat("rank ", s.rank, " copies shard ", index,
+                                    " from rank(s) ",
+                                    absl::StrJoin(copy.source_ranks, ",")));
+      plan.copies.push_back(std::move(copy));
+    }
+    plan.reason = absl::StrCat(
+        "resume at step ", target, ": ",
+        copies.empty() ? std::string("every member holds its shard")
+                       : absl::StrJoin(copies, "; "));
+    return plan;
+  }
+
+  // A shard has no holder at the target step: only a checkpoint every rank
+  // holds brings the job back.
+  plan.lost_shard = lost.front();
+  plan.lost_step = target;
+  for (const PlanSlot& s : in.slots) {
+    if (s.rank % f == plan.lost_shard && (s.holds_shard || s.held_before)) {
+      plan.lost_holders.push_back(s.rank);
+    }
+  }
+  std::set<int64_t> common;
+  bool first = true;
+  for (const PlanSlot& s : in.slots) {
+    if (!s.live) continue;
+    std::set<int64_t> mine(s.checkpoints.begin(), s.checkpoints.end());
+    if (s.holds_shard) mine.insert(s.step);  // Already there: no restore.
+    if (first) {
+      common = std::move(mine);
+      first = false;
+      continue;
+    }
+    std::set<int64_t> both;
+    std::set_intersection(common.begin(), common.end(), mine.begin(),
+                          mine.end(), std::inserter(both, both.begin()));
+    common = std::move(both);
+  }
+  std::string lost_what = absl::StrCat(
+      "shard ", plan.lost_shard, " at step ", target, " is lost: ",
+      plan.lost_holders.empty()
+          ? std::string("no member holding it has joined")
+          : absl::StrCat("it was held by ", Ranks(plan.lost_holders)),
+      " and no live member holds it (W/F = ", w / f, ")");
+  if (lost.size() > 1) {
+    absl::StrAppend(&lost_what, "; shards ", absl::StrJoin(lost, ","),
+                    " are lost in all");
+  }
+  if (all_live && !common.empty()) {
+    plan.kind = PlanKind::kRollback;
+    plan.step = *common.rbegin();
+    for (const PlanSlot& s : in.slots) {
+      if (!(s.holds_shard && s.step == plan.step)) {
+        plan.restores.push_back(s.rank);
+      }
+    }
+    plan.reason = absl::StrCat(lost_what,
+                               "; every rank rolls back to its checkpoint of "
+                               "step ",
+                               plan.step, " (steps ", plan.step + 1, "..",
+                               target, " are redone)");
+    return plan;
+  }
+  bool any_keeps = false;
+  for (const PlanSlot& s : in.slots) any_keeps |= s.live && s.keeps_checkpoints;
+  // Unclaimed slots may still be taken by members holding the checkpoint;
+  // but once settled, live members that keep none, or share no step, leave
+  // nothing to wait for.
+  if (!all_live && (!in.settled || (any_keeps && !common.empty()))) {
+    plan.reason = absl::StrCat(
+        lost_what, "; waiting for ", Ranks(unclaimed),
+        common.empty() ? std::string(" (a holder may come back)")
+                       : absl::StrCat(" (the live members share checkpoint "
+                                      "step(s) ",
+                                      absl::StrJoin(common, ","), ")"));
+    return plan;
+  }
+  plan.kind = PlanKind::kFailed;
+  plan.reason = absl::StrCat(lost_what, "; ", WhyNoCheckpoint(in),
+                             ": the job cannot continue");
+  return plan;
+}
+
+}  // namespace shardd::coordinator

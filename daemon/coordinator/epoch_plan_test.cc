@@ -1,0 +1,246 @@
+#include "daemon/coordinator/epoch_plan.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace shardd::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// W = 4, F = 2 (HYBRID_SHARD): shard 0 on ranks 0 and 2, shard 1 on 1 and 3.
+PlanInput Hybrid(int64_t committed = 5) {
+  PlanInput in;
+  in.world_size = 4;
+  in.sharding_factor = 2;
+  in.committed_step = committed;
+  for (int r = 0; r < 4; ++r) {
+    PlanSlot s;
+    s.rank = r;
+    s.live = true;
+    s.holds_shard = true;
+    s.step = committed;
+    in.slots.push_back(s);
+  }
+  return in;
+}
+
+// The slot's member is a replacement without a shard.
+void Fresh(PlanInput& in, int rank) {
+  in.slots[rank].holds_shard = false;
+  in.slots[rank].step = 0;
+}
+
+void Checkpoints(PlanInput& in, std::vector<int64_t> steps) {
+  for (PlanSlot& s : in.slots) {
+    s.keeps_checkpoints = true;
+    s.checkpoints = steps;
+  }
+}
+
+TEST(EpochPlanTest, EveryMemberHoldingItsShardResumesWithoutCopies) {
+  const EpochPlan p = DecideEpochPlan(Hybrid());
+  EXPECT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 5);
+  EXPECT_THAT(p.copies, IsEmpty());
+}
+
+TEST(EpochPlanTest, ReplacementCopiesFromTheLiveReplica) {
+  PlanInput in = Hybrid();
+  Fresh(in, 1);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 5);
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].target_rank, 1);
+  EXPECT_EQ(p.copies[0].shard_index, 1);
+  EXPECT_THAT(p.copies[0].source_ranks, ElementsAre(3));
+  EXPECT_THAT(p.reason, HasSubstr("rank 1 copies shard 1 from rank(s) 3"));
+}
+
+TEST(EpochPlanTest, ShardlessMemberNeverMakesTheJobNew) {
+  // Scenario A of the compound-faults issue: the replacement of rank 1 is
+  // the only member of a restarted coordinator so far.
+  PlanInput in = Hybrid(/*committed=*/0);
+  Fresh(in, 1);
+  for (int r : {0, 2, 3}) {
+    in.slots[r].live = false;
+    in.slots[r].holds_shard = false;
+  }
+  EpochPlan p = DecideEpochPlan(in);
+  EXPECT_EQ(p.kind, PlanKind::kWait);
+  // Then the others re-join holding step 5: rank 1 copies, nothing is new.
+  in = Hybrid(/*committed=*/5);
+  Fresh(in, 1);
+  p = DecideEpochPlan(in);
+  EXPECT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 5);
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_THAT(p.copies[0].source_ranks, ElementsAre(3));
+}
+
+TEST(EpochPlanTest, NoHolderAnywhereBeforeTrainingIsANewJob) {
+  PlanInput in = Hybrid(/*committed=*/0);
+  for (int r = 0; r < 4; ++r) Fresh(in, r);
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kNew);
+  in.slots[3].live = false;
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+}
+
+TEST(EpochPlanTest, TwoReplacementsInDifferentGroupsBothCopy) {
+  PlanInput in = Hybrid();
+  Fresh(in, 0);
+  Fresh(in, 1);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kResume);
+  ASSERT_EQ(p.copies.size(), 2u);
+  EXPECT_EQ(p.copies[0].target_rank, 0);
+  EXPECT_THAT(p.copies[0].source_ranks, ElementsAre(2));
+  EXPECT_EQ(p.copies[1].target_rank, 1);
+  EXPECT_THAT(p.copies[1].source_ranks, ElementsAre(3));
+}
+
+TEST(EpochPlanTest, EveryReplicaLostWithoutCheckpointsFails) {
+  // Scenario B: both holders of shard 0 replaced.
+  PlanInput in = Hybrid();
+  Fresh(in, 0);
+  Fresh(in, 2);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kFailed);
+  EXPECT_EQ(p.lost_shard, 0);
+  EXPECT_EQ(p.lost_step, 5);
+  EXPECT_THAT(p.reason, HasSubstr("shard 0 at step 5 is lost"));
+  EXPECT_THAT(p.reason, HasSubstr("no --checkpoint_dir"));
+  EXPECT_THAT(p.reason, HasSubstr("cannot continue"));
+}
+
+TEST(EpochPlanTest, LostHoldersAreNamedWhileTheirSlotsAreEmpty) {
+  PlanInput in = Hybrid();
+  in.slots[0].live = false;  // Removed; the record keeps what it held.
+  in.slots[2].live = false;
+  in.settled = true;
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kFailed);
+  EXPECT_THAT(p.lost_holders, ElementsAre(0, 2));
+  EXPECT_THAT(p.reason, HasSubstr("it was held by ranks 0, 2"));
+}
+
+TEST(EpochPlanTest, LostShardWaitsUntilSettled) {
+  PlanInput in = Hybrid();
+  in.slots[0].live = false;
+  in.slots[2].live = false;
+  in.settled = false;  // A hung holder may still come back.
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+}
+
+TEST(EpochPlanTest, LostShardRollsBackToTheNewestCommonCheckpoint) {
+  PlanInput in = Hybrid(/*committed=*/7);
+  Checkpoints(in, {3, 6});
+  Fresh(in, 0);
+  Fresh(in, 2);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback);
+  EXPECT_EQ(p.step, 6);
+  EXPECT_THAT(p.restores, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(p.reason, HasSubstr("steps 7..7 are redone"));
+}
+
+TEST(EpochPlanTest, CheckpointMissingOnOneRankFallsBackToAnOlderCommonOne) {
+  PlanInput in = Hybrid(/*committed=*/7);
+  Checkpoints(in, {3, 6});
+  Fresh(in, 0);
+  Fresh(in, 2);
+  in.slots[2].checkpoints = {3};  // Step 6's file was corrupt.
+  in.slots[2].checkpoint_problem = "step-6.shardckpt: crc32c mismatch";
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback);
+  EXPECT_EQ(p.step, 3);
+}
+
+TEST(EpochPlanTest, CheckpointOnNoCommonStepFailsNamingEachRank) {
+  PlanInput in = Hybrid(/*committed=*/7);
+  Checkpoints(in, {6});
+  Fresh(in, 0);
+  Fresh(in, 2);
+  in.slots[2].checkpoints = {};
+  in.slots[2].checkpoint_problem = "step-6.shardckpt: crc32c mismatch";
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kFailed);
+  EXPECT_THAT(p.reason, HasSubstr("rank 2 holds no verified checkpoint "
+                                  "(step-6.shardckpt: crc32c mismatch)"));
+  EXPECT_THAT(p.reason, HasSubstr("rank 1 holds step(s) 6"));
+}
+
+TEST(EpochPlanTest, LostShardWithCheckpointsWaitsForItsReplacements) {
+  PlanInput in = Hybrid(/*committed=*/7);
+  Checkpoints(in, {3, 6});
+  in.slots[0].live = false;
+  in.slots[2].live = false;
+  in.settled = true;
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+}
+
+TEST(EpochPlanTest, SettledLossWithoutAnyCheckpointFailsBeforeReplacements) {
+  PlanInput in = Hybrid();
+  in.slots[0].live = false;
+  in.slots[2].live = false;
+  in.settled = true;
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kFailed);
+}
+
+TEST(EpochPlanTest, InDoubtStepTheClusterCommittedNeedsNoCopy) {
+  PlanInput in = Hybrid(/*committed=*/6);
+  in.slots[1].step = 5;
+  in.slots[1].pending_step = 6;
+  in.slots[3].step = 6;
+  in.slots[0].step = 6;
+  in.slots[2].step = 6;
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 6);
+  EXPECT_THAT(p.copies, IsEmpty());
+}
+
+TEST(EpochPlanTest, HolderBehindWithoutAPendingStepCopies) {
+  PlanInput in = Hybrid(/*committed=*/6);
+  for (PlanSlot& s : in.slots) s.step = 6;
+  in.slots[1].step = 4;
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kResume);
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].target_rank, 1);
+}
+
+TEST(EpochPlanTest, NothingCommittedLosesNothing) {
+  // Both holders of shard 0 died before the first step: registering the
+  // model again recreates step 0.
+  PlanInput in = Hybrid(/*committed=*/0);
+  Fresh(in, 0);
+  Fresh(in, 2);
+  const EpochPlan p = DecideEpochPlan(in);
+  EXPECT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 0);
+}
+
+TEST(EpochPlanTest, FullShardingLossWithoutReplicaRollsBack) {
+  // W/F = 1: every loss is a rollback (tests/faults:checkpoint_test).
+  PlanInput in;
+  in.world_size = 4;
+  in.sharding_factor = 4;
+  in.committed_step = 7;
+  for (int r = 0; r < 4; ++r) {
+    PlanSlot s{r, true, true, 7, false, 0, true, {3, 6}, ""};
+    in.slots.push_back(s);
+  }
+  Fresh(in, 1);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback);
+  EXPECT_EQ(p.step, 6);
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
