@@ -79,6 +79,10 @@ class CoordinatorObserver {
   // Links between live members that both ends report unreachable (a
   // network partition between nodes; 0 when none).
   virtual void BrokenPeerLinks(int /*n*/) {}
+  // The job entered its terminal FAILED state (true) with this reason: a
+  // shard lost without a usable checkpoint, or epochs failing without
+  // progress. Called once with true; false is the initial state.
+  virtual void JobFailed(bool /*failed*/, absl::string_view /*reason*/) {}
 };
 
 }  // namespace shardd::metrics
