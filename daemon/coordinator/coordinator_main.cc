@@ -16,6 +16,13 @@
 // printed on stderr at start ("coordinator: TLS off ..."). SIGTERM or SIGINT
 // shut it down cleanly: watchers and waiters are released, in-flight calls
 // get a grace period.
+//
+// When the job fails for good (a shard lost with no live replica and no
+// checkpoint every rank holds, or --max_failed_epochs epochs in a row
+// without progress: JOB_FAILED in the log), the coordinator keeps serving
+// until every member has left (or --failed_drain_s), so that daemons,
+// trainers and shardctl read the reason, then exits with status 3
+// (core::kExitJobFailed).
 
 #include <pthread.h>
 #include <signal.h>
@@ -35,6 +42,7 @@
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/coordinator_service.h"
 #include "daemon/coordinator/peer_prober.h"
+#include "daemon/core/exit_status.h"
 #include "daemon/core/host_port.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
@@ -66,6 +74,16 @@ ABSL_FLAG(int64_t, partition_quarantine_ms, 30000,
           "reported down both ways) cannot join again from the same peer "
           "address for this long; doubled at each further removal from "
           "that address, up to 10 minutes");
+ABSL_FLAG(int, max_failed_epochs, 5,
+          "epochs in a row that may fail with the same members in every slot "
+          "before the job is declared failed (EPOCH_STALLED)");
+ABSL_FLAG(int64_t, rejoin_grace_ms, 0,
+          "how long a shard without a live holder is waited for (after the "
+          "coordinator starts, or its last holder is removed) before it is "
+          "declared lost, unless every slot is claimed; 0: --lease_ms");
+ABSL_FLAG(int64_t, failed_drain_s, 30,
+          "after the job failed: longest the coordinator keeps serving for "
+          "members to read the reason and leave before it exits (status 3)");
 ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
           "longest a RendezvousWait may block");
 ABSL_FLAG(int, metrics_port, 0,
@@ -145,6 +163,14 @@ int Run() {
   options.membership.partition_quarantine_max =
       std::max(quarantine, absl::Minutes(10));
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  options.membership.max_failed_epochs = absl::GetFlag(FLAGS_max_failed_epochs);
+  options.membership.rejoin_grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_grace_ms));
+  if (options.membership.rejoin_grace < absl::ZeroDuration()) {
+    return Fail("--rejoin_grace_ms must not be negative");
+  }
+  const absl::Duration failed_drain =
+      absl::Seconds(absl::GetFlag(FLAGS_failed_drain_s));
   auto manager = CoordinatorManager::Create(
       options, std::make_unique<RealClock>(),
       MakePeerProber(absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms)),
@@ -227,9 +253,34 @@ int Run() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
-               signal_number);
+  int exit_status = core::kExitOk;
+  absl::Time failed_at = absl::InfiniteFuture();
+  while (true) {
+    const timespec poll{0, 100'000'000};
+    signal_number = sigtimedwait(&signals, nullptr, &poll);
+    if (signal_number > 0) {
+      std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
+                   signal_number);
+      break;
+    }
+    const ClusterSnapshot s = (*manager)->Snapshot(0);
+    if (!s.failed) continue;
+    if (failed_at == absl::InfiniteFuture()) failed_at = absl::Now();
+    const bool drained = std::none_of(
+        s.slots.begin(), s.slots.end(),
+        [](const SlotRecord& slot) { return slot.live(); });
+    if (drained || absl::Now() - failed_at >= failed_drain) {
+      std::fprintf(stderr,
+                   "coordinator: the job has failed (%s); %s, exiting with "
+                   "status %d\n",
+                   s.failure.c_str(),
+                   drained ? "every member has left"
+                           : "drain time is up",
+                   core::kExitJobFailed);
+      exit_status = core::kExitJobFailed;
+      break;
+    }
+  }
   (*manager)->Shutdown();
   stop.Notify();
   ticker.join();
@@ -237,7 +288,7 @@ int Run() {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   health_server.reset();
   std::fprintf(stderr, "coordinator: stopped\n");
-  return 0;
+  return exit_status;
 }
 
 }  // namespace

@@ -43,8 +43,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorManager>> CoordinatorManager::Create(
   if (options.join_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("join_timeout must be positive");
   }
-  absl::StatusOr<MembershipTable> table =
-      MembershipTable::Create(options.membership);
+  MembershipOptions membership = options.membership;
+  // A shard without a live holder is not called lost before its holders
+  // had time to re-join this (perhaps restarted) coordinator.
+  if (membership.started == absl::InfinitePast()) {
+    membership.started = clock->Now();
+  }
+  absl::StatusOr<MembershipTable> table = MembershipTable::Create(membership);
   if (!table.ok()) return table.status();
   return std::unique_ptr<CoordinatorManager>(new CoordinatorManager(
       options, *std::move(table), std::move(clock), std::move(prober)));
@@ -206,6 +211,10 @@ void CoordinatorManager::Publish() {
     published_without_replica_ = without;
     observer->ShardsWithoutReplica(without);
   }
+  if (table_.failed() && !published_failed_) {
+    published_failed_ = true;
+    observer->JobFailed(true, table_.failure());
+  }
   if (table_.broken_peer_links() != published_broken_links_) {
     published_broken_links_ = table_.broken_peer_links();
     observer->BrokenPeerLinks(published_broken_links_);
@@ -266,7 +275,8 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
 absl::Status CoordinatorManager::Heartbeat(
     int rank, const std::string& lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state,
-    std::vector<UnreachablePeer> unreachable) {
+    std::vector<UnreachablePeer> unreachable,
+    const CheckpointInventory* checkpoints) {
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -278,8 +288,9 @@ absl::Status CoordinatorManager::Heartbeat(
   const MemberPhase phase_before =
       known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
   const absl::Time now = clock_->Now();
-  absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
-                                    state, now, std::move(unreachable));
+  absl::Status s =
+      table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now,
+                       std::move(unreachable), checkpoints);
   NoteRendezvous(now);  // Before Changed reports a recovery's ready epoch.
   // The only removals a heartbeat makes are of members cut off from their
   // peers.
@@ -347,6 +358,10 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
   if (shutdown_) {
     return absl::UnavailableError("the coordinator is shutting down");
   }
+  if (table_.failed()) {
+    return absl::DataLossError(
+        absl::StrCat("the job has failed: ", table_.failure()));
+  }
   if (!table_.IsLiveMember(vote.rank, lease_token)) {
     return absl::NotFoundError(absl::StrCat(
         "rank ", vote.rank, " is not a live member with this lease_token"));
@@ -386,7 +401,7 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     return *d;
   }
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || table_.epoch() != epoch ||
+    return shutdown_ || table_.epoch() != epoch || table_.failed() ||
            votes_.Decision(epoch, step).has_value();
   };
   mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
@@ -395,6 +410,10 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
   }
   if (shutdown_) {
     return absl::UnavailableError("the coordinator is shutting down");
+  }
+  if (table_.failed()) {
+    return absl::DataLossError(
+        absl::StrCat("the job has failed: ", table_.failure()));
   }
   if (table_.epoch() != epoch) {
     if (options_.observer != nullptr) options_.observer->CommitVote("aborted");
@@ -442,6 +461,9 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   s.started = started_;
   s.quarantines = table_.quarantines();
   s.broken_links = table_.broken_links();
+  s.plan = table_.plan();
+  s.failed = table_.failed();
+  s.failure = table_.failure();
   const auto& log = table_.decisions();
   for (auto it = log.rbegin();
        it != log.rend() && static_cast<int>(s.decisions.size()) < max_decisions;

@@ -55,6 +55,10 @@ struct ClusterSnapshot {
   std::map<std::string, Quarantine> quarantines;
   // MembershipTable::broken_links.
   std::vector<std::pair<int, int>> broken_links;
+  // The current epoch's plan, and the terminal state.
+  EpochPlan plan;
+  bool failed = false;
+  std::string failure;
 };
 
 // What a heartbeat reply carries, without copying the whole cluster.
@@ -97,7 +101,8 @@ class CoordinatorManager {
   absl::Status Heartbeat(int rank, const std::string& lease_token,
                          int64_t epoch, int64_t committed_step,
                          MemberPhase state,
-                         std::vector<UnreachablePeer> unreachable = {});
+                         std::vector<UnreachablePeer> unreachable = {},
+                         const CheckpointInventory* checkpoints = nullptr);
   absl::Status Leave(int rank, const std::string& lease_token,
                      const std::string& reason);
   absl::StatusOr<ReportOutcome> ReportFailure(int reporter,
@@ -183,6 +188,7 @@ class CoordinatorManager {
   int64_t published_fallbacks_ ABSL_GUARDED_BY(mu_) = 0;
   int published_without_replica_ ABSL_GUARDED_BY(mu_) = -1;
   int published_broken_links_ ABSL_GUARDED_BY(mu_) = -1;
+  bool published_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string NewLeaseToken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;

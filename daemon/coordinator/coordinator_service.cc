@@ -1,6 +1,7 @@
 #include "daemon/coordinator/coordinator_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ pb::DecisionKind ToProto(DecisionKind kind) {
       return pb::DECISION_KIND_COMMIT_REJECTED;
     case DecisionKind::kPartitionUndecided:
       return pb::DECISION_KIND_PARTITION_UNDECIDED;
+    case DecisionKind::kEpochStalled:
+      return pb::DECISION_KIND_EPOCH_STALLED;
+    case DecisionKind::kJobFailed:
+      return pb::DECISION_KIND_JOB_FAILED;
   }
   return pb::DECISION_KIND_UNSPECIFIED;
 }
@@ -94,6 +99,45 @@ void FillTopology(int world_size, int sharding_factor, int rank,
   for (int64_t r : p->replica_group_ranks) t->add_replica_group_ranks(r);
 }
 
+pb::EpochPlanKind ToProto(PlanKind kind) {
+  switch (kind) {
+    case PlanKind::kWait:
+      return pb::EPOCH_PLAN_KIND_WAIT;
+    case PlanKind::kNew:
+      return pb::EPOCH_PLAN_KIND_NEW;
+    case PlanKind::kResume:
+      return pb::EPOCH_PLAN_KIND_RESUME;
+    case PlanKind::kRollback:
+      return pb::EPOCH_PLAN_KIND_ROLLBACK;
+    case PlanKind::kFailed:
+      return pb::EPOCH_PLAN_KIND_FAILED;
+  }
+  return pb::EPOCH_PLAN_KIND_UNSPECIFIED;
+}
+
+void FillPlan(const ClusterSnapshot& s, pb::RecoveryPlan* out) {
+  out->set_epoch(s.epoch);
+  out->set_kind(ToProto(s.plan.kind));
+  out->set_step(s.plan.step);
+  out->set_reason(s.plan.reason);
+  for (const ShardCopy& c : s.plan.copies) {
+    pb::ShardTransfer* t = out->add_transfers();
+    t->set_target_rank(c.target_rank);
+    t->set_shard_index(c.shard_index);
+    for (int r : c.source_ranks) t->add_source_ranks(r);
+    t->set_step(s.plan.step);
+    t->set_phase(pb::RECOVERY_PHASE_TRANSFERRING_STATE);
+  }
+  for (int r : s.plan.restores) out->add_restore_ranks(r);
+  out->set_phase(s.failed ? pb::RECOVERY_PHASE_UNRECOVERABLE
+                 : s.ready ? pb::RECOVERY_PHASE_COMPLETE
+                 : !s.plan.copies.empty() || !s.plan.restores.empty()
+                     ? pb::RECOVERY_PHASE_TRANSFERRING_STATE
+                 : s.plan.kind == PlanKind::kWait
+                     ? pb::RECOVERY_PHASE_AWAITING_REPLACEMENT
+                     : pb::RECOVERY_PHASE_REBUILDING_COMMUNICATORS);
+}
+
 void FillUpdate(const ClusterSnapshot& s, bool keepalive,
                 pb::MembershipUpdate* u) {
   u->set_epoch(s.epoch);
@@ -106,6 +150,9 @@ void FillUpdate(const ClusterSnapshot& s, bool keepalive,
   for (const SlotRecord& slot : s.slots) {
     if (slot.live()) FillMember(slot, u->add_members());
   }
+  u->set_job_state(s.failed ? pb::JOB_STATE_FAILED : pb::JOB_STATE_RUNNING);
+  u->set_job_failure(s.failure);
+  FillPlan(s, u->mutable_plan());
 }
 
 absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
@@ -121,6 +168,14 @@ absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
           absl::StrCat("state must be JOINING, RECOVERING or READY, got ",
                        pb::MemberState_Name(state)));
   }
+}
+
+CheckpointInventory FromProto(const pb::CheckpointInventory& in) {
+  CheckpointInventory out;
+  out.keeps = in.keeps();
+  out.steps.assign(in.steps().begin(), in.steps().end());
+  out.problem = in.problem();
+  return out;
 }
 
 // The time left before the client's deadline, capped.
@@ -145,6 +200,8 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   info.holds_shard = request->holds_shard();
   info.last_committed_step = request->last_committed_step();
   info.model_fingerprint = request->model_fingerprint();
+  info.pending_step = request->pending_step();
+  info.checkpoints = FromProto(request->checkpoints());
   absl::StatusOr<JoinOutcome> out = manager_->Join(info);
   if (!out.ok()) return rpc::ToGrpc(out.status());
   const ClusterSnapshot s = manager_->Snapshot(0);
@@ -189,9 +246,14 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
     unreachable.push_back(
         {u.rank(), u.incarnation(), u.failed_probes(), u.error()});
   }
+  std::optional<CheckpointInventory> checkpoints;
+  if (request->has_checkpoints()) {
+    checkpoints = FromProto(request->checkpoints());
+  }
   absl::Status s = manager_->Heartbeat(
       request->rank(), request->lease_token(), request->epoch(),
-      request->committed_step(), *state, std::move(unreachable));
+      request->committed_step(), *state, std::move(unreachable),
+      checkpoints.has_value() ? &*checkpoints : nullptr);
   if (!s.ok()) return rpc::ToGrpc(s);
   // Rank is valid: the heartbeat was accepted.
   const LeaseView lease = manager_->Lease(request->rank());
@@ -349,6 +411,10 @@ grpc::Status CoordinatorService::GetClusterState(
     out->set_rank_a(a);
     out->set_rank_b(b);
   }
+  response->set_job_state(s.failed ? pb::JOB_STATE_FAILED
+                                   : pb::JOB_STATE_RUNNING);
+  response->set_job_failure(s.failure);
+  FillPlan(s, response->mutable_plan());
   return grpc::Status::OK;
 }
 

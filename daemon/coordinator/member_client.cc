@@ -139,6 +139,8 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   request.set_holds_shard(shard.holds_shard);
   request.set_last_committed_step(shard.committed_step);
   request.set_model_fingerprint(shard.model_fingerprint);
+  request.set_pending_step(shard.holds_shard ? shard.pending_step : 0);
+  if (options_.checkpoints) *request.mutable_checkpoints() = options_.checkpoints();
 
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -197,6 +199,9 @@ absl::Status MemberClient::HeartbeatOnce() {
       *request.add_unreachable_peers() = std::move(peer);
     }
   }
+  if (options_.checkpoints) {
+    *request.mutable_checkpoints() = options_.checkpoints();
+  }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   if (!Register(&context)) {
@@ -212,6 +217,12 @@ absl::Status MemberClient::HeartbeatOnce() {
     return absl::OkStatus();
   }
   const absl::Status s = rpc::FromGrpc(status);
+  if (absl::IsDataLoss(s)) {
+    // The job has failed: terminal, whatever else happens.
+    absl::MutexLock lock(&mu_);
+    if (view_.error.ok()) view_.error = s;
+    return s;
+  }
   if (!absl::IsNotFound(s)) return s;
   // The coordinator does not know this lease: it restarted, or the lease
   // ran out. Claim the same slot again with what the member still holds.
@@ -309,6 +320,10 @@ void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
   last_watch_message_ = now;
   view_.last_contact = now;
   known_epoch_ = std::max(known_epoch_, update.epoch());
+  if (update.job_state() == pb::JOB_STATE_FAILED && view_.error.ok()) {
+    view_.error = absl::DataLossError(
+        absl::StrCat("the job has failed: ", update.job_failure()));
+  }
   if (update.epoch() < view_.epoch) return;
   view_.epoch = update.epoch();
   view_.ready = update.ready();
@@ -316,6 +331,13 @@ void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
   view_.sharding_factor = update.sharding_factor();
   view_.committed_step = update.committed_step();
   view_.members.assign(update.members().begin(), update.members().end());
+  view_.plan = update.plan();
+  if (update.plan().epoch() == update.epoch() && ready_epoch_ != update.epoch()) {
+    recovering_ = false;
+    for (const pb::ShardTransfer& t : update.plan().transfers()) {
+      if (t.target_rank() == rank_) recovering_ = true;
+    }
+  }
   if (!update.keepalive()) {
     view_.reason = update.reason();
     ++view_.updates;

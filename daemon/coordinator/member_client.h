@@ -26,6 +26,8 @@ struct MemberShardStatus {
   bool holds_shard = false;
   int64_t committed_step = 0;
   uint64_t model_fingerprint = 0;
+  // An in-doubt step held prepared (0: none).
+  int64_t pending_step = 0;
 };
 
 struct MemberClientOptions {
@@ -56,6 +58,10 @@ struct MemberClientOptions {
   // on the heartbeat thread without the client's lock; it must not call the
   // client). Null: none reported.
   std::function<std::vector<shardd::v1::UnreachablePeer>()> unreachable_peers;
+  // The member's verified sharded checkpoints, sent with every join and
+  // heartbeat (called without the client's lock; it must be cheap and must
+  // not call the client). Null: keeps none.
+  std::function<shardd::v1::CheckpointInventory()> checkpoints;
   // Deadline of every unary RPC (Join, Heartbeat, Leave).
   absl::Duration rpc_timeout = absl::Seconds(2);
   // Deadline of ReportFailure (the coordinator probes the suspect first).
@@ -83,6 +89,10 @@ struct MembershipView {
   std::string reason;
   // Watch messages applied that were not keepalives.
   int64_t updates = 0;
+  // The coordinator's plan for `epoch` (kind WAIT until every slot is
+  // claimed): a copy or a checkpoint restore this member performs before
+  // it reports READY.
+  shardd::v1::RecoveryPlan plan;
 
   // This member: its slot, how often it joined (1 + re-joins), when it last
   // heard from the coordinator.
@@ -90,7 +100,8 @@ struct MembershipView {
   int64_t joins = 0;
   absl::Time last_contact = absl::InfinitePast();
   // Set when the member can no longer take part (a re-join was rejected,
-  // or it left): the status that ended it.
+  // or it left): the status that ended it. DATA_LOSS: the job has failed
+  // (terminal; the message says why).
   absl::Status error;
 
   // True when every one of the W slots is held by a live member.

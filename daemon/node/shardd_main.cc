@@ -50,6 +50,7 @@
 #endif
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
+#include "daemon/core/exit_status.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
@@ -394,8 +395,10 @@ int Run() {
       NodeManager::Start(options);
   if (!manager.ok()) {
     peer_server->Shutdown(std::chrono::system_clock::now());
-    return Fail(absl::StrCat("cannot join the coordinator at ", coordinator,
-                             ": ", manager.status().ToString()));
+    const int status = Fail(absl::StrCat("cannot join the coordinator at ",
+                                         coordinator, ": ",
+                                         manager.status().ToString()));
+    return absl::IsDataLoss(manager.status()) ? core::kExitJobFailed : status;
   }
   peer.Attach(manager->get());
 
@@ -457,6 +460,7 @@ int Run() {
   // of a process that stays alive outside the job.
   std::atomic<bool> stopping{false};
   std::atomic<bool> membership_ended{false};
+  std::atomic<bool> job_failed{false};
   std::thread readiness([&] {
     bool last = false;
     while (!stopping.load()) {
@@ -467,7 +471,11 @@ int Run() {
       }
       const absl::Status membership = (*manager)->MembershipStatus();
       if (!membership.ok() && !membership_ended.exchange(true)) {
-        std::printf("shardd: membership ended: %s; exiting\n",
+        // DATA_LOSS: the job has failed for good (exit status 3 after the
+        // drain); anything else ended only this daemon's membership.
+        job_failed = absl::IsDataLoss(membership);
+        std::printf("shardd: %s: %s; exiting\n",
+                    job_failed ? "the job has failed" : "membership ended",
                     membership.ToString().c_str());
         std::fflush(stdout);
         kill(getpid(), SIGTERM);
@@ -501,7 +509,8 @@ int Run() {
   manager->reset();  // Frees every buffer: segments are unlinked.
   unlink(socket_path.c_str());
   std::fprintf(stderr, "shardd: stopped\n");
-  return membership_ended.load() ? 1 : 0;
+  if (job_failed.load()) return core::kExitJobFailed;
+  return membership_ended.load() ? core::kExitMembershipEnded : core::kExitOk;
 }
 
 }  // namespace

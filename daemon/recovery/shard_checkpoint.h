@@ -95,6 +95,12 @@ absl::Status ReadShardCheckpoint(
     v1::ShardHeader* header_out, uint32_t* payload_crc_out = nullptr,
     const ShardMemory& memory = ShardMemory::Host());
 
+// Checks a whole checkpoint without keeping it: the header as
+// ReadShardCheckpointHeader, then every section's and the payload's CRC,
+// reading through a bounded buffer (8 MiB). Returns the header. Errors as
+// ReadShardCheckpoint (DATA_LOSS naming the path and the section).
+absl::StatusOr<v1::ShardHeader> VerifyShardCheckpoint(const std::string& path);
+
 }  // namespace shardd::recovery
 
 #endif  // SHARDD_DAEMON_RECOVERY_SHARD_CHECKPOINT_H_

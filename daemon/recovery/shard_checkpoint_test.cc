@@ -179,6 +179,22 @@ TEST_F(ShardCheckpointTest, DetectsCorruptByteInASection) {
       << status;
 }
 
+TEST_F(ShardCheckpointTest, VerifyChecksEveryByteWithoutADestination) {
+  const std::string path = Write(2);
+  auto ok = VerifyShardCheckpoint(path);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->step(), 2);
+  // The last byte of the last section: a header-only check misses it.
+  FlipByte(path, PayloadOffset(path) + 4000 + 1234 + 7);
+  EXPECT_TRUE(ReadShardCheckpointHeader(path).ok());
+  absl::Status status = VerifyShardCheckpoint(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find(path + ": section 3"), std::string::npos)
+      << status;
+  EXPECT_EQ(VerifyShardCheckpoint(dir_ + "/nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(ShardCheckpointTest, DetectsCorruptHeaderAndFooter) {
   const std::string path = Write(2);
   FlipByte(path, 18);  // Inside the serialized header.

@@ -1,0 +1,79 @@
+#include "daemon/node/checkpoint_catalog.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/recovery/shard_checkpoint.h"
+
+namespace shardd::node {
+
+CheckpointCatalog::CheckpointCatalog(std::string dir) : dir_(std::move(dir)) {}
+
+void CheckpointCatalog::Scan(int rank) {
+  if (dir_.empty()) return;
+  std::set<int64_t> verified;
+  std::string problem;
+  absl::StatusOr<std::vector<int64_t>> steps =
+      recovery::ListShardCheckpoints(dir_, rank);
+  if (steps.ok()) {
+    for (const int64_t step : *steps) {
+      const std::string path = recovery::ShardCheckpointPath(dir_, rank, step);
+      absl::StatusOr<v1::ShardHeader> header =
+          recovery::VerifyShardCheckpoint(path);
+      if (header.ok()) {
+        verified.insert(step);
+      } else {
+        absl::StrAppend(&problem, problem.empty() ? "" : "; ",
+                        header.status().ToString());
+      }
+    }
+  } else if (!absl::IsNotFound(steps.status())) {
+    problem = steps.status().ToString();
+  }
+  absl::MutexLock lock(&mu_);
+  rank_ = rank;
+  verified_ = std::move(verified);
+  problem_ = std::move(problem);
+}
+
+void CheckpointCatalog::NoteWritten(int rank, int64_t step) {
+  if (dir_.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (rank_ != rank) {
+    rank_ = rank;
+    verified_.clear();
+  }
+  verified_.insert(step);
+}
+
+void CheckpointCatalog::NoteBad(int64_t step, const std::string& problem) {
+  absl::MutexLock lock(&mu_);
+  verified_.erase(step);
+  problem_ = problem;
+}
+
+v1::CheckpointInventory CheckpointCatalog::Inventory() const {
+  v1::CheckpointInventory out;
+  out.set_keeps(!dir_.empty());
+  if (dir_.empty()) return out;
+  int rank = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    rank = rank_;
+    out.set_problem(problem_);
+  }
+  if (rank < 0) return out;
+  // The files still there (a readdir; the writer prunes old ones).
+  absl::StatusOr<std::vector<int64_t>> on_disk =
+      recovery::ListShardCheckpoints(dir_, rank);
+  if (!on_disk.ok()) return out;
+  absl::MutexLock lock(&mu_);
+  for (const int64_t step : *on_disk) {
+    if (verified_.count(step) > 0) out.add_steps(step);
+  }
+  return out;
+}
+
+}  // namespace shardd::node
