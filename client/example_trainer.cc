@@ -37,7 +37,11 @@
 // --pause_after_step=N (tests) blocks after step N so that a test can
 // SIGKILL the trainer at a step boundary.
 //
-// Exit codes: 0 done; 1 a call failed (the message says which); 2 bad flags.
+// Exit codes: 0 done; 1 a call failed (the message says which); 2 bad flags;
+// 3 the job has failed (DATA_LOSS from the daemon: a shard was lost with no
+// replica and no usable checkpoint, or the job made no progress): the
+// reason is printed as "example_trainer: stopping: the job has failed: ..."
+// and nothing is retried.
 
 #include <algorithm>
 #include <cstdint>
@@ -62,6 +66,7 @@
 #include "client/mlp.h"
 #include "client/teacher_student.h"
 #include "client/trainer_client.h"
+#include "daemon/core/exit_status.h"
 
 ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
           "the local daemon's trainer socket (path, unix:PATH or host:port)");
@@ -340,6 +345,12 @@ int Usage(const absl::Status& s) {
 }
 
 int Fail(const absl::Status& s) {
+  if (TrainerClient::IsJobFailed(s)) {
+    // Terminal: retrying cannot help; the reason names what was lost.
+    std::fprintf(stderr, "example_trainer: stopping: %s\n",
+                 std::string(s.message()).c_str());
+    return core::kExitJobFailed;
+  }
   std::fprintf(stderr, "example_trainer: %s: %s\n",
                absl::StatusCodeToString(s.code()).c_str(),
                std::string(s.message()).c_str());

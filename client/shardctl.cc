@@ -77,6 +77,12 @@ int Fail(const TrainerClient& client, const absl::Status& status) {
 
 void PrintStatus(const v1::GetStatusResponse& s) {
   const v1::Topology& t = s.topology();
+  if (s.job_state() == v1::JOB_STATE_FAILED) {
+    // Terminal: first, so that nobody reads past it.
+    std::printf("job             FAILED: %s\n", s.job_failure().c_str());
+  } else {
+    std::printf("job             RUNNING\n");
+  }
   std::printf("rank            %d\n", s.rank());
   std::printf("registered      %s\n", s.registered() ? "yes" : "no");
   std::printf("epoch           %lld%s\n", static_cast<long long>(s.epoch()),

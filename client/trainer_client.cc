@@ -18,6 +18,7 @@ namespace {
 
 // Payload key that marks "nothing answers at the target".
 constexpr char kUnreachablePayload[] = "shardd.client/daemon-unreachable";
+constexpr char kJobFailedPayload[] = "shardd.client/job-failed";
 
 bool LooksLikeConnectionFailure(absl::string_view message) {
   for (absl::string_view needle :
@@ -89,6 +90,11 @@ bool TrainerClient::IsDaemonUnreachable(const absl::Status& status) {
          status.GetPayload(kUnreachablePayload).has_value();
 }
 
+bool TrainerClient::IsJobFailed(const absl::Status& status) {
+  return absl::IsDataLoss(status) &&
+         status.GetPayload(kJobFailedPayload).has_value();
+}
+
 void TrainerClient::SetDeadline(grpc::ClientContext& context,
                                 std::optional<absl::Time> deadline) const {
   const absl::Time when =
@@ -98,6 +104,11 @@ void TrainerClient::SetDeadline(grpc::ClientContext& context,
 
 absl::Status TrainerClient::Convert(const grpc::Status& status) const {
   absl::Status converted = rpc::FromGrpc(status);
+  if (absl::IsDataLoss(converted)) {
+    // Only the daemon's: the job has failed (trainer.proto).
+    converted.SetPayload(kJobFailedPayload, absl::Cord("1"));
+    return converted;
+  }
   if (!absl::IsUnavailable(converted)) return converted;
   const bool channel_failed =
       channel_->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;

@@ -139,6 +139,11 @@ class TrainerClient {
 
   // True for the UNAVAILABLE that means nothing answers at the target.
   static bool IsDaemonUnreachable(const absl::Status& status);
+  // True for the daemon's DATA_LOSS: the job has FAILED for good (terminal;
+  // the message names the reason). A trainer stops, does not retry, and
+  // exits non-zero. A DATA_LOSS of this client's own (a reply that does
+  // not fit its segment) is not this.
+  static bool IsJobFailed(const absl::Status& status);
 
   // "unix:/a/b" for "/a/b"; anything else unchanged.
   static std::string NormalizeTarget(absl::string_view target);

@@ -206,6 +206,11 @@ class MemberClient {
       int64_t epoch, int64_t step, bool vote, absl::string_view reason,
       uint64_t step_fingerprint, absl::Time deadline);
 
+  // Sends a heartbeat now (with the current checkpoint inventory), e.g. so
+  // that the coordinator knows a checkpoint went bad before it plans the
+  // next epoch. The heartbeat's status.
+  absl::Status SendHeartbeat() { return HeartbeatOnce(); }
+
   // Leaves gracefully and stops heartbeating (the threads keep running
   // until destruction, the watch keeps the view current).
   absl::Status Leave(absl::string_view reason);

@@ -659,7 +659,8 @@ absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
   }
   Remove(rank, MemberPhase::kLeft, now,
          absl::StrCat("rank ", rank, " left: ", reason));
-  StartEpoch(now, 0, absl::StrCat("rank ", rank, " left"));
+  // After the job failed members only drain: no epoch follows.
+  if (!failed()) StartEpoch(now, 0, absl::StrCat("rank ", rank, " left"));
   return absl::OkStatus();
 }
 

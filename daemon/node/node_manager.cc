@@ -291,9 +291,17 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       status.holds_shard = true;
       status.committed_step = self->engine_->committed_step();
       status.model_fingerprint = self->fingerprint_;
+      status.pending_step = self->engine_->pending_step().value_or(0);
     }
     return status;
   };
+  // Checkpoints this daemon can vouch for: a rollback is planned only to a
+  // step every rank holds intact. With a fixed rank they are verified
+  // before the join, so the coordinator's first plan knows them.
+  m->catalog_ = std::make_unique<CheckpointCatalog>(options.checkpoint_dir);
+  if (options.rank >= 0) m->catalog_->Scan(options.rank);
+  CheckpointCatalog* catalog = m->catalog_.get();
+  mo.checkpoints = [catalog] { return catalog->Inventory(); };
   if (options.probe_peers &&
       options.peer_probing.interval > absl::ZeroDuration()) {
     m->reachability_ = std::make_unique<PeerReachability>(
@@ -340,6 +348,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       coordinator::MemberClient::Join(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
+  if (options.rank < 0) m->catalog_->Scan(m->client_->rank());
   if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_thread_ = std::thread([self] { self->EpochLoop(); });
   return m;
@@ -379,6 +388,7 @@ int NodeManager::rank() const { return client_->rank(); }
 void NodeManager::EpochLoop() {
   int64_t handled = 0;
   int64_t seen = 0;
+  bool job_failed = false;
   while (!stop_.load()) {
     absl::StatusOr<coordinator::MembershipView> view = client_->WaitFor(
         [handled, seen](const coordinator::MembershipView& v) {
@@ -386,6 +396,12 @@ void NodeManager::EpochLoop() {
         },
         absl::Now() + absl::Milliseconds(100));
     if (absl::IsDeadlineExceeded(view.status())) continue;
+    if (absl::IsDataLoss(view.status()) && !job_failed) {
+      // Terminal: no epoch follows. Collectives in flight return now, and
+      // trainers hear why (WatchEvents, and DATA_LOSS from every call).
+      job_failed = true;
+      NoteJobFailed(view.status());
+    }
     if (!view.ok()) {
       absl::SleepFor(absl::Milliseconds(100));
       continue;
@@ -443,60 +459,74 @@ void NodeManager::EpochLoop() {
       world_size_ = view->world_size;
       sharding_factor_ = view->sharding_factor;
     }
-    const v1::JoinResponse joined = client_->join_response();
-    bool unrecoverable = false;
-    {
-      absl::MutexLock lock(&mu_);
-      unrecoverable =
-          engine_ == nullptr && !recovery_done_ && joined.has_recovery() &&
-          joined.recovery().phase() == v1::RECOVERY_PHASE_UNRECOVERABLE;
+    // The coordinator's plan for this epoch, decided from the steps the
+    // members hold: a copy from a replica, or a rollback to a checkpoint
+    // every rank holds (verified), or nothing to do.
+    const v1::RecoveryPlan& plan = view->plan;
+    if (plan.epoch() != view->epoch ||
+        (plan.kind() != v1::EPOCH_PLAN_KIND_NEW &&
+         plan.kind() != v1::EPOCH_PLAN_KIND_RESUME &&
+         plan.kind() != v1::EPOCH_PLAN_KIND_ROLLBACK)) {
+      continue;  // No plan for every slot yet (or the job failed).
     }
-    if (unrecoverable) {
-      // No live replica holds this shard: fall back to the latest sharded
-      // checkpoint, and have every member restore the same step.
+    const int rank = client_->rank();
+    std::optional<v1::ShardTransfer> copy;
+    for (const v1::ShardTransfer& t : plan.transfers()) {
+      if (t.target_rank() == rank) copy = t;
+    }
+    const bool restores =
+        plan.kind() == v1::EPOCH_PLAN_KIND_ROLLBACK &&
+        std::find(plan.restore_ranks().begin(), plan.restore_ranks().end(),
+                  rank) != plan.restore_ranks().end();
+    if (restores) {
+      // Before the communicators: a fresh daemon creates its engine from
+      // the checkpoint's model, and peers wait in the rendezvous meanwhile.
       SHARDD_FAILPOINT("recovery.before_install");
-      absl::StatusOr<int64_t> restored =
-          RestoreCheckpoint(/*step=*/-1, view->epoch);
-      absl::MutexLock lock(&mu_);
+      absl::StatusOr<int64_t> restored = RestoreCheckpoint(plan.step(),
+                                                           view->epoch);
       if (!restored.ok()) {
-        recovery_error_ = absl::StrCat(
-            "shard ", joined.recovery().shard_index(),
-            " has no live replica and its checkpoint cannot be restored: ",
-            restored.status().ToString());
-        std::fprintf(stderr, "shardd: %s\n", recovery_error_.c_str());
+        const std::string why = absl::StrCat(
+            "epoch ", view->epoch, ": rollback to the checkpoint of step ",
+            plan.step(), " failed: ", restored.status().ToString());
+        {
+          absl::MutexLock lock(&mu_);
+          recovery_error_ = why;
+        }
+        std::fprintf(stderr, "shardd: %s\n", why.c_str());
+        // The coordinator plans again without that checkpoint: it must
+        // hear of it (the heartbeat) before the next epoch is planned.
+        catalog_->NoteBad(plan.step(), restored.status().ToString());
+        (void)client_->SendHeartbeat();
+        if (client_->view().epoch == view->epoch) {
+          (void)client_->ReportFailure(-1, v1::FAILURE_KIND_TRANSFER_FAILED,
+                                       why, view->epoch);
+        }
         continue;
       }
-      recovery_done_ = true;
-      restore_step_ = *restored;
-    }
-    int64_t restore_step = -1;
-    {
       absl::MutexLock lock(&mu_);
-      restore_step = restore_step_;
-    }
-    if (restore_step >= 0) {
-      // Before this rank's communicators: peers finish theirs only after
-      // this rank's address is published, so they find the key.
-      comm::CoordinatorStoreOptions so;
-      so.rank = client_->rank();
-      so.credentials = options_.coordinator_credentials;
-      std::unique_ptr<comm::CoordinatorStore> store =
-          comm::CoordinatorStore::Connect(options_.coordinator_address,
-                                          view->epoch, so);
-      absl::Status set = store->Set("restore/step", absl::StrCat(restore_step));
-      if (!set.ok()) continue;  // A newer epoch: publish there.
+      recovery_done_ = true;
     }
     // A replacement about to copy its shard builds its engine while the
     // communicators form.
     std::thread prepare;
+    bool needs_copy = false;
     {
       absl::MutexLock lock(&mu_);
-      if (engine_ == nullptr && !recovery_done_ && !prepared_.has_value() &&
-          joined.has_recovery() &&
-          joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE &&
-          joined.recovery().source_ranks_size() > 0) {
-        prepare = std::thread([this, plan = joined.recovery(),
-                               world = view->world_size,
+      needs_copy = copy.has_value() && engine_ == nullptr;
+      if (copy.has_value() && engine_ != nullptr) {
+        // The plan has this daemon copy although it holds an engine at
+        // another step: it reports its real step and the coordinator plans
+        // again from it.
+        std::fprintf(stderr,
+                     "shardd rank %d: epoch %lld plans a copy of step %lld "
+                     "but this daemon holds step %lld\n",
+                     rank, static_cast<long long>(view->epoch),
+                     static_cast<long long>(plan.step()),
+                     static_cast<long long>(engine_->committed_step()));
+      }
+      if (needs_copy && !prepared_.has_value() &&
+          copy->source_ranks_size() > 0) {
+        prepare = std::thread([this, plan = *copy, world = view->world_size,
                                factor = view->sharding_factor] {
           PrepareEngine(plan, world, factor);
         });
@@ -525,46 +555,9 @@ void NodeManager::EpochLoop() {
       }
       continue;
     }
-    bool needs_copy = false;
-    {
-      absl::MutexLock lock(&mu_);
-      needs_copy =
-          engine_ == nullptr && !recovery_done_ && joined.has_recovery() &&
-          joined.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE;
-    }
-    if (restore_step < 0) {
-      // Did a replacement restore a checkpoint? Then so does every member.
-      comm::CoordinatorStoreOptions so;
-      so.rank = client_->rank();
-      so.credentials = options_.coordinator_credentials;
-      std::unique_ptr<comm::CoordinatorStore> store =
-          comm::CoordinatorStore::Connect(options_.coordinator_address,
-                                          view->epoch, so);
-      absl::StatusOr<std::string> value = store->Get("restore/step");
-      int64_t step = -1;
-      if (value.ok() && absl::SimpleAtoi(*value, &step) && step >= 0) {
-        bool differs = false;
-        {
-          absl::MutexLock lock(&mu_);
-          differs = engine_ != nullptr && engine_->committed_step() != step;
-        }
-        if (differs) {
-          absl::StatusOr<int64_t> restored =
-              RestoreCheckpoint(step, view->epoch);
-          if (!restored.ok()) {
-            absl::MutexLock lock(&mu_);
-            recovery_error_ =
-                absl::StrCat("checkpoint fallback to step ", step,
-                             " failed: ", restored.status().ToString());
-            std::fprintf(stderr, "shardd: %s\n", recovery_error_.c_str());
-            continue;
-          }
-        }
-      }
-    }
     if (needs_copy) {
       SHARDD_FAILPOINT("recovery.before_install");
-      absl::Status copied = RecoverFromReplicas(view->epoch, joined.recovery());
+      absl::Status copied = RecoverFromReplicas(view->epoch, *copy);
       if (!copied.ok()) {
         absl::MutexLock lock(&mu_);
         recovery_error_ = copied.ToString();
@@ -663,6 +656,39 @@ bool NodeManager::ReadyLocked() const {
          view.ready;
 }
 
+void NodeManager::NoteJobFailed(const absl::Status& why) {
+  std::printf("shardd rank %d: the job has failed: %s\n", client_->rank(),
+              std::string(why.message()).c_str());
+  std::fflush(stdout);
+  int64_t step = -1;
+  int64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shard_group_ != nullptr) shard_group_->Abort(std::string(why.message()));
+    if (replica_group_ != nullptr) {
+      replica_group_->Abort(std::string(why.message()));
+    }
+    if (engine_ != nullptr) step = engine_->committed_step();
+    epoch = comm_epoch_;
+  }
+  // The last committed step and its checksum, for the record: this shard
+  // is intact and nothing after it is half-written. Trainer operations are
+  // done (their collectives were just aborted) before the state is read.
+  if (step >= 0) {
+    absl::MutexLock op(&op_mu_);
+    LogCommit(recovery::CommitRecord::Kind::kFinal, step, epoch);
+  }
+  v1::TrainerEvent event;
+  event.set_epoch(client_->view().epoch);
+  event.mutable_job_failed()->set_reason(std::string(why.message()));
+  events_.Append(std::move(event));
+}
+
+absl::Status NodeManager::JobFailure() const {
+  absl::Status ended = client_->view().error;
+  return absl::IsDataLoss(ended) ? ended : absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
                                                     int64_t min_epoch) {
   while (true) {
@@ -670,6 +696,7 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
       absl::MutexLock lock(&mu_);
       if (ReadyLocked() && comm_epoch_ >= min_epoch) return comm_epoch_;
     }
+    if (absl::Status failed = JobFailure(); !failed.ok()) return failed;
     if (stop_.load()) {
       return absl::UnavailableError("the daemon is shutting down");
     }
@@ -1483,7 +1510,6 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     WriteCheckpoint(result->step, epoch);
   }
   absl::MutexLock lock(&mu_);
-  restore_step_ = -1;
   reduced_.clear();
   ops_in_step_ = 0;
   abort_counted_ = false;
@@ -1988,6 +2014,7 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
                  path.status().ToString().c_str());
     return;
   }
+  catalog_->NoteWritten(rank, step);
   if (options_.observer != nullptr) {
     options_.observer->CheckpointWritten(absl::Now());
   }
@@ -2578,6 +2605,11 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
                                 ? v1::RECOVERY_PHASE_UNRECOVERABLE
                                 : v1::RECOVERY_PHASE_COMPLETE);
   status.set_version("shardd v1 (CPU data plane)");
+  status.set_job_state(absl::IsDataLoss(view.error) ? v1::JOB_STATE_FAILED
+                                                    : v1::JOB_STATE_RUNNING);
+  if (absl::IsDataLoss(view.error)) {
+    status.set_job_failure(std::string(view.error.message()));
+  }
   status.set_registered(engine_ != nullptr);
   if (engine_ != nullptr) {
     status.set_committed_step(engine_->committed_step());

@@ -18,6 +18,7 @@
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
 #include "daemon/metrics/node_observer.h"
+#include "daemon/node/checkpoint_catalog.h"
 #include "daemon/node/engine_backend.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/peer_reachability.h"
@@ -184,6 +185,12 @@ class NodeManager {
   // ALREADY_EXISTS: another live process has its identity). Transient
   // errors are retried by the member client and never show here.
   absl::Status MembershipStatus() const;
+  // OK, or DATA_LOSS with the reason once the job has failed (terminal).
+  absl::Status JobFailure() const;
+  // A trainer call was answered with the job's failure; how many were.
+  // The daemon lingers after a failure until its trainer has heard it.
+  void NoteJobFailureReplied() { job_failure_replies_.fetch_add(1); }
+  int64_t job_failure_replies() const { return job_failure_replies_.load(); }
 
  private:
   explicit NodeManager(NodeOptions options);
@@ -232,6 +239,10 @@ class NodeManager {
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).
   void ResolvePendingStep(const coordinator::MembershipView& view);
+  // The job failed: aborts the communicators (operations in collectives
+  // return now), records the final step in the commit log and tells
+  // WatchEvents. Called once, on the epoch thread.
+  void NoteJobFailed(const absl::Status& why);
   // This epoch's replica group once this daemon has built it (waiting
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
@@ -339,10 +350,10 @@ class NodeManager {
   std::string recovery_error_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<recovery::CommitLog> commit_log_;
   EventLog events_;
-  // A replacement that restored a checkpoint (no replica held its shard)
-  // tells every epoch's members to restore the same step, until a step
-  // commits after it. -1: none.
-  int64_t restore_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // The checkpoints of this rank the daemon verified (reported to the
+  // coordinator with every join and heartbeat).
+  std::unique_ptr<CheckpointCatalog> catalog_;
+  std::atomic<int64_t> job_failure_replies_{0};
 };
 
 }  // namespace shardd::node

@@ -477,6 +477,16 @@ int Run() {
         std::printf("shardd: %s: %s; exiting\n",
                     job_failed ? "the job has failed" : "membership ended",
                     membership.ToString().c_str());
+        if (job_failed) {
+          // Keep answering for a moment so that the trainer hears the
+          // reason (a trainer call answered DATA_LOSS), not a vanished
+          // daemon; bounded, a trainer may be gone too.
+          const absl::Time until = absl::Now() + absl::Seconds(5);
+          while ((*manager)->job_failure_replies() == 0 &&
+                 absl::Now() < until) {
+            absl::SleepFor(absl::Milliseconds(20));
+          }
+        }
         std::fflush(stdout);
         kill(getpid(), SIGTERM);
       }

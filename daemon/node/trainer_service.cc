@@ -19,9 +19,18 @@ absl::Time Deadline(const grpc::ServerContext* context) {
   return absl::FromChrono(deadline);
 }
 
+// A failed call of a job that has failed says so (DATA_LOSS, terminal)
+// instead of the retryable ABORTED or UNAVAILABLE its collective saw.
 template <typename Response>
-grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
-  if (!result.ok()) return rpc::ToGrpc(result.status());
+grpc::Status Reply(NodeManager& manager, absl::StatusOr<Response> result,
+                   Response* response) {
+  if (!result.ok()) {
+    if (absl::Status failed = manager.JobFailure(); !failed.ok()) {
+      manager.NoteJobFailureReplied();
+      return rpc::ToGrpc(failed);
+    }
+    return rpc::ToGrpc(result.status());
+  }
   *response = std::move(*result);
   return grpc::Status::OK;
 }
@@ -31,43 +40,43 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
 grpc::Status TrainerService::RegisterModel(
     grpc::ServerContext* context, const v1::RegisterModelRequest* request,
     v1::RegisterModelResponse* response) {
-  return Reply(manager_->RegisterModel(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->RegisterModel(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::Gather(grpc::ServerContext* context,
                                     const v1::GatherRequest* request,
                                     v1::GatherResponse* response) {
-  return Reply(manager_->Gather(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->Gather(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::Release(grpc::ServerContext*,
                                      const v1::ReleaseRequest* request,
                                      v1::ReleaseResponse* response) {
-  return Reply(manager_->Release(*request), response);
+  return Reply(*manager_, manager_->Release(*request), response);
 }
 
 grpc::Status TrainerService::ReduceGrad(grpc::ServerContext* context,
                                         const v1::ReduceGradRequest* request,
                                         v1::ReduceGradResponse* response) {
-  return Reply(manager_->ReduceGrad(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->ReduceGrad(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::Step(grpc::ServerContext* context,
                                   const v1::StepRequest* request,
                                   v1::StepResponse* response) {
-  return Reply(manager_->Step(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->Step(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
                                        const v1::WaitReadyRequest* request,
                                        v1::WaitReadyResponse* response) {
-  return Reply(manager_->WaitReady(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->WaitReady(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::ExportState(grpc::ServerContext* context,
                                          const v1::ExportStateRequest* request,
                                          v1::ExportStateResponse* response) {
-  return Reply(manager_->ExportState(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->ExportState(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::GetStatus(grpc::ServerContext*,

@@ -82,6 +82,8 @@ absl::string_view CommitRecordKindName(Kind kind) {
       return "recovered";
     case Kind::kCheckpointRestored:
       return "checkpoint_restored";
+    case Kind::kFinal:
+      return "final";
   }
   return "unknown";
 }
@@ -109,6 +111,8 @@ absl::StatusOr<CommitRecord> ParseCommitRecord(absl::string_view line) {
     record.kind = Kind::kRecovered;
   } else if (fields[0] == "checkpoint_restored") {
     record.kind = Kind::kCheckpointRestored;
+  } else if (fields[0] == "final") {
+    record.kind = Kind::kFinal;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown record kind '", fields[0], "'"));
@@ -343,6 +347,14 @@ absl::Status CheckCommitLogs(
         case Kind::kRecovered:
         case Kind::kCheckpointRestored:
           next = r.step + 1;
+          break;
+        case Kind::kFinal:
+          // The state at the last step, repeated: no step of its own.
+          if (next >= 0 && r.step != next - 1) {
+            violations.push_back(absl::StrCat(
+                where, ": final at step ", r.step, " but the last step is ",
+                next - 1));
+          }
           break;
         case Kind::kCommit:
           if (next < 0) {

@@ -8,6 +8,7 @@
 //   commit step=1 epoch=1 rank=1 shard=1 crc32c=0x5e6f7a8b
 //   recovered step=7 epoch=4 rank=1 shard=1 crc32c=0x01020304
 //   checkpoint_restored step=5 epoch=6 rank=1 shard=1 crc32c=0x...
+//   final step=9 epoch=8 rank=1 shard=1 crc32c=0x...  (the job failed)
 //
 // shard_crc32c is the CRC-32C of the shard's whole state as the FetchShard
 // stream sends it (the trailer's CRC: every section in stream order), so
@@ -48,6 +49,9 @@ struct CommitRecord {
     // The shard was restored from a checkpoint of `step`; commits of this
     // rank after `step` from earlier epochs are rolled back (superseded).
     kCheckpointRestored,
+    // The job failed (terminal) and this rank's shard, intact, stays at
+    // `step`, its last committed step: nothing after it is half-written.
+    kFinal,
   };
   Kind kind = Kind::kCommit;
   int64_t step = 0;

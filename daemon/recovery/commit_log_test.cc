@@ -196,6 +196,25 @@ TEST_F(CommitLogTest, CheckAcceptsAGoodRun) {
   EXPECT_EQ(summary.max_final_step, 5);
 }
 
+TEST_F(CommitLogTest, FinalRecordRepeatsTheLastStepWithItsState) {
+  Logs logs = GoodRun(5);
+  for (int r = 0; r < kWorld; ++r) logs[r].push_back(Rec(Kind::kFinal, r, 5));
+  EXPECT_TRUE(CheckCommitLogs(logs, kWorld, kShards, 5).ok())
+      << CheckCommitLogs(logs, kWorld, kShards, 5);
+  // A final record at another step than the last, or with other bytes.
+  logs[2].back() = Rec(Kind::kFinal, 2, 4);
+  ExpectViolation(CheckCommitLogs(logs, kWorld, kShards, 5),
+                  "final at step 4 but the last step is 5");
+  logs = GoodRun(5);
+  logs[1].push_back(Rec(Kind::kFinal, 1, 5));
+  logs[1].back().shard_crc32c ^= 1;
+  ExpectViolation(CheckCommitLogs(logs, kWorld, kShards, 5),
+                  "shard 1 step 5: crc32c");
+  auto parsed = ParseCommitRecord(FormatCommitRecord(Rec(Kind::kFinal, 3, 9)));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->kind, Kind::kFinal);
+}
+
 TEST_F(CommitLogTest, CheckRejectsBadWorld) {
   EXPECT_EQ(CheckCommitLogs(GoodRun(1), 4, 3, -1).code(),
             absl::StatusCode::kInvalidArgument);
