@@ -54,6 +54,12 @@ std::string WhyNoCheckpoint(const PlanInput& in) {
 
 }  // namespace
 
+std::string CopyReason(const ShardCopy& copy, int64_t step) {
+  return absl::StrCat("rank ", copy.target_rank, " copies shard ",
+                      copy.shard_index, " at step ", step, " from rank(s) ",
+                      absl::StrJoin(copy.source_ranks, ","));
+}
+
 const char* PlanKindName(PlanKind kind) {
   switch (kind) {
     case PlanKind::kWait:
@@ -140,9 +146,7 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
                   copy.source_ranks.begin() +
                       (s.rank / f) % copy.source_ranks.size(),
                   copy.source_ranks.end());
-      copies.push_back(absl::StrCat("rank ", s.rank, " copies shard ", index,
-                                    " from rank(s) ",
-                                    absl::StrJoin(copy.source_ranks, ",")));
+      copies.push_back(CopyReason(copy, target));
       plan.copies.push_back(std::move(copy));
     }
     plan.reason = absl::StrCat(

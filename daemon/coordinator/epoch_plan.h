@@ -86,6 +86,9 @@ struct EpochPlan {
   std::string reason;
 };
 
+// "rank 1 copies shard 1 at step 5 from rank(s) 3": one copy, as logged.
+std::string CopyReason(const ShardCopy& copy, int64_t step);
+
 // Decides how the members of an epoch reach one common step, from the
 // steps they actually hold, whatever order they joined in.
 //

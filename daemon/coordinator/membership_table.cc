@@ -142,11 +142,12 @@ void MembershipTable::Replan(absl::Time now) {
                       plan_.kind == PlanKind::kRollback;
   plan_key_ = issued ? MembershipKey() : std::string();
   if (same_epoch && before == plan_.kind) return;  // Logged already.
-  std::vector<int> targets = plan_.restores;
-  for (const ShardCopy& c : plan_.copies) targets.push_back(c.target_rank);
-  if (!targets.empty()) {
-    Log(now, DecisionKind::kRecoveryPlanned, std::move(targets),
-        absl::StrCat("epoch ", epoch_, ": ", plan_.reason));
+  for (const ShardCopy& c : plan_.copies) {
+    Log(now, DecisionKind::kRecoveryPlanned, {c.target_rank},
+        CopyReason(c, plan_.step));
+  }
+  if (plan_.kind == PlanKind::kRollback) {
+    Log(now, DecisionKind::kRecoveryPlanned, plan_.restores, plan_.reason);
   }
 }
 

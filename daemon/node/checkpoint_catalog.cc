@@ -1,5 +1,6 @@
 #include "daemon/node/checkpoint_catalog.h"
 
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,9 @@ void CheckpointCatalog::Scan(int rank) {
       if (header.ok()) {
         verified.insert(step);
       } else {
+        // Left out of the inventory: a rollback never plans this step.
+        std::fprintf(stderr, "shardd: ignoring checkpoint: %s\n",
+                     header.status().ToString().c_str());
         absl::StrAppend(&problem, problem.empty() ? "" : "; ",
                         header.status().ToString());
       }

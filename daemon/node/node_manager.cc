@@ -2015,6 +2015,10 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
     return;
   }
   catalog_->NoteWritten(rank, step);
+  // The coordinator plans rollbacks from the members' inventories: tell it
+  // now, not at the next heartbeat, so that a failure right after this step
+  // rolls back to it.
+  (void)client_->SendHeartbeat();
   if (options_.observer != nullptr) {
     options_.observer->CheckpointWritten(absl::Now());
   }
