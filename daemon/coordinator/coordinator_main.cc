@@ -80,7 +80,7 @@ ABSL_FLAG(int, max_failed_epochs, 5,
 ABSL_FLAG(int64_t, rejoin_grace_ms, 0,
           "how long a shard without a live holder is waited for (after the "
           "coordinator starts, or its last holder is removed) before it is "
-          "declared lost, unless every slot is claimed; 0: --lease_ms");
+          "declared lost, unless every slot is claimed; 0: 2 x --lease_ms");
 ABSL_FLAG(int64_t, failed_drain_s, 30,
           "after the job failed: longest the coordinator keeps serving for "
           "members to read the reason and leave before it exits (status 3)");

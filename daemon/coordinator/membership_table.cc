@@ -88,7 +88,10 @@ MembershipTable::MembershipTable(const MembershipOptions& options)
     : options_(options), slots_(options.world_size) {
   for (int r = 0; r < options.world_size; ++r) slots_[r].rank = r;
   if (options_.rejoin_grace <= absl::ZeroDuration()) {
-    options_.rejoin_grace = options_.detector.lease;
+    // Live members re-join within a heartbeat interval (a third of the
+    // lease) of the coordinator's return; two leases leave room for a
+    // loaded machine, and a wrong verdict would end the job.
+    options_.rejoin_grace = 2 * options_.detector.lease;
   }
   settle_after_ = options_.started + options_.rejoin_grace;
 }

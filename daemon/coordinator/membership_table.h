@@ -122,7 +122,7 @@ struct MembershipOptions {
   // declared lost before started + rejoin_grace (members re-join a
   // restarted coordinator within about a lease), nor within rejoin_grace
   // of its last holder's removal (a hung holder may come back), unless
-  // every slot is claimed. Zero grace: the lease.
+  // every slot is claimed. Zero grace: two leases.
   absl::Time started = absl::InfinitePast();
   absl::Duration rejoin_grace = absl::ZeroDuration();
   // Epochs in a row that end without becoming ready while the same members

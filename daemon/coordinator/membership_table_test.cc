@@ -538,12 +538,13 @@ TEST_F(MembershipTableTest, LostShardWaitsOneGraceForItsHoldersThenFails) {
   ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), (std::vector<int>{1, 3}));
   EXPECT_FALSE(table_->failed());
   EXPECT_EQ(table_->plan().kind, PlanKind::kWait);
-  // ExpireLeases is called again when the wait ends.
-  for (int r : {0, 2}) ReadyHeartbeat(r, kT0 + absl::Seconds(2));
-  EXPECT_EQ(table_->next_expiry(), kT0 + 2 * kLease);
-  table_->Settle(kT0 + 2 * kLease - absl::Milliseconds(1));
+  // ExpireLeases is called again when the wait (two leases after the
+  // removal) ends.
+  for (int r : {0, 2}) ReadyHeartbeat(r, kT0 + absl::Seconds(3));
+  EXPECT_EQ(table_->next_expiry(), kT0 + 3 * kLease);
+  table_->Settle(kT0 + 3 * kLease - absl::Milliseconds(1));
   EXPECT_FALSE(table_->failed());
-  table_->Settle(kT0 + 2 * kLease);
+  table_->Settle(kT0 + 3 * kLease);
   ASSERT_TRUE(table_->failed());
   EXPECT_NE(table_->failure().find("held by ranks 1, 3"), std::string::npos)
       << table_->failure();
@@ -557,9 +558,9 @@ TEST_F(MembershipTableTest, HolderBackWithinTheGraceSavesTheJob) {
   JoinRequestInfo back = Holder(3, "pod-3");
   back.incarnation = "pod-3-inc1";
   ASSERT_TRUE(table_->Join(back, kT0 + kLease, "t3").ok());
-  table_->Settle(kT0 + 3 * kLease);
+  table_->Settle(kT0 + 4 * kLease);
   EXPECT_FALSE(table_->failed());
-  ASSERT_TRUE(table_->Join(Request(1, "pod-1b"), kT0 + 3 * kLease, "t1").ok());
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1b"), kT0 + 4 * kLease, "t1").ok());
   ASSERT_EQ(table_->plan().kind, PlanKind::kResume);
   ASSERT_EQ(table_->plan().copies.size(), 1u);
   EXPECT_EQ(table_->plan().copies[0].target_rank, 1);
