@@ -110,6 +110,12 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
                  "Recoveries that had to use a checkpoint.");
   lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
                     "The lease members must renew within, in seconds.");
+  job_failed_ = NewGauge(
+      registry, "shardd_coordinator_job_failed",
+      "1 once the job has failed (terminal: a shard lost with no live replica "
+      "and no usable checkpoint, or epochs failing without progress), else "
+      "0. The reason: GetClusterState job_failure, shardctl status, or the "
+      "coordinator log line JOB_FAILED.");
 }
 
 PrometheusCoordinatorObserver::~PrometheusCoordinatorObserver() = default;
@@ -167,6 +173,11 @@ void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {
 
 void PrometheusCoordinatorObserver::Lease(absl::Duration lease) {
   lease_->Set(absl::ToDoubleSeconds(lease));
+}
+
+void PrometheusCoordinatorObserver::JobFailed(bool failed,
+                                              absl::string_view /*reason*/) {
+  job_failed_->Set(failed ? 1 : 0);
 }
 
 }  // namespace shardd::metrics

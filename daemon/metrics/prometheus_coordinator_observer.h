@@ -22,7 +22,9 @@ namespace shardd::metrics {
 // at construction, so a scrape shows them (at zero) before the first event
 // and a query such as increase(shardd_coordinator_failures_detected_total
 // [5m]) sees the first failure. Recovery phase durations are a histogram
-// in seconds, 0.1 s .. 600 s.
+// in seconds, 0.1 s .. 600 s. JobFailed's reason is free text and not a
+// label (it would make a series per message): the gauge only says that the
+// job failed, GetClusterState and the coordinator's log say why.
 //
 // Thread-safe and non-blocking (prometheus-cpp metrics are), as
 // CoordinatorObserver requires. Borrows the registry, which must outlive
@@ -49,6 +51,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void CheckpointFallback() override;
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
+  void JobFailed(bool failed, absl::string_view reason) override;
 
  private:
   prometheus::Gauge* epoch_;
@@ -66,6 +69,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Counter* checkpoint_fallbacks_;
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;
+  prometheus::Gauge* job_failed_;
 };
 
 }  // namespace shardd::metrics

@@ -76,7 +76,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
         "shardd_coordinator_shards_without_replica",
         "shardd_coordinator_broken_peer_links",
         "shardd_coordinator_checkpoint_fallbacks_total",
-        "shardd_coordinator_lease_seconds"}) {
+        "shardd_coordinator_lease_seconds", "shardd_coordinator_job_failed"}) {
     EXPECT_EQ(s.at(name), 0) << name;
   }
   EXPECT_FALSE(absl::StrContains(Exposition(), "other"));
@@ -108,6 +108,21 @@ TEST_F(PrometheusCoordinatorObserverTest, GaugesFollowTheLatestValues) {
   EXPECT_EQ(s.at("shardd_coordinator_ready"), 1);
   EXPECT_EQ(s.at("shardd_coordinator_members_live"), 4);
   EXPECT_EQ(s.at("shardd_coordinator_shards_without_replica"), 0);
+}
+
+TEST_F(PrometheusCoordinatorObserverTest,
+       JobFailedIsZeroUntilTheJobFailsThenOneWithoutTheReason) {
+  EXPECT_EQ(Samples().at("shardd_coordinator_job_failed"), 0);
+  observer_.JobFailed(true,
+                      "DATA_LOSS: shard 2 has no live holder and no "
+                      "checkpoint holds it");
+  EXPECT_EQ(Samples().at("shardd_coordinator_job_failed"), 1);
+  EXPECT_FALSE(absl::StrContains(Exposition(), "DATA_LOSS"))
+      << "the reason is not a label";
+  // Other events after the failure leave it set.
+  observer_.EpochChanged(7, false);
+  observer_.Members(3, 4);
+  EXPECT_EQ(Samples().at("shardd_coordinator_job_failed"), 1);
 }
 
 TEST_F(PrometheusCoordinatorObserverTest,
@@ -215,6 +230,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
   observer_.CheckpointFallback();
   observer_.CommitVote(labels::kReject);
   observer_.Lease(absl::Seconds(2));
+  observer_.JobFailed(true, "EPOCH_STALLED: \"quoted\"\nreason");
   const std::string text = Exposition();
   const absl::Status check = PromtoolCheckMetrics(text);
   EXPECT_TRUE(check.ok()) << check << "\n" << text;

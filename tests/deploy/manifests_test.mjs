@@ -413,6 +413,7 @@ describe("alert rules", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
       "shardd_coordinator_broken_peer_links",
+      "shardd_coordinator_job_failed",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
       "shardd_coordinator_recovery_duration_seconds_count",
@@ -448,10 +449,10 @@ describe("dashboard", () => {
   test("parses, every panel has a query, every query names exported metrics, every required view is there", () => {
     assert.deepEqual(v.checkDashboard(), []);
   });
-  test("has panels for failures, recovery phases, epoch, members, committed step, step duration, collectives, memory", () => {
+  test("has panels for job state, failures, recovery phases, epoch, members, committed step, step duration, collectives, memory", () => {
     const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
     const titles = dashboard.panels.map((p) => p.title.toLowerCase()).join("\n");
-    for (const word of ["failures", "recovery duration by phase", "epoch", "live", "committed step", "step duration", "collective latency", "memory by kind"]) {
+    for (const word of ["job state", "failures", "recovery duration by phase", "epoch", "live", "committed step", "step duration", "collective latency", "memory by kind"]) {
       assert.ok(titles.includes(word), word);
     }
   });
