@@ -54,6 +54,7 @@ using memory::SharedMemorySegment;
 
 std::string g_coordinator_binary;
 std::string g_shardd_binary;
+std::string g_shardctl_binary;
 
 constexpr int kW = 2;
 constexpr int kSteps = 3;
@@ -1143,6 +1144,93 @@ TEST_F(ShardProcessTest, DaemonWhoseSlotWasTakenExitsWhenItWakesUp) {
   EXPECT_TRUE((*twin)->Running());
 }
 
+// W/F = 1 (F = W = 2) and no --checkpoint_dir: the replacement of a killed
+// daemon finds its shard lost for good. The job fails once, and everyone
+// says so: the survivor's GetStatus and `shardctl status` show FAILED with
+// the reason, WatchEvents sends JobFailed, every trainer call returns
+// DATA_LOSS (terminal, not the retryable ABORTED or UNAVAILABLE), and the
+// survivor, the replacement and the coordinator exit with status 3.
+TEST_F(ShardProcessTest, LostShardWithoutCheckpointFailsTheJobForEveryone) {
+  std::vector<pb::RegisterModelResponse> reg;
+  for (const grpc::Status& s : RegisterOnEveryRank(&reg)) {
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  absl::Status trained[kW];
+  {
+    std::vector<std::thread> trainers;
+    for (int r = 0; r < kW; ++r) {
+      trainers.emplace_back([&, r] { trained[r] = Train(r); });
+    }
+    for (auto& t : trainers) t.join();
+  }
+  for (int r = 0; r < kW; ++r) ASSERT_TRUE(trained[r].ok()) << trained[r];
+  grpc::ClientContext watch_context;
+  std::unique_ptr<grpc::ClientReader<pb::TrainerEvent>> events =
+      stubs_[0]->WatchEvents(&watch_context, pb::WatchEventsRequest());
+
+  daemons_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(daemons_[1]->Wait(absl::Now() + absl::Seconds(10)).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  auto replacement = Subprocess::Spawn(
+      {g_shardd_binary, absl::StrCat("--coordinator=", address_),
+       "--identity=node-1", "--rank=1", absl::StrCat("--shm_dir=", shm_dir_),
+       absl::StrCat("--listen_unix=", dir_, "/r1b.sock"),
+       "--peer_listen=127.0.0.1:0"},
+      "shardd-1b");
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+
+  // The survivor hears it within about a lease (polled, with a deadline).
+  pb::GetStatusResponse status = Status(0);
+  while (status.job_state() != pb::JOB_STATE_FAILED && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    status = Status(0);
+  }
+  ASSERT_EQ(status.job_state(), pb::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(
+      status.job_failure(), absl::StrCat("shard 1 at step ", kSteps,
+                                         " is lost: it was held by rank 1")))
+      << status.job_failure();
+  EXPECT_TRUE(absl::StrContains(status.job_failure(), "no --checkpoint_dir"))
+      << status.job_failure();
+
+  auto shardctl = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardctl_binary, "' --socket=", sockets_[0],
+                    " status 2>&1")},
+      "shardctl");
+  ASSERT_TRUE(shardctl.ok()) << shardctl.status();
+  auto job = (*shardctl)->WaitForLine("job ", deadline);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(absl::StrContains(*job, "FAILED: the job has failed: shard 1"))
+      << *job;
+
+  pb::TrainerEvent event;
+  bool heard = false;
+  while (!heard && events->Read(&event)) heard = event.has_job_failed();
+  ASSERT_TRUE(heard);
+  EXPECT_TRUE(absl::StrContains(event.job_failed().reason(), "shard 1 at"))
+      << event.job_failed().reason();
+  watch_context.TryCancel();
+  events->Finish();
+
+  // A trainer call: DATA_LOSS with the reason (every call maps the same
+  // way; the first one answered lets the daemon stop).
+  pb::WaitReadyResponse ready;
+  grpc::Status wait = stubs_[0]->WaitReady(Ctx(absl::Seconds(10)).get(),
+                                           pb::WaitReadyRequest(), &ready);
+  EXPECT_EQ(wait.error_code(), grpc::StatusCode::DATA_LOSS)
+      << wait.error_message();
+  EXPECT_TRUE(absl::StrContains(wait.error_message(), "shard 1 at step"))
+      << wait.error_message();
+
+  for (Subprocess* p :
+       {daemons_[0].get(), replacement->get(), coordinator_.get()}) {
+    auto code = p->Wait(absl::Now() + absl::Seconds(40));
+    ASSERT_TRUE(code.ok()) << p->name() << ": " << code.status();
+    EXPECT_EQ(*code, 3) << p->name();
+  }
+}
+
 // WatchEvents: a snapshot first; a dead peer shows as an epoch change; a
 // watcher that reconnects with after_sequence gets what it missed, not a
 // snapshot.
@@ -1191,12 +1279,14 @@ TEST_F(ShardProcessTest, WatchEventsStartsWithASnapshotAndResumes) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY SHARDD_BINARY\n",
+  if (argc != 4) {
+    std::fprintf(stderr,
+                 "usage: %s COORDINATOR_BINARY SHARDD_BINARY SHARDCTL_BINARY\n",
                  argv[0]);
     return 2;
   }
   shardd::tests::g_coordinator_binary = argv[1];
   shardd::tests::g_shardd_binary = argv[2];
+  shardd::tests::g_shardctl_binary = argv[3];
   return RUN_ALL_TESTS();
 }
