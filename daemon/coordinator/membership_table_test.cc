@@ -1,5 +1,6 @@
 #include "daemon/coordinator/membership_table.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -731,6 +732,126 @@ TEST_F(MembershipTableTest, UndecidablePartitionIsLoggedOnceAndRemovesNoOne) {
   EXPECT_EQ(table_->broken_links(), (std::vector<std::pair<int, int>>{{0, 1}}));
   EXPECT_EQ(table_->epoch(), epoch);
   for (const SlotRecord& s : table_->slots()) EXPECT_TRUE(s.live());
+}
+
+}  // namespace
+}  // namespace shardd::coordinator
+
+namespace shardd::coordinator {
+namespace {
+
+// After a coordinator restart the members re-join in any order; some hold
+// no shard (replacements). Whatever the order, the plan decided once every
+// slot is claimed is the same, nothing is declared ready or failed before
+// that, and the job fails exactly when a shard has no holder and no
+// checkpoint every rank holds. W = 4, F = 2: shard 0 on ranks 0 and 2,
+// shard 1 on ranks 1 and 3.
+struct RestartCase {
+  const char* name;
+  std::vector<int> shardless;
+  // Checkpoint steps of every rank (none: no --checkpoint_dir), and ranks
+  // that hold none intact.
+  std::vector<int64_t> checkpoints;
+  std::vector<int> without_checkpoint;
+  PlanKind expected;
+  int64_t step;  // RESUME / ROLLBACK step.
+};
+
+TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
+  const RestartCase cases[] = {
+      {"one replacement", {1}, {}, {}, PlanKind::kResume, 9},
+      {"replacements in both groups", {0, 1}, {}, {}, PlanKind::kResume, 9},
+      {"both holders of shard 0, no checkpoints", {0, 2}, {}, {},
+       PlanKind::kFailed, 0},
+      {"both holders of shard 0, checkpoints", {0, 2}, {3, 6}, {},
+       PlanKind::kRollback, 6},
+      {"both holders of shard 0, rank 1 holds no checkpoint", {0, 2}, {3, 6},
+       {1}, PlanKind::kFailed, 0},
+      {"both holders of shard 0, rank 2's files missing", {0, 2}, {3, 6},
+       {2}, PlanKind::kFailed, 0},
+      {"one replacement, checkpoints unused", {3}, {3, 6}, {},
+       PlanKind::kResume, 9},
+  };
+  const absl::Time t0 = absl::FromUnixSeconds(5000);
+  const absl::Duration lease = absl::Milliseconds(1500);
+  for (const RestartCase& c : cases) {
+    std::vector<int> order = {0, 1, 2, 3};
+    int orders = 0;
+    do {
+      SCOPED_TRACE(absl::StrCat(c.name, ", join order ", order[0], order[1],
+                                order[2], order[3]));
+      MembershipOptions o;
+      o.world_size = 4;
+      o.sharding_factor = 2;
+      o.detector.lease = lease;
+      o.started = t0;  // A restarted coordinator: nothing known.
+      auto table = MembershipTable::Create(o);
+      ASSERT_TRUE(table.ok());
+      absl::Time now = t0;
+      for (size_t i = 0; i < order.size(); ++i) {
+        const int r = order[i];
+        const bool fresh = std::find(c.shardless.begin(), c.shardless.end(),
+                                     r) != c.shardless.end();
+        JoinRequestInfo req;
+        req.rank = r;
+        req.identity = absl::StrCat("pod-", r);
+        req.peer_address = absl::StrCat("127.0.0.1:", 7000 + r);
+        req.incarnation = absl::StrCat("inc-", r, fresh ? "-new" : "");
+        req.last_epoch = fresh ? 0 : 12;
+        req.holds_shard = !fresh;
+        req.last_committed_step = fresh ? 0 : 9;
+        if (!c.checkpoints.empty()) {
+          req.checkpoints.keeps = true;
+          if (std::find(c.without_checkpoint.begin(),
+                        c.without_checkpoint.end(),
+                        r) == c.without_checkpoint.end()) {
+            req.checkpoints.steps = c.checkpoints;
+          } else {
+            req.checkpoints.problem = "step-6.shardckpt: crc32c mismatch";
+          }
+        }
+        now += absl::Milliseconds(100);
+        ASSERT_TRUE(table->Join(req, now, absl::StrCat("t", r)).ok());
+        if (i + 1 < order.size()) {
+          ASSERT_EQ(table->plan().kind, PlanKind::kWait);
+          ASSERT_FALSE(table->failed());
+        }
+      }
+      const EpochPlan& plan = table->plan();
+      if (c.expected == PlanKind::kFailed) {
+        ASSERT_TRUE(table->failed());
+        EXPECT_NE(table->failure().find("shard 0 at step 9 is lost"),
+                  std::string::npos)
+            << table->failure();
+      } else {
+        ASSERT_FALSE(table->failed()) << table->failure();
+        ASSERT_EQ(plan.kind, c.expected) << plan.reason;
+        EXPECT_EQ(plan.step, c.step);
+        if (c.expected == PlanKind::kResume) {
+          ASSERT_EQ(plan.copies.size(), c.shardless.size());
+          for (const ShardCopy& copy : plan.copies) {
+            for (int source : copy.source_ranks) {
+              EXPECT_EQ(source % 2, copy.target_rank % 2);
+              EXPECT_EQ(std::find(c.shardless.begin(), c.shardless.end(),
+                                  source),
+                        c.shardless.end());
+            }
+          }
+        }
+        // Ready only when everyone reports the plan's step.
+        for (int r = 0; r < 4; ++r) {
+          ASSERT_TRUE(table
+                          ->Heartbeat(r, absl::StrCat("t", r), table->epoch(),
+                                      c.step, MemberPhase::kReady, now)
+                          .ok());
+        }
+        EXPECT_TRUE(table->ready());
+        EXPECT_EQ(table->committed_step(), c.step);
+      }
+      ++orders;
+    } while (std::next_permutation(order.begin(), order.end()));
+    EXPECT_EQ(orders, 24);
+  }
 }
 
 }  // namespace
