@@ -41,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
 #include "tests/coordinator/port_holder.h"
@@ -1192,6 +1193,25 @@ TEST_F(ShardProcessTest, LostShardWithoutCheckpointFailsTheJobForEveryone) {
       << status.job_failure();
   EXPECT_TRUE(absl::StrContains(status.job_failure(), "no --checkpoint_dir"))
       << status.job_failure();
+
+  {
+    // The coordinator's view: FAILED, the reason, and JOB_FAILED logged.
+    auto coordinator = pb::Coordinator::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    pb::ClusterState cluster;
+    ASSERT_TRUE(coordinator
+                    ->GetClusterState(Ctx(absl::Seconds(5)).get(),
+                                      pb::GetClusterStateRequest(), &cluster)
+                    .ok());
+    EXPECT_EQ(cluster.job_state(), pb::JOB_STATE_FAILED);
+    EXPECT_TRUE(absl::StrContains(status.job_failure(), cluster.job_failure()))
+        << cluster.job_failure();
+    int logged = 0;
+    for (const pb::Decision& d : cluster.decisions()) {
+      logged += d.kind() == pb::DECISION_KIND_JOB_FAILED ? 1 : 0;
+    }
+    EXPECT_EQ(logged, 1);
+  }
 
   auto shardctl = Subprocess::Spawn(
       {"/bin/sh", "-c",
