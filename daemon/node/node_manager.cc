@@ -296,8 +296,9 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     return status;
   };
   // Checkpoints this daemon can vouch for: a rollback is planned only to a
-  // step every rank holds intact. With a fixed rank they are verified
-  // before the join, so the coordinator's first plan knows them.
+  // step every rank holds intact. They are verified before the join (shardd
+  // requires --rank with --checkpoint_dir), so the coordinator's first plan
+  // knows them.
   m->catalog_ = std::make_unique<CheckpointCatalog>(options.checkpoint_dir);
   if (options.rank >= 0) m->catalog_->Scan(options.rank);
   CheckpointCatalog* catalog = m->catalog_.get();
@@ -348,7 +349,6 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       coordinator::MemberClient::Join(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
-  if (options.rank < 0) m->catalog_->Scan(m->client_->rank());
   if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_thread_ = std::thread([self] { self->EpochLoop(); });
   return m;

@@ -360,6 +360,11 @@ int Run() {
   if (options.checkpoint_interval_steps > 0 && options.checkpoint_dir.empty()) {
     return Fail("--checkpoint_interval_steps needs --checkpoint_dir");
   }
+  if (!options.checkpoint_dir.empty() && absl::GetFlag(FLAGS_rank) < 0) {
+    // The rank's checkpoints are verified and reported before the join, so
+    // that a rollback plan never misses them.
+    return Fail("--checkpoint_dir needs --rank");
+  }
   options.recovery_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   const std::string transport = absl::GetFlag(FLAGS_recovery_transport);

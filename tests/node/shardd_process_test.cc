@@ -922,6 +922,24 @@ TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
   EXPECT_NE(*code, 0);
 }
 
+// Checkpoints are per rank and verified before the join, so a daemon that
+// keeps them must know its rank.
+TEST(ShardProcessDeviceTest, CheckpointDirWithoutRankIsRefused) {
+  auto d = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary,
+                    "' --checkpoint_dir=/tmp/none --coordinator=127.0.0.1:1 "
+                    "--identity=dev 2>&1")},
+      "shardd-ckpt");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto line = (*d)->WaitForLine("--checkpoint_dir needs --rank",
+                                absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2);
+}
+
 // The peer port is never shared with another listener (gRPC would set
 // SO_REUSEPORT and let the kernel split peers' connections between the two).
 TEST(ShardProcessPortTest, PeerPortAnotherServerListensOnIsRefused) {
