@@ -266,16 +266,15 @@ int Run() {
     const ClusterSnapshot s = (*manager)->Snapshot(0);
     if (!s.failed) continue;
     if (failed_at == absl::InfiniteFuture()) failed_at = absl::Now();
-    const bool drained = std::none_of(
-        s.slots.begin(), s.slots.end(),
-        [](const SlotRecord& slot) { return slot.live(); });
+    const bool drained =
+        std::none_of(s.slots.begin(), s.slots.end(),
+                     [](const SlotRecord& slot) { return slot.live(); });
     if (drained || absl::Now() - failed_at >= failed_drain) {
       std::fprintf(stderr,
                    "coordinator: the job has failed (%s); %s, exiting with "
                    "status %d\n",
                    s.failure.c_str(),
-                   drained ? "every member has left"
-                           : "drain time is up",
+                   drained ? "every member has left" : "drain time is up",
                    core::kExitJobFailed);
       exit_status = core::kExitJobFailed;
       break;

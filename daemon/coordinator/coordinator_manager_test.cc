@@ -268,10 +268,10 @@ TEST_F(CoordinatorManagerTest, MemberStateChangeWakesWatchers) {
   Make();
   const JoinOutcome a = JoinRank(0);
   const ClusterSnapshot before = manager_->Snapshot();
-  ASSERT_TRUE(
-      manager_
-          ->Heartbeat(0, a.lease_token, before.epoch, 0, MemberPhase::kRecovering)
-          .ok());
+  ASSERT_TRUE(manager_
+                  ->Heartbeat(0, a.lease_token, before.epoch, 0,
+                              MemberPhase::kRecovering)
+                  .ok());
   // Not ready (3 slots empty) and no new epoch, but rank 0 changed state
   // (a READY counts only once every slot is claimed and planned).
   const ClusterSnapshot after =
@@ -279,10 +279,10 @@ TEST_F(CoordinatorManagerTest, MemberStateChangeWakesWatchers) {
   EXPECT_GT(after.version, before.version);
   EXPECT_EQ(after.slots[0].phase, MemberPhase::kRecovering);
   // A heartbeat that changes nothing does not wake watchers.
-  ASSERT_TRUE(
-      manager_
-          ->Heartbeat(0, a.lease_token, before.epoch, 0, MemberPhase::kRecovering)
-          .ok());
+  ASSERT_TRUE(manager_
+                  ->Heartbeat(0, a.lease_token, before.epoch, 0,
+                              MemberPhase::kRecovering)
+                  .ok());
   EXPECT_EQ(manager_->Snapshot().version, after.version);
 }
 

@@ -129,7 +129,7 @@ void FillPlan(const ClusterSnapshot& s, pb::RecoveryPlan* out) {
     t->set_phase(pb::RECOVERY_PHASE_TRANSFERRING_STATE);
   }
   for (int r : s.plan.restores) out->add_restore_ranks(r);
-  out->set_phase(s.failed ? pb::RECOVERY_PHASE_UNRECOVERABLE
+  out->set_phase(s.failed  ? pb::RECOVERY_PHASE_UNRECOVERABLE
                  : s.ready ? pb::RECOVERY_PHASE_COMPLETE
                  : !s.plan.copies.empty() || !s.plan.restores.empty()
                      ? pb::RECOVERY_PHASE_TRANSFERRING_STATE

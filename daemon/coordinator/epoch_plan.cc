@@ -29,12 +29,12 @@ std::string WhyNoCheckpoint(const PlanInput& in) {
       without_dir.push_back(s.rank);
       continue;
     }
-    std::string part = absl::StrCat(
-        "rank ", s.rank,
-        s.checkpoints.empty()
-            ? std::string(" holds no verified checkpoint")
-            : absl::StrCat(" holds step(s) ",
-                           absl::StrJoin(s.checkpoints, ",")));
+    std::string part =
+        absl::StrCat("rank ", s.rank,
+                     s.checkpoints.empty()
+                         ? std::string(" holds no verified checkpoint")
+                         : absl::StrCat(" holds step(s) ",
+                                        absl::StrJoin(s.checkpoints, ",")));
     if (!s.checkpoint_problem.empty()) {
       absl::StrAppend(&part, " (", s.checkpoint_problem, ")");
     }
@@ -142,17 +142,17 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
       const int index = s.rank % f;
       if (reaches(s) || sources[index].empty()) continue;
       ShardCopy copy{s.rank, index, sources[index]};
-      std::rotate(copy.source_ranks.begin(),
-                  copy.source_ranks.begin() +
-                      (s.rank / f) % copy.source_ranks.size(),
-                  copy.source_ranks.end());
+      std::rotate(
+          copy.source_ranks.begin(),
+          copy.source_ranks.begin() + (s.rank / f) % copy.source_ranks.size(),
+          copy.source_ranks.end());
       copies.push_back(CopyReason(copy, target));
       plan.copies.push_back(std::move(copy));
     }
-    plan.reason = absl::StrCat(
-        "resume at step ", target, ": ",
-        copies.empty() ? std::string("every member holds its shard")
-                       : absl::StrJoin(copies, "; "));
+    plan.reason = absl::StrCat("resume at step ", target, ": ",
+                               copies.empty()
+                                   ? std::string("every member holds its shard")
+                                   : absl::StrJoin(copies, "; "));
     return plan;
   }
 

@@ -59,7 +59,8 @@ TEST(EpochPlanTest, ReplacementCopiesFromTheLiveReplica) {
   EXPECT_EQ(p.copies[0].target_rank, 1);
   EXPECT_EQ(p.copies[0].shard_index, 1);
   EXPECT_THAT(p.copies[0].source_ranks, ElementsAre(3));
-  EXPECT_THAT(p.reason, HasSubstr("rank 1 copies shard 1 at step 5 from rank(s) 3"));
+  EXPECT_THAT(p.reason,
+              HasSubstr("rank 1 copies shard 1 at step 5 from rank(s) 3"));
 }
 
 TEST(EpochPlanTest, ShardlessMemberNeverMakesTheJobNew) {

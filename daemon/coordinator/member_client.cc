@@ -140,7 +140,8 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   request.set_last_committed_step(shard.committed_step);
   request.set_model_fingerprint(shard.model_fingerprint);
   request.set_pending_step(shard.holds_shard ? shard.pending_step : 0);
-  if (options_.checkpoints) *request.mutable_checkpoints() = options_.checkpoints();
+  if (options_.checkpoints)
+    *request.mutable_checkpoints() = options_.checkpoints();
 
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -332,7 +333,8 @@ void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
   view_.committed_step = update.committed_step();
   view_.members.assign(update.members().begin(), update.members().end());
   view_.plan = update.plan();
-  if (update.plan().epoch() == update.epoch() && ready_epoch_ != update.epoch()) {
+  if (update.plan().epoch() == update.epoch() &&
+      ready_epoch_ != update.epoch()) {
     recovering_ = false;
     for (const pb::ShardTransfer& t : update.plan().transfers()) {
       if (t.target_rank() == rank_) recovering_ = true;

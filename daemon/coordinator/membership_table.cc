@@ -171,8 +171,7 @@ void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
   // An epoch whose plan went out to every slot and that ends unready while
   // the same members hold the slots has failed; a membership change is
   // progress of another kind (leases and quarantines bound those).
-  if (!plan_key_.empty() && plan_epoch_ == epoch_ && !was_ready_ &&
-      !failed()) {
+  if (!plan_key_.empty() && plan_epoch_ == epoch_ && !was_ready_ && !failed()) {
     const std::string key = MembershipKey();
     if (key == plan_key_ && broken_links_.empty()) {
       if (key != stalled_key_) {
@@ -195,11 +194,12 @@ void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
   if (stalled_epochs_ >= options_.max_failed_epochs && !failed()) {
     std::vector<int> ranks;
     for (const SlotRecord& s : slots_) ranks.push_back(s.rank);
-    const std::string diagnosis = absl::StrCat(
-        stalled_epochs_, " epochs in a row failed with the same members in "
-        "every slot and the same plan (",
-        PlanKindName(plan_.kind), " at step ", plan_.step,
-        "): ", absl::StrJoin(stalled_causes_, "; "));
+    const std::string diagnosis =
+        absl::StrCat(stalled_epochs_,
+                     " epochs in a row failed with the same members in "
+                     "every slot and the same plan (",
+                     PlanKindName(plan_.kind), " at step ", plan_.step,
+                     "): ", absl::StrJoin(stalled_causes_, "; "));
     Log(now, DecisionKind::kEpochStalled, ranks, diagnosis);
     Fail(now, std::move(ranks),
          absl::StrCat("the job makes no progress: ", diagnosis));
@@ -483,8 +483,8 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   for (const ShardCopy& c : plan_.copies) {
     if (c.target_rank != rank) continue;
     slot.phase = MemberPhase::kRecovering;
-    out.recovery = RecoveryAssignment{rank, c.shard_index, c.source_ranks,
-                                      plan_.step};
+    out.recovery =
+        RecoveryAssignment{rank, c.shard_index, c.source_ranks, plan_.step};
   }
   out.unrecoverable = plan_.kind == PlanKind::kRollback;
   return out;

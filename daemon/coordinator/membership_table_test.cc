@@ -314,13 +314,14 @@ TEST_F(MembershipTableTest, WithoutReplicaOrCheckpointTheJobFails) {
   EXPECT_NE(table->failure().find("no --checkpoint_dir"), std::string::npos);
   // Terminal: every call says so, and nothing changes any more.
   const int64_t epoch = table->epoch();
-  EXPECT_EQ(table
-                ->Heartbeat(0, "token-0", epoch, 7, MemberPhase::kReady,
-                            kT0 + kLease)
-                .code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(table->Join(Request(1, "pod-1c"), kT0 + kLease, "u").status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      table
+          ->Heartbeat(0, "token-0", epoch, 7, MemberPhase::kReady, kT0 + kLease)
+          .code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      table->Join(Request(1, "pod-1c"), kT0 + kLease, "u").status().code(),
+      absl::StatusCode::kDataLoss);
   EXPECT_FALSE(table->ready());
   EXPECT_EQ(table->epoch(), epoch);
 }
@@ -497,8 +498,8 @@ TEST_F(MembershipTableTest, SameMembersFailingEpochsEndTheJobOnce) {
   JoinAllReady(kT0);
   for (int i = 0; i < 4; ++i) {
     auto out = table_->ReportFailure(0, "token-0", table_->epoch(), -1,
-                                     "allgather: timed out", ProbeResult::kNotProbed,
-                                     kT0);
+                                     "allgather: timed out",
+                                     ProbeResult::kNotProbed, kT0);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_FALSE(table_->failed()) << i;
   }
@@ -761,16 +762,36 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
   const RestartCase cases[] = {
       {"one replacement", {1}, {}, {}, PlanKind::kResume, 9},
       {"replacements in both groups", {0, 1}, {}, {}, PlanKind::kResume, 9},
-      {"both holders of shard 0, no checkpoints", {0, 2}, {}, {},
-       PlanKind::kFailed, 0},
-      {"both holders of shard 0, checkpoints", {0, 2}, {3, 6}, {},
-       PlanKind::kRollback, 6},
-      {"both holders of shard 0, rank 1 holds no checkpoint", {0, 2}, {3, 6},
-       {1}, PlanKind::kFailed, 0},
-      {"both holders of shard 0, rank 2's files missing", {0, 2}, {3, 6},
-       {2}, PlanKind::kFailed, 0},
-      {"one replacement, checkpoints unused", {3}, {3, 6}, {},
-       PlanKind::kResume, 9},
+      {"both holders of shard 0, no checkpoints",
+       {0, 2},
+       {},
+       {},
+       PlanKind::kFailed,
+       0},
+      {"both holders of shard 0, checkpoints",
+       {0, 2},
+       {3, 6},
+       {},
+       PlanKind::kRollback,
+       6},
+      {"both holders of shard 0, rank 1 holds no checkpoint",
+       {0, 2},
+       {3, 6},
+       {1},
+       PlanKind::kFailed,
+       0},
+      {"both holders of shard 0, rank 2's files missing",
+       {0, 2},
+       {3, 6},
+       {2},
+       PlanKind::kFailed,
+       0},
+      {"one replacement, checkpoints unused",
+       {3},
+       {3, 6},
+       {},
+       PlanKind::kResume,
+       9},
   };
   const absl::Time t0 = absl::FromUnixSeconds(5000);
   const absl::Duration lease = absl::Milliseconds(1500);
@@ -832,9 +853,9 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
           for (const ShardCopy& copy : plan.copies) {
             for (int source : copy.source_ranks) {
               EXPECT_EQ(source % 2, copy.target_rank % 2);
-              EXPECT_EQ(std::find(c.shardless.begin(), c.shardless.end(),
-                                  source),
-                        c.shardless.end());
+              EXPECT_EQ(
+                  std::find(c.shardless.begin(), c.shardless.end(), source),
+                  c.shardless.end());
             }
           }
         }

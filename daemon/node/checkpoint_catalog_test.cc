@@ -23,10 +23,9 @@ class CheckpointCatalogTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/catalog-",
-                        ::testing::UnitTest::GetInstance()
-                            ->current_test_info()
-                            ->name());
+    dir_ = absl::StrCat(
+        tmp != nullptr ? tmp : "/tmp", "/catalog-",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     bytes_.assign(1 << 16, 7);
   }
 
@@ -39,8 +38,8 @@ class CheckpointCatalogTest : public ::testing::Test {
     source.section.set_kind(v1::SHARD_SECTION_KIND_PARAMETERS);
     source.section.set_byte_length(static_cast<int64_t>(bytes_.size()));
     source.data = bytes_.data();
-    auto path = recovery::WriteShardCheckpoint(dir_, 1, header, {source},
-                                               keep_last);
+    auto path =
+        recovery::WriteShardCheckpoint(dir_, 1, header, {source}, keep_last);
     ASSERT_TRUE(path.ok()) << path.status();
   }
 

@@ -482,8 +482,8 @@ void NodeManager::EpochLoop() {
       // Before the communicators: a fresh daemon creates its engine from
       // the checkpoint's model, and peers wait in the rendezvous meanwhile.
       SHARDD_FAILPOINT("recovery.before_install");
-      absl::StatusOr<int64_t> restored = RestoreCheckpoint(plan.step(),
-                                                           view->epoch);
+      absl::StatusOr<int64_t> restored =
+          RestoreCheckpoint(plan.step(), view->epoch);
       if (!restored.ok()) {
         const std::string why = absl::StrCat(
             "epoch ", view->epoch, ": rollback to the checkpoint of step ",
@@ -664,7 +664,8 @@ void NodeManager::NoteJobFailed(const absl::Status& why) {
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (shard_group_ != nullptr) shard_group_->Abort(std::string(why.message()));
+    if (shard_group_ != nullptr)
+      shard_group_->Abort(std::string(why.message()));
     if (replica_group_ != nullptr) {
       replica_group_->Abort(std::string(why.message()));
     }

@@ -48,9 +48,9 @@
 #ifdef SHARDD_WITH_CUDA
 #include "daemon/node/cuda/cuda_engine_backend.h"
 #endif
+#include "daemon/core/exit_status.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
-#include "daemon/core/exit_status.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
@@ -400,9 +400,9 @@ int Run() {
       NodeManager::Start(options);
   if (!manager.ok()) {
     peer_server->Shutdown(std::chrono::system_clock::now());
-    const int status = Fail(absl::StrCat("cannot join the coordinator at ",
-                                         coordinator, ": ",
-                                         manager.status().ToString()));
+    const int status =
+        Fail(absl::StrCat("cannot join the coordinator at ", coordinator, ": ",
+                          manager.status().ToString()));
     return absl::IsDataLoss(manager.status()) ? core::kExitJobFailed : status;
   }
   peer.Attach(manager->get());

@@ -40,13 +40,15 @@ grpc::Status Reply(NodeManager& manager, absl::StatusOr<Response> result,
 grpc::Status TrainerService::RegisterModel(
     grpc::ServerContext* context, const v1::RegisterModelRequest* request,
     v1::RegisterModelResponse* response) {
-  return Reply(*manager_, manager_->RegisterModel(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->RegisterModel(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::Gather(grpc::ServerContext* context,
                                     const v1::GatherRequest* request,
                                     v1::GatherResponse* response) {
-  return Reply(*manager_, manager_->Gather(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->Gather(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::Release(grpc::ServerContext*,
@@ -58,25 +60,29 @@ grpc::Status TrainerService::Release(grpc::ServerContext*,
 grpc::Status TrainerService::ReduceGrad(grpc::ServerContext* context,
                                         const v1::ReduceGradRequest* request,
                                         v1::ReduceGradResponse* response) {
-  return Reply(*manager_, manager_->ReduceGrad(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->ReduceGrad(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::Step(grpc::ServerContext* context,
                                   const v1::StepRequest* request,
                                   v1::StepResponse* response) {
-  return Reply(*manager_, manager_->Step(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->Step(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
                                        const v1::WaitReadyRequest* request,
                                        v1::WaitReadyResponse* response) {
-  return Reply(*manager_, manager_->WaitReady(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->WaitReady(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::ExportState(grpc::ServerContext* context,
                                          const v1::ExportStateRequest* request,
                                          v1::ExportStateResponse* response) {
-  return Reply(*manager_, manager_->ExportState(*request, Deadline(context)), response);
+  return Reply(*manager_, manager_->ExportState(*request, Deadline(context)),
+               response);
 }
 
 grpc::Status TrainerService::GetStatus(grpc::ServerContext*,

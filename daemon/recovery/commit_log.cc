@@ -351,9 +351,9 @@ absl::Status CheckCommitLogs(
         case Kind::kFinal:
           // The state at the last step, repeated: no step of its own.
           if (next >= 0 && r.step != next - 1) {
-            violations.push_back(absl::StrCat(
-                where, ": final at step ", r.step, " but the last step is ",
-                next - 1));
+            violations.push_back(absl::StrCat(where, ": final at step ", r.step,
+                                              " but the last step is ",
+                                              next - 1));
           }
           break;
         case Kind::kCommit:

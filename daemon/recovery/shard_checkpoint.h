@@ -97,8 +97,9 @@ absl::Status ReadShardCheckpoint(
 
 // Checks a whole checkpoint without keeping it: the header as
 // ReadShardCheckpointHeader, then every section's and the payload's CRC,
-// reading through a bounded buffer (8 MiB). Returns the header. Errors as
-// ReadShardCheckpoint (DATA_LOSS naming the path and the section).
+// reading through ReadShardCheckpoint's bounded buffer (4 MiB). Returns the
+// header. Errors as ReadShardCheckpoint (DATA_LOSS naming the path and the
+// section).
 absl::StatusOr<v1::ShardHeader> VerifyShardCheckpoint(const std::string& path);
 
 }  // namespace shardd::recovery

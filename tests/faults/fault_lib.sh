@@ -14,8 +14,8 @@
 # Every run is a coordinator, W = 4 shardd daemons and W = 4 example
 # trainers (HYBRID_SHARD, F = 2, the example model's defaults, FL_STEPS
 # steps) as real processes on 127.0.0.1. The common assertions after a
-# fault run: every trainer finished all FL_STEPS steps; the final
-# parameters equal this target's own no-fault run bit for bit (cmp); the
+# fault run: every trainer finished all FL_STEPS steps; no epochs stalled
+# (EPOCH_STALLED) and the job never failed; the final parameters equal this target's own no-fault run bit for bit (cmp); the
 # commit logs of every daemon incarnation (old and replacement daemons
 # write separate files) pass commit_log_check with --final_step: no step
 # committed twice or skipped, replicas' checksums equal at every step.
@@ -301,6 +301,8 @@ fl_check_run() {
        grep -q '^final loss .* steps $FL_STEPS' '$(fl_trainer_log "$run" "$r")'"
   done
   fl_expect "$run: rank 0 wrote the final parameters" "[[ -s '$d/params.bin' ]]"
+  fl_expect "$run: no epochs stalled and the job never failed" \
+    "! cat '$d'/coord-*.log | grep -Eq 'EPOCH_STALLED|JOB_FAILED'"
   if [[ -n "$ref" ]]; then
     fl_expect "$run: final parameters equal the no-fault run's bit for bit" \
       "cmp '$ref' '$d/params.bin'"

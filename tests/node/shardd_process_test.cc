@@ -904,40 +904,39 @@ TEST(ShardProcessDeviceTest, ExplicitCudaDeviceIsRefusedWithTheReason) {
   EXPECT_NE(*code, 0);
 }
 
-TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
+// Runs shardd with `flags` (which must be refused before it joins): the
+// line naming the refusal, and the exit status.
+void ExpectRefused(const std::string& flags, const std::string& says,
+                   const std::string& contains, int* code_out) {
   auto d = Subprocess::Spawn(
       {"/bin/sh", "-c",
-       absl::StrCat("exec '", g_shardd_binary,
-                    "' --nccl_reductions=ring --coordinator=127.0.0.1:1 "
-                    "--identity=dev 2>&1")},
-      "shardd-order");
+       absl::StrCat("exec '", g_shardd_binary, "' ", flags,
+                    " --coordinator=127.0.0.1:1 --identity=dev 2>&1")},
+      "shardd-refused");
   ASSERT_TRUE(d.ok()) << d.status();
-  auto line =
-      (*d)->WaitForLine("--nccl_reductions:", absl::Now() + absl::Seconds(30));
+  auto line = (*d)->WaitForLine(says, absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(line.ok()) << line.status();
-  EXPECT_TRUE(absl::StrContains(*line, "'ring' is not one of: fixed, nccl"))
-      << *line;
+  EXPECT_TRUE(absl::StrContains(*line, contains)) << *line;
   auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_NE(*code, 0);
+  *code_out = *code;
+}
+
+TEST(ShardProcessDeviceTest, UnknownNcclReductionOrderIsRefusedNamingTheFlag) {
+  int code = 0;
+  ExpectRefused("--nccl_reductions=ring",
+                "--nccl_reductions:", "'ring' is not one of: fixed, nccl",
+                &code);
+  EXPECT_NE(code, 0);
 }
 
 // Checkpoints are per rank and verified before the join, so a daemon that
 // keeps them must know its rank.
 TEST(ShardProcessDeviceTest, CheckpointDirWithoutRankIsRefused) {
-  auto d = Subprocess::Spawn(
-      {"/bin/sh", "-c",
-       absl::StrCat("exec '", g_shardd_binary,
-                    "' --checkpoint_dir=/tmp/none --coordinator=127.0.0.1:1 "
-                    "--identity=dev 2>&1")},
-      "shardd-ckpt");
-  ASSERT_TRUE(d.ok()) << d.status();
-  auto line = (*d)->WaitForLine("--checkpoint_dir needs --rank",
-                                absl::Now() + absl::Seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status();
-  auto code = (*d)->Wait(absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 2);
+  int code = 0;
+  ExpectRefused("--checkpoint_dir=/tmp/none", "--checkpoint_dir",
+                "--checkpoint_dir needs --rank", &code);
+  EXPECT_EQ(code, 2);
 }
 
 // The peer port is never shared with another listener (gRPC would set
