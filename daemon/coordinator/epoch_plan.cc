@@ -1,6 +1,7 @@
 #include "daemon/coordinator/epoch_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,17 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
     }
   }
   const bool all_live = unclaimed.empty();
-  if (!any_live_holder && !ever_held && in.committed_step == 0) {
+  // Checkpoints on disk mean the job trained before, even when no member
+  // holds a shard (every daemon and the coordinator restarted): it resumes
+  // from them, it does not start again and overwrite them.
+  int64_t newest_checkpoint = 0;
+  for (const PlanSlot& s : in.slots) {
+    for (const int64_t c : s.checkpoints) {
+      newest_checkpoint = std::max(newest_checkpoint, c);
+    }
+  }
+  if (!any_live_holder && !ever_held && in.committed_step == 0 &&
+      newest_checkpoint == 0) {
     if (!all_live) {
       plan.reason = absl::StrCat("a new job: waiting for ", Ranks(unclaimed));
       return plan;
@@ -112,6 +123,20 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
       if (s.holds_shard) target = std::max(target, s.step);
     }
   }
+  // A checkpoint is written only after its step committed, and a rollback
+  // removes every file above the step it goes back to: a verified
+  // checkpoint proves its step (a restarted coordinator may know less).
+  target = std::max(target, newest_checkpoint);
+  // The step a live holder is at once the epoch starts: an in-doubt step
+  // the cluster committed (its commit reached the coordinator or another
+  // member) is applied first.
+  auto effective = [&](const PlanSlot& s) {
+    return s.pending_step == s.step + 1 &&
+                   (in.committed_step >= s.pending_step ||
+                    target >= s.pending_step)
+               ? s.pending_step
+               : s.step;
+  };
   auto reaches = [target](const PlanSlot& s) {
     return s.live && s.holds_shard &&
            (s.step == target ||
@@ -165,22 +190,47 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
       plan.lost_holders.push_back(s.rank);
     }
   }
-  std::set<int64_t> common;
-  bool first = true;
-  for (const PlanSlot& s : in.slots) {
-    if (!s.live) continue;
-    std::set<int64_t> mine(s.checkpoints.begin(), s.checkpoints.end());
-    if (s.holds_shard) mine.insert(s.step);  // Already there: no restore.
-    if (first) {
-      common = std::move(mine);
-      first = false;
-      continue;
+  // Steps at which a rank could start without the lost shard's holders:
+  // its verified checkpoints, and a live holder's own step.
+  auto steps_of = [&](const PlanSlot& s) {
+    std::set<int64_t> mine;
+    for (const int64_t c : s.checkpoints) {
+      if (c <= target) mine.insert(c);
+    }
+    if (s.live && s.holds_shard) {
+      // At its step, or past its in-doubt step once it applies it (a
+      // rollback to its step has it drop that step instead).
+      mine.insert(s.step);
+      mine.insert(effective(s));
+    }
+    return mine;
+  };
+  auto meet = [](std::optional<std::set<int64_t>>& acc,
+                 const std::set<int64_t>& mine) {
+    if (!acc.has_value()) {
+      acc = mine;
+      return;
     }
     std::set<int64_t> both;
-    std::set_intersection(common.begin(), common.end(), mine.begin(),
-                          mine.end(), std::inserter(both, both.begin()));
-    common = std::move(both);
+    std::set_intersection(acc->begin(), acc->end(), mine.begin(), mine.end(),
+                          std::inserter(both, both.begin()));
+    acc = std::move(both);
+  };
+  std::optional<std::set<int64_t>> live_common;
+  // With the last inventories of slots whose member is gone: what their
+  // replacements (same folder) would most likely report.
+  std::optional<std::set<int64_t>> possible;
+  bool any_keeps = false;
+  for (const PlanSlot& s : in.slots) {
+    if (s.live) {
+      meet(live_common, steps_of(s));
+      meet(possible, steps_of(s));
+      any_keeps |= s.keeps_checkpoints;
+    } else if (s.reported) {
+      meet(possible, steps_of(s));
+    }
   }
+  const std::set<int64_t> common = live_common.value_or(std::set<int64_t>());
   std::string lost_what = absl::StrCat(
       "shard ", plan.lost_shard, " at step ", target, " is lost: ",
       plan.lost_holders.empty()
@@ -195,7 +245,8 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
     plan.kind = PlanKind::kRollback;
     plan.step = *common.rbegin();
     for (const PlanSlot& s : in.slots) {
-      if (!(s.holds_shard && s.step == plan.step)) {
+      if (!(s.holds_shard &&
+            (s.step == plan.step || effective(s) == plan.step))) {
         plan.restores.push_back(s.rank);
       }
     }
@@ -206,17 +257,17 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
                                target, " are redone)");
     return plan;
   }
-  bool any_keeps = false;
-  for (const PlanSlot& s : in.slots) any_keeps |= s.live && s.keeps_checkpoints;
-  // Unclaimed slots may still be taken by members holding the checkpoint;
-  // but once settled, live members that keep none, or share no step, leave
-  // nothing to wait for.
-  if (!all_live && (!in.settled || (any_keeps && !common.empty()))) {
+  // Unclaimed slots may still be taken by members holding the checkpoint.
+  // Once settled, live members that keep none, or no step that the live
+  // members and the gone ones' last reports share, leave nothing to wait
+  // for; with no live member at all there is nothing to decide from.
+  if (!all_live &&
+      (!in.settled || !live_common.has_value() ||
+       (any_keeps && !possible->empty()))) {
     plan.reason = absl::StrCat(
         lost_what, "; waiting for ", Ranks(unclaimed),
         common.empty() ? std::string(" (a holder may come back)")
-                       : absl::StrCat(" (the live members share checkpoint "
-                                      "step(s) ",
+                       : absl::StrCat(" (the live members share step(s) ",
                                       absl::StrJoin(common, ","), ")"));
     return plan;
   }

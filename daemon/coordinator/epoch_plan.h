@@ -19,6 +19,10 @@ struct PlanSlot {
   // An earlier holder of the slot held its shard (only to name the ranks
   // that held a lost shard).
   bool held_before = false;
+  // A member of this coordinator held the slot at some time, so the
+  // checkpoint fields are its last report (a gone member's replacement
+  // finds the same folder).
+  bool reported = false;
   // A step the holder prepared and voted on but whose commit decision it
   // never heard (0: none). It applies it at the next epoch when the cluster
   // committed it, so it can reach step + 1 without a copy.
@@ -75,7 +79,8 @@ struct EpochPlan {
   // kRollback: the checkpoint step every member restores.
   int64_t step = 0;
   std::vector<ShardCopy> copies;
-  // kRollback: the ranks that restore (those not already at `step`).
+  // kRollback: the ranks that restore (those not already at `step`; a
+  // holder at `step` with a later step in doubt drops that step).
   std::vector<int> restores;
   // kFailed: the first lost shard index, the step it was at and the ranks
   // that last held it.

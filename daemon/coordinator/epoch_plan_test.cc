@@ -22,6 +22,7 @@ PlanInput Hybrid(int64_t committed = 5) {
     PlanSlot s;
     s.rank = r;
     s.live = true;
+    s.reported = true;
     s.holds_shard = true;
     s.step = committed;
     in.slots.push_back(s);
@@ -227,6 +228,98 @@ TEST(EpochPlanTest, NothingCommittedLosesNothing) {
   EXPECT_EQ(p.step, 0);
 }
 
+TEST(EpochPlanTest, CheckpointsOnDiskAreNeverTakenForANewJob) {
+  // Every daemon and the coordinator restarted: nobody holds a shard, but
+  // every rank's folder holds step 2. The job resumes there; it does not
+  // start again at step 0 and overwrite the checkpoints.
+  PlanInput in = Hybrid(/*committed=*/0);
+  for (int r = 0; r < 4; ++r) Fresh(in, r);
+  Checkpoints(in, {2});
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback) << p.reason;
+  EXPECT_EQ(p.step, 2);
+  EXPECT_THAT(p.restores, ElementsAre(0, 1, 2, 3));
+}
+
+TEST(EpochPlanTest, CommittedInDoubtStepCountsAsHeldForARollback) {
+  // Step 2 committed while rank 0 was in doubt (at 1, holding 2 prepared,
+  // no checkpoint of 2 written); then both holders of shard 1 died.
+  PlanInput in = Hybrid(/*committed=*/2);
+  Checkpoints(in, {2});
+  Fresh(in, 1);
+  Fresh(in, 3);
+  in.slots[0].step = 1;
+  in.slots[0].pending_step = 2;
+  in.slots[0].checkpoints = {};
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback) << p.reason;
+  EXPECT_EQ(p.step, 2);
+  // Ranks 0 (applies its in-doubt step) and 2 are there already.
+  EXPECT_THAT(p.restores, ElementsAre(1, 3));
+}
+
+TEST(EpochPlanTest, InDoubtHolderMayStayAtItsStepForARollback) {
+  // Rank 1 holds step 3 with step 4 in doubt and keeps no checkpoint; step
+  // 4 committed (rank 3 holds it) but shard 0 is lost at 4. Everyone else
+  // holds checkpoint 3: rank 1 stays at 3 (dropping its in-doubt step).
+  PlanInput in = Hybrid(/*committed=*/4);
+  Checkpoints(in, {3});
+  Fresh(in, 0);
+  Fresh(in, 2);
+  in.slots[1].step = 3;
+  in.slots[1].pending_step = 4;
+  in.slots[1].checkpoints = {};
+  in.slots[3].step = 4;
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback) << p.reason;
+  EXPECT_EQ(p.step, 3);
+  EXPECT_THAT(p.restores, ElementsAre(0, 2, 3));
+}
+
+TEST(EpochPlanTest, CheckpointProvesItsStepToARestartedCoordinator) {
+  // The coordinator restarted and forgot that step 6 committed: the only
+  // holder left holds 5 with 6 in doubt, but the other ranks' checkpoints
+  // of step 6 prove it; the holder applies it, everyone else restores 6.
+  PlanInput in = Hybrid(/*committed=*/5);
+  Checkpoints(in, {3, 6});
+  for (int r : {0, 2, 3}) Fresh(in, r);
+  in.slots[1].step = 5;
+  in.slots[1].pending_step = 6;
+  in.slots[1].checkpoints = {3};
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback) << p.reason;
+  EXPECT_EQ(p.step, 6);
+  EXPECT_THAT(p.restores, ElementsAre(0, 2, 3));
+}
+
+TEST(EpochPlanTest, NoLiveMemberDecidesNothing) {
+  PlanInput in = Hybrid(/*committed=*/5);
+  Checkpoints(in, {3});
+  for (PlanSlot& s : in.slots) s.live = false;
+  in.settled = true;
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+  // Nor without checkpoints: whoever comes back brings the facts.
+  for (PlanSlot& s : in.slots) s.checkpoints.clear();
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+}
+
+TEST(EpochPlanTest, GoneMembersLastReportsKeepTheWaitOpen) {
+  // The survivors hold step 6's checkpoint; the gone holders of shard 0
+  // last reported holding only step 3: no common step, the job fails.
+  PlanInput in = Hybrid(/*committed=*/7);
+  Checkpoints(in, {6});
+  in.slots[0].live = false;
+  in.slots[2].live = false;
+  in.slots[0].checkpoints = {3};
+  in.slots[2].checkpoints = {3};
+  in.settled = true;
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kFailed);
+  // With step 6 in their last reports, their replacements are waited for.
+  in.slots[0].checkpoints = {3, 6};
+  in.slots[2].checkpoints = {3, 6};
+  EXPECT_EQ(DecideEpochPlan(in).kind, PlanKind::kWait);
+}
+
 TEST(EpochPlanTest, FullShardingLossWithoutReplicaRollsBack) {
   // W/F = 1: every loss is a rollback (tests/faults:checkpoint_test).
   PlanInput in;
@@ -234,7 +327,7 @@ TEST(EpochPlanTest, FullShardingLossWithoutReplicaRollsBack) {
   in.sharding_factor = 4;
   in.committed_step = 7;
   for (int r = 0; r < 4; ++r) {
-    PlanSlot s{r, true, true, 7, false, 0, true, {3, 6}, ""};
+    PlanSlot s{r, true, true, 7, false, true, 0, true, {3, 6}, ""};
     in.slots.push_back(s);
   }
   Fresh(in, 1);

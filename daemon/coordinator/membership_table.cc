@@ -125,6 +125,7 @@ void MembershipTable::Replan(absl::Time now) {
     p.live = s.live();
     p.holds_shard = s.holds_shard;
     p.held_before = s.held_by_predecessor;
+    p.reported = s.phase != MemberPhase::kEmpty;
     p.step = s.committed_step;
     p.pending_step = s.pending_step;
     p.keeps_checkpoints = s.checkpoints.keeps;

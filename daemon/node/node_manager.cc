@@ -450,10 +450,6 @@ void NodeManager::EpochLoop() {
       continue;
     }
     handled = view->epoch;
-    // Before anything else of this epoch (communicators, serving a copy,
-    // READY): a step left in doubt becomes applied or dropped, so that every
-    // member is at the same step again.
-    ResolvePendingStep(*view);
     {
       absl::MutexLock lock(&mu_);
       world_size_ = view->world_size;
@@ -470,6 +466,14 @@ void NodeManager::EpochLoop() {
       continue;  // No plan for every slot yet (or the job failed).
     }
     const int rank = client_->rank();
+    // Before anything else of this epoch (communicators, serving a copy,
+    // READY): a step left in doubt becomes applied or dropped, so that every
+    // member is at the same step again. A rollback to the step this member
+    // holds has it drop the in-doubt step instead (the plan counted on it).
+    if (plan.kind() != v1::EPOCH_PLAN_KIND_ROLLBACK ||
+        !DropPendingAt(plan.step(), view->epoch)) {
+      ResolvePendingStep(*view);
+    }
     std::optional<v1::ShardTransfer> copy;
     for (const v1::ShardTransfer& t : plan.transfers()) {
       if (t.target_rank() == rank) copy = t;
@@ -478,6 +482,18 @@ void NodeManager::EpochLoop() {
         plan.kind() == v1::EPOCH_PLAN_KIND_ROLLBACK &&
         std::find(plan.restore_ranks().begin(), plan.restore_ranks().end(),
                   rank) != plan.restore_ranks().end();
+    if (plan.kind() == v1::EPOCH_PLAN_KIND_ROLLBACK &&
+        !options_.checkpoint_dir.empty()) {
+      // The steps after plan.step are abandoned: their files must never
+      // again count as proof that the job reached them.
+      if (absl::Status removed = recovery::RemoveShardCheckpointsAbove(
+              options_.checkpoint_dir, rank, plan.step());
+          !removed.ok()) {
+        std::fprintf(stderr, "shardd: rollback to step %lld: %s\n",
+                     static_cast<long long>(plan.step()),
+                     removed.ToString().c_str());
+      }
+    }
     if (restores) {
       // Before the communicators: a fresh daemon creates its engine from
       // the checkpoint's model, and peers wait in the rendezvous meanwhile.
@@ -2209,6 +2225,27 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
   recovery_done_ = true;
   recovery_error_.clear();
   return absl::OkStatus();
+}
+
+bool NodeManager::DropPendingAt(int64_t step, int64_t epoch) {
+  std::shared_ptr<StepEngine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+  }
+  if (engine == nullptr || !engine->pending_step().has_value() ||
+      engine->committed_step() != step) {
+    return false;
+  }
+  const int64_t pending = *engine->pending_step();
+  engine->DropPending();
+  std::printf(
+      "shardd rank %d: in-doubt step %lld dropped: epoch %lld rolls every "
+      "rank back to step %lld, which this shard holds\n",
+      client_->rank(), static_cast<long long>(pending),
+      static_cast<long long>(epoch), static_cast<long long>(step));
+  std::fflush(stdout);
+  return true;
 }
 
 void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {

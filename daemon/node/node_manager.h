@@ -239,6 +239,9 @@ class NodeManager {
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).
   void ResolvePendingStep(const coordinator::MembershipView& view);
+  // With a rollback to `step`: when this shard is at `step` with a later
+  // step in doubt, drops that step (true); false otherwise.
+  bool DropPendingAt(int64_t step, int64_t epoch);
   // The job failed: aborts the communicators (operations in collectives
   // return now), records the final step in the commit log and tells
   // WatchEvents. Called once, on the epoch thread.

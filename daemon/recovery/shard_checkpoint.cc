@@ -441,6 +441,24 @@ absl::StatusOr<std::string> LatestShardCheckpoint(const std::string& dir,
   return ShardCheckpointPath(dir, rank, steps->back());
 }
 
+absl::Status RemoveShardCheckpointsAbove(const std::string& dir, int rank,
+                                         int64_t step) {
+  const std::string rank_dir = RankDir(dir, rank);
+  absl::StatusOr<std::vector<std::string>> names = ListDir(rank_dir);
+  if (!names.ok()) {
+    return absl::IsNotFound(names.status()) ? absl::OkStatus()
+                                            : names.status();
+  }
+  for (const std::string& name : *names) {
+    if (StepOfName(name) <= step) continue;
+    const std::string path = absl::StrCat(rank_dir, "/", name);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError(path, "unlink", errno);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::ShardHeader> ReadShardCheckpointHeader(
     const std::string& path) {
   Fd fd(-1);

@@ -74,6 +74,13 @@ absl::StatusOr<std::vector<int64_t>> ListShardCheckpoints(
 absl::StatusOr<std::string> LatestShardCheckpoint(const std::string& dir,
                                                   int rank);
 
+// Removes the rank's checkpoint files of steps above `step`: a rollback to
+// `step` abandons the timeline they belong to, and a verified checkpoint
+// must only ever prove a step the job still stands behind. OK when the
+// folder does not exist; the errno's code naming the path otherwise.
+absl::Status RemoveShardCheckpointsAbove(const std::string& dir, int rank,
+                                         int64_t step);
+
 // Reads and checks the header: magics, lengths, the header's CRC, the
 // section layout, the file size and (for a "step-N.shardckpt" name) that N
 // is the header's step. NOT_FOUND for a missing file; DATA_LOSS naming the

@@ -166,6 +166,17 @@ TEST_F(ShardCheckpointTest, KeepLastPrunesOlderSteps) {
   EXPECT_EQ(*ListShardCheckpoints(dir_, 3), (std::vector<int64_t>{9}));
 }
 
+TEST_F(ShardCheckpointTest, RemoveAboveDropsAnAbandonedTimeline) {
+  for (int64_t step : {3, 6, 9}) Write(step, /*keep_last=*/0);
+  ASSERT_TRUE(RemoveShardCheckpointsAbove(dir_, 3, 6).ok());
+  EXPECT_EQ(*ListShardCheckpoints(dir_, 3), (std::vector<int64_t>{3, 6}));
+  ASSERT_TRUE(RemoveShardCheckpointsAbove(dir_, 3, 0).ok());
+  EXPECT_EQ(ListShardCheckpoints(dir_, 3).status().code(),
+            absl::StatusCode::kNotFound);
+  // No folder (a rank that never wrote one): nothing to do.
+  EXPECT_TRUE(RemoveShardCheckpointsAbove(dir_, 7, 0).ok());
+}
+
 TEST_F(ShardCheckpointTest, DetectsCorruptByteInASection) {
   const std::string path = Write(2);
   // Section 2 (unit 0, ADAMW_EXP_AVG_SQ) starts at payload byte 4000.
