@@ -93,6 +93,12 @@ class NodeObserver {
   virtual void PrefetchHint(absl::string_view /*result*/) {}
   // A Gather was served by an earlier prefetch.
   virtual void PrefetchUsed() {}
+  // Bytes in the shared-memory directory that no live daemon owns (a dead
+  // daemon's leftovers not yet removed, or files of unknown owners), as the
+  // latest sweep found them.
+  virtual void ShmLeftoverBytes(int64_t /*bytes*/) {}
+  // A sweep removed a dead daemon's files: how many and their bytes.
+  virtual void ShmSwept(int64_t /*files*/, int64_t /*bytes*/) {}
 };
 
 }  // namespace shardd::metrics
