@@ -261,9 +261,8 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
   // Once settled, live members that keep none, or no step that the live
   // members and the gone ones' last reports share, leave nothing to wait
   // for; with no live member at all there is nothing to decide from.
-  if (!all_live &&
-      (!in.settled || !live_common.has_value() ||
-       (any_keeps && !possible->empty()))) {
+  if (!all_live && (!in.settled || !live_common.has_value() ||
+                    (any_keeps && !possible->empty()))) {
     plan.reason = absl::StrCat(
         lost_what, "; waiting for ", Ranks(unclaimed),
         common.empty() ? std::string(" (a holder may come back)")

@@ -264,13 +264,13 @@ class Simulation {
     return order;
   }
   void Note(const std::string& what) {
-    log_.push_back(absl::StrCat(
-        "t=", absl::ToInt64Milliseconds(now_ - kT0), "ms ", what));
+    log_.push_back(
+        absl::StrCat("t=", absl::ToInt64Milliseconds(now_ - kT0), "ms ", what));
   }
   void Violate(const std::string& what) {
     if (!violation_.empty()) return;
-    violation_ = absl::StrCat("t=", absl::ToInt64Milliseconds(now_ - kT0),
-                              "ms: ", what);
+    violation_ =
+        absl::StrCat("t=", absl::ToInt64Milliseconds(now_ - kT0), "ms: ", what);
     Note(absl::StrCat("VIOLATION: ", what));
   }
   bool Over() const { return !violation_.empty() || done_; }
@@ -365,8 +365,8 @@ class Simulation {
 
 std::string Simulation::Describe(int r) const {
   const Daemon& d = D(r);
-  std::string s = absl::StrCat("rank ", r, " ", d.incarnation, " ",
-                               ProcName(d.state));
+  std::string s =
+      absl::StrCat("rank ", r, " ", d.incarnation, " ", ProcName(d.state));
   if (d.holds) {
     absl::StrAppend(&s, " holds@", d.step);
   } else {
@@ -498,11 +498,10 @@ void Simulation::Observe() {
     seen_epoch_ = table_->epoch();
     seen_kind_ = plan.kind;
     seen_plan_step_ = plan.step;
-    Note(absl::StrCat("  epoch ", table_->epoch(), " plan ",
-                      PlanKindName(plan.kind),
-                      Issued(plan) ? absl::StrCat(" step ", plan.step)
-                                   : std::string(),
-                      ": ", plan.reason));
+    Note(absl::StrCat(
+        "  epoch ", table_->epoch(), " plan ", PlanKindName(plan.kind),
+        Issued(plan) ? absl::StrCat(" step ", plan.step) : std::string(), ": ",
+        plan.reason));
     CheckPlan();
   }
   const bool ready = table_->ready();
@@ -550,11 +549,10 @@ void Simulation::CheckPlan() {
         Violate(absl::StrCat("plan ROLLBACK to ", plan.step,
                              " although every shard has a holder at step ", j));
       } else if (common.empty() || *common.rbegin() != plan.step) {
-        Violate(absl::StrCat(
-            "plan ROLLBACK to ", plan.step,
-            " but the highest step every rank holds is ",
-            common.empty() ? std::string("none")
-                           : absl::StrCat(*common.rbegin())));
+        Violate(absl::StrCat("plan ROLLBACK to ", plan.step,
+                             " but the highest step every rank holds is ",
+                             common.empty() ? std::string("none")
+                                            : absl::StrCat(*common.rbegin())));
       }
       break;
     }
@@ -651,15 +649,13 @@ bool Simulation::ApplyPlan(const EpochPlan& plan, int r) {
         d.step = 0;
       }
       if (!d.holds || d.step != plan.step) {
-        Violate(absl::StrCat("plan RESUME at step ", plan.step,
-                             " has rank ", r, " keep its shard, but ",
-                             Describe(r)));
+        Violate(absl::StrCat("plan RESUME at step ", plan.step, " has rank ", r,
+                             " keep its shard, but ", Describe(r)));
         return false;
       }
       return true;
     case PlanKind::kRollback: {
-      const bool restore = std::find(plan.restores.begin(),
-                                     plan.restores.end(),
+      const bool restore = std::find(plan.restores.begin(), plan.restores.end(),
                                      r) != plan.restores.end();
       // Every member removes its checkpoints above the step it goes back
       // to: a timeline the rollback abandons (as shardd does).
@@ -683,8 +679,8 @@ bool Simulation::ApplyPlan(const EpochPlan& plan, int r) {
       }
       const std::vector<int64_t>& store = ranks_[r].store;
       if (std::find(store.begin(), store.end(), plan.step) == store.end()) {
-        Violate(absl::StrCat("plan ROLLBACK to ", plan.step, ": ",
-                             Describe(r), " cannot restore it"));
+        Violate(absl::StrCat("plan ROLLBACK to ", plan.step, ": ", Describe(r),
+                             " cannot restore it"));
         return false;
       }
       d.holds = true;
@@ -885,7 +881,8 @@ void Simulation::Train(int steps) {
       if (!applied.empty()) job_step_ = next;
       ++stats_.steps;
       ++stats_.in_doubt;
-      Note(absl::StrCat("step ", next, ": the coordinator crashes during the "
+      Note(absl::StrCat("step ", next,
+                        ": the coordinator crashes during the "
                         "vote; applied by ranks {",
                         absl::StrJoin(applied, ","), "}, in doubt elsewhere"));
       Restart("crash during the vote");
@@ -907,8 +904,8 @@ void Simulation::Kill(int r) {
   Note(absl::StrCat("SIGKILL ", Describe(r)));
   k.proc.state = Proc::kDead;
   k.proc.token.clear();
-  k.replace_at = now_ + UniformDuration(absl::Milliseconds(100),
-                                        kMaxReplaceDelay);
+  k.replace_at =
+      now_ + UniformDuration(absl::Milliseconds(100), kMaxReplaceDelay);
   last_fault_ = now_;
   ++stats_.kills;
 }
@@ -947,8 +944,8 @@ void Simulation::Restart(const std::string& why) {
     d.ready_epoch = -1;
     d.removed_at = absl::InfiniteFuture();
     if (d.state == Proc::kAlive) {
-      d.rejoin_at = now_ + UniformDuration(absl::ZeroDuration(),
-                                           kMaxRejoinDelay);
+      d.rejoin_at =
+          now_ + UniformDuration(absl::ZeroDuration(), kMaxRejoinDelay);
     }
   }
   last_fault_ = now_;
@@ -990,8 +987,7 @@ void Simulation::Storm() {
   const int n = options_.max_failed_epochs + 1;
   Note(absl::StrCat("report storm: ", n, " failure reports in a row"));
   for (int k = 1; k <= n && !Over(); ++k) {
-    const int r =
-        reporters[Uniform(0, static_cast<int>(reporters.size()) - 1)];
+    const int r = reporters[Uniform(0, static_cast<int>(reporters.size()) - 1)];
     auto out = table_->ReportFailure(r, D(r).token, table_->epoch(), -1,
                                      "storm", ProbeResult::kNotProbed, now_);
     if (!out.ok()) {
@@ -1001,8 +997,8 @@ void Simulation::Storm() {
     Observe();
     if (k < n && table_->failed()) {
       Violate(absl::StrCat("failed after ", k, " storm reports (limit ",
-                           options_.max_failed_epochs, "): ",
-                           table_->failure()));
+                           options_.max_failed_epochs,
+                           "): ", table_->failure()));
       return;
     }
   }
@@ -1146,20 +1142,20 @@ Judgement Simulation::Judge(View view) const {
     if (!held) lost.push_back(i);
   }
   if (lost.empty()) {
-    return {true, absl::StrCat("recoverable: every shard has a holder at step ",
-                               j)};
+    return {true,
+            absl::StrCat("recoverable: every shard has a holder at step ", j)};
   }
   const std::set<int64_t> common = CommonSteps(view);
   if (!common.empty()) {
-    return {true, absl::StrCat("recoverable: shard(s) ",
-                               absl::StrJoin(lost, ","), " lost at step ", j,
-                               " but every rank holds step ",
-                               *common.rbegin())};
+    return {true,
+            absl::StrCat("recoverable: shard(s) ", absl::StrJoin(lost, ","),
+                         " lost at step ", j, " but every rank holds step ",
+                         *common.rbegin())};
   }
-  return {false, absl::StrCat("unrecoverable: shard(s) ",
-                              absl::StrJoin(lost, ","),
-                              " have no holder at step ", j,
-                              " and no step is held by every rank")};
+  return {false,
+          absl::StrCat("unrecoverable: shard(s) ", absl::StrJoin(lost, ","),
+                       " have no holder at step ", j,
+                       " and no step is held by every rank")};
 }
 
 void Simulation::OnFailed() {
@@ -1199,16 +1195,15 @@ void Simulation::OnFailed() {
   for (int r = 0; r < W(); ++r) {
     const Daemon& d = D(r);
     if (d.token.empty()) continue;
-    const absl::Status s = table_->Heartbeat(
-        r, d.token, table_->epoch(), d.step, MemberPhase::kReady, now_);
+    const absl::Status s = table_->Heartbeat(r, d.token, table_->epoch(),
+                                             d.step, MemberPhase::kReady, now_);
     if (s.code() != absl::StatusCode::kDataLoss) {
       Violate(absl::StrCat("heartbeat after failure: ", s.ToString()));
     }
     auto rep = table_->ReportFailure(r, d.token, table_->epoch(), -1, "late",
                                      ProbeResult::kNotProbed, now_);
     if (rep.status().code() != absl::StatusCode::kDataLoss) {
-      Violate(absl::StrCat("report after failure: ",
-                           rep.status().ToString()));
+      Violate(absl::StrCat("report after failure: ", rep.status().ToString()));
     }
   }
   JoinRequestInfo req;
@@ -1243,9 +1238,10 @@ void Simulation::Check() {
     all_claimed = D(r).state == Proc::kAlive && Member(r);
   }
   if (all_claimed) {
-    Violate(absl::StrCat("every slot is claimed by its running daemon and the "
-                         "job is ",
-                         strict.why, ", but the table has not failed"));
+    Violate(
+        absl::StrCat("every slot is claimed by its running daemon and the "
+                     "job is ",
+                     strict.why, ", but the table has not failed"));
     return;
   }
   // Without checkpoints nothing can be waited for once the grace after the
@@ -1290,16 +1286,16 @@ std::string Simulation::Run() {
     RankState& k = ranks_[r];
     k.proc.identity = absl::StrCat("pod-", r);
     k.proc.incarnation = absl::StrCat("pod-", r, "/", ++k.incarnations);
-    k.proc.rejoin_at = now_ + UniformDuration(absl::ZeroDuration(),
-                                              absl::Milliseconds(500));
+    k.proc.rejoin_at =
+        now_ + UniformDuration(absl::ZeroDuration(), absl::Milliseconds(500));
   }
-  Note(absl::StrCat("W=", W(), " F=", F(), " checkpoints=",
-                    sc_.checkpoints
-                        ? absl::StrCat("every ", sc_.checkpoint_every)
-                        : std::string("off"),
-                    " lease=", absl::FormatDuration(kLease), " rejoin_grace=",
-                    absl::FormatDuration(table_->options().rejoin_grace),
-                    " max_failed_epochs=", options_.max_failed_epochs));
+  Note(absl::StrCat(
+      "W=", W(), " F=", F(), " checkpoints=",
+      sc_.checkpoints ? absl::StrCat("every ", sc_.checkpoint_every)
+                      : std::string("off"),
+      " lease=", absl::FormatDuration(kLease),
+      " rejoin_grace=", absl::FormatDuration(table_->options().rejoin_grace),
+      " max_failed_epochs=", options_.max_failed_epochs));
   for (int i = 0; i < sc_.events && !Over(); ++i) {
     Event();
     Check();
@@ -1318,9 +1314,8 @@ std::string Simulation::Dump() const {
     const size_t from = decisions.size() > 40 ? decisions.size() - 40 : 0;
     for (size_t i = from; i < decisions.size(); ++i) {
       const Decision& d = decisions[i];
-      absl::StrAppend(&out, "\n  t=",
-                      absl::ToInt64Milliseconds(d.time - kT0), "ms epoch ",
-                      d.epoch, " ", DecisionKindName(d.kind), " {",
+      absl::StrAppend(&out, "\n  t=", absl::ToInt64Milliseconds(d.time - kT0),
+                      "ms epoch ", d.epoch, " ", DecisionKindName(d.kind), " {",
                       absl::StrJoin(d.ranks, ","), "} ", d.reason);
     }
   }
@@ -1349,17 +1344,15 @@ void RunScenario(const Scenario& scenario) {
     if (!absl::SimpleAtoi(env, &runs)) runs = scenario.runs;
   }
   const uint64_t base =
-      replay.has_value() ? *replay
-                         : (static_cast<uint64_t>(std::random_device{}()) << 32 |
-                            std::random_device{}());
-  const std::string test =
-      absl::StrCat(::testing::UnitTest::GetInstance()
-                       ->current_test_info()
-                       ->test_suite_name(),
-                   ".",
-                   ::testing::UnitTest::GetInstance()
-                       ->current_test_info()
-                       ->name());
+      replay.has_value()
+          ? *replay
+          : (static_cast<uint64_t>(std::random_device{}()) << 32 |
+             std::random_device{}());
+  const std::string test = absl::StrCat(
+      ::testing::UnitTest::GetInstance()
+          ->current_test_info()
+          ->test_suite_name(),
+      ".", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::cout << "[sim] " << test << ": base seed " << base << ", " << runs
             << " runs (seed of run i = base + i)" << std::endl;
   const auto start = std::chrono::steady_clock::now();
@@ -1378,17 +1371,16 @@ void RunScenario(const Scenario& scenario) {
       break;
     }
   }
-  const double secs = std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   std::cout << "[sim] " << test << ": " << total.runs << " runs, "
             << total.events << " events, " << total.simulated_ms / 1000
-            << " simulated s in " << secs << " s; " << total.steps
-            << " steps (" << total.in_doubt << " interrupted), "
-            << total.ready_epochs << " ready epochs, " << total.rollbacks
-            << " checkpoint rollbacks, " << total.forgotten
-            << " forgotten in-doubt commits, " << total.kills << " kills, "
-            << total.stops << " stops, " << total.restarts
+            << " simulated s in " << secs << " s; " << total.steps << " steps ("
+            << total.in_doubt << " interrupted), " << total.ready_epochs
+            << " ready epochs, " << total.rollbacks << " checkpoint rollbacks, "
+            << total.forgotten << " forgotten in-doubt commits, " << total.kills
+            << " kills, " << total.stops << " stops, " << total.restarts
             << " coordinator restarts, " << total.wrong_ready
             << " READYs refused; jobs failed: " << total.unrecoverable
             << " unrecoverable, " << total.stalled << " stalled (storms)"

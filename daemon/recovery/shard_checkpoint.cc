@@ -446,8 +446,7 @@ absl::Status RemoveShardCheckpointsAbove(const std::string& dir, int rank,
   const std::string rank_dir = RankDir(dir, rank);
   absl::StatusOr<std::vector<std::string>> names = ListDir(rank_dir);
   if (!names.ok()) {
-    return absl::IsNotFound(names.status()) ? absl::OkStatus()
-                                            : names.status();
+    return absl::IsNotFound(names.status()) ? absl::OkStatus() : names.status();
   }
   for (const std::string& name : *names) {
     if (StepOfName(name) <= step) continue;
