@@ -1,0 +1,76 @@
+#include "daemon/memory/shm_owner_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardd::memory {
+namespace {
+
+absl::Status Errno(int err, absl::string_view call, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(call, " ", path));
+}
+
+}  // namespace
+
+std::string ShmOwnerLock::FileName(absl::string_view prefix) {
+  return absl::StrCat(prefix, ".owner");
+}
+
+absl::StatusOr<std::unique_ptr<ShmOwnerLock>> ShmOwnerLock::Acquire(
+    absl::string_view dir, absl::string_view prefix) {
+  const std::string path = absl::StrCat(dir, "/", FileName(prefix));
+  const std::string directory(dir);
+  const int fd =
+      ::open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno(errno, "open(O_TMPFILE)", directory);
+  absl::Cleanup close_fd = [fd] { ::close(fd); };
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return Errno(errno, "flock", path);
+  const std::string self = absl::StrCat("/proc/self/fd/", fd);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(),
+                 AT_SYMLINK_FOLLOW) == 0) {
+      std::move(close_fd).Cancel();
+      return std::unique_ptr<ShmOwnerLock>(new ShmOwnerLock(path, fd));
+    }
+    if (errno != EEXIST) return Errno(errno, "linkat", path);
+    // The name is taken: by a live process (its lock holds), or left by a
+    // dead one with the same prefix (then it is ours to replace).
+    const int other = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (other < 0) {
+      if (errno == ENOENT) continue;
+      return Errno(errno, "open", path);
+    }
+    absl::Cleanup close_other = [other] { ::close(other); };
+    if (::flock(other, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(path,
+                         " is held by a live process: another daemon uses the "
+                         "prefix ",
+                         prefix, " in this directory"));
+      }
+      return Errno(errno, "flock", path);
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Errno(errno, "unlink", path);
+    }
+  }
+  return absl::AlreadyExistsError(
+      absl::StrCat(path, ": taken again while it was being replaced"));
+}
+
+ShmOwnerLock::~ShmOwnerLock() {
+  // Unlinked while still locked: a sweeper never finds it unlocked.
+  ::unlink(path_.c_str());
+  ::close(fd_);
+}
+
+}  // namespace shardd::memory
