@@ -139,8 +139,11 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
     const v1::RegisterModelRequest& request,
     std::optional<absl::Time> deadline) {
   // A new registration (after a recovery, the replacement's) hands out new
-  // buffers: close the old GPU ones first, before the daemon may free them.
+  // buffers: close the old GPU ones first, before the daemon may free them,
+  // and unmap the old segments, so that a dead daemon's unlinked memory is
+  // really freed (views handed out keep their own mappings).
   segments_.ForgetDeviceBuffers();
+  segments_.Clear();
   grpc::ClientContext context;
   SetDeadline(context,
               deadline.value_or(absl::Now() + options_.register_timeout));

@@ -300,7 +300,19 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
   // requires --rank with --checkpoint_dir), so the coordinator's first plan
   // knows them.
   m->catalog_ = std::make_unique<CheckpointCatalog>(options.checkpoint_dir);
-  if (options.rank >= 0) m->catalog_->Scan(options.rank);
+  if (!options.checkpoint_dir.empty() && options.rank >= 0) {
+    // A killed writer's temporary: never a checkpoint, only wasted space.
+    absl::StatusOr<std::vector<std::string>> swept =
+        recovery::RemoveDeadCheckpointTemporaries(options.checkpoint_dir,
+                                                  options.rank);
+    if (swept.ok()) {
+      for (const std::string& path : *swept) {
+        std::printf("shardd: removed a dead writer's checkpoint temporary %s\n",
+                    path.c_str());
+      }
+    }
+    m->catalog_->Scan(options.rank);
+  }
   CheckpointCatalog* catalog = m->catalog_.get();
   mo.checkpoints = [catalog] { return catalog->Inventory(); };
   if (options.probe_peers &&
@@ -2630,6 +2642,11 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
       out->set_last_error(p.last_error);
       out->set_reported_unreachable(p.reported);
     }
+  }
+  if (options_.shm_usage) {
+    const auto [leftover, swept] = options_.shm_usage();
+    status.set_shm_leftover_bytes(leftover);
+    status.set_shm_swept_bytes(swept);
   }
   absl::MutexLock lock(&mu_);
   status.set_rank(client_->rank());

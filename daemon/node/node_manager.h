@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +57,9 @@ struct NodeOptions {
   // their names (unique per process).
   std::string shm_dir = "/dev/shm";
   std::string shm_prefix = "shardd";
+  // The shm directory's leftover bytes (no live owner) and bytes swept so
+  // far, for GetStatus (ShmJanitor). Optional.
+  std::function<std::pair<int64_t, int64_t>()> shm_usage;
   // Bounds every collective and the Gloo connection set-up.
   absl::Duration collective_timeout = absl::Seconds(30);
   absl::Duration connect_timeout = absl::Seconds(30);

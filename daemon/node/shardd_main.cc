@@ -52,6 +52,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/node_manager.h"
+#include "daemon/node/shm_janitor.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
 #include "daemon/node/peer_service.h"
@@ -83,6 +84,10 @@ ABSL_FLAG(std::string, health_listen, "",
 ABSL_FLAG(std::string, peer_listen, "127.0.0.1:0",
           "host:port of the Peer API; the host is also where Gloo listens "
           "(must be an address peers can reach; port 0: any)");
+ABSL_FLAG(int64_t, shm_sweep_interval_ms, 30000,
+          "how often the shm directory is swept of dead daemons' segments "
+          "(also once at start, before this daemon creates any); 0: only at "
+          "start");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm",
           "directory of the shared-memory segments");
 ABSL_FLAG(std::string, device, "cpu",
@@ -396,6 +401,20 @@ int Run() {
                              include_model);
   };
   options.observer = observer.get();
+  // Before any segment of this process exists: a dead daemon's leftovers
+  // (e.g. this sidecar's previous incarnation, often with the same pid in
+  // a container) go, and this prefix is marked as owned by a live process.
+  const int64_t sweep_ms = absl::GetFlag(FLAGS_shm_sweep_interval_ms);
+  if (sweep_ms < 0) return Fail("--shm_sweep_interval_ms must be >= 0");
+  absl::StatusOr<std::unique_ptr<ShmJanitor>> janitor =
+      ShmJanitor::Start(shm_dir, options.shm_prefix,
+                        absl::Milliseconds(sweep_ms), observer.get());
+  if (!janitor.ok()) {
+    return Fail(absl::StrCat("--shm_dir: ", janitor.status().ToString()));
+  }
+  options.shm_usage = [j = janitor->get()] {
+    return std::make_pair(j->leftover_bytes(), j->swept_bytes());
+  };
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =
       NodeManager::Start(options);
   if (!manager.ok()) {

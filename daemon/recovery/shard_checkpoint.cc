@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -178,6 +179,16 @@ absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
   return names;
 }
 
+// Removes a checkpoint temporary whose writer is dead (its flock is free);
+// true when removed.
+bool RemoveIfWriterDead(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  Fd closer(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return false;  // A live writer.
+  return ::unlink(path.c_str()) == 0;
+}
+
 void Prune(const std::string& rank_dir, int64_t written_step, int keep_last) {
   absl::StatusOr<std::vector<std::string>> names = ListDir(rank_dir);
   if (!names.ok()) return;
@@ -189,11 +200,9 @@ void Prune(const std::string& rank_dir, int64_t written_step, int keep_last) {
       ::unlink(absl::StrCat(rank_dir, "/", name).c_str());
     } else if (step >= 0 && step < written_step) {
       older.push_back(step);
-    } else if (step < 0) {
-      const int64_t pid = PidOfTempName(name);
-      if (pid >= 0 && pid != self) {
-        ::unlink(absl::StrCat(rank_dir, "/", name).c_str());
-      }
+    } else if (step < 0 && PidOfTempName(name) >= 0 &&
+               PidOfTempName(name) != self) {
+      RemoveIfWriterDead(absl::StrCat(rank_dir, "/", name));
     }
   }
   std::sort(older.begin(), older.end(), std::greater<>());
@@ -333,6 +342,13 @@ absl::StatusOr<std::string> WriteShardCheckpoint(
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (raw_fd < 0) return ErrnoError(temp, "create", errno);
   Fd fd(raw_fd);
+  // Held until the file is renamed or this process dies: a sweeper removes
+  // only temporaries it can lock, i.e. a dead writer's.
+  if (::flock(raw_fd, LOCK_EX) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    return ErrnoError(temp, "flock", err);
+  }
   auto fail = [&](absl::Status s) {
     ::unlink(temp.c_str());
     return s;
@@ -439,6 +455,23 @@ absl::StatusOr<std::string> LatestShardCheckpoint(const std::string& dir,
   absl::StatusOr<std::vector<int64_t>> steps = ListShardCheckpoints(dir, rank);
   if (!steps.ok()) return steps.status();
   return ShardCheckpointPath(dir, rank, steps->back());
+}
+
+absl::StatusOr<std::vector<std::string>> RemoveDeadCheckpointTemporaries(
+    const std::string& dir, int rank) {
+  const std::string rank_dir = RankDir(dir, rank);
+  absl::StatusOr<std::vector<std::string>> names = ListDir(rank_dir);
+  if (!names.ok()) {
+    if (absl::IsNotFound(names.status())) return std::vector<std::string>();
+    return names.status();
+  }
+  std::vector<std::string> removed;
+  for (const std::string& name : *names) {
+    if (PidOfTempName(name) < 0) continue;
+    const std::string path = absl::StrCat(rank_dir, "/", name);
+    if (RemoveIfWriterDead(path)) removed.push_back(path);
+  }
+  return removed;
 }
 
 absl::Status RemoveShardCheckpointsAbove(const std::string& dir, int rank,

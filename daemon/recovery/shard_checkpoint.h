@@ -74,6 +74,13 @@ absl::StatusOr<std::vector<int64_t>> ListShardCheckpoints(
 absl::StatusOr<std::string> LatestShardCheckpoint(const std::string& dir,
                                                   int rank);
 
+// Removes the rank's checkpoint temporaries whose writer is dead (a writer
+// holds an flock on its temporary until the rename; the kernel releases it
+// when the writer dies) and returns their paths. A temporary is never read
+// as a checkpoint anyway; this frees its space.
+absl::StatusOr<std::vector<std::string>> RemoveDeadCheckpointTemporaries(
+    const std::string& dir, int rank);
+
 // Removes the rank's checkpoint files of steps above `step`: a rollback to
 // `step` abandons the timeline they belong to, and a verified checkpoint
 // must only ever prove a step the job still stands behind. OK when the

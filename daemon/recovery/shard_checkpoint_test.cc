@@ -1,6 +1,7 @@
 #include "daemon/recovery/shard_checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -164,6 +165,28 @@ TEST_F(ShardCheckpointTest, KeepLastPrunesOlderSteps) {
   Write(9, 1, /*rank=*/3);
   EXPECT_EQ(*ListShardCheckpoints(dir_, 0), (std::vector<int64_t>{1}));
   EXPECT_EQ(*ListShardCheckpoints(dir_, 3), (std::vector<int64_t>{9}));
+}
+
+TEST_F(ShardCheckpointTest, DeadWritersTemporaryIsSweptALiveOnesIsNot) {
+  Write(3);
+  const std::string rank_dir = dir_ + "/rank-3";
+  // A writer that died (no lock on its file) and one that lives (locked).
+  const std::string dead = rank_dir + "/.step-6.shardckpt.tmp.12345";
+  const std::string live = rank_dir + "/.step-9.shardckpt.tmp.12346";
+  for (const std::string& p : {dead, live}) {
+    std::ofstream(p) << "half a checkpoint";
+  }
+  const int held = ::open(live.c_str(), O_RDONLY);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  auto removed = RemoveDeadCheckpointTemporaries(dir_, 3);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, std::vector<std::string>{dead});
+  EXPECT_FALSE(Exists(dead));
+  EXPECT_TRUE(Exists(live));
+  // Never listed as a checkpoint either way.
+  EXPECT_EQ(*ListShardCheckpoints(dir_, 3), std::vector<int64_t>{3});
+  ::close(held);
 }
 
 TEST_F(ShardCheckpointTest, RemoveAboveDropsAnAbandonedTimeline) {
