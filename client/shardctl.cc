@@ -107,6 +107,9 @@ void PrintStatus(const v1::GetStatusResponse& s) {
   std::printf("fingerprint     %016llx\n",
               static_cast<unsigned long long>(s.model_fingerprint()));
   std::printf("version         %s\n", s.version().c_str());
+  std::printf("shm leftovers   %s (swept so far: %s)\n",
+              Bytes(s.shm_leftover_bytes()).c_str(),
+              Bytes(s.shm_swept_bytes()).c_str());
   if (!s.peers().empty()) {
     // The Peer services this daemon probes: a partition shows here first.
     std::printf("\n%-5s %-24s %8s %8s %-12s %s\n", "peer", "address",

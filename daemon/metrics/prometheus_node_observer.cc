@@ -201,6 +201,20 @@ PrometheusNodeObserver::PrometheusNodeObserver(
   prefetch_used_ =
       NewCounter(registry, "shardd_prefetched_gathers_total",
                  "Gathers served by an earlier Gather's prefetch hint.");
+  shm_leftover_bytes_ = NewGauge(
+      registry, "shardd_shm_leftover_bytes",
+      "Bytes in the shared-memory directory that no live daemon owns (a dead "
+      "daemon's leftovers not yet removed, or files of unknown owners), as "
+      "the latest sweep found them; they count against the pod's memory. "
+      "shardctl status shows them.");
+  shm_swept_files_ =
+      NewCounter(registry, "shardd_shm_swept_files_total",
+                 "Dead daemons' shared-memory files the sweep removed. "
+                 "shardctl status shows their bytes.");
+  shm_swept_bytes_ =
+      NewCounter(registry, "shardd_shm_swept_bytes_total",
+                 "Bytes of dead daemons' shared-memory files the sweep "
+                 "removed. shardctl status shows them.");
   prometheus::BuildGauge()
       .Name("shardd_build_info")
       .Help("Always 1; the version label names the shardd build.")
@@ -271,6 +285,15 @@ void PrometheusNodeObserver::PrefetchHint(absl::string_view result) {
 }
 
 void PrometheusNodeObserver::PrefetchUsed() { prefetch_used_->Increment(); }
+
+void PrometheusNodeObserver::ShmLeftoverBytes(int64_t bytes) {
+  shm_leftover_bytes_->Set(static_cast<double>(std::max<int64_t>(bytes, 0)));
+}
+
+void PrometheusNodeObserver::ShmSwept(int64_t files, int64_t bytes) {
+  if (files > 0) shm_swept_files_->Increment(static_cast<double>(files));
+  if (bytes > 0) shm_swept_bytes_->Increment(static_cast<double>(bytes));
+}
 
 void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
   checkpoints_written_->Increment();

@@ -59,6 +59,8 @@ class PrometheusNodeObserver : public NodeObserver {
   void CheckpointRestored() override;
   void PrefetchHint(absl::string_view result) override;
   void PrefetchUsed() override;
+  void ShmLeftoverBytes(int64_t bytes) override;
+  void ShmSwept(int64_t files, int64_t bytes) override;
 
  private:
   class CheckpointAge;
@@ -84,6 +86,9 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* prefetch_used_;
   prometheus::Counter* checkpoints_written_;
   prometheus::Counter* checkpoint_restores_;
+  prometheus::Gauge* shm_leftover_bytes_;
+  prometheus::Counter* shm_swept_files_;
+  prometheus::Counter* shm_swept_bytes_;
   std::shared_ptr<CheckpointAge> checkpoint_age_;
 };
 

@@ -234,6 +234,28 @@ TEST_F(PrometheusNodeObserverTest, CheckpointAgeCountsFromTheLatestCheckpoint) {
   EXPECT_EQ(Samples().at("shardd_checkpoint_age_seconds"), 45);
 }
 
+TEST_F(PrometheusNodeObserverTest,
+       ShmLeftoversFollowTheLatestSweepAndSweptCountersAdd) {
+  auto zero = Samples();
+  EXPECT_EQ(zero.at("shardd_shm_leftover_bytes"), 0);
+  EXPECT_EQ(zero.at("shardd_shm_swept_files_total"), 0);
+  EXPECT_EQ(zero.at("shardd_shm_swept_bytes_total"), 0);
+  observer_.ShmLeftoverBytes(3 << 20);
+  observer_.ShmSwept(2, 1 << 20);
+  observer_.ShmSwept(3, 4096);
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_shm_leftover_bytes"), 3 << 20);
+  EXPECT_EQ(s.at("shardd_shm_swept_files_total"), 5);
+  EXPECT_EQ(s.at("shardd_shm_swept_bytes_total"), (1 << 20) + 4096);
+  // The gauge is the latest sweep's finding, not a sum.
+  observer_.ShmLeftoverBytes(0);
+  observer_.ShmSwept(0, 0);
+  s = Samples();
+  EXPECT_EQ(s.at("shardd_shm_leftover_bytes"), 0);
+  EXPECT_EQ(s.at("shardd_shm_swept_files_total"), 5);
+  EXPECT_EQ(s.at("shardd_shm_swept_bytes_total"), (1 << 20) + 4096);
+}
+
 TEST_F(PrometheusNodeObserverTest, ConcurrentEventsAreAllCounted) {
   constexpr int kThreads = 4;
   constexpr int kEach = 2000;
@@ -273,6 +295,8 @@ TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
   observer_.RecoveryTransfer(node_labels::kTarget, true);
   observer_.CheckpointWritten(now_ - absl::Seconds(1));
   observer_.CheckpointRestored();
+  observer_.ShmLeftoverBytes(8192);
+  observer_.ShmSwept(1, 4096);
   const std::string text = Exposition();
   ASSERT_TRUE(absl::StrContains(text, "shardd_checkpoint_age_seconds 1"))
       << text;

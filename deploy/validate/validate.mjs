@@ -999,7 +999,7 @@ export function checkRules(objects) {
       }
     }
   }
-  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed"]) {
+  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers"]) {
     if (!alerts.has(a)) errors.push(`alerts.yml: alert ${a} is missing`);
   }
   return errors;

@@ -419,6 +419,7 @@ describe("alert rules", () => {
       "shardd_coordinator_recovery_duration_seconds_count",
       "shardd_coordinator_recovery_duration_seconds_sum",
       "shardd_coordinator_shards_without_replica",
+      "shardd_shm_leftover_bytes",
     ]);
   });
   test("durations parse", () => {
