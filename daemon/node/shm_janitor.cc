@@ -23,8 +23,8 @@ ShmJanitor::ShmJanitor(std::string dir, std::string prefix,
 absl::StatusOr<std::unique_ptr<ShmJanitor>> ShmJanitor::Start(
     std::string dir, std::string prefix, absl::Duration interval,
     metrics::NodeObserver* observer) {
-  std::unique_ptr<ShmJanitor> janitor(new ShmJanitor(
-      std::move(dir), std::move(prefix), interval, observer));
+  std::unique_ptr<ShmJanitor> janitor(
+      new ShmJanitor(std::move(dir), std::move(prefix), interval, observer));
   // Before the lock: a dead incarnation with this very prefix goes first.
   janitor->SweepOnce();
   absl::StatusOr<std::unique_ptr<memory::ShmOwnerLock>> lock =
