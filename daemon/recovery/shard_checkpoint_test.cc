@@ -333,6 +333,15 @@ TEST_F(ShardCheckpointTest, WriterKilledMidwayLeavesNoCheckpoint) {
   EXPECT_EQ(*latest, dir_ + "/rank-3/step-1.shardckpt");
   EXPECT_FALSE(Exists(dir_ + "/rank-3/step-2.shardckpt"));
   ASSERT_TRUE(ReadShardCheckpoint(*latest, Dest(), nullptr).ok());
+  // Its temporary is left behind, unlocked now that its writer is dead: the
+  // next start (or write) removes it.
+  auto removed = RemoveDeadCheckpointTemporaries(dir_, 3);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  ASSERT_EQ(removed->size(), 1u);
+  EXPECT_NE((*removed)[0].find("/rank-3/.step-2.shardckpt.tmp."),
+            std::string::npos)
+      << (*removed)[0];
+  EXPECT_FALSE(Exists((*removed)[0]));
 }
 
 // Written from and read back into memory the host cannot address (as a

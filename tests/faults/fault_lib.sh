@@ -41,10 +41,10 @@ fl_pids=()
 
 fl_init() {
   if [[ $# -lt 4 ]]; then
-    echo "usage: $0 COORDINATOR SHARDD TRAINER COMMIT_LOG_CHECK" >&2
+    echo "usage: $0 COORDINATOR SHARDD TRAINER COMMIT_LOG_CHECK [SHARDCTL]" >&2
     exit 2
   fi
-  FL_COORDINATOR=$1 FL_SHARDD=$2 FL_TRAINER=$3 FL_CHECK=$4
+  FL_COORDINATOR=$1 FL_SHARDD=$2 FL_TRAINER=$3 FL_CHECK=$4 FL_SHARDCTL=${5:-}
   FL_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/faults.XXXXXX")
   FL_T0=$(fl_now)
   trap fl_exit EXIT

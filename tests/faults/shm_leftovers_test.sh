@@ -10,8 +10,9 @@
 # run, commit logs consistent); each replacement logged the dead daemon's
 # files it removed (five in all); afterwards every "shardd-<pid>.*" file
 # belongs to one of the four live daemons (and each has its owner file),
-# replicas hold the same number of segment bytes, and no trainer still maps
-# a dead daemon's (deleted) segment.
+# each live daemon's segments hold exactly the bytes its memory plan gives
+# the gathered parameters and unsharded gradients (`shardctl memory`), and
+# no trainer still maps a dead daemon's (deleted) segment.
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
@@ -60,11 +61,18 @@ for f in "$d"/shardd-*.*; do
   fl_expect "$(basename "$f") belongs to a live daemon" \
     "[[ ' ${live[*]} ' == *' $pid '* ]]"
 done
-bytes() { du -cb "$d"/shardd-"$1".[0-9]* 2>/dev/null | tail -1 | cut -f1; }
+# The segments' lengths (the plan's byte counts; the pages they occupy are
+# rounded up).
+bytes() { cat "$d"/shardd-"$1".[0-9]* 2>/dev/null | wc -c; }
 for r in 0 1 2 3; do
   fl_expect "daemon $r holds its owner file and segments" \
     "[[ -e '$d/shardd-${live[$r]}.owner' && \$(bytes ${live[$r]}) -gt 0 ]]"
 done
-fl_expect "replicas hold the same segment bytes (0/2: $(bytes "${live[0]}")/$(bytes "${live[2]}"), 1/3: $(bytes "${live[1]}")/$(bytes "${live[3]}"))" \
-  "[[ \$(bytes ${live[0]}) -eq \$(bytes ${live[2]}) && \$(bytes ${live[1]}) -eq \$(bytes ${live[3]}) ]]"
+for r in 0 1 2 3; do
+  "$FL_SHARDCTL" --socket="$d/s$r.sock" memory >"$d/memory-$r.txt" 2>&1
+  # "gathered parameters  PLANNED HELD ..." and the same for gradients.
+  planned=$(awk '/^gathered parameters|^unsharded gradients/ { s += $3 } END { print s + 0 }' "$d/memory-$r.txt")
+  fl_expect "daemon $r's segments hold $(bytes "${live[$r]}") bytes, as its plan says ($planned: gathered parameters + unsharded gradients)" \
+    "[[ $planned -gt 0 && \$(bytes ${live[$r]}) -eq $planned ]]"
+done
 fl_finish
