@@ -28,8 +28,34 @@ absl::StatusOr<std::unique_ptr<ShmOwnerLock>> ShmOwnerLock::Acquire(
     absl::string_view dir, absl::string_view prefix) {
   const std::string path = absl::StrCat(dir, "/", FileName(prefix));
   const std::string directory(dir);
-  const int fd =
-      ::open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  int fd = ::open(directory.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    // A file system without O_TMPFILE (overlayfs before Linux 6.6): the
+    // file is named at once and locked right after. A sweeper that opens
+    // it in between takes this daemon for dead and removes the owner file
+    // (no segment exists yet); the segments then have no owner file and
+    // are kept as unknown while this process lives, never removed.
+    fd = ::open(path.c_str(),
+                O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      // Taken: by a live holder (its lock holds) or a dead one (ours now).
+      fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) return Errno(errno, "open", path);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(path,
+                         " is held by a live process: another daemon uses the "
+                         "prefix ",
+                         prefix, " in this directory"));
+      }
+      return Errno(err, "flock", path);
+    }
+    return std::unique_ptr<ShmOwnerLock>(new ShmOwnerLock(path, fd));
+  }
   if (fd < 0) return Errno(errno, "open(O_TMPFILE)", directory);
   absl::Cleanup close_fd = [fd] { ::close(fd); };
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return Errno(errno, "flock", path);

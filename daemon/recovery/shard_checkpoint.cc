@@ -469,7 +469,12 @@ absl::StatusOr<std::vector<std::string>> RemoveDeadCheckpointTemporaries(
   for (const std::string& name : *names) {
     if (PidOfTempName(name) < 0) continue;
     const std::string path = absl::StrCat(rank_dir, "/", name);
-    if (RemoveIfWriterDead(path)) removed.push_back(path);
+    struct stat st;
+    const int64_t bytes =
+        ::lstat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+    if (RemoveIfWriterDead(path)) {
+      removed.push_back(absl::StrCat(path, " (", bytes, " bytes)"));
+    }
   }
   return removed;
 }
