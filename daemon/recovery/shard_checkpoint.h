@@ -76,8 +76,8 @@ absl::StatusOr<std::string> LatestShardCheckpoint(const std::string& dir,
 
 // Removes the rank's checkpoint temporaries whose writer is dead (a writer
 // holds an flock on its temporary until the rename; the kernel releases it
-// when the writer dies) and returns "PATH (N bytes)" for each. A temporary is never read
-// as a checkpoint anyway; this frees its space.
+// when the writer dies) and returns "PATH (N bytes)" for each. A temporary is
+// never read as a checkpoint anyway; this frees its space.
 absl::StatusOr<std::vector<std::string>> RemoveDeadCheckpointTemporaries(
     const std::string& dir, int rank);
 
