@@ -24,6 +24,25 @@ std::string ShmOwnerLock::FileName(absl::string_view prefix) {
   return absl::StrCat(prefix, ".owner");
 }
 
+namespace {
+
+// Takes the lock of an owner file without waiting: OK, ALREADY_EXISTS when
+// a live process holds it, the errno's code otherwise.
+absl::Status TryLock(int fd, const std::string& path,
+                     absl::string_view prefix) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return absl::OkStatus();
+  if (errno == EWOULDBLOCK) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(path,
+                     " is held by a live process: another daemon uses "
+                     "the prefix ",
+                     prefix, " in this directory"));
+  }
+  return Errno(errno, "flock", path);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShmOwnerLock>> ShmOwnerLock::Acquire(
     absl::string_view dir, absl::string_view prefix) {
   const std::string path = absl::StrCat(dir, "/", FileName(prefix));
@@ -34,31 +53,26 @@ absl::StatusOr<std::unique_ptr<ShmOwnerLock>> ShmOwnerLock::Acquire(
     // file is named at once and locked right after. A sweeper that opens
     // it in between takes this daemon for dead and removes the owner file
     // (no segment exists yet); the segments then have no owner file and
-    // are kept as unknown while this process lives, never removed.
+    // are kept as unknown while this process lives, never removed. A name
+    // already there is a live holder's (its lock holds) or a dead one's
+    // (then the lock is ours).
     fd = ::open(path.c_str(),
                 O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
-      // Taken: by a live holder (its lock holds) or a dead one (ours now).
       fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0) return Errno(errno, "open", path);
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
+    if (absl::Status locked = TryLock(fd, path, prefix); !locked.ok()) {
       ::close(fd);
-      if (err == EWOULDBLOCK) {
-        return absl::AlreadyExistsError(
-            absl::StrCat(path,
-                         " is held by a live process: another daemon uses the "
-                         "prefix ",
-                         prefix, " in this directory"));
-      }
-      return Errno(err, "flock", path);
+      return locked;
     }
     return std::unique_ptr<ShmOwnerLock>(new ShmOwnerLock(path, fd));
   }
   if (fd < 0) return Errno(errno, "open(O_TMPFILE)", directory);
   absl::Cleanup close_fd = [fd] { ::close(fd); };
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return Errno(errno, "flock", path);
+  if (absl::Status locked = TryLock(fd, path, prefix); !locked.ok()) {
+    return locked;
+  }
   const std::string self = absl::StrCat("/proc/self/fd/", fd);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(),
@@ -75,15 +89,8 @@ absl::StatusOr<std::unique_ptr<ShmOwnerLock>> ShmOwnerLock::Acquire(
       return Errno(errno, "open", path);
     }
     absl::Cleanup close_other = [other] { ::close(other); };
-    if (::flock(other, LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK) {
-        return absl::AlreadyExistsError(
-            absl::StrCat(path,
-                         " is held by a live process: another daemon uses the "
-                         "prefix ",
-                         prefix, " in this directory"));
-      }
-      return Errno(errno, "flock", path);
+    if (absl::Status locked = TryLock(other, path, prefix); !locked.ok()) {
+      return locked;
     }
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       return Errno(errno, "unlink", path);
