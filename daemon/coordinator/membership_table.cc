@@ -62,6 +62,37 @@ absl::string_view DecisionKindName(DecisionKind kind) {
   return "UNKNOWN";
 }
 
+namespace {
+
+// A member's checkpoint report, bounded: it is kept per slot and planned
+// over at every epoch. INVALID_ARGUMENT naming `field`.
+absl::Status ValidateInventory(const CheckpointInventory& inventory,
+                               absl::string_view field) {
+  constexpr size_t kMaxSteps = 1024;
+  constexpr size_t kMaxProblem = 4096;
+  if (inventory.steps.size() > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".steps: ", inventory.steps.size(),
+                     " entries, at most ", kMaxSteps));
+  }
+  for (size_t i = 0; i < inventory.steps.size(); ++i) {
+    if (inventory.steps[i] < 0 ||
+        (i > 0 && inventory.steps[i] <= inventory.steps[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".steps[", i, "]: ", inventory.steps[i],
+                       " (steps must be >= 0 and strictly ascending)"));
+    }
+  }
+  if (inventory.problem.size() > kMaxProblem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".problem: ", inventory.problem.size(),
+                     " bytes, at most ", kMaxProblem));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<MembershipTable> MembershipTable::Create(
     const MembershipOptions& options) {
   if (options.world_size < 1) {
@@ -329,6 +360,14 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   if (lease_token.empty()) {
     return absl::InvalidArgumentError("lease_token must not be empty");
   }
+  if (request.pending_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pending_step must be >= 0, got ", request.pending_step));
+  }
+  if (absl::Status s = ValidateInventory(request.checkpoints, "checkpoints");
+      !s.ok()) {
+    return s;
+  }
   if (auto q = quarantines_.find(request.peer_address);
       q != quarantines_.end() && q->second.until > now) {
     const std::string why = absl::StrCat(
@@ -504,6 +543,12 @@ absl::Status MembershipTable::Heartbeat(
     return absl::InvalidArgumentError(
         absl::StrCat("state must be JOINING, RECOVERING or READY, got ",
                      MemberPhaseName(state)));
+  }
+  if (checkpoints != nullptr) {
+    if (absl::Status s = ValidateInventory(*checkpoints, "checkpoints");
+        !s.ok()) {
+      return s;
+    }
   }
   if (rank < 0 || rank >= options_.world_size || !slots_[rank].live() ||
       slots_[rank].lease_token != lease_token) {

@@ -212,7 +212,10 @@ class MembershipTable {
   // INVALID_ARGUMENT (identity empty, peer_address malformed, rank out of
   // range), ALREADY_EXISTS (slot held by another live identity, or the
   // identity live in another slot), RESOURCE_EXHAUSTED (no free slot),
-  // FAILED_PRECONDITION (a shard of another model), UNAVAILABLE (the peer
+  // FAILED_PRECONDITION (a shard of another model), INVALID_ARGUMENT for a
+  // negative pending_step or a checkpoint report that is not bounded (at
+  // most 1024 steps, >= 0, strictly ascending; a problem of at most 4 KiB),
+  // UNAVAILABLE (the peer
   // address is quarantined: see Heartbeat; the first refusal of each
   // quarantine is logged as JOIN_REJECTED). The same identity and
   // incarnation joining its own live slot again (a retried call) is

@@ -440,6 +440,35 @@ TEST_F(MembershipTableTest, LeaveEmptiesTheSlotAndIsIdempotent) {
 namespace shardd::coordinator {
 namespace {
 
+TEST_F(MembershipTableTest,
+       UnboundedCheckpointReportsAreRefusedChangingNothing) {
+  JoinAllReady(kT0);
+  const std::string before = Snapshot();
+  CheckpointInventory huge{true, {}, ""};
+  for (int64_t s = 0; s < 5000; ++s) huge.steps.push_back(s);
+  absl::Status s = table_->Heartbeat(0, "token-0", table_->epoch(), 7,
+                                     MemberPhase::kReady, kT0, {}, &huge);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("checkpoints.steps: 5000 entries"),
+            std::string::npos)
+      << s;
+  CheckpointInventory unordered{true, {6, 3}, ""};
+  s = table_->Heartbeat(0, "token-0", table_->epoch(), 7, MemberPhase::kReady,
+                        kT0, {}, &unordered);
+  EXPECT_NE(s.message().find("checkpoints.steps[1]: 3"), std::string::npos)
+      << s;
+  JoinRequestInfo req = Request(-1, "pod-x");
+  req.checkpoints.problem = std::string(5000, 'x');
+  EXPECT_EQ(table_->Join(req, kT0, "t").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  req.checkpoints.problem.clear();
+  req.pending_step = -1;
+  EXPECT_EQ(table_->Join(req, kT0, "t").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_TRUE(table_->slots()[0].checkpoints.steps.empty());
+}
+
 TEST_F(MembershipTableTest, LostShardWithCommonCheckpointRollsBack) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   JoinAllReady(t0);  // Everyone READY at step 7.

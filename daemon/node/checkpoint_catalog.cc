@@ -73,10 +73,18 @@ v1::CheckpointInventory CheckpointCatalog::Inventory() const {
   absl::StatusOr<std::vector<int64_t>> on_disk =
       recovery::ListShardCheckpoints(dir_, rank);
   if (!on_disk.ok()) return out;
-  absl::MutexLock lock(&mu_);
-  for (const int64_t step : *on_disk) {
-    if (verified_.count(step) > 0) out.add_steps(step);
+  std::vector<int64_t> steps;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const int64_t step : *on_disk) {
+      if (verified_.count(step) > 0) steps.push_back(step);
+    }
   }
+  // The coordinator takes at most kMaxReportedSteps (a rollback wants the
+  // newest): a longer --checkpoint_keep_last must not cost the lease.
+  const size_t first =
+      steps.size() > kMaxReportedSteps ? steps.size() - kMaxReportedSteps : 0;
+  for (size_t i = first; i < steps.size(); ++i) out.add_steps(steps[i]);
   return out;
 }
 

@@ -32,7 +32,10 @@ class CheckpointCatalog {
   // Restoring `step` failed with `problem`: it is no longer vouched for.
   void NoteBad(int64_t step, const std::string& problem);
 
+  // The vouched-for steps on disk, ascending: the newest kMaxReportedSteps
+  // (what the coordinator accepts in a report).
   v1::CheckpointInventory Inventory() const;
+  static constexpr size_t kMaxReportedSteps = 1024;
   bool keeps() const { return !dir_.empty(); }
 
  private:
