@@ -58,6 +58,16 @@ void CheckpointCatalog::NoteBad(int64_t step, const std::string& problem) {
   problem_ = problem;
 }
 
+void CheckpointCatalog::AbandonAbove(int rank, int64_t step) {
+  if (dir_.empty()) return;
+  if (absl::Status removed =
+          recovery::RemoveShardCheckpointsAbove(dir_, rank, step);
+      !removed.ok()) {
+    std::fprintf(stderr, "shardd: rollback to step %lld: %s\n",
+                 static_cast<long long>(step), removed.ToString().c_str());
+  }
+}
+
 v1::CheckpointInventory CheckpointCatalog::Inventory() const {
   v1::CheckpointInventory out;
   out.set_keeps(!dir_.empty());

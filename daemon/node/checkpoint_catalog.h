@@ -31,6 +31,10 @@ class CheckpointCatalog {
   void NoteWritten(int rank, int64_t step);
   // Restoring `step` failed with `problem`: it is no longer vouched for.
   void NoteBad(int64_t step, const std::string& problem);
+  // A rollback to `step`: the rank's files of later steps belong to the
+  // abandoned timeline and are removed, so that they never again count as
+  // proof that the job reached them. Failures are logged (best effort).
+  void AbandonAbove(int rank, int64_t step);
 
   // The vouched-for steps on disk, ascending: the newest kMaxReportedSteps
   // (what the coordinator accepts in a report).

@@ -31,6 +31,7 @@
 #include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/observed_collective.h"
+#include "daemon/node/plan_action.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
@@ -470,52 +471,28 @@ void NodeManager::EpochLoop() {
     // The coordinator's plan for this epoch, decided from the steps the
     // members hold: a copy from a replica, or a rollback to a checkpoint
     // every rank holds (verified), or nothing to do.
-    const v1::RecoveryPlan& plan = view->plan;
-    if (plan.epoch() != view->epoch ||
-        (plan.kind() != v1::EPOCH_PLAN_KIND_NEW &&
-         plan.kind() != v1::EPOCH_PLAN_KIND_RESUME &&
-         plan.kind() != v1::EPOCH_PLAN_KIND_ROLLBACK)) {
-      continue;  // No plan for every slot yet (or the job failed).
-    }
     const int rank = client_->rank();
+    const PlanAction plan = PlanActionFor(view->plan, view->epoch, rank);
+    if (!plan.issued) continue;  // No plan for every slot yet (or failed).
     // Before anything else of this epoch (communicators, serving a copy,
     // READY): a step left in doubt becomes applied or dropped, so that every
     // member is at the same step again. A rollback to the step this member
     // holds has it drop the in-doubt step instead (the plan counted on it).
-    if (plan.kind() != v1::EPOCH_PLAN_KIND_ROLLBACK ||
-        !DropPendingAt(plan.step(), view->epoch)) {
+    if (!plan.rollback || !DropPendingAt(plan.step, view->epoch)) {
       ResolvePendingStep(*view);
     }
-    std::optional<v1::ShardTransfer> copy;
-    for (const v1::ShardTransfer& t : plan.transfers()) {
-      if (t.target_rank() == rank) copy = t;
-    }
-    const bool restores =
-        plan.kind() == v1::EPOCH_PLAN_KIND_ROLLBACK &&
-        std::find(plan.restore_ranks().begin(), plan.restore_ranks().end(),
-                  rank) != plan.restore_ranks().end();
-    if (plan.kind() == v1::EPOCH_PLAN_KIND_ROLLBACK &&
-        !options_.checkpoint_dir.empty()) {
-      // The steps after plan.step are abandoned: their files must never
-      // again count as proof that the job reached them.
-      if (absl::Status removed = recovery::RemoveShardCheckpointsAbove(
-              options_.checkpoint_dir, rank, plan.step());
-          !removed.ok()) {
-        std::fprintf(stderr, "shardd: rollback to step %lld: %s\n",
-                     static_cast<long long>(plan.step()),
-                     removed.ToString().c_str());
-      }
-    }
-    if (restores) {
+    const std::optional<v1::ShardTransfer>& copy = plan.copy;
+    if (plan.rollback) catalog_->AbandonAbove(rank, plan.step);
+    if (plan.restore) {
       // Before the communicators: a fresh daemon creates its engine from
       // the checkpoint's model, and peers wait in the rendezvous meanwhile.
       SHARDD_FAILPOINT("recovery.before_install");
       absl::StatusOr<int64_t> restored =
-          RestoreCheckpoint(plan.step(), view->epoch);
+          RestoreCheckpoint(plan.step, view->epoch);
       if (!restored.ok()) {
         const std::string why = absl::StrCat(
             "epoch ", view->epoch, ": rollback to the checkpoint of step ",
-            plan.step(), " failed: ", restored.status().ToString());
+            plan.step, " failed: ", restored.status().ToString());
         {
           absl::MutexLock lock(&mu_);
           recovery_error_ = why;
@@ -523,7 +500,7 @@ void NodeManager::EpochLoop() {
         std::fprintf(stderr, "shardd: %s\n", why.c_str());
         // The coordinator plans again without that checkpoint: it must
         // hear of it (the heartbeat) before the next epoch is planned.
-        catalog_->NoteBad(plan.step(), restored.status().ToString());
+        catalog_->NoteBad(plan.step, restored.status().ToString());
         (void)client_->SendHeartbeat();
         if (client_->view().epoch == view->epoch) {
           (void)client_->ReportFailure(-1, v1::FAILURE_KIND_TRANSFER_FAILED,
@@ -549,7 +526,7 @@ void NodeManager::EpochLoop() {
                      "shardd rank %d: epoch %lld plans a copy of step %lld "
                      "but this daemon holds step %lld\n",
                      rank, static_cast<long long>(view->epoch),
-                     static_cast<long long>(plan.step()),
+                     static_cast<long long>(plan.step),
                      static_cast<long long>(engine_->committed_step()));
       }
       if (needs_copy && !prepared_.has_value() &&
