@@ -37,13 +37,14 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/coordinator_service.h"
 #include "daemon/coordinator/peer_prober.h"
 #include "daemon/core/exit_status.h"
 #include "daemon/core/host_port.h"
+#include "daemon/core/mono_notification.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/recovery/failpoint.h"
@@ -238,12 +239,11 @@ int Run() {
   std::fflush(stdout);
 
   // Lease timer: expire leases when they are due, at least every lease/4.
-  absl::Notification stop;
+  MonoNotification stop;
   std::thread ticker([&] {
     while (!stop.HasBeenNotified()) {
-      const absl::Time next = (*manager)->Tick();
-      stop.WaitForNotificationWithDeadline(
-          std::min(next, absl::Now() + lease / 4));
+      const MonoTime next = (*manager)->Tick();
+      stop.WaitUntil(std::min(next, MonoNow() + lease / 4));
     }
   });
 
@@ -254,7 +254,7 @@ int Run() {
   sigaddset(&signals, SIGINT);
   int signal_number = 0;
   int exit_status = core::kExitOk;
-  absl::Time failed_at = absl::InfiniteFuture();
+  MonoTime failed_at = MonoTime::InfiniteFuture();
   while (true) {
     const timespec poll{0, 100'000'000};
     signal_number = sigtimedwait(&signals, nullptr, &poll);
@@ -265,11 +265,11 @@ int Run() {
     }
     const ClusterSnapshot s = (*manager)->Snapshot(0);
     if (!s.failed) continue;
-    if (failed_at == absl::InfiniteFuture()) failed_at = absl::Now();
+    if (failed_at == MonoTime::InfiniteFuture()) failed_at = MonoNow();
     const bool drained =
         std::none_of(s.slots.begin(), s.slots.end(),
                      [](const SlotRecord& slot) { return slot.live(); });
-    if (drained || absl::Now() - failed_at >= failed_drain) {
+    if (drained || MonoNow() - failed_at >= failed_drain) {
       std::fprintf(stderr,
                    "coordinator: the job has failed (%s); %s, exiting with "
                    "status %d\n",

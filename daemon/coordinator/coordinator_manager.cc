@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "daemon/core/deadline_waker.h"
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::coordinator {
@@ -17,10 +18,11 @@ namespace {
 
 // One line per decision on stderr: the log operators read next to the
 // cluster state.
-void LogDecision(const Decision& d) {
+// `wall` is when it was decided on the wall clock.
+void LogDecision(const Decision& d, absl::Time wall) {
   std::fprintf(
       stderr, "%s coordinator: epoch %lld %s: %s\n",
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", d.time, absl::UTCTimeZone())
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", wall, absl::UTCTimeZone())
           .c_str(),
       static_cast<long long>(d.epoch),
       std::string(DecisionKindName(d.kind)).c_str(), d.reason.c_str());
@@ -46,8 +48,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorManager>> CoordinatorManager::Create(
   MembershipOptions membership = options.membership;
   // A shard without a live holder is not called lost before its holders
   // had time to re-join this (perhaps restarted) coordinator.
-  if (membership.started == absl::InfinitePast()) {
-    membership.started = clock->Now();
+  if (membership.started == MonoTime::InfinitePast()) {
+    membership.started = clock->MonotonicNow();
   }
   absl::StatusOr<MembershipTable> table = MembershipTable::Create(membership);
   if (!table.ok()) return table.status();
@@ -62,7 +64,8 @@ CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
     : options_(options),
       clock_(std::move(clock)),
       prober_(std::move(prober)),
-      started_(clock_->Now()),
+      started_(clock_->MonotonicNow()),
+      started_wall_(clock_->WallNow()),
       table_(std::move(table)),
       votes_(options.membership.world_size) {
   std::random_device seed;
@@ -84,13 +87,14 @@ std::string CoordinatorManager::NewLeaseToken() {
 void CoordinatorManager::Changed(
     int64_t epoch_before, size_t decisions_before,
     absl::string_view removal_cause,
-    const std::vector<absl::Time>* heartbeats_before) {
+    const std::vector<MonoTime>* heartbeats_before) {
   const int64_t fresh = table_.decisions_total() - decisions_before;
   const auto& log = table_.decisions();
   for (int64_t i =
            std::max<int64_t>(0, static_cast<int64_t>(log.size()) - fresh);
        i < static_cast<int64_t>(log.size()); ++i) {
-    LogDecision(log[i]);
+    LogDecision(log[i],
+                clock_->WallNow() - (clock_->MonotonicNow() - log[i].time));
     if (log[i].kind == DecisionKind::kMemberRemoved &&
         options_.observer != nullptr) {
       options_.observer->MemberFailed(removal_cause);
@@ -108,7 +112,7 @@ void CoordinatorManager::Changed(
 }
 
 void CoordinatorManager::TrackRecovery(
-    const Decision& d, const std::vector<absl::Time>* heartbeats_before) {
+    const Decision& d, const std::vector<MonoTime>* heartbeats_before) {
   metrics::CoordinatorObserver* const observer = options_.observer;
   switch (d.kind) {
     case DecisionKind::kMemberRemoved:
@@ -120,13 +124,13 @@ void CoordinatorManager::TrackRecovery(
         // replaced by its new incarnation has lost its slot to the newcomer
         // by now: its heartbeat is in heartbeats_before.
         const int rank = d.ranks[0];
-        const absl::Time last =
+        const MonoTime last =
             heartbeats_before != nullptr &&
                     rank < static_cast<int>(heartbeats_before->size())
                 ? (*heartbeats_before)[rank]
                 : table_.slots()[rank].last_heartbeat;
         recovery_.last_alive =
-            last == absl::InfinitePast() ? d.time : std::min(last, d.time);
+            last == MonoTime::InfinitePast() ? d.time : std::min(last, d.time);
       }
       break;
     case DecisionKind::kRecoveryPlanned:
@@ -150,7 +154,7 @@ void CoordinatorManager::TrackRecovery(
           // The last member to report READY may be a survivor: then the
           // rendezvous ends with the epoch and the transfer took no time of
           // its own.
-          const absl::Time rendezvous =
+          const MonoTime rendezvous =
               recovery_.rendezvous_done ? recovery_.rendezvous : d.time;
           observer->RecoveryPhase(labels::kDetection,
                                   recovery_.removed - recovery_.last_alive);
@@ -176,7 +180,7 @@ void CoordinatorManager::TrackRecovery(
   }
 }
 
-void CoordinatorManager::NoteRendezvous(absl::Time now) {
+void CoordinatorManager::NoteRendezvous(MonoTime now) {
   if (!recovery_.planned || recovery_.rendezvous_done) return;
   for (const SlotRecord& s : table_.slots()) {
     if (s.rank == recovery_.replacement || !s.live()) continue;
@@ -258,13 +262,13 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
     return absl::UnavailableError("the coordinator is shutting down");
   const int64_t epoch = table_.epoch();
   const int64_t logged = table_.decisions_total();
-  std::vector<absl::Time> heartbeats;
+  std::vector<MonoTime> heartbeats;
   heartbeats.reserve(table_.slots().size());
   for (const SlotRecord& s : table_.slots()) {
     heartbeats.push_back(s.last_heartbeat);
   }
   absl::StatusOr<JoinOutcome> out =
-      table_.Join(request, clock_->Now(), NewLeaseToken(), holder);
+      table_.Join(request, clock_->MonotonicNow(), NewLeaseToken(), holder);
   // A removal here is a live member replaced by a new incarnation of the
   // same identity: its previous process is gone.
   Changed(epoch, logged, metrics::coordinator_labels::kProcessExited,
@@ -287,7 +291,7 @@ absl::Status CoordinatorManager::Heartbeat(
       rank >= 0 && rank < static_cast<int>(table_.slots().size());
   const MemberPhase phase_before =
       known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
-  const absl::Time now = clock_->Now();
+  const MonoTime now = clock_->MonotonicNow();
   absl::Status s =
       table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now,
                        std::move(unreachable), checkpoints);
@@ -309,7 +313,8 @@ absl::Status CoordinatorManager::Leave(int rank, const std::string& lease_token,
   absl::MutexLock lock(&mu_);
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
-  absl::Status s = table_.Leave(rank, lease_token, reason, clock_->Now());
+  absl::Status s =
+      table_.Leave(rank, lease_token, reason, clock_->MonotonicNow());
   Changed(before, logged);
   return s;
 }
@@ -336,8 +341,9 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
   absl::MutexLock lock(&mu_);
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
-  absl::StatusOr<ReportOutcome> out = table_.ReportFailure(
-      reporter, lease_token, epoch, suspect, detail, probe, clock_->Now());
+  absl::StatusOr<ReportOutcome> out =
+      table_.ReportFailure(reporter, lease_token, epoch, suspect, detail, probe,
+                           clock_->MonotonicNow());
   Changed(before, logged, ReportCause(detail));
   if (options_.observer != nullptr) {
     namespace labels = metrics::coordinator_labels;
@@ -353,7 +359,7 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
 
 absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     int64_t epoch, int64_t step, const CommitVote& vote,
-    const std::string& lease_token, absl::Time deadline) {
+    const std::string& lease_token, MonoTime deadline) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) {
     return absl::UnavailableError("the coordinator is shutting down");
@@ -394,7 +400,8 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
       // here leaves every member in doubt.
       SHARDD_FAILPOINT("commit.decided");
     } else {
-      table_.NoteCommitRejected(step, d->dissenting, d->reason, clock_->Now());
+      table_.NoteCommitRejected(step, d->dissenting, d->reason,
+                                clock_->MonotonicNow());
     }
     Changed(epoch, logged);
     ++version_;
@@ -404,7 +411,7 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     return shutdown_ || table_.epoch() != epoch || table_.failed() ||
            votes_.Decision(epoch, step).has_value();
   };
-  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  AwaitUntil(&mu_, absl::Condition(&settled), deadline);
   if (std::optional<CommitDecision> d = votes_.Decision(epoch, step)) {
     return *d;
   }
@@ -427,9 +434,9 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
       " members voted before the deadline; do not apply the step"));
 }
 
-absl::Time CoordinatorManager::Tick() {
+MonoTime CoordinatorManager::Tick() {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_->Now();
+  const MonoTime now = clock_->MonotonicNow();
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
   table_.ExpireLeases(now);  // Removals are reported in Changed.
@@ -440,7 +447,7 @@ absl::Time CoordinatorManager::Tick() {
   }
   if (table_.ready()) join_timeout_reported_ = true;
   Changed(before, logged, metrics::coordinator_labels::kLeaseExpired);
-  absl::Time next = table_.next_expiry();
+  MonoTime next = table_.next_expiry();
   if (!join_timeout_reported_) {
     next = std::min(next, started_ + options_.join_timeout);
   }
@@ -458,7 +465,9 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   s.sharding_factor = table_.options().sharding_factor;
   s.lease = table_.options().detector.lease;
   s.slots = table_.slots();
-  s.started = started_;
+  s.started = started_wall_;
+  s.mono_now = clock_->MonotonicNow();
+  s.wall_now = clock_->WallNow();
   s.quarantines = table_.quarantines();
   s.broken_links = table_.broken_links();
   s.plan = table_.plan();
@@ -478,6 +487,8 @@ LeaseView CoordinatorManager::Lease(int rank) const {
   absl::MutexLock lock(&mu_);
   LeaseView v;
   v.lease_expiry = table_.slots()[rank].lease_expiry;
+  v.lease_expiry_wall =
+      clock_->WallNow() - (clock_->MonotonicNow() - v.lease_expiry);
   v.lease = table_.options().detector.lease;
   v.epoch = table_.epoch();
   v.ready = table_.ready();
@@ -485,13 +496,13 @@ LeaseView CoordinatorManager::Lease(int rank) const {
 }
 
 ClusterSnapshot CoordinatorManager::AwaitChange(int64_t seen_version,
-                                                absl::Time deadline) const {
+                                                MonoTime deadline) const {
   {
     absl::MutexLock lock(&mu_);
     auto moved = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shutdown_ || version_ > seen_version;
     };
-    mu_.AwaitWithDeadline(absl::Condition(&moved), deadline);
+    AwaitUntil(&mu_, absl::Condition(&moved), deadline);
   }
   return Snapshot();
 }

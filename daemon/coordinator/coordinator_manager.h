@@ -15,21 +15,11 @@
 #include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_store.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/metrics/coordinator_observer.h"
 
 namespace shardd::coordinator {
-
-// Where the manager reads the time; tests inject a fake.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual absl::Time Now() = 0;
-};
-
-class RealClock : public Clock {
- public:
-  absl::Time Now() override { return absl::Now(); }
-};
 
 // Asks a member directly whether it is alive (Peer.Probe with a short
 // deadline). Called without the manager's lock held.
@@ -50,7 +40,13 @@ struct ClusterSnapshot {
   std::vector<Decision> decisions;
   // Why the last change happened ("rank 3 lease expired ...").
   std::string last_reason;
+  // When the coordinator started, on the wall clock (for people).
   absl::Time started;
+  // Both clocks read together when the snapshot was taken: the times above
+  // are monotonic and mean something to people only as wall times.
+  MonoTime mono_now;
+  absl::Time wall_now = absl::UnixEpoch();
+  absl::Time WallTimeOf(MonoTime t) const { return wall_now - (mono_now - t); }
   // By peer address (MembershipTable::quarantines).
   std::map<std::string, Quarantine> quarantines;
   // MembershipTable::broken_links.
@@ -63,7 +59,9 @@ struct ClusterSnapshot {
 
 // What a heartbeat reply carries, without copying the whole cluster.
 struct LeaseView {
-  absl::Time lease_expiry;
+  MonoTime lease_expiry;
+  // The same on the wall clock, for the reply (people read it).
+  absl::Time lease_expiry_wall;
   absl::Duration lease;
   int64_t epoch = 0;
   bool ready = false;
@@ -120,11 +118,11 @@ class CoordinatorManager {
   absl::StatusOr<CommitDecision> ShouldCommit(int64_t epoch, int64_t step,
                                               const CommitVote& vote,
                                               const std::string& lease_token,
-                                              absl::Time deadline);
+                                              MonoTime deadline);
 
   // Expires leases due by now; returns when the next one is due. The
   // coordinator's lease thread calls it; tests call it with a fake clock.
-  absl::Time Tick();
+  MonoTime Tick();
 
   ClusterSnapshot Snapshot(int max_decisions = 100) const;
 
@@ -135,7 +133,7 @@ class CoordinatorManager {
   // Blocks until the snapshot's version exceeds `seen_version`, the
   // deadline passes, or Shutdown(); returns the current snapshot either way
   // (the caller compares versions to tell a change from a keepalive).
-  ClusterSnapshot AwaitChange(int64_t seen_version, absl::Time deadline) const;
+  ClusterSnapshot AwaitChange(int64_t seen_version, MonoTime deadline) const;
 
   RendezvousStore& rendezvous() { return rendezvous_; }
 
@@ -143,7 +141,7 @@ class CoordinatorManager {
   void Shutdown();
   bool shut_down() const;
 
-  absl::Time Now() { return clock_->Now(); }
+  MonoTime Now() { return clock_->MonotonicNow(); }
 
  private:
   CoordinatorManager(const CoordinatorOptions& options, MembershipTable table,
@@ -155,7 +153,7 @@ class CoordinatorManager {
   // before the call (a Join overwrites the slot of the member it replaces).
   void Changed(int64_t epoch_before, size_t decisions_before,
                absl::string_view removal_cause = "other",
-               const std::vector<absl::Time>* heartbeats_before = nullptr)
+               const std::vector<MonoTime>* heartbeats_before = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the observer the epoch, readiness, live members and committed
   // step when they differ from what it was last told.
@@ -168,21 +166,21 @@ class CoordinatorManager {
   // replacement's, are up), transfer (-> the epoch is ready: the
   // replacement copied its shard and reported READY) and total (the sum).
   void TrackRecovery(const Decision& d,
-                     const std::vector<absl::Time>* heartbeats_before)
+                     const std::vector<MonoTime>* heartbeats_before)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a heartbeat at `now` (the time the table was given): notes the
   // end of a recovery's rendezvous phase when every live member but the
   // replacement is READY in the current epoch.
-  void NoteRendezvous(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteRendezvous(MonoTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct RecoveryTimes {
     bool active = false;   // A member was removed; not ready since.
     bool planned = false;  // A replacement joined and must copy a shard.
     int replacement = -1;  // Its rank, once planned.
     bool rendezvous_done = false;
-    absl::Time last_alive;
-    absl::Time removed;
-    absl::Time joined;
-    absl::Time rendezvous;  // When rendezvous_done became true.
+    MonoTime last_alive;
+    MonoTime removed;
+    MonoTime joined;
+    MonoTime rendezvous;  // When rendezvous_done became true.
   };
   RecoveryTimes recovery_ ABSL_GUARDED_BY(mu_);
   int64_t published_fallbacks_ ABSL_GUARDED_BY(mu_) = 0;
@@ -194,7 +192,8 @@ class CoordinatorManager {
   const CoordinatorOptions options_;
   const std::unique_ptr<Clock> clock_;
   const Prober prober_;
-  const absl::Time started_;
+  const MonoTime started_;
+  const absl::Time started_wall_;
   RendezvousStore rendezvous_;
 
   mutable absl::Mutex mu_;

@@ -8,26 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/manual_clock.h"
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::coordinator {
 namespace {
-
-class FakeClock : public Clock {
- public:
-  absl::Time Now() override {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::Time now_ = absl::FromUnixSeconds(3'000'000);
-};
 
 class CoordinatorManagerTest : public ::testing::Test {
  protected:
@@ -38,7 +24,7 @@ class CoordinatorManagerTest : public ::testing::Test {
     options.membership.detector.lease = absl::Milliseconds(1500);
     options.join_timeout = absl::Seconds(60);
     options.observer = observer_;
-    auto clock = std::make_unique<FakeClock>();
+    auto clock = std::make_unique<ManualClock>();
     clock_ = clock.get();
     auto m = CoordinatorManager::Create(options, std::move(clock),
                                         std::move(prober));
@@ -74,7 +60,7 @@ class CoordinatorManagerTest : public ::testing::Test {
     return tokens;
   }
 
-  FakeClock* clock_ = nullptr;
+  ManualClock* clock_ = nullptr;
   metrics::CoordinatorObserver* observer_ = nullptr;  // Set before Make().
   std::unique_ptr<CoordinatorManager> manager_;
 };
@@ -87,9 +73,8 @@ TEST_F(CoordinatorManagerTest, CommitVoteReturnsTheSameDecisionToAll) {
   std::vector<std::thread> voters;
   for (int r = 0; r < 4; ++r) {
     voters.emplace_back([&, r] {
-      out[r] =
-          manager_->ShouldCommit(epoch, 1, CommitVote{r, true, "", 42},
-                                 tokens[r], absl::Now() + absl::Seconds(30));
+      out[r] = manager_->ShouldCommit(epoch, 1, CommitVote{r, true, "", 42},
+                                      tokens[r], MonoNow() + absl::Seconds(30));
     });
   }
   for (std::thread& t : voters) t.join();
@@ -101,12 +86,12 @@ TEST_F(CoordinatorManagerTest, CommitVoteReturnsTheSameDecisionToAll) {
   EXPECT_EQ(manager_->Snapshot().committed_step, 1);
   // A retried call gets the recorded decision; the next step must be 2.
   absl::StatusOr<CommitDecision> again = manager_->ShouldCommit(
-      epoch, 1, CommitVote{0, true, "", 42}, tokens[0], absl::Now());
+      epoch, 1, CommitVote{0, true, "", 42}, tokens[0], MonoNow());
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->commit);
   EXPECT_EQ(manager_
                 ->ShouldCommit(epoch, 3, CommitVote{0, true, "", 42}, tokens[0],
-                               absl::Now())
+                               MonoNow())
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
@@ -119,7 +104,7 @@ TEST_F(CoordinatorManagerTest, CommitVoteIsAbortedWhenAMemberDiesWaiting) {
   absl::StatusOr<CommitDecision> out = absl::UnknownError("");
   std::thread voter([&] {
     out = manager_->ShouldCommit(epoch, 1, CommitVote{0, true, "", 1},
-                                 tokens[0], absl::Now() + absl::Seconds(30));
+                                 tokens[0], MonoNow() + absl::Seconds(30));
   });
   // Ranks 1..3 never vote; rank 3's lease runs out (the others renew).
   for (int i = 0; i < 4; ++i) {
@@ -140,13 +125,13 @@ TEST_F(CoordinatorManagerTest, CommitVoteRejectsStaleEpochAndStrangers) {
   const int64_t epoch = manager_->Snapshot().epoch;
   EXPECT_EQ(manager_
                 ->ShouldCommit(epoch - 1, 1, CommitVote{0, true, "", 1},
-                               tokens[0], absl::Now())
+                               tokens[0], MonoNow())
                 .status()
                 .code(),
             absl::StatusCode::kAborted);
   EXPECT_EQ(manager_
                 ->ShouldCommit(epoch, 1, CommitVote{0, true, "", 1}, "forged",
-                               absl::Now())
+                               MonoNow())
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
@@ -185,7 +170,8 @@ TEST_F(CoordinatorManagerTest, LeaseReportsTheRenewedExpiryAndTheEpoch) {
       manager_->Heartbeat(0, a.lease_token, a.epoch, 0, MemberPhase::kJoining)
           .ok());
   const LeaseView lease = manager_->Lease(0);
-  EXPECT_EQ(lease.lease_expiry, clock_->Now() + absl::Milliseconds(1500));
+  EXPECT_EQ(lease.lease_expiry,
+            clock_->MonotonicNow() + absl::Milliseconds(1500));
   EXPECT_EQ(lease.lease, absl::Milliseconds(1500));
   EXPECT_EQ(lease.epoch, a.epoch);
   EXPECT_FALSE(lease.ready);
@@ -197,7 +183,7 @@ TEST_F(CoordinatorManagerTest, DecisionWithoutNewEpochStillWakesWatchers) {
   clock_->Advance(absl::Seconds(61));
   manager_->Tick();  // Nobody joined within the join timeout: a decision.
   const ClusterSnapshot after =
-      manager_->AwaitChange(before.version, absl::Now() + absl::Seconds(5));
+      manager_->AwaitChange(before.version, MonoNow() + absl::Seconds(5));
   EXPECT_GT(after.version, before.version);
   EXPECT_EQ(after.epoch, before.epoch);
   ASSERT_FALSE(after.decisions.empty());
@@ -218,12 +204,13 @@ TEST_F(CoordinatorManagerTest, TickExpiresSilentMembersAndWakesWatchers) {
   }
   const ClusterSnapshot ready = manager_->Snapshot();
   ASSERT_TRUE(ready.ready);
-  EXPECT_EQ(manager_->Tick(), clock_->Now() + absl::Milliseconds(1500));
+  EXPECT_EQ(manager_->Tick(),
+            clock_->MonotonicNow() + absl::Milliseconds(1500));
 
   std::atomic<int64_t> woke_epoch{-1};
   std::thread watcher([&] {
     woke_epoch =
-        manager_->AwaitChange(ready.version, absl::InfiniteFuture()).epoch;
+        manager_->AwaitChange(ready.version, MonoTime::InfiniteFuture()).epoch;
   });
   clock_->Advance(absl::Milliseconds(1000));
   for (int r = 0; r < 3; ++r) {
@@ -240,6 +227,71 @@ TEST_F(CoordinatorManagerTest, TickExpiresSilentMembersAndWakesWatchers) {
   EXPECT_FALSE(after.ready);
   EXPECT_EQ(after.slots[3].phase, MemberPhase::kFailed);
   EXPECT_NE(after.last_reason.find("lease expired"), std::string::npos);
+}
+
+// The case: the wall clock steps by a minute either way while a
+// ready cluster heartbeats normally. Leases, the lease timer and the join
+// timeout run on the monotonic side, so nobody is removed and the epoch
+// stays; a member that then really goes silent is still removed one lease
+// after its last heartbeat.
+TEST_F(CoordinatorManagerTest, WallClockStepsNeitherExpireNorExtendLeases) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const ClusterSnapshot ready = manager_->Snapshot();
+  const auto heartbeat_all = [&](int ranks) {
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_TRUE(
+          manager_->Heartbeat(r, tokens[r], ready.epoch, 0, MemberPhase::kReady)
+              .ok());
+    }
+  };
+  for (const absl::Duration step : {absl::Seconds(60), absl::Seconds(-60),
+                                    absl::Seconds(-60), absl::Seconds(60)}) {
+    clock_->Advance(absl::Milliseconds(500));
+    heartbeat_all(4);
+    clock_->StepWall(step);
+    EXPECT_EQ(manager_->Tick(),
+              clock_->MonotonicNow() + absl::Milliseconds(1500));
+    const ClusterSnapshot s = manager_->Snapshot();
+    ASSERT_TRUE(s.ready) << s.last_reason;
+    EXPECT_EQ(s.epoch, ready.epoch);
+    EXPECT_EQ(s.version, ready.version);
+  }
+  // A real silence after the steps: ranks 0-2 keep heartbeating, rank 3
+  // stops. It is removed exactly when its lease runs out, not 60 s early or
+  // late.
+  const MonoTime last = clock_->MonotonicNow();
+  clock_->Advance(absl::Milliseconds(1000));
+  clock_->StepWall(absl::Seconds(-60));
+  heartbeat_all(3);
+  clock_->Advance(absl::Milliseconds(499));
+  manager_->Tick();
+  EXPECT_TRUE(manager_->Snapshot().ready);
+  clock_->Advance(absl::Milliseconds(1));
+  clock_->StepWall(absl::Seconds(120));
+  manager_->Tick();
+  const ClusterSnapshot after = manager_->Snapshot();
+  EXPECT_FALSE(after.ready);
+  EXPECT_EQ(after.slots[3].phase, MemberPhase::kFailed);
+  EXPECT_EQ(clock_->MonotonicNow() - last, absl::Milliseconds(1500));
+  EXPECT_NE(after.last_reason.find("lease expired 0 ms ago"), std::string::npos)
+      << after.last_reason;
+}
+
+// Times people read are wall times: a decision's and the start's follow the
+// wall clock as it is when the snapshot is taken.
+TEST_F(CoordinatorManagerTest, SnapshotShowsDecisionsOnTheWallClock) {
+  Make();
+  JoinRank(0);
+  const ClusterSnapshot s = manager_->Snapshot();
+  ASSERT_FALSE(s.decisions.empty());
+  EXPECT_EQ(s.WallTimeOf(s.decisions.front().time), clock_->WallNow());
+  EXPECT_EQ(s.started, clock_->WallNow());
+  clock_->Advance(absl::Seconds(2));
+  clock_->StepWall(absl::Seconds(-60));
+  const ClusterSnapshot later = manager_->Snapshot();
+  EXPECT_EQ(later.WallTimeOf(later.decisions.front().time),
+            clock_->WallNow() - absl::Seconds(2));
 }
 
 TEST_F(CoordinatorManagerTest, ReportFailureProbesTheSuspectOutsideTheLock) {
@@ -275,7 +327,7 @@ TEST_F(CoordinatorManagerTest, MemberStateChangeWakesWatchers) {
   // Not ready (3 slots empty) and no new epoch, but rank 0 changed state
   // (a READY counts only once every slot is claimed and planned).
   const ClusterSnapshot after =
-      manager_->AwaitChange(before.version, absl::Now() + absl::Seconds(30));
+      manager_->AwaitChange(before.version, MonoNow() + absl::Seconds(30));
   EXPECT_GT(after.version, before.version);
   EXPECT_EQ(after.slots[0].phase, MemberPhase::kRecovering);
   // A heartbeat that changes nothing does not wake watchers.
@@ -307,7 +359,7 @@ TEST_F(CoordinatorManagerTest, JoinTimeoutIsRecordedOnce) {
 TEST_F(CoordinatorManagerTest, ShutdownWakesWatchersAndRefusesJoins) {
   Make();
   std::thread watcher(
-      [&] { manager_->AwaitChange(1'000'000, absl::InfiniteFuture()); });
+      [&] { manager_->AwaitChange(1'000'000, MonoTime::InfiniteFuture()); });
   manager_->Shutdown();
   watcher.join();
   JoinRequestInfo req;

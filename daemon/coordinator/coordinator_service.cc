@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/core/shard_plan.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::coordinator {
@@ -17,6 +19,14 @@ namespace pb = ::shardd::v1;
 int64_t UnixMs(absl::Time t) {
   if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return 0;
   return absl::ToUnixMillis(t);
+}
+
+// A monotonic time of the snapshot's as wall-clock milliseconds, for people.
+int64_t UnixMs(const ClusterSnapshot& s, MonoTime t) {
+  if (t == MonoTime::InfinitePast() || t == MonoTime::InfiniteFuture()) {
+    return 0;
+  }
+  return UnixMs(s.WallTimeOf(t));
 }
 
 pb::MemberState ToProto(MemberPhase phase) {
@@ -71,15 +81,16 @@ pb::DecisionKind ToProto(DecisionKind kind) {
   return pb::DECISION_KIND_UNSPECIFIED;
 }
 
-void FillMember(const SlotRecord& s, pb::MemberInfo* m) {
+void FillMember(const ClusterSnapshot& snap, const SlotRecord& s,
+                pb::MemberInfo* m) {
   m->set_rank(s.rank);
   m->set_identity(s.identity);
   m->set_peer_address(s.peer_address);
   m->set_incarnation(s.incarnation);
   m->set_state(ToProto(s.phase));
   m->set_committed_step(s.committed_step);
-  m->set_lease_expiry_unix_ms(UnixMs(s.lease_expiry));
-  m->set_joined_unix_ms(UnixMs(s.joined));
+  m->set_lease_expiry_unix_ms(UnixMs(snap, s.lease_expiry));
+  m->set_joined_unix_ms(UnixMs(snap, s.joined));
 }
 
 void FillTopology(int world_size, int sharding_factor, int rank,
@@ -148,7 +159,7 @@ void FillUpdate(const ClusterSnapshot& s, bool keepalive,
   u->set_committed_step(s.committed_step);
   u->set_keepalive(keepalive);
   for (const SlotRecord& slot : s.slots) {
-    if (slot.live()) FillMember(slot, u->add_members());
+    if (slot.live()) FillMember(s, slot, u->add_members());
   }
   u->set_job_state(s.failed ? pb::JOB_STATE_FAILED : pb::JOB_STATE_RUNNING);
   u->set_job_failure(s.failure);
@@ -178,12 +189,9 @@ CheckpointInventory FromProto(const pb::CheckpointInventory& in) {
   return out;
 }
 
-// The time left before the client's deadline, capped.
-absl::Time Deadline(grpc::ServerContext* context, absl::Duration cap) {
-  const absl::Time cap_time = absl::Now() + cap;
-  const auto client = context->deadline();
-  if (client == std::chrono::system_clock::time_point::max()) return cap_time;
-  return std::min(cap_time, absl::FromChrono(client));
+// The client's deadline, capped at `cap` from now.
+MonoTime Deadline(grpc::ServerContext* context, absl::Duration cap) {
+  return std::min(MonoNow() + cap, rpc::DeadlineOf(*context));
 }
 
 }  // namespace
@@ -205,12 +213,12 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   absl::StatusOr<JoinOutcome> out = manager_->Join(info);
   if (!out.ok()) return rpc::ToGrpc(out.status());
   const ClusterSnapshot s = manager_->Snapshot(0);
-  FillMember(s.slots[out->rank], response->mutable_member());
+  FillMember(s, s.slots[out->rank], response->mutable_member());
   response->set_epoch(out->epoch);
   FillTopology(s.world_size, s.sharding_factor, out->rank,
                response->mutable_topology());
   for (const SlotRecord& slot : s.slots) {
-    if (slot.live()) FillMember(slot, response->add_members());
+    if (slot.live()) FillMember(s, slot, response->add_members());
   }
   response->set_lease_token(out->lease_token);
   response->set_lease_ms(absl::ToInt64Milliseconds(s.lease));
@@ -257,7 +265,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
   if (!s.ok()) return rpc::ToGrpc(s);
   // Rank is valid: the heartbeat was accepted.
   const LeaseView lease = manager_->Lease(request->rank());
-  response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry));
+  response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry_wall));
   response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));
   response->set_epoch(lease.epoch);
   response->set_ready(lease.ready);
@@ -292,8 +300,7 @@ grpc::Status CoordinatorService::WatchMembership(
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the coordinator is shutting down");
     }
-    if (context->deadline() != std::chrono::system_clock::time_point::max() &&
-        absl::Now() >= absl::FromChrono(context->deadline())) {
+    if (MonoNow() >= rpc::DeadlineOf(*context)) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           "watch deadline reached");
     }
@@ -387,11 +394,11 @@ grpc::Status CoordinatorService::GetClusterState(
     out->set_rank(slot.rank);
     out->set_state(ToProto(slot.phase));
     if (slot.phase != MemberPhase::kEmpty)
-      FillMember(slot, out->mutable_member());
+      FillMember(s, slot, out->mutable_member());
   }
   for (const Decision& d : s.decisions) {
     pb::Decision* out = response->add_decisions();
-    out->set_time_unix_ms(UnixMs(d.time));
+    out->set_time_unix_ms(UnixMs(s, d.time));
     out->set_epoch(d.epoch);
     out->set_kind(ToProto(d.kind));
     for (int r : d.ranks) out->add_ranks(r);
@@ -402,7 +409,7 @@ grpc::Status CoordinatorService::GetClusterState(
   for (const auto& [address, q] : s.quarantines) {
     pb::QuarantinedAddress* out = response->add_quarantines();
     out->set_peer_address(address);
-    out->set_until_unix_ms(UnixMs(q.until));
+    out->set_until_unix_ms(UnixMs(s, q.until));
     out->set_removals(q.removals);
     out->set_reason(q.reason);
   }

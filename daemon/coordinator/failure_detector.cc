@@ -21,7 +21,7 @@ const MemberLiveness* Find(const std::vector<MemberLiveness>& live, int rank) {
 // heartbeat period. A process that just died still has a running lease, but
 // its last heartbeat ages past the period quickly, and a stopped one the
 // same.
-bool HeartbeatingAt(const MemberLiveness& m, absl::Time now,
+bool HeartbeatingAt(const MemberLiveness& m, MonoTime now,
                     const DetectorOptions& options) {
   return now < m.lease_expiry && now - m.last_heartbeat <= options.lease / 3;
 }
@@ -35,7 +35,7 @@ ReportDecision Remove(int rank, std::string reason) {
 
 }  // namespace
 
-std::vector<Removal> DecideLeaseExpiry(absl::Time now,
+std::vector<Removal> DecideLeaseExpiry(MonoTime now,
                                        const std::vector<MemberLiveness>& live,
                                        const DetectorOptions& options) {
   std::vector<Removal> removals;
@@ -51,7 +51,7 @@ std::vector<Removal> DecideLeaseExpiry(absl::Time now,
   return removals;
 }
 
-ReportDecision DecideReport(absl::Time now, const Accusation& report,
+ReportDecision DecideReport(MonoTime now, const Accusation& report,
                             const std::vector<MemberLiveness>& live,
                             const std::vector<Accusation>& recent,
                             ProbeResult probe, const DetectorOptions& options) {

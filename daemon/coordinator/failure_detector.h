@@ -5,21 +5,22 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::coordinator {
 
 // What the detector needs to know about one live member.
 struct MemberLiveness {
   int rank = 0;
-  absl::Time last_heartbeat;
-  absl::Time lease_expiry;
+  MonoTime last_heartbeat;
+  MonoTime lease_expiry;
 };
 
 // One failure report, kept for the accusation window.
 struct Accusation {
   int reporter = 0;
   int suspect = 0;
-  absl::Time time;
+  MonoTime time;
 };
 
 struct DetectorOptions {
@@ -46,7 +47,7 @@ struct Removal {
 // Members whose lease ran out by `now`, with a reason each
 // ("rank 2 lease expired 150 ms ago (last heartbeat 1650 ms ago)").
 // Pure: a function of its arguments only.
-std::vector<Removal> DecideLeaseExpiry(absl::Time now,
+std::vector<Removal> DecideLeaseExpiry(MonoTime now,
                                        const std::vector<MemberLiveness>& live,
                                        const DetectorOptions& options);
 
@@ -76,7 +77,7 @@ struct ReportDecision {
 // `live` holds the live members (reporter and suspect included);
 // `recent` holds earlier reports within the window (this one excluded).
 // Pure.
-ReportDecision DecideReport(absl::Time now, const Accusation& report,
+ReportDecision DecideReport(MonoTime now, const Accusation& report,
                             const std::vector<MemberLiveness>& live,
                             const std::vector<Accusation>& recent,
                             ProbeResult probe, const DetectorOptions& options);

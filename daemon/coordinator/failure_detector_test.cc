@@ -9,7 +9,7 @@ namespace shardd::coordinator {
 namespace {
 
 // Time comes from here, never from the wall clock.
-const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
+const MonoTime kT0 = MonoTime::FromOrigin(absl::Seconds(1'000'000));
 
 DetectorOptions Options() {
   DetectorOptions o;

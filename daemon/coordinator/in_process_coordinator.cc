@@ -37,9 +37,8 @@ InProcessCoordinator::Start(const InProcessCoordinatorOptions& options) {
   InProcessCoordinator* self = c.get();
   c->ticker_ = std::thread([self, lease] {
     while (!self->stop_.HasBeenNotified()) {
-      const absl::Time next = self->manager_->Tick();
-      self->stop_.WaitForNotificationWithDeadline(
-          std::min(next, absl::Now() + lease / 4));
+      const MonoTime next = self->manager_->Tick();
+      self->stop_.WaitUntil(std::min(next, MonoNow() + lease / 4));
     }
   });
   return c;

@@ -6,10 +6,11 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/coordinator_service.h"
+#include "daemon/core/mono_notification.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/grpcpp.h"
 
 namespace shardd::coordinator {
@@ -53,7 +54,7 @@ class InProcessCoordinator {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;
-  absl::Notification stop_;
+  MonoNotification stop_;
   std::thread ticker_;
   bool stopped_ = false;
 };

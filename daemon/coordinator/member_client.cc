@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::coordinator {
@@ -51,8 +53,7 @@ absl::StatusOr<std::unique_ptr<MemberClient>> MemberClient::Join(
   }
   if (options.incarnation.empty()) options.incarnation = RandomIncarnation();
   std::unique_ptr<MemberClient> client(new MemberClient(std::move(options)));
-  const absl::Time deadline =
-      absl::Now() + client->options_.initial_join_timeout;
+  const MonoTime deadline = MonoNow() + client->options_.initial_join_timeout;
   absl::Duration backoff = kFirstBackoff;
   while (true) {
     absl::Status s;
@@ -61,7 +62,7 @@ absl::StatusOr<std::unique_ptr<MemberClient>> MemberClient::Join(
       s = client->DoJoin(/*rejoin=*/false);
     }
     if (s.ok()) break;
-    if (!Transient(s) || absl::Now() + backoff > deadline) return s;
+    if (!Transient(s) || MonoNow() + backoff > deadline) return s;
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
@@ -104,14 +105,14 @@ void MemberClient::Unregister(grpc::ClientContext* context) {
 
 void MemberClient::NoteContact() {
   absl::MutexLock lock(&mu_);
-  view_.last_contact = absl::Now();
+  view_.last_contact = MonoNow();
 }
 
-bool MemberClient::SleepUntil(absl::Time deadline) {
+bool MemberClient::SleepUntil(MonoTime deadline) {
   absl::MutexLock lock(&mu_);
   auto stopping = [this]()
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-  mu_.AwaitWithDeadline(absl::Condition(&stopping), deadline);
+  AwaitUntil(&mu_, absl::Condition(&stopping), deadline);
   return stopping_;
 }
 
@@ -144,7 +145,7 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
     *request.mutable_checkpoints() = options_.checkpoints();
 
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   if (!Register(&context)) {
     return absl::CancelledError("the member client is stopping");
   }
@@ -175,7 +176,7 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
       shard.holds_shard ? shard.committed_step : response.committed_step();
   view_.rank = rank_;
   ++view_.joins;
-  view_.last_contact = absl::Now();
+  view_.last_contact = MonoNow();
   return absl::OkStatus();
 }
 
@@ -204,7 +205,7 @@ absl::Status MemberClient::HeartbeatOnce() {
     *request.mutable_checkpoints() = options_.checkpoints();
   }
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   if (!Register(&context)) {
     return absl::CancelledError("the member client is stopping");
   }
@@ -214,7 +215,7 @@ absl::Status MemberClient::HeartbeatOnce() {
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     known_epoch_ = std::max(known_epoch_, response.epoch());
-    view_.last_contact = absl::Now();
+    view_.last_contact = MonoNow();
     return absl::OkStatus();
   }
   const absl::Status s = rpc::FromGrpc(status);
@@ -237,10 +238,10 @@ absl::Status MemberClient::HeartbeatOnce() {
 
 void MemberClient::HeartbeatLoop() {
   absl::Duration backoff = kFirstBackoff;
-  absl::Time next;
+  MonoTime next;
   {
     absl::MutexLock lock(&mu_);
-    next = absl::Now() + heartbeat_interval_;
+    next = MonoNow() + heartbeat_interval_;
   }
   while (true) {
     absl::Duration interval;
@@ -250,28 +251,28 @@ void MemberClient::HeartbeatLoop() {
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_;
       };
-      mu_.AwaitWithDeadline(absl::Condition(&stopping), next);
+      AwaitUntil(&mu_, absl::Condition(&stopping), next);
       if (stopping_) return;
       interval = heartbeat_interval_;
       // Watchdog: a watch stream without even a keepalive for two leases
       // is reopened (the coordinator may be gone without a reset).
       if (watch_context_ != nullptr &&
-          absl::Now() - last_watch_message_ > 2 * lease_) {
+          MonoNow() - last_watch_message_ > 2 * lease_) {
         watch_context_->TryCancel();
-        last_watch_message_ = absl::Now();
+        last_watch_message_ = MonoNow();
       }
       idle = left_ || !view_.error.ok();
     }
     if (idle) {
-      next = absl::Now() + interval;
+      next = MonoNow() + interval;
       continue;
     }
     const absl::Status s = HeartbeatOnce();
     if (s.ok() || !Transient(s)) {
       backoff = kFirstBackoff;
-      next = absl::Now() + interval;
+      next = MonoNow() + interval;
     } else {
-      next = absl::Now() + backoff;
+      next = MonoNow() + backoff;
       backoff = std::min(backoff * 2, interval);
     }
   }
@@ -281,14 +282,13 @@ void MemberClient::WatchLoop() {
   absl::Duration backoff = kFirstBackoff;
   while (true) {
     grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + options_.watch_stream_lifetime));
+    rpc::SetDeadline(&context, MonoNow() + options_.watch_stream_lifetime);
     pb::WatchMembershipRequest request;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       watch_context_ = &context;
-      last_watch_message_ = absl::Now();
+      last_watch_message_ = MonoNow();
       request.set_rank(rank_);
     }
     std::unique_ptr<grpc::ClientReader<pb::MembershipUpdate>> reader =
@@ -310,14 +310,14 @@ void MemberClient::WatchLoop() {
       // The stream reached its lifetime: reopen at once.
       if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
     }
-    if (SleepUntil(absl::Now() + backoff)) return;
+    if (SleepUntil(MonoNow() + backoff)) return;
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
 }
 
 void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();
+  const MonoTime now = MonoNow();
   last_watch_message_ = now;
   view_.last_contact = now;
   known_epoch_ = std::max(known_epoch_, update.epoch());
@@ -363,12 +363,12 @@ MembershipView MemberClient::view() const {
 
 absl::StatusOr<MembershipView> MemberClient::WaitFor(
     std::function<bool(const MembershipView&)> predicate,
-    absl::Time deadline) const {
+    MonoTime deadline) const {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || !view_.error.ok() || predicate(view_);
   };
-  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  AwaitUntil(&mu_, absl::Condition(&done), deadline);
   if (predicate(view_)) return view_;
   if (stopping_) return absl::CancelledError("the member client is stopping");
   if (!view_.error.ok()) return view_.error;
@@ -379,7 +379,7 @@ absl::StatusOr<MembershipView> MemberClient::WaitFor(
 }
 
 absl::StatusOr<MembershipView> MemberClient::WaitForEpochReady(
-    int64_t min_epoch, absl::Time deadline) const {
+    int64_t min_epoch, MonoTime deadline) const {
   return WaitFor(
       [min_epoch](const MembershipView& v) {
         return v.epoch >= min_epoch && v.ready;
@@ -411,8 +411,7 @@ absl::StatusOr<pb::ReportFailureResponse> MemberClient::ReportFailure(
   request.set_kind(kind);
   request.set_detail(std::string(detail));
   grpc::ClientContext context;
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + options_.report_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.report_timeout);
   if (!Register(&context)) {
     return absl::CancelledError("the member client is stopping");
   }
@@ -427,7 +426,7 @@ absl::StatusOr<pb::ReportFailureResponse> MemberClient::ReportFailure(
 
 absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
     int64_t epoch, int64_t step, bool vote, absl::string_view reason,
-    uint64_t step_fingerprint, absl::Time deadline) {
+    uint64_t step_fingerprint, MonoTime deadline) {
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     pb::ShouldCommitRequest request;
@@ -442,7 +441,7 @@ absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
     request.set_reason(std::string(reason));
     request.set_step_fingerprint(step_fingerprint);
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
+    rpc::SetDeadline(&context, deadline);
     if (!Register(&context)) {
       return absl::CancelledError("the member client is stopping");
     }
@@ -457,10 +456,10 @@ absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
     const absl::Status s = rpc::FromGrpc(status);
     // The coordinator is restarting: the vote is asked again (a restarted
     // coordinator starts a new epoch, so the answer will be ABORTED).
-    if (!absl::IsUnavailable(s) || absl::Now() + backoff >= deadline) {
+    if (!absl::IsUnavailable(s) || MonoNow() + backoff >= deadline) {
       return s;
     }
-    if (SleepUntil(absl::Now() + backoff)) {
+    if (SleepUntil(MonoNow() + backoff)) {
       return absl::CancelledError("the member client is stopping");
     }
     backoff = std::min(backoff * 2, absl::Milliseconds(500));
@@ -479,7 +478,7 @@ absl::Status MemberClient::Leave(absl::string_view reason) {
   }
   request.set_reason(std::string(reason));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   if (!Register(&context)) {
     return absl::CancelledError("the member client is stopping");
   }

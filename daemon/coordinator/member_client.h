@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
@@ -98,7 +99,7 @@ struct MembershipView {
   // heard from the coordinator.
   int rank = -1;
   int64_t joins = 0;
-  absl::Time last_contact = absl::InfinitePast();
+  MonoTime last_contact = MonoTime::InfinitePast();
   // Set when the member can no longer take part (a re-join was rejected,
   // or it left): the status that ended it. DATA_LOSS: the job has failed
   // (terminal; the message says why).
@@ -178,11 +179,11 @@ class MemberClient {
   // being destroyed.
   absl::StatusOr<MembershipView> WaitFor(
       std::function<bool(const MembershipView&)> predicate,
-      absl::Time deadline) const;
+      MonoTime deadline) const;
 
   // WaitFor(epoch >= min_epoch && ready).
   absl::StatusOr<MembershipView> WaitForEpochReady(int64_t min_epoch,
-                                                   absl::Time deadline) const;
+                                                   MonoTime deadline) const;
 
   // Records that this member is READY in `epoch` at `committed_step` (its
   // communicators of that epoch are up, its shard is at that step) and
@@ -204,7 +205,7 @@ class MemberClient {
   // FAILED_PRECONDITION and DEADLINE_EXCEEDED are returned as they are.
   absl::StatusOr<shardd::v1::ShouldCommitResponse> ShouldCommit(
       int64_t epoch, int64_t step, bool vote, absl::string_view reason,
-      uint64_t step_fingerprint, absl::Time deadline);
+      uint64_t step_fingerprint, MonoTime deadline);
 
   // Sends a heartbeat now (with the current checkpoint inventory), e.g. so
   // that the coordinator knows a checkpoint went bad before it plans the
@@ -232,7 +233,7 @@ class MemberClient {
   bool Register(grpc::ClientContext* context);
   void Unregister(grpc::ClientContext* context);
   // Sleeps until `deadline` or Stop; true when stopping.
-  bool SleepUntil(absl::Time deadline);
+  bool SleepUntil(MonoTime deadline);
 
   MemberClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -256,7 +257,7 @@ class MemberClient {
   int64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time last_watch_message_ ABSL_GUARDED_BY(mu_);
+  MonoTime last_watch_message_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
   MembershipView view_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/coordinator/in_process_coordinator.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
@@ -38,7 +40,7 @@ MemberClientOptions Member(const std::string& address, int rank) {
   return o;
 }
 
-absl::Time Deadline() { return absl::Now() + absl::Seconds(15); }
+MonoTime Deadline() { return MonoNow() + absl::Seconds(15); }
 
 // Every client waits until all W slots are live in one epoch, reports READY
 // for it, and the epoch becomes ready. Returns that epoch.
@@ -96,7 +98,7 @@ TEST(MemberClientTest, DestroyedMemberLosesItsLeaseAndTheOthersSeeIt) {
     clients.push_back(*std::move(c));
   }
   const int64_t epoch = MakeReady(clients, 1);
-  const absl::Time killed = absl::Now();
+  const MonoTime killed = MonoNow();
   clients[3].reset();  // No Leave: looks like a crash.
   auto v = clients[0]->WaitFor(
       [&](const MembershipView& v) {
@@ -105,7 +107,7 @@ TEST(MemberClientTest, DestroyedMemberLosesItsLeaseAndTheOthersSeeIt) {
       Deadline());
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_FALSE(v->ready);
-  EXPECT_LE(absl::Now() - killed, absl::Milliseconds(600 + 200 + 500));
+  EXPECT_LE(MonoNow() - killed, absl::Milliseconds(600 + 200 + 500));
   EXPECT_EQ((*coord)->manager().Snapshot().slots[3].phase,
             MemberPhase::kFailed);
   // The others kept their leases all along.
@@ -196,10 +198,10 @@ TEST(MemberClientTest, WaitForTimesOutAtItsDeadline) {
   ASSERT_TRUE(coord.ok()) << coord.status();
   auto a = MemberClient::Join(Member((*coord)->address(), 0));
   ASSERT_TRUE(a.ok());
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   auto v = (*a)->WaitForEpochReady(1, start + absl::Milliseconds(200));
   EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(2));
 }
 
 TEST(MemberClientTest, DestructorReturnsPromptlyWhileTheCoordinatorIsGone) {
@@ -212,13 +214,13 @@ TEST(MemberClientTest, DestructorReturnsPromptlyWhileTheCoordinatorIsGone) {
   // Let the heartbeat thread run into the outage.
   auto v = (*a)->WaitFor(
       [](const MembershipView& v) {
-        return absl::Now() - v.last_contact > absl::Milliseconds(700);
+        return MonoNow() - v.last_contact > absl::Milliseconds(700);
       },
-      absl::Now() + absl::Seconds(3));
+      MonoNow() + absl::Seconds(3));
   (void)v;  // Either way, destruction must be prompt.
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   a->reset();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(1));
 }
 
 TEST(MemberClientTest, ViewSaysWhichProcessHoldsASlot) {
@@ -303,7 +305,7 @@ TEST(MemberClientTest,
       },
       Deadline());
   ASSERT_TRUE(removed.ok()) << removed.status();
-  const absl::Time removed_at = absl::Now();
+  const MonoTime removed_at = MonoNow();
   for (const pb::MemberInfo& m : removed->members) EXPECT_NE(m.rank(), 2);
   // The partition heals; rank 2 keeps trying (its membership did not end)
   // and gets back in once the quarantine is over.
@@ -316,7 +318,7 @@ TEST(MemberClientTest,
       [&](const MembershipView& v) { return v.joins == 2 && v.AllLive(); },
       Deadline());
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_GE(absl::Now() - removed_at, absl::Milliseconds(1500));
+  EXPECT_GE(MonoNow() - removed_at, absl::Milliseconds(1500));
   const ClusterSnapshot s = (*coord)->manager().Snapshot(1000);
   bool cut_off = false, refused = false;
   for (const Decision& d : s.decisions) {
@@ -335,7 +337,7 @@ TEST(MemberClientTest,
   auto stub = pb::Coordinator::NewStub(grpc::CreateChannel(
       (*coord)->address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(Deadline()));
+  rpc::SetDeadline(&context, Deadline());
   pb::ClusterState state;
   ASSERT_TRUE(
       stub->GetClusterState(&context, pb::GetClusterStateRequest(), &state)
@@ -369,10 +371,10 @@ TEST(MemberClientTest, ClusterStateListsABrokenLinkNoRemovalExplains) {
   auto wait_for_state =
       [&](const std::function<bool(const pb::ClusterState&)>& done) {
         pb::ClusterState state;
-        const absl::Time deadline = Deadline();
-        while (absl::Now() < deadline) {
+        const MonoTime deadline = Deadline();
+        while (MonoNow() < deadline) {
           grpc::ClientContext context;
-          context.set_deadline(absl::ToChronoTime(deadline));
+          rpc::SetDeadline(&context, deadline);
           state.Clear();
           if (stub->GetClusterState(&context, pb::GetClusterStateRequest(),
                                     &state)

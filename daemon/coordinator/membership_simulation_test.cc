@@ -1,6 +1,6 @@
 // A randomized property test of MembershipTable (and DecideEpochPlan behind
 // it) over a simulated cluster: daemons are plain structs, the coordinator
-// is a MembershipTable, time is an absl::Time the simulation advances. No
+// is a MembershipTable, time is an MonoTime the simulation advances. No
 // sleeps, threads or sockets: thousands of fault sequences run in seconds.
 //
 // Each run draws a sequence of events from one seed: SIGKILL of a daemon
@@ -109,7 +109,7 @@
 namespace shardd::coordinator {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(2'000'000);
+const MonoTime kT0 = MonoTime::FromOrigin(absl::Seconds(2'000'000));
 const absl::Duration kLease = absl::Milliseconds(1500);
 const absl::Duration kHeartbeat = kLease / 3;
 // The coordinator's housekeeping (ExpireLeases, which settles) runs every
@@ -168,20 +168,20 @@ struct Daemon {
   std::string token;
   int64_t last_epoch = 0;    // Newest epoch heard of.
   int64_t ready_epoch = -1;  // Epoch of the current table it is READY for.
-  absl::Time next_heartbeat = absl::InfinitePast();
-  absl::Time resume_at = absl::InfiniteFuture();  // While stopped.
+  MonoTime next_heartbeat = MonoTime::InfinitePast();
+  MonoTime resume_at = MonoTime::InfiniteFuture();  // While stopped.
   // After a coordinator restart: when it notices (heartbeat, NOT_FOUND,
   // re-join).
-  absl::Time rejoin_at = absl::InfiniteFuture();
+  MonoTime rejoin_at = MonoTime::InfiniteFuture();
   // When the current table removed it (lease expired).
-  absl::Time removed_at = absl::InfiniteFuture();
+  MonoTime removed_at = MonoTime::InfiniteFuture();
 };
 
 struct RankState {
   Daemon proc;  // The current process (dead: a replacement is coming).
   std::vector<int64_t> store;  // Verified checkpoint steps, ascending.
   int incarnations = 0;
-  absl::Time replace_at = absl::InfiniteFuture();
+  MonoTime replace_at = MonoTime::InfiniteFuture();
 };
 
 // Which processes count as holders (see the file comment).
@@ -338,19 +338,19 @@ class Simulation {
   MembershipOptions options_;
   std::optional<MembershipTable> table_;
   std::vector<RankState> ranks_;
-  absl::Time now_ = kT0;
+  MonoTime now_ = kT0;
   int64_t tokens_ = 0;
   int64_t tables_ = 0;
-  absl::Time first_join_ = absl::InfiniteFuture();
+  MonoTime first_join_ = MonoTime::InfiniteFuture();
   int64_t job_step_ = 0;  // J.
   // Failure reports (and READYs refused for their step) since the last
   // ready epoch.
   int reports_since_ready_ = 0;
   bool storm_ = false;
-  absl::Time unrecoverable_since_ = absl::InfiniteFuture();
-  absl::Time last_fault_ = kT0;
+  MonoTime unrecoverable_since_ = MonoTime::InfiniteFuture();
+  MonoTime last_fault_ = kT0;
   // The current table's last removal of a member.
-  absl::Time last_removal_ = absl::InfinitePast();
+  MonoTime last_removal_ = MonoTime::InfinitePast();
   // What Observe saw last.
   int64_t seen_epoch_ = -1;
   PlanKind seen_kind_ = PlanKind::kWait;
@@ -395,8 +395,8 @@ void Simulation::NewTable() {
   }
   table_.emplace(*std::move(table));
   ++tables_;
-  first_join_ = absl::InfiniteFuture();
-  last_removal_ = absl::InfinitePast();
+  first_join_ = MonoTime::InfiniteFuture();
+  last_removal_ = MonoTime::InfinitePast();
   seen_epoch_ = -1;
   seen_kind_ = PlanKind::kWait;
   seen_plan_step_ = -1;
@@ -433,13 +433,13 @@ void Simulation::Join(int r) {
   if (out->rank != r) {
     Violate(absl::StrCat("Join of rank ", r, " got rank ", out->rank));
   }
-  if (first_join_ == absl::InfiniteFuture()) first_join_ = now_;
+  if (first_join_ == MonoTime::InfiniteFuture()) first_join_ = now_;
   if (replaces) last_removal_ = now_;
   d.token = token;
   d.last_epoch = std::max(d.last_epoch, out->epoch);
   d.ready_epoch = -1;
-  d.removed_at = absl::InfiniteFuture();
-  d.rejoin_at = absl::InfiniteFuture();
+  d.removed_at = MonoTime::InfiniteFuture();
+  d.rejoin_at = MonoTime::InfiniteFuture();
   d.next_heartbeat = now_ + kHeartbeat;
   Note(absl::StrCat("join: ", Describe(r), " -> epoch ", out->epoch));
   Observe();
@@ -763,14 +763,14 @@ void Simulation::StartReplacement(int r) {
   d.identity = absl::StrCat("pod-", r);
   d.incarnation = absl::StrCat("pod-", r, "/", ++k.incarnations);
   k.proc = d;
-  k.replace_at = absl::InfiniteFuture();
+  k.replace_at = MonoTime::InfiniteFuture();
   Join(r);
 }
 
 void Simulation::Resume(int r) {
   Daemon& d = D(r);
   d.state = Proc::kAlive;
-  d.resume_at = absl::InfiniteFuture();
+  d.resume_at = MonoTime::InfiniteFuture();
   Note(absl::StrCat("SIGCONT ", Describe(r)));
   if (d.token.empty()) {
     Join(r);
@@ -798,7 +798,7 @@ void Simulation::Tick() {
     } else if (d.state == Proc::kStopped && now_ >= d.resume_at) {
       Resume(r);
     } else if (d.state == Proc::kAlive && now_ >= d.rejoin_at) {
-      d.rejoin_at = absl::InfiniteFuture();
+      d.rejoin_at = MonoTime::InfiniteFuture();
       if (d.token.empty()) {
         Join(r);
       } else {
@@ -810,7 +810,7 @@ void Simulation::Tick() {
     if (Over() || table_->failed()) return;
     Daemon& d = D(r);
     if (d.state == Proc::kAlive && !d.token.empty() &&
-        d.rejoin_at == absl::InfiniteFuture() && now_ >= d.next_heartbeat) {
+        d.rejoin_at == MonoTime::InfiniteFuture() && now_ >= d.next_heartbeat) {
       Heartbeat(r);
     }
   }
@@ -942,7 +942,7 @@ void Simulation::Restart(const std::string& why) {
   for (int r = 0; r < W(); ++r) {
     Daemon& d = D(r);
     d.ready_epoch = -1;
-    d.removed_at = absl::InfiniteFuture();
+    d.removed_at = MonoTime::InfiniteFuture();
     if (d.state == Proc::kAlive) {
       d.rejoin_at =
           now_ + UniformDuration(absl::ZeroDuration(), kMaxRejoinDelay);
@@ -1042,7 +1042,7 @@ void Simulation::Event() {
 // Invariant 5: no more faults; every stopped daemon resumes and every dead
 // one is replaced on schedule.
 void Simulation::Calm() {
-  const absl::Time start = now_;
+  const MonoTime start = now_;
   const absl::Duration bound = kMaxStop + kMaxReplaceDelay + 3 * kLease +
                                2 * table_->options().rejoin_grace +
                                absl::Seconds(2);
@@ -1090,9 +1090,9 @@ bool Simulation::GivenUp(int r) const {
   const Daemon& d = D(r);
   const SlotRecord& slot = table_->slots()[r];
   if (slot.live() && slot.incarnation == d.incarnation) return false;
-  const absl::Time from =
-      d.removed_at != absl::InfiniteFuture() ? d.removed_at : first_join_;
-  if (from == absl::InfiniteFuture()) return false;
+  const MonoTime from =
+      d.removed_at != MonoTime::InfiniteFuture() ? d.removed_at : first_join_;
+  if (from == MonoTime::InfiniteFuture()) return false;
   return now_ >= from + table_->options().rejoin_grace;
 }
 
@@ -1227,10 +1227,10 @@ void Simulation::Check() {
   if (Over()) return;
   const Judgement strict = Judge(View::kStrict);
   if (strict.recoverable) {
-    unrecoverable_since_ = absl::InfiniteFuture();
+    unrecoverable_since_ = MonoTime::InfiniteFuture();
     return;
   }
-  if (unrecoverable_since_ == absl::InfiniteFuture()) {
+  if (unrecoverable_since_ == MonoTime::InfiniteFuture()) {
     unrecoverable_since_ = now_;
   }
   bool all_claimed = true;
@@ -1255,7 +1255,7 @@ void Simulation::Check() {
   }
   if (!sc_.checkpoints && !leased_dead &&
       table_->committed_step() >= JobStep() &&
-      first_join_ != absl::InfiniteFuture() &&
+      first_join_ != MonoTime::InfiniteFuture() &&
       now_ >= std::max({unrecoverable_since_, first_join_, last_removal_}) +
                   table_->options().rejoin_grace + kTick) {
     Violate(absl::StrCat("the job is ", strict.why, " since t=",

@@ -135,7 +135,7 @@ std::string MembershipTable::MembershipKey() const {
   return key;
 }
 
-void MembershipTable::Fail(absl::Time now, std::vector<int> ranks,
+void MembershipTable::Fail(MonoTime now, std::vector<int> ranks,
                            const std::string& why) {
   if (failed()) return;
   failure_ = why;
@@ -143,7 +143,7 @@ void MembershipTable::Fail(absl::Time now, std::vector<int> ranks,
   Log(now, DecisionKind::kJobFailed, std::move(ranks), why);
 }
 
-void MembershipTable::Replan(absl::Time now) {
+void MembershipTable::Replan(MonoTime now) {
   if (failed()) return;
   PlanInput in;
   in.world_size = options_.world_size;
@@ -186,11 +186,11 @@ void MembershipTable::Replan(absl::Time now) {
   }
 }
 
-void MembershipTable::Settle(absl::Time now) {
+void MembershipTable::Settle(MonoTime now) {
   if (!failed() && plan_.kind == PlanKind::kWait) Replan(now);
 }
 
-void MembershipTable::Log(absl::Time now, DecisionKind kind,
+void MembershipTable::Log(MonoTime now, DecisionKind kind,
                           std::vector<int> ranks, std::string reason) {
   decisions_.push_back(
       {now, epoch_, kind, std::move(ranks), std::move(reason)});
@@ -198,7 +198,7 @@ void MembershipTable::Log(absl::Time now, DecisionKind kind,
   while (decisions_.size() > options_.max_decisions) decisions_.pop_front();
 }
 
-void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
+void MembershipTable::StartEpoch(MonoTime now, int64_t at_least,
                                  absl::string_view why) {
   // An epoch whose plan went out to every slot and that ends unready while
   // the same members hold the slots has failed; a membership change is
@@ -240,7 +240,7 @@ void MembershipTable::StartEpoch(absl::Time now, int64_t at_least,
   Replan(now);
 }
 
-void MembershipTable::Remove(int rank, MemberPhase phase, absl::Time now,
+void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
                              const std::string& reason) {
   SlotRecord& slot = slots_[rank];
   if (slot.holds_shard) {
@@ -264,7 +264,7 @@ bool MembershipTable::ready() const {
   return true;
 }
 
-void MembershipTable::NoteReadiness(absl::Time now) {
+void MembershipTable::NoteReadiness(MonoTime now) {
   if (!was_ready_ && ready()) {
     was_ready_ = true;
     // Every member reported READY with the step its shard is at; they
@@ -298,7 +298,7 @@ std::vector<MemberLiveness> MembershipTable::Liveness() const {
   return live;
 }
 
-std::string MembershipTable::NoteJoinTimeout(absl::Time now,
+std::string MembershipTable::NoteJoinTimeout(MonoTime now,
                                              absl::Duration waited) {
   std::vector<int> missing;
   std::string list;
@@ -316,8 +316,8 @@ std::string MembershipTable::NoteJoinTimeout(absl::Time now,
   return reason;
 }
 
-absl::Time MembershipTable::next_expiry() const {
-  absl::Time next = absl::InfiniteFuture();
+MonoTime MembershipTable::next_expiry() const {
+  MonoTime next = MonoTime::InfiniteFuture();
   for (const SlotRecord& s : slots_) {
     if (s.live()) next = std::min(next, s.lease_expiry);
   }
@@ -340,7 +340,7 @@ std::string MembershipTable::LiveHolderToReplace(
 }
 
 absl::StatusOr<JoinOutcome> MembershipTable::Join(
-    const JoinRequestInfo& request, absl::Time now,
+    const JoinRequestInfo& request, MonoTime now,
     const std::string& lease_token, const HolderProbe& holder) {
   const int w = options_.world_size;
   if (failed()) {
@@ -532,7 +532,7 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
 
 absl::Status MembershipTable::Heartbeat(
     int rank, absl::string_view lease_token, int64_t epoch,
-    int64_t committed_step, MemberPhase state, absl::Time now,
+    int64_t committed_step, MemberPhase state, MonoTime now,
     std::vector<UnreachablePeer> unreachable,
     const CheckpointInventory* checkpoints) {
   if (failed()) {
@@ -614,7 +614,7 @@ absl::Status MembershipTable::Heartbeat(
   return absl::OkStatus();
 }
 
-void MembershipTable::DecidePartitions(absl::Time now) {
+void MembershipTable::DecidePartitions(MonoTime now) {
   std::vector<ReachabilityReport> reports;
   for (const SlotRecord& s : slots_) {
     if (!s.live()) continue;
@@ -696,7 +696,7 @@ void MembershipTable::DecidePartitions(absl::Time now) {
 }
 
 absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
-                                    absl::string_view reason, absl::Time now) {
+                                    absl::string_view reason, MonoTime now) {
   if (rank < 0 || rank >= options_.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank must be in [0, ", options_.world_size, ")"));
@@ -714,7 +714,7 @@ absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
   return absl::OkStatus();
 }
 
-std::vector<int> MembershipTable::ExpireLeases(absl::Time now) {
+std::vector<int> MembershipTable::ExpireLeases(MonoTime now) {
   std::vector<int> removed;
   for (const Removal& r :
        DecideLeaseExpiry(now, Liveness(), options_.detector)) {
@@ -732,7 +732,7 @@ std::vector<int> MembershipTable::ExpireLeases(absl::Time now) {
 
 absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
     int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
-    absl::string_view detail, ProbeResult probe, absl::Time now) {
+    absl::string_view detail, ProbeResult probe, MonoTime now) {
   const int w = options_.world_size;
   if (failed()) {
     return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
@@ -820,7 +820,7 @@ void MembershipTable::CommitStep(int64_t step) {
 
 void MembershipTable::NoteCommitRejected(int64_t step, std::vector<int> ranks,
                                          const std::string& reason,
-                                         absl::Time now) {
+                                         MonoTime now) {
   Log(now, DecisionKind::kCommitRejected, std::move(ranks),
       absl::StrCat("step ", step, ": ", reason));
 }

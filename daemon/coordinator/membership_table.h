@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "daemon/coordinator/epoch_plan.h"
 #include "daemon/coordinator/failure_detector.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::coordinator {
 
@@ -49,7 +50,7 @@ absl::string_view DecisionKindName(DecisionKind kind);
 
 // One entry of the decisions log: what the coordinator decided and why.
 struct Decision {
-  absl::Time time;
+  MonoTime time;
   int64_t epoch = 0;
   DecisionKind kind = DecisionKind::kEpochStarted;
   std::vector<int> ranks;
@@ -84,9 +85,9 @@ struct SlotRecord {
   std::string peer_address;
   std::string incarnation;
   std::string lease_token;
-  absl::Time joined = absl::InfinitePast();
-  absl::Time last_heartbeat = absl::InfinitePast();
-  absl::Time lease_expiry = absl::InfinitePast();
+  MonoTime joined = MonoTime::InfinitePast();
+  MonoTime last_heartbeat = MonoTime::InfinitePast();
+  MonoTime lease_expiry = MonoTime::InfinitePast();
   int64_t committed_step = 0;
   // The epoch for which the member last reported READY.
   int64_t ready_epoch = -1;
@@ -123,7 +124,7 @@ struct MembershipOptions {
   // restarted coordinator within about a lease), nor within rejoin_grace
   // of its last holder's removal (a hung holder may come back), unless
   // every slot is claimed. Zero grace: two leases.
-  absl::Time started = absl::InfinitePast();
+  MonoTime started = MonoTime::InfinitePast();
   absl::Duration rejoin_grace = absl::ZeroDuration();
   // Epochs in a row that end without becoming ready while the same members
   // hold every slot (a failure report, or a READY at the wrong step) before
@@ -135,7 +136,7 @@ struct MembershipOptions {
 
 // A peer address whose member was removed as cut off from its peers.
 struct Quarantine {
-  absl::Time until;
+  MonoTime until;
   int removals = 0;  // From this address, so far.
   std::string reason;
   // The first join refused during the current quarantine was logged.
@@ -228,8 +229,7 @@ class MembershipTable {
   // make them evict each other for good (each rejoins when replaced). The
   // newcomer gets ALREADY_EXISTS, logged as JOIN_REJECTED; nothing else
   // changes. The caller probes the address LiveHolderToReplace names.
-  absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request,
-                                   absl::Time now,
+  absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request, MonoTime now,
                                    const std::string& lease_token,
                                    const HolderProbe& holder = {});
 
@@ -259,26 +259,28 @@ class MembershipTable {
   // After the job failed every call is DATA_LOSS with the reason.
   absl::Status Heartbeat(int rank, absl::string_view lease_token, int64_t epoch,
                          int64_t committed_step, MemberPhase state,
-                         absl::Time now,
+                         MonoTime now,
                          std::vector<UnreachablePeer> unreachable = {},
                          const CheckpointInventory* checkpoints = nullptr);
 
   // The member leaves; NOT_FOUND when the token does not match a live
   // member of the slot.
   absl::Status Leave(int rank, absl::string_view lease_token,
-                     absl::string_view reason, absl::Time now);
+                     absl::string_view reason, MonoTime now);
 
   // Removes the members whose lease ran out by `now`; returns their ranks.
-  std::vector<int> ExpireLeases(absl::Time now);
+  std::vector<int> ExpireLeases(MonoTime now);
 
   // A survivor's fast-path report (see DecideReport). INVALID_ARGUMENT for a
   // suspect out of range or equal to the reporter; NOT_FOUND when the
   // reporter is not live with this token; ABORTED for an epoch older than
   // the current one (already handled); FAILED_PRECONDITION for a future
   // epoch. Always starts a new epoch otherwise.
-  absl::StatusOr<ReportOutcome> ReportFailure(
-      int reporter, absl::string_view lease_token, int64_t epoch, int suspect,
-      absl::string_view detail, ProbeResult probe, absl::Time now);
+  absl::StatusOr<ReportOutcome> ReportFailure(int reporter,
+                                              absl::string_view lease_token,
+                                              int64_t epoch, int suspect,
+                                              absl::string_view detail,
+                                              ProbeResult probe, MonoTime now);
 
   // True when `rank` is held by a live member with this lease token.
   bool IsLiveMember(int rank, absl::string_view lease_token) const;
@@ -288,7 +290,7 @@ class MembershipTable {
   void CommitStep(int64_t step);
   // The commit vote rejected step `step`; logged with the dissenting ranks.
   void NoteCommitRejected(int64_t step, std::vector<int> ranks,
-                          const std::string& reason, absl::Time now);
+                          const std::string& reason, MonoTime now);
 
   int64_t epoch() const { return epoch_; }
   bool ready() const;
@@ -301,7 +303,7 @@ class MembershipTable {
   const std::string& failure() const { return failure_; }
   // Re-decides the plan at `now` (a wait for a lost shard's holders may have
   // run out). ExpireLeases calls it too.
-  void Settle(absl::Time now);
+  void Settle(MonoTime now);
   int64_t committed_step() const { return committed_step_; }
   // Epochs that became ready at an earlier step than the cluster had
   // committed (everyone restored a checkpoint).
@@ -328,30 +330,30 @@ class MembershipTable {
 
   // Records that the job was not ready join_timeout after start, naming
   // the empty or unready slots. Returns the reason.
-  std::string NoteJoinTimeout(absl::Time now, absl::Duration waited);
+  std::string NoteJoinTimeout(MonoTime now, absl::Duration waited);
   // The earliest lease expiry among live members, or the end of a wait for
   // a lost shard's holders (InfiniteFuture if none): when ExpireLeases
   // next has work.
-  absl::Time next_expiry() const;
+  MonoTime next_expiry() const;
 
  private:
   explicit MembershipTable(const MembershipOptions& options);
 
-  void Log(absl::Time now, DecisionKind kind, std::vector<int> ranks,
+  void Log(MonoTime now, DecisionKind kind, std::vector<int> ranks,
            std::string reason);
-  void StartEpoch(absl::Time now, int64_t at_least, absl::string_view why);
-  void Remove(int rank, MemberPhase phase, absl::Time now,
+  void StartEpoch(MonoTime now, int64_t at_least, absl::string_view why);
+  void Remove(int rank, MemberPhase phase, MonoTime now,
               const std::string& reason);
-  void NoteReadiness(absl::Time now);
+  void NoteReadiness(MonoTime now);
   // Applies DecidePartition to the live members' reachability reports.
-  void DecidePartitions(absl::Time now);
+  void DecidePartitions(MonoTime now);
   std::vector<MemberLiveness> Liveness() const;
   // Decides plan_ for the current membership; logs RECOVERY_PLANNED once
   // per epoch for a plan with copies or restores, and fails the job on a
   // kFailed plan.
-  void Replan(absl::Time now);
+  void Replan(MonoTime now);
   // Enters the terminal state (once) with `reason`, logged as JOB_FAILED.
-  void Fail(absl::Time now, std::vector<int> ranks, const std::string& why);
+  void Fail(MonoTime now, std::vector<int> ranks, const std::string& why);
   // The incarnations of every slot's live holder ("" for an empty slot).
   std::string MembershipKey() const;
 
@@ -369,7 +371,7 @@ class MembershipTable {
   // Broken links without a verdict ("" when none), since when they have
   // been the same, and those last logged as PARTITION_UNDECIDED.
   std::string undecided_links_;
-  absl::Time undecided_since_;
+  MonoTime undecided_since_;
   std::string undecided_logged_;
   EpochPlan plan_;
   int64_t plan_epoch_ = -1;
@@ -380,7 +382,7 @@ class MembershipTable {
   std::string stalled_key_;
   std::vector<std::string> stalled_causes_;
   // A lost shard is not declared lost before this (see rejoin_grace).
-  absl::Time settle_after_ = absl::InfinitePast();
+  MonoTime settle_after_ = MonoTime::InfinitePast();
   std::string failure_;
 };
 

@@ -10,7 +10,7 @@
 namespace shardd::coordinator {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(2'000'000);
+const MonoTime kT0 = MonoTime::FromOrigin(absl::Seconds(2'000'000));
 const absl::Duration kLease = absl::Milliseconds(1500);
 
 class MembershipTableTest : public ::testing::Test {
@@ -44,7 +44,7 @@ class MembershipTableTest : public ::testing::Test {
 
   // Joins ranks 0..3 holding their shards at step 7 and makes every one
   // READY.
-  void JoinAllReady(absl::Time now) {
+  void JoinAllReady(MonoTime now) {
     for (int r = 0; r < 4; ++r) {
       auto out = table_->Join(Holder(r, absl::StrCat("pod-", r)), now,
                               absl::StrCat("token-", r));
@@ -53,7 +53,7 @@ class MembershipTableTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) ReadyHeartbeat(r, now);
   }
 
-  void ReadyHeartbeat(int r, absl::Time now) {
+  void ReadyHeartbeat(int r, MonoTime now) {
     ASSERT_TRUE(table_
                     ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
                                 7, MemberPhase::kReady, now)
@@ -187,7 +187,7 @@ TEST_F(MembershipTableTest, MissedLeaseRemovesMemberAndStartsEpoch) {
   JoinAllReady(kT0);
   const int64_t epoch = table_->epoch();
   // Ranks 0..2 keep heartbeating; rank 3 goes silent.
-  const absl::Time later = kT0 + absl::Milliseconds(1000);
+  const MonoTime later = kT0 + absl::Milliseconds(1000);
   for (int r = 0; r < 3; ++r) ReadyHeartbeat(r, later);
   EXPECT_TRUE(table_->ExpireLeases(kT0 + absl::Milliseconds(1499)).empty());
   EXPECT_EQ(table_->next_expiry(), kT0 + kLease);
@@ -212,7 +212,7 @@ TEST_F(MembershipTableTest, MissedLeaseRemovesMemberAndStartsEpoch) {
 
 TEST_F(MembershipTableTest, ReplacementTakesTheSlotAndCopiesFromAReplica) {
   JoinAllReady(kT0);
-  const absl::Time t1 = kT0 + absl::Milliseconds(1000);
+  const MonoTime t1 = kT0 + absl::Milliseconds(1000);
   for (int r : {0, 1, 2}) ReadyHeartbeat(r, t1);
   ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), std::vector<int>{3});
   auto replacement = table_->Join(Request(-1, "pod-3b"), t1, "token-3b");
@@ -348,7 +348,7 @@ TEST_F(MembershipTableTest, FalseAccusationsDoNotEvictHealthyMembers) {
   JoinAllReady(kT0);
   // Rank 0 is sick: its collectives fail with everyone. Its first report is
   // answered by a probe: the suspect is alive, nobody is removed.
-  absl::Time now = kT0 + absl::Milliseconds(100);
+  MonoTime now = kT0 + absl::Milliseconds(100);
   auto first = table_->ReportFailure(0, "token-0", table_->epoch(), 2, "x",
                                      ProbeResult::kAlive, now);
   ASSERT_TRUE(first.ok());
@@ -470,7 +470,7 @@ TEST_F(MembershipTableTest,
 }
 
 TEST_F(MembershipTableTest, LostShardWithCommonCheckpointRollsBack) {
-  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const MonoTime t0 = MonoTime::FromOrigin(absl::Seconds(1000));
   JoinAllReady(t0);  // Everyone READY at step 7.
   EXPECT_EQ(table_->committed_step(), 7);
   CheckpointInventory inventory{true, {4}, ""};
@@ -564,7 +564,7 @@ TEST_F(MembershipTableTest, SameMembersFailingEpochsEndTheJobOnce) {
 TEST_F(MembershipTableTest, LostShardWaitsOneGraceForItsHoldersThenFails) {
   JoinAllReady(kT0);
   // Ranks 1 and 3 (both holders of shard 1) go silent.
-  const absl::Time t1 = kT0 + absl::Seconds(1);
+  const MonoTime t1 = kT0 + absl::Seconds(1);
   for (int r : {0, 2}) ReadyHeartbeat(r, t1);
   ASSERT_EQ(table_->ExpireLeases(kT0 + kLease), (std::vector<int>{1, 3}));
   EXPECT_FALSE(table_->failed());
@@ -599,7 +599,7 @@ TEST_F(MembershipTableTest, HolderBackWithinTheGraceSavesTheJob) {
 }
 
 TEST_F(MembershipTableTest, ReadyAtTheSameStepIsNoFallback) {
-  JoinAllReady(absl::FromUnixSeconds(1000));
+  JoinAllReady(MonoTime::FromOrigin(absl::Seconds(1000)));
   EXPECT_EQ(table_->committed_step(), 7);
   EXPECT_EQ(table_->checkpoint_fallbacks(), 0);
 }
@@ -608,7 +608,7 @@ TEST_F(MembershipTableTest, ReadyAtTheSameStepIsNoFallback) {
 // incarnations, 3 failed probes each).
 absl::Status ReachabilityHeartbeat(MembershipTable& table, int r,
                                    const std::vector<int>& unreachable,
-                                   absl::Time now) {
+                                   MonoTime now) {
   std::vector<UnreachablePeer> peers;
   for (const int u : unreachable) {
     peers.push_back({u, table.slots()[u].incarnation, 3, "connect failed"});
@@ -686,7 +686,7 @@ TEST_F(MembershipTableTest, MemberCutOffFromItsPeersIsRemovedAndQuarantined) {
 
 TEST_F(MembershipTableTest, QuarantineEndsAndDoublesOnTheNextRemoval) {
   JoinAllReady(kT0);
-  auto cut_off = [&](absl::Time now) {
+  auto cut_off = [&](MonoTime now) {
     for (int r : {0, 1, 3}) {
       ASSERT_TRUE(ReachabilityHeartbeat(*table_, r, {2}, now).ok());
     }
@@ -822,7 +822,7 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
        PlanKind::kResume,
        9},
   };
-  const absl::Time t0 = absl::FromUnixSeconds(5000);
+  const MonoTime t0 = MonoTime::FromOrigin(absl::Seconds(5000));
   const absl::Duration lease = absl::Milliseconds(1500);
   for (const RestartCase& c : cases) {
     std::vector<int> order = {0, 1, 2, 3};
@@ -837,7 +837,7 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
       o.started = t0;  // A restarted coordinator: nothing known.
       auto table = MembershipTable::Create(o);
       ASSERT_TRUE(table.ok());
-      absl::Time now = t0;
+      MonoTime now = t0;
       for (size_t i = 0; i < order.size(); ++i) {
         const int r = order[i];
         const bool fresh = std::find(c.shardless.begin(), c.shardless.end(),

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/rpc/grpc_deadline.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/peer.grpc.pb.h"
 
@@ -17,7 +18,7 @@ Prober MakePeerProber(absl::Duration timeout,
     auto channel = grpc::CreateChannel(address, credentials);
     auto stub = shardd::v1::Peer::NewStub(channel);
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    rpc::SetTimeout(&context, timeout);
     shardd::v1::ProbeRequest request;
     request.set_from_rank(-1);
     shardd::v1::ProbeResponse response;

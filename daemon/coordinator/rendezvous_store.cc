@@ -1,6 +1,7 @@
 #include "daemon/coordinator/rendezvous_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
 
 namespace shardd::coordinator {
 
@@ -78,7 +79,7 @@ absl::StatusOr<std::string> RendezvousStore::Get(int64_t epoch,
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousStore::Wait(
-    int64_t epoch, const std::vector<std::string>& keys, absl::Time deadline) {
+    int64_t epoch, const std::vector<std::string>& keys, MonoTime deadline) {
   if (keys.empty()) return absl::InvalidArgumentError("keys must not be empty");
   for (const std::string& k : keys) {
     if (k.empty()) return absl::InvalidArgumentError("keys: empty key");
@@ -91,7 +92,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Wait(
     }
     return true;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  AwaitUntil(&mu_, absl::Condition(&settled), deadline);
   if (absl::Status s = CheckEpoch(epoch); !s.ok()) return s;
   std::vector<std::string> out;
   std::string missing;

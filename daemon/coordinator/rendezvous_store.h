@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::coordinator {
 
@@ -51,7 +52,7 @@ class RendezvousStore {
   // becomes stale; INVALID_ARGUMENT for no keys or an empty key;
   // CANCELLED once Shutdown() was called.
   absl::StatusOr<std::vector<std::string>> Wait(
-      int64_t epoch, const std::vector<std::string>& keys, absl::Time deadline);
+      int64_t epoch, const std::vector<std::string>& keys, MonoTime deadline);
 
   // Wakes every waiter with CANCELLED; later waits fail the same way.
   void Shutdown();

@@ -63,7 +63,7 @@ TEST(RendezvousStoreTest, WaitReturnsOnceEveryKeyIsSet) {
     ASSERT_TRUE(store.Set(1, "b", "vb", false).ok());
     ASSERT_TRUE(store.Set(1, "a", "va", false).ok());
   });
-  auto values = store.Wait(1, {"a", "b"}, absl::Now() + absl::Seconds(30));
+  auto values = store.Wait(1, {"a", "b"}, MonoNow() + absl::Seconds(30));
   setter.join();
   ASSERT_TRUE(values.ok()) << values.status();
   EXPECT_EQ(*values, (std::vector<std::string>{"va", "vb"}));
@@ -73,7 +73,7 @@ TEST(RendezvousStoreTest, WaitTimesOutNamingTheMissingKeys) {
   RendezvousStore store;
   store.AdvanceEpoch(1);
   ASSERT_TRUE(store.Set(1, "a", "va", false).ok());
-  auto values = store.Wait(1, {"a", "b"}, absl::Now() + absl::Milliseconds(50));
+  auto values = store.Wait(1, {"a", "b"}, MonoNow() + absl::Milliseconds(50));
   ASSERT_EQ(values.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(values.status().message().find("\"b\""), std::string::npos);
   EXPECT_EQ(values.status().message().find("\"a\""), std::string::npos);
@@ -84,7 +84,7 @@ TEST(RendezvousStoreTest, NewEpochAbortsWaitersOfTheOldOne) {
   store.AdvanceEpoch(1);
   absl::StatusOr<std::vector<std::string>> result;
   std::thread waiter([&] {
-    result = store.Wait(1, {"never"}, absl::Now() + absl::Seconds(60));
+    result = store.Wait(1, {"never"}, MonoNow() + absl::Seconds(60));
   });
   store.AdvanceEpoch(2);
   waiter.join();
@@ -96,7 +96,7 @@ TEST(RendezvousStoreTest, ShutdownCancelsWaiters) {
   store.AdvanceEpoch(1);
   absl::StatusOr<std::vector<std::string>> result;
   std::thread waiter([&] {
-    result = store.Wait(1, {"never"}, absl::Now() + absl::Seconds(60));
+    result = store.Wait(1, {"never"}, MonoNow() + absl::Seconds(60));
   });
   store.Shutdown();
   waiter.join();

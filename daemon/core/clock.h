@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_CORE_CLOCK_H_
 #define SHARDD_DAEMON_CORE_CLOCK_H_
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/core/mono_time.h"
 
