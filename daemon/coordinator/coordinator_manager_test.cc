@@ -274,8 +274,13 @@ TEST_F(CoordinatorManagerTest, WallClockStepsNeitherExpireNorExtendLeases) {
   EXPECT_FALSE(after.ready);
   EXPECT_EQ(after.slots[3].phase, MemberPhase::kFailed);
   EXPECT_EQ(clock_->MonotonicNow() - last, absl::Milliseconds(1500));
-  EXPECT_NE(after.last_reason.find("lease expired 0 ms ago"), std::string::npos)
-      << after.last_reason;
+  const auto removed = std::find_if(
+      after.decisions.begin(), after.decisions.end(),
+      [](const Decision& d) { return d.kind == DecisionKind::kMemberRemoved; });
+  ASSERT_NE(removed, after.decisions.end());
+  EXPECT_EQ(removed->ranks, std::vector<int>{3});
+  EXPECT_NE(removed->reason.find("lease expired 0 ms ago"), std::string::npos)
+      << removed->reason;
 }
 
 // Times people read are wall times: a decision's and the start's follow the
