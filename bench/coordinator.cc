@@ -34,6 +34,8 @@
 #include "bench/bench_report.h"
 #include "daemon/coordinator/in_process_coordinator.h"
 #include "daemon/coordinator/member_client.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
@@ -96,9 +98,9 @@ MemberClientOptions MemberOptions(std::shared_ptr<grpc::Channel> channel,
 }
 
 // Waits (in-process, event-driven) until the coordinator is ready.
-bool AwaitReady(InProcessCoordinator& c, absl::Time deadline) {
+bool AwaitReady(InProcessCoordinator& c, MonoTime deadline) {
   coordinator::ClusterSnapshot s = c.manager().Snapshot(0);
-  while (!s.ready && absl::Now() < deadline) {
+  while (!s.ready && MonoNow() < deadline) {
     s = c.manager().AwaitChange(s.version, deadline);
   }
   return s.ready;
@@ -121,8 +123,8 @@ absl::StatusOr<Job> FormJob(int world_size) {
   job.channels = Channels(job.coordinator->address(), 8);
   job.members.resize(world_size);
   std::vector<absl::Status> errors(world_size);
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + absl::Seconds(120);
+  const MonoTime start = MonoNow();
+  const MonoTime deadline = start + absl::Seconds(120);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
@@ -143,7 +145,7 @@ absl::StatusOr<Job> FormJob(int world_size) {
     });
   }
   const bool ready = AwaitReady(*job.coordinator, deadline);
-  const absl::Time ready_at = absl::Now();
+  const MonoTime ready_at = MonoNow();
   for (std::thread& t : threads) t.join();
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
@@ -161,14 +163,14 @@ double HeartbeatRate(Job& job, int threads, absl::Duration duration) {
   const int64_t epoch = job.coordinator->manager().Snapshot(0).epoch;
   std::atomic<int64_t> ok{0};
   std::atomic<int64_t> failed{0};
-  const absl::Time start = absl::Now();
-  const absl::Time end = start + duration;
+  const MonoTime start = MonoNow();
+  const MonoTime end = start + duration;
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       auto stub =
           pb::Coordinator::NewStub(job.channels[t % job.channels.size()]);
-      for (int i = t; absl::Now() < end; i += threads) {
+      for (int i = t; MonoNow() < end; i += threads) {
         const MemberClient& m = *job.members[i % job.members.size()];
         pb::HeartbeatRequest request;
         request.set_rank(m.rank());
@@ -177,8 +179,7 @@ double HeartbeatRate(Job& job, int threads, absl::Duration duration) {
         request.set_state(pb::MEMBER_STATE_READY);
         pb::HeartbeatResponse response;
         grpc::ClientContext context;
-        context.set_deadline(
-            absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+        rpc::SetDeadline(&context, MonoNow() + absl::Seconds(5));
         if (stub->Heartbeat(&context, request, &response).ok()) {
           ++ok;
         } else {
@@ -188,7 +189,7 @@ double HeartbeatRate(Job& job, int threads, absl::Duration duration) {
     });
   }
   for (std::thread& w : workers) w.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double seconds = absl::ToDoubleSeconds(MonoNow() - start);
   if (failed.load() > 0) {
     std::fprintf(stderr, "bench: %lld heartbeats failed\n",
                  static_cast<long long>(failed.load()));
@@ -217,7 +218,7 @@ absl::StatusOr<std::vector<double>> Detection(int world_size, int trials) {
     MemberClient& observer = *job->members[0];
     // A random point within the victim's heartbeat period.
     absl::SleepFor(absl::Microseconds(phase_us(rng)));
-    const absl::Time crashed = absl::Now();
+    const MonoTime crashed = MonoNow();
     job->members[victim].reset();  // No Leave: a crash.
     auto gone = observer.WaitFor(
         [victim](const MembershipView& v) {
@@ -228,7 +229,7 @@ absl::StatusOr<std::vector<double>> Detection(int world_size, int trials) {
         },
         crashed + absl::Seconds(30));
     if (!gone.ok()) return gone.status();
-    samples.push_back(absl::ToDoubleSeconds(absl::Now() - crashed));
+    samples.push_back(absl::ToDoubleSeconds(MonoNow() - crashed));
     // A replacement takes the slot before the next trial.
     auto replacement = MemberClient::Join(
         MemberOptions(job->channels[victim % job->channels.size()], victim,

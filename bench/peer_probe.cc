@@ -34,6 +34,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_report.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
 #include "grpcpp/grpcpp.h"
@@ -142,7 +143,7 @@ int Run(const Options& o) {
   const WayResult kept = Measure(servers, rounds, [&] {
     int failed = 0;
     for (const absl::Status& s :
-         pool.ProbeAll(addresses, absl::Now() + timeout)) {
+         pool.ProbeAll(addresses, MonoNow() + timeout)) {
       failed += s.ok() ? 0 : 1;
     }
     return failed;
@@ -151,7 +152,7 @@ int Run(const Options& o) {
   const WayResult fresh = Measure(servers, rounds, [&] {
     std::vector<absl::Status> results(addresses.size());
     std::vector<std::thread> threads;
-    const absl::Time deadline = absl::Now() + timeout;
+    const MonoTime deadline = MonoNow() + timeout;
     for (size_t i = 0; i < addresses.size(); ++i) {
       threads.emplace_back([&, i] {
         results[i] =

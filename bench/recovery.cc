@@ -170,6 +170,7 @@
 #include "bench/recovery_timeline.h"
 #include "client/trainer_client.h"
 #include "daemon/core/crc32c.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/memory/private_allocator.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -731,7 +732,7 @@ class RecoveryRun {
       const absl::Time t0 = absl::Now();
       absl::Status s = node::PeerClient::FetchShard(
           nullptr, peer_address_[kSourceRank], request,
-          absl::Now() + absl::Minutes(5),
+          MonoNow() + absl::Minutes(5),
           [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
       if (s.ok()) s = assembler.Finish();
       const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
@@ -1191,7 +1192,7 @@ int StreamSinkWorker(const Options& o) {
     const absl::Time t0 = absl::Now();
     absl::Status s = node::PeerClient::FetchShard(
         nullptr, o.address, v1::FetchShardRequest(),
-        absl::Now() + absl::Minutes(5),
+        MonoNow() + absl::Minutes(5),
         [&](const v1::FetchShardResponse& m) { return assembler.Add(m); });
     if (s.ok()) s = assembler.Finish();
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::comm {
 namespace {
@@ -121,7 +122,7 @@ absl::StatusOr<std::string> FileStore::Get(absl::string_view key) {
 
 absl::Status FileStore::Wait(const std::vector<std::string>& keys,
                              absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const MonoTime deadline = MonoNow() + timeout;
   // Polls the file system with a backoff from 1 ms to 50 ms: rendezvous
   // takes milliseconds to seconds, so this costs little and needs no
   // inotify.
@@ -136,7 +137,7 @@ absl::Status FileStore::Wait(const std::vector<std::string>& keys,
       ++next;
     }
     if (next == keys.size()) return absl::OkStatus();
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (now >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("store key '", keys[next], "' was not set within ",

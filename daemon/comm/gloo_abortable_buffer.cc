@@ -12,7 +12,7 @@ namespace shardd::comm {
 
 GlooAbortableBuffer::GlooAbortableBuffer(
     std::unique_ptr<gloo::transport::UnboundBuffer> inner,
-    GlooAbortSignal* signal, absl::Time deadline)
+    GlooAbortSignal* signal, MonoTime deadline)
     : gloo::transport::UnboundBuffer(inner->ptr, inner->size),
       inner_(std::move(inner)),
       signal_(signal),
@@ -26,7 +26,7 @@ GlooAbortableBuffer::~GlooAbortableBuffer() {
 
 std::chrono::milliseconds GlooAbortableBuffer::Remaining(
     std::chrono::milliseconds timeout, const char* what) const {
-  const absl::Duration left = deadline_ - absl::Now();
+  const absl::Duration left = deadline_ - MonoNow();
   if (left <= absl::ZeroDuration()) {
     throw StatusException(absl::DeadlineExceededError(
         absl::StrCat("timed out waiting for a ", what,

@@ -9,6 +9,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/comm/gloo_abort_signal.h"
+#include "daemon/core/mono_time.h"
 #include "gloo/transport/unbound_buffer.h"
 
 namespace shardd::comm {
@@ -31,7 +32,7 @@ class GlooAbortableBuffer : public gloo::transport::UnboundBuffer {
  public:
   // `signal` must outlive this buffer.
   GlooAbortableBuffer(std::unique_ptr<gloo::transport::UnboundBuffer> inner,
-                      GlooAbortSignal* signal, absl::Time deadline);
+                      GlooAbortSignal* signal, MonoTime deadline);
   ~GlooAbortableBuffer() override;
 
   GlooAbortableBuffer(const GlooAbortableBuffer&) = delete;
@@ -59,7 +60,7 @@ class GlooAbortableBuffer : public gloo::transport::UnboundBuffer {
 
   std::unique_ptr<gloo::transport::UnboundBuffer> inner_;
   GlooAbortSignal* const signal_;
-  const absl::Time deadline_;
+  const MonoTime deadline_;
 };
 
 }  // namespace shardd::comm

@@ -27,6 +27,7 @@
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
 #include "daemon/comm/status_exception.h"
+#include "daemon/core/mono_time.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/broadcast.h"
@@ -73,8 +74,8 @@ int64_t SegmentElements(int64_t max_count) {
                     min_elements, max_elements);
 }
 
-std::chrono::milliseconds MillisecondsLeft(absl::Time deadline) {
-  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+std::chrono::milliseconds MillisecondsLeft(MonoTime deadline) {
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - MonoNow());
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
 }
 
@@ -233,12 +234,12 @@ class GlooCollective : public Collective {
 
  private:
   // An operation's body runs on the worker and throws on failure.
-  using Body = std::function<void(absl::Time deadline)>;
+  using Body = std::function<void(MonoTime deadline)>;
   // Send and Recv also come in two halves, so that several can be posted
   // before the first is waited for: Post starts the transfer and returns
   // its buffer, whose WaitSend/WaitRecv then ends it.
   using Post =
-      std::function<std::unique_ptr<GlooAbortableBuffer>(absl::Time deadline)>;
+      std::function<std::unique_ptr<GlooAbortableBuffer>(MonoTime deadline)>;
 
   struct Op {
     OpKind kind;
@@ -279,29 +280,28 @@ class GlooCollective : public Collective {
   // Operation bodies (the worker's or a waiting caller's thread, one at a
   // time).
   std::unique_ptr<GlooAbortableBuffer> MakeBuffer(void* ptr, size_t bytes,
-                                                  absl::Time deadline);
+                                                  MonoTime deadline);
   void GatherInPlace(uint8_t* output, const std::vector<size_t>& byte_counts,
-                     absl::Time deadline);
+                     MonoTime deadline);
   void ReduceScatterF32(const float* input, float* output,
-                        const std::vector<int64_t>& counts,
-                        absl::Time deadline);
+                        const std::vector<int64_t>& counts, MonoTime deadline);
   void RunAllGather(const void* input, void* output,
                     const std::vector<int64_t>& counts, int64_t element_size,
-                    absl::Time deadline);
+                    MonoTime deadline);
   void RunReduceScatter(const void* input, void* output,
                         const std::vector<int64_t>& counts, DType dtype,
-                        ReduceOp op, absl::Time deadline);
+                        ReduceOp op, MonoTime deadline);
   void RunAllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
-                    absl::Time deadline);
-  void RunBroadcast(void* buffer, int64_t bytes, int root, absl::Time deadline);
+                    MonoTime deadline);
+  void RunBroadcast(void* buffer, int64_t bytes, int root, MonoTime deadline);
   std::unique_ptr<GlooAbortableBuffer> PostSend(const void* buffer,
                                                 int64_t bytes, int peer,
                                                 uint32_t tag,
-                                                absl::Time deadline);
+                                                MonoTime deadline);
   std::unique_ptr<GlooAbortableBuffer> PostRecv(void* buffer, int64_t bytes,
                                                 int peer, uint32_t tag,
-                                                absl::Time deadline);
-  void RunBarrier(absl::Time deadline);
+                                                MonoTime deadline);
+  void RunBarrier(MonoTime deadline);
 
   // Grow-only scratch (used by one operation at a time): first touch of fresh
   // memory is slow, so it is allocated once and reused by every later call.
@@ -462,8 +462,8 @@ void GlooCollective::WorkerLoop() {
 }
 
 absl::Status GlooCollective::Run(Op& op) {
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + op.timeout;
+  const MonoTime start = MonoNow();
+  const MonoTime deadline = start + op.timeout;
   absl::Status status;
   try {
     op.body(deadline);
@@ -472,12 +472,12 @@ absl::Status GlooCollective::Run(Op& op) {
         std::current_exception(),
         absl::StrCat(OpKindName(op.kind), " on ", Describe()));
   }
-  return Finish(op, std::move(status), absl::Now() - start, /*last=*/true);
+  return Finish(op, std::move(status), MonoNow() - start, /*last=*/true);
 }
 
 void GlooCollective::RunPointToPointBatch(std::vector<Op>& batch) {
   // SIGPIPE is blocked on the worker (WorkerLoop), the only caller.
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   std::vector<std::unique_ptr<GlooAbortableBuffer>> posted(batch.size());
   size_t posted_count = 0;
   absl::Status post_error;
@@ -493,7 +493,7 @@ void GlooCollective::RunPointToPointBatch(std::vector<Op>& batch) {
   }
   // Busy time is counted from one completion to the next, so that the
   // batch's ops add up to its wall time.
-  absl::Time mark = start;
+  MonoTime mark = start;
   bool broken = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     Op& op = batch[i];
@@ -515,7 +515,7 @@ void GlooCollective::RunPointToPointBatch(std::vector<Op>& batch) {
             absl::StrCat(OpKindName(op.kind), " on ", Describe()));
       }
     }
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     status = Finish(op, std::move(status), now - mark, i + 1 == batch.size());
     mark = now;
     broken = broken || !status.ok();
@@ -621,7 +621,7 @@ std::shared_ptr<Work> GlooCollective::AllGather(
   }
   const int64_t element_size = core::DTypeSize(dtype);
   return Enqueue(kind, total * element_size, options,
-                 [this, input, output, counts, element_size](absl::Time d) {
+                 [this, input, output, counts, element_size](MonoTime d) {
                    RunAllGather(input, output, counts, element_size, d);
                  });
 }
@@ -647,7 +647,7 @@ std::shared_ptr<Work> GlooCollective::ReduceScatter(
                             "output is null but this rank's count is > 0"));
   }
   return Enqueue(kind, total * core::DTypeSize(dtype), options,
-                 [this, input, output, counts, dtype, op](absl::Time d) {
+                 [this, input, output, counts, dtype, op](MonoTime d) {
                    RunReduceScatter(input, output, counts, dtype, op, d);
                  });
 }
@@ -671,7 +671,7 @@ std::shared_ptr<Work> GlooCollective::AllReduce(void* buffer, int64_t count,
                   absl::InvalidArgumentError("buffer is null but count > 0"));
   }
   return Enqueue(kind, count * core::DTypeSize(dtype), options,
-                 [this, buffer, count, dtype, op](absl::Time d) {
+                 [this, buffer, count, dtype, op](MonoTime d) {
                    RunAllReduce(buffer, count, dtype, op, d);
                  });
 }
@@ -696,10 +696,9 @@ std::shared_ptr<Work> GlooCollective::Broadcast(void* buffer, int64_t count,
                   absl::InvalidArgumentError("buffer is null but count > 0"));
   }
   const int64_t bytes = count * core::DTypeSize(dtype);
-  return Enqueue(kind, bytes, options,
-                 [this, buffer, bytes, root](absl::Time d) {
-                   RunBroadcast(buffer, bytes, root, d);
-                 });
+  return Enqueue(kind, bytes, options, [this, buffer, bytes, root](MonoTime d) {
+    RunBroadcast(buffer, bytes, root, d);
+  });
 }
 
 absl::Status GlooCollective::ValidatePointToPoint(
@@ -728,12 +727,11 @@ std::shared_ptr<Work> GlooCollective::Send(const void* buffer, int64_t bytes,
   constexpr OpKind kind = OpKind::kSend;
   absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  Post post = [this, buffer, bytes, peer, tag](absl::Time d) {
+  Post post = [this, buffer, bytes, peer, tag](MonoTime d) {
     return PostSend(buffer, bytes, peer, tag, d);
   };
   return Enqueue(
-      kind, bytes, options, [post](absl::Time d) { post(d)->WaitSend(); },
-      post);
+      kind, bytes, options, [post](MonoTime d) { post(d)->WaitSend(); }, post);
 }
 
 std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
@@ -742,33 +740,32 @@ std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
   constexpr OpKind kind = OpKind::kRecv;
   absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  Post post = [this, buffer, bytes, peer, tag](absl::Time d) {
+  Post post = [this, buffer, bytes, peer, tag](MonoTime d) {
     return PostRecv(buffer, bytes, peer, tag, d);
   };
   return Enqueue(
-      kind, bytes, options, [post](absl::Time d) { post(d)->WaitRecv(); },
-      post);
+      kind, bytes, options, [post](MonoTime d) { post(d)->WaitRecv(); }, post);
 }
 
 std::shared_ptr<Work> GlooCollective::Barrier(const OpOptions& options) {
   constexpr OpKind kind = OpKind::kBarrier;
   absl::Status status = ValidateTimeout(options);
   if (!status.ok()) return Reject(kind, std::move(status));
-  return Enqueue(kind, 0, options, [this](absl::Time d) { RunBarrier(d); });
+  return Enqueue(kind, 0, options, [this](MonoTime d) { RunBarrier(d); });
 }
 
 // ---------------------------------------------------------------------------
 // Running (worker thread).
 
 std::unique_ptr<GlooAbortableBuffer> GlooCollective::MakeBuffer(
-    void* ptr, size_t bytes, absl::Time deadline) {
+    void* ptr, size_t bytes, MonoTime deadline) {
   return std::make_unique<GlooAbortableBuffer>(
       context_->createUnboundBuffer(ptr, bytes), &abort_signal_, deadline);
 }
 
 void GlooCollective::GatherInPlace(uint8_t* output,
                                    const std::vector<size_t>& byte_counts,
-                                   absl::Time deadline) {
+                                   MonoTime deadline) {
   size_t total = 0;
   bool equal = true;
   for (size_t bytes : byte_counts) {
@@ -791,7 +788,7 @@ void GlooCollective::GatherInPlace(uint8_t* output,
 
 void GlooCollective::RunAllGather(const void* input, void* output,
                                   const std::vector<int64_t>& counts,
-                                  int64_t element_size, absl::Time deadline) {
+                                  int64_t element_size, MonoTime deadline) {
   std::vector<size_t> byte_counts(counts.size());
   size_t my_offset = 0;
   for (int i = 0; i < size(); ++i) {
@@ -810,7 +807,7 @@ void GlooCollective::RunAllGather(const void* input, void* output,
 
 void GlooCollective::ReduceScatterF32(const float* input, float* output,
                                       const std::vector<int64_t>& counts,
-                                      absl::Time deadline) {
+                                      MonoTime deadline) {
   const int64_t max_count = *std::max_element(counts.begin(), counts.end());
   GlooRingReduceScatterArgs args;
   args.input = input;
@@ -851,7 +848,7 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
 void GlooCollective::RunReduceScatter(const void* input, void* output,
                                       const std::vector<int64_t>& counts,
                                       DType dtype, ReduceOp op,
-                                      absl::Time deadline) {
+                                      MonoTime deadline) {
   int64_t total = 0;
   for (int64_t count : counts) total += count;
   const int64_t mine = counts[rank()];
@@ -879,7 +876,7 @@ void GlooCollective::RunReduceScatter(const void* input, void* output,
 }
 
 void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
-                                  ReduceOp op, absl::Time deadline) {
+                                  ReduceOp op, MonoTime deadline) {
   if (size() == 1 || count == 0) return;
   // Split evenly (the first count % size ranks get one more element),
   // reduce-scatter, then gather the reduced shards back in place.
@@ -910,7 +907,7 @@ void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
 }
 
 void GlooCollective::RunBroadcast(void* buffer, int64_t bytes, int root,
-                                  absl::Time deadline) {
+                                  MonoTime deadline) {
   if (size() == 1 || bytes == 0) return;
   gloo::BroadcastOptions opts(context_);
   opts.setOutput<uint8_t>(
@@ -922,7 +919,7 @@ void GlooCollective::RunBroadcast(void* buffer, int64_t bytes, int root,
 
 std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostSend(
     const void* buffer, int64_t bytes, int peer, uint32_t tag,
-    absl::Time deadline) {
+    MonoTime deadline) {
   std::unique_ptr<GlooAbortableBuffer> buf = MakeBuffer(
       const_cast<void*>(buffer), static_cast<size_t>(bytes), deadline);
   buf->send(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
@@ -931,7 +928,7 @@ std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostSend(
 }
 
 std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostRecv(
-    void* buffer, int64_t bytes, int peer, uint32_t tag, absl::Time deadline) {
+    void* buffer, int64_t bytes, int peer, uint32_t tag, MonoTime deadline) {
   std::unique_ptr<GlooAbortableBuffer> buf =
       MakeBuffer(buffer, static_cast<size_t>(bytes), deadline);
   buf->recv(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
@@ -939,7 +936,7 @@ std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostRecv(
   return buf;
 }
 
-void GlooCollective::RunBarrier(absl::Time deadline) {
+void GlooCollective::RunBarrier(MonoTime deadline) {
   if (size() == 1) return;
   // No rank can finish gathering one byte from every rank before every rank
   // has entered.
@@ -978,7 +975,7 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(
               absl::ToInt64Milliseconds(options.connect_timeout) / 5)));
       GlooStoreAdapter adapter(
           store, GlooStoreAdapter::Prefix(options.epoch, options.group),
-          absl::Now() + options.connect_timeout);
+          MonoNow() + options.connect_timeout);
       mesh->connectFullMesh(adapter, device);
       mesh->setTimeout(std::chrono::milliseconds(
           absl::ToInt64Milliseconds(options.default_op_timeout)));

@@ -19,6 +19,7 @@
 #include "daemon/comm/collective.h"
 #include "daemon/comm/in_memory_store.h"
 #include "daemon/core/dtype.h"
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::comm {
@@ -398,7 +399,7 @@ TEST(GlooCollectiveFixedTest, QueuedSendsAllFailWhenThePeerGoesAway) {
   for (auto& g : got) {
     ASSERT_TRUE(comms[1]->Recv(g.data(), g.size(), 0, 3)->Wait().ok());
   }
-  const absl::Time gone = absl::Now();
+  const MonoTime gone = MonoNow();
   comms[1]->Abort("the test's receiver leaves");
   comms[1].reset();
   int failed = 0;
@@ -415,7 +416,7 @@ TEST(GlooCollectiveFixedTest, QueuedSendsAllFailWhenThePeerGoesAway) {
   // Socket buffers may have taken a piece or two beyond the three received;
   // the rest cannot have gone anywhere.
   EXPECT_GE(failed, kPieces - 6);
-  EXPECT_LT(absl::Now() - gone, absl::Seconds(5) + absl::Seconds(2));
+  EXPECT_LT(MonoNow() - gone, absl::Seconds(5) + absl::Seconds(2));
   EXPECT_FALSE(comms[0]->AsyncError().ok());
   EXPECT_FALSE(comms[0]->Send(piece.data(), piece.size(), 1, 3)->Wait().ok());
 }
@@ -426,9 +427,9 @@ TEST_P(GlooCollectiveTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   std::vector<absl::Duration> waited(world);
   ForEachRank(world, [&](int r) {
     if (r == world - 1) absl::SleepFor(absl::Milliseconds(300));
-    const absl::Time start = absl::Now();
+    const MonoTime start = MonoNow();
     EXPECT_TRUE(comms[r]->Barrier()->Wait().ok());
-    waited[r] = absl::Now() - start;
+    waited[r] = MonoNow() - start;
   });
   if (world > 1) {
     for (int r = 0; r < world - 1; ++r) {
@@ -722,9 +723,9 @@ TEST(GlooCollectiveFixedTest, CreateTimesOutWhenARankNeverJoins) {
   InMemoryStore store;
   GlooCollectiveOptions options = Options(0, 2);
   options.connect_timeout = absl::Milliseconds(500);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   auto comm = CreateGlooCollective(options, store);
-  const absl::Duration elapsed = absl::Now() - start;
+  const absl::Duration elapsed = MonoNow() - start;
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded)
       << comm.status();
@@ -782,24 +783,24 @@ TEST_P(GlooCollectiveAbortTest, AbortEndsRunningAndQueuedWorkPromptly) {
                           OpKind::kAllReduce, OpKind::kBroadcast,
                           OpKind::kRecv,      OpKind::kBarrier};
   const OpKind kind = kinds[static_cast<int>(GetParam())];
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (c.Stats().of(kind).calls == 0 && absl::Now() < until) {
+  const MonoTime until = MonoNow() + absl::Seconds(10);
+  while (c.Stats().of(kind).calls == 0 && MonoNow() < until) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   ASSERT_EQ(c.Stats().of(kind).calls, 1);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(running->Done());
 
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   c.Abort("test abort");
   c.Abort("second abort");  // Idempotent.
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(MonoNow() - start, absl::Milliseconds(200));
   EXPECT_TRUE(queued1->Done());
   EXPECT_TRUE(queued2->Done());
   EXPECT_EQ(queued1->Wait().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(queued2->Wait().code(), absl::StatusCode::kAborted);
   absl::Status s = running->Wait();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(MonoNow() - start, absl::Seconds(2));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_NE(s.message().find("test abort"), absl::string_view::npos) << s;
   EXPECT_EQ(c.AsyncError().code(), absl::StatusCode::kAborted);
@@ -811,9 +812,9 @@ TEST_P(GlooCollectiveAbortTest, AbortEndsRunningAndQueuedWorkPromptly) {
   absl::Status peer = comms[1]->Barrier()->Wait();
   EXPECT_FALSE(peer.ok());
   // Destroying an aborted communicator returns at once.
-  const absl::Time destroy = absl::Now();
+  const MonoTime destroy = MonoNow();
   comms.clear();
-  EXPECT_LT(absl::Now() - destroy, absl::Seconds(2));
+  EXPECT_LT(MonoNow() - destroy, absl::Seconds(2));
 }
 
 TEST(GlooCollectiveFixedTest, AbortEndsAnOperationRunningOnTheCallersThread) {
@@ -821,29 +822,29 @@ TEST(GlooCollectiveFixedTest, AbortEndsAnOperationRunningOnTheCallersThread) {
   Collective& c = *comms[0];
   std::vector<float> buf(1024, 1.0f);
   absl::Status status;
-  absl::Time returned;
+  MonoTime returned;
   // Rank 1 never posts its send: the receive runs on this thread until the
   // abort.
   std::thread caller([&] {
     status = c.Recv(buf.data(), 1024, 1, 7, CallerWaits())->Wait();
-    returned = absl::Now();
+    returned = MonoNow();
   });
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (c.Stats().of(OpKind::kRecv).calls == 0 && absl::Now() < until) {
+  const MonoTime until = MonoNow() + absl::Seconds(10);
+  while (c.Stats().of(OpKind::kRecv).calls == 0 && MonoNow() < until) {
     absl::SleepFor(absl::Milliseconds(1));  // Polling with a deadline.
   }
   ASSERT_EQ(c.Stats().of(OpKind::kRecv).calls, 1);
   // Queued behind it meanwhile: failed by the abort, never run.
   std::shared_ptr<Work> queued = c.Barrier();
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   c.Abort("test abort");
   caller.join();
   EXPECT_LT(returned - start, absl::Seconds(2));
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
   EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kAborted);
-  const absl::Time destroy = absl::Now();
+  const MonoTime destroy = MonoNow();
   comms.clear();
-  EXPECT_LT(absl::Now() - destroy, absl::Seconds(2));
+  EXPECT_LT(MonoNow() - destroy, absl::Seconds(2));
 }
 
 std::string InFlightName(const ::testing::TestParamInfo<InFlight>& info) {
@@ -891,12 +892,12 @@ TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
       }
       return;
     }
-    const absl::Time start = absl::Now();
+    const MonoTime start = MonoNow();
     results[r] = comms[r]
                      ->ReduceScatter(bufs[r].data(), bufs[r].data(), counts,
                                      DType::kFloat32, ReduceOp::kSum)
                      ->Wait();
-    elapsed[r] = absl::Now() - start;
+    elapsed[r] = MonoNow() - start;
   });
   for (int r = 0; r < kWorld - 1; ++r) {
     EXPECT_TRUE(results[r].code() == absl::StatusCode::kUnavailable ||
@@ -913,9 +914,9 @@ TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
     EXPECT_EQ(later->Wait().code(), error.code());
     EXPECT_EQ(comms[r]->Stats().of(OpKind::kReduceScatter).failures, 1);
   }
-  const absl::Time destroy = absl::Now();
+  const MonoTime destroy = MonoNow();
   comms.clear();
-  EXPECT_LT(absl::Now() - destroy, absl::Seconds(3));
+  EXPECT_LT(MonoNow() - destroy, absl::Seconds(3));
 }
 
 std::string DepartureName(const ::testing::TestParamInfo<Departure>& info) {

@@ -11,7 +11,7 @@
 namespace shardd::comm {
 
 GlooStoreAdapter::GlooStoreAdapter(shardd::comm::Store& store,
-                                   std::string prefix, absl::Time deadline)
+                                   std::string prefix, MonoTime deadline)
     : store_(store), prefix_(std::move(prefix)), deadline_(deadline) {}
 
 std::string GlooStoreAdapter::Prefix(int64_t epoch, absl::string_view group) {
@@ -41,7 +41,7 @@ void GlooStoreAdapter::wait(const std::vector<std::string>& keys) {
     prefixed.push_back(absl::StrCat(prefix_, key));
   }
   const absl::Duration left =
-      std::max(deadline_ - absl::Now(), absl::ZeroDuration());
+      std::max(deadline_ - MonoNow(), absl::ZeroDuration());
   absl::Status status = store_.Wait(prefixed, left);
   if (!status.ok()) throw StatusException(std::move(status));
 }

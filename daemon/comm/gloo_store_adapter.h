@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/comm/store.h"
+#include "daemon/core/mono_time.h"
 #include "gloo/rendezvous/store.h"
 
 namespace shardd::comm {
@@ -29,7 +30,7 @@ namespace shardd::comm {
 class GlooStoreAdapter : public gloo::rendezvous::Store {
  public:
   GlooStoreAdapter(shardd::comm::Store& store, std::string prefix,
-                   absl::Time deadline);
+                   MonoTime deadline);
 
   // "epoch/<epoch>/<group>/".
   static std::string Prefix(int64_t epoch, absl::string_view group);
@@ -43,7 +44,7 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
  private:
   shardd::comm::Store& store_;
   const std::string prefix_;
-  const absl::Time deadline_;
+  const MonoTime deadline_;
 };
 
 }  // namespace shardd::comm

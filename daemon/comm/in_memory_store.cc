@@ -6,6 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::comm {
 
@@ -28,7 +30,7 @@ absl::StatusOr<std::string> InMemoryStore::Get(absl::string_view key) {
 
 absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
                                  absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const MonoTime deadline = MonoNow() + timeout;
   absl::MutexLock lock(&mu_);
   auto first_missing = [&]() -> const std::string* {
     for (const std::string& key : keys) {
@@ -38,7 +40,7 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
   };
   // Set() changes values_ under mu_, so the await wakes on every change.
   auto all_set = [&]() { return first_missing() == nullptr; };
-  mu_.AwaitWithDeadline(absl::Condition(&all_set), deadline);
+  AwaitUntil(&mu_, absl::Condition(&all_set), deadline);
   if (const std::string* missing = first_missing(); missing != nullptr) {
     return absl::DeadlineExceededError(
         absl::StrCat("store key '", *missing, "' was not set within ",

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/deadline_waker.h"
 
 namespace shardd::memory {
 
@@ -46,7 +47,7 @@ bool SegmentPool::HasFreeOrClosed() const {
 }
 
 absl::StatusOr<SegmentSlot> SegmentPool::Acquire(int64_t unit,
-                                                 absl::Time deadline) {
+                                                 MonoTime deadline) {
   if (unit < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("unit must be >= 0, got ", unit));
@@ -55,8 +56,8 @@ absl::StatusOr<SegmentSlot> SegmentPool::Acquire(int64_t unit,
   for (size_t i = 0; i < holder_.size(); ++i) {
     if (holder_[i] == unit) return SlotAt(i, /*newly_acquired=*/false);
   }
-  mutex_.AwaitWithDeadline(absl::Condition(this, &SegmentPool::HasFreeOrClosed),
-                           deadline);
+  AwaitUntil(&mutex_, absl::Condition(this, &SegmentPool::HasFreeOrClosed),
+             deadline);
   if (closed_) {
     return absl::AbortedError(
         absl::StrCat("segment pool '", segment_.path(), "' is closed"));

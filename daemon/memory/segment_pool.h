@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/memory/shared_memory_segment.h"
 
 namespace shardd::memory {
@@ -46,7 +47,7 @@ class SegmentPool {
       int64_t slot_bytes);
 
   // unit >= 0 (INVALID_ARGUMENT otherwise).
-  absl::StatusOr<SegmentSlot> Acquire(int64_t unit, absl::Time deadline);
+  absl::StatusOr<SegmentSlot> Acquire(int64_t unit, MonoTime deadline);
   // Returns false when the unit held no slot (idempotent, like Release RPC).
   bool Release(int64_t unit);
   void Close();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::memory {
@@ -31,7 +32,7 @@ class SegmentPoolTest : public ::testing::Test {
     rmdir(dir_.c_str());
   }
 
-  static absl::Time Soon() { return absl::Now() + absl::Milliseconds(50); }
+  static MonoTime Soon() { return MonoNow() + absl::Milliseconds(50); }
 
   std::string dir_;
   std::unique_ptr<SegmentPool> pool_;
@@ -64,9 +65,9 @@ TEST_F(SegmentPoolTest, AcquiringAHeldUnitReturnsItsSlot) {
 TEST_F(SegmentPoolTest, AllSlotsHeldPastTheDeadlineIsResourceExhausted) {
   ASSERT_TRUE(pool_->Acquire(1, Soon()).ok());
   ASSERT_TRUE(pool_->Acquire(2, Soon()).ok());
-  const absl::Time start = absl::Now();
-  auto third = pool_->Acquire(3, absl::Now() + absl::Milliseconds(30));
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(25));
+  const MonoTime start = MonoNow();
+  auto third = pool_->Acquire(3, MonoNow() + absl::Milliseconds(30));
+  EXPECT_GE(MonoNow() - start, absl::Milliseconds(25));
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(third.status().message().find("units 1, 2"),
             absl::string_view::npos)
@@ -79,7 +80,7 @@ TEST_F(SegmentPoolTest, WaiterGetsTheSlotThatIsReleased) {
   ASSERT_TRUE(pool_->Acquire(2, Soon()).ok());
   absl::StatusOr<SegmentSlot> waited;
   std::thread waiter(
-      [&] { waited = pool_->Acquire(3, absl::Now() + absl::Seconds(10)); });
+      [&] { waited = pool_->Acquire(3, MonoNow() + absl::Seconds(10)); });
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_TRUE(pool_->Release(1));
   waiter.join();
@@ -99,7 +100,7 @@ TEST_F(SegmentPoolTest, CloseWakesWaitersWithAborted) {
   ASSERT_TRUE(pool_->Acquire(2, Soon()).ok());
   absl::StatusOr<SegmentSlot> waited;
   std::thread waiter(
-      [&] { waited = pool_->Acquire(3, absl::Now() + absl::Seconds(10)); });
+      [&] { waited = pool_->Acquire(3, MonoNow() + absl::Seconds(10)); });
   absl::SleepFor(absl::Milliseconds(20));
   pool_->Close();
   waiter.join();
@@ -113,7 +114,7 @@ TEST_F(SegmentPoolTest, ManyThreadsNeverShareASlot) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 200; ++i) {
         const int64_t unit = t * 1000 + i;
-        auto slot = pool_->Acquire(unit, absl::Now() + absl::Seconds(10));
+        auto slot = pool_->Acquire(unit, MonoNow() + absl::Seconds(10));
         if (!slot.ok()) {
           ++failures;
           continue;

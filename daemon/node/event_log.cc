@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "daemon/core/deadline_waker.h"
 
 namespace shardd::node {
 
@@ -15,13 +16,13 @@ int64_t EventLog::Append(v1::TrainerEvent event) {
   return last_;
 }
 
-bool EventLog::WaitAfter(int64_t after, absl::Time deadline,
+bool EventLog::WaitAfter(int64_t after, MonoTime deadline,
                          std::vector<v1::TrainerEvent>* out) const {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || last_ > after;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  AwaitUntil(&mu_, absl::Condition(&ready), deadline);
   for (const v1::TrainerEvent& e : events_) {
     if (e.sequence() > after) out->push_back(e);
   }

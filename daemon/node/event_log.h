@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "shardd/v1/trainer.pb.h"
 
 namespace shardd::node {
@@ -30,7 +31,7 @@ class EventLog {
   // The events with sequence > after (oldest first), waiting until there is
   // at least one, `deadline` passes or Close() is called. False when closed
   // (out still gets what there was).
-  bool WaitAfter(int64_t after, absl::Time deadline,
+  bool WaitAfter(int64_t after, MonoTime deadline,
                  std::vector<v1::TrainerEvent>* out) const;
 
   // The oldest sequence still kept (0 when none) and the newest given.

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -19,7 +20,7 @@ TEST(EventLogTest, NumbersEventsAndReturnsThoseAfterASequence) {
   EXPECT_EQ(log.Append(Committed(2)), 2);
   EXPECT_EQ(log.Append(Committed(3)), 3);
   std::vector<v1::TrainerEvent> out;
-  EXPECT_TRUE(log.WaitAfter(1, absl::Now(), &out));
+  EXPECT_TRUE(log.WaitAfter(1, MonoNow(), &out));
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].sequence(), 2);
   EXPECT_EQ(out[1].step_committed().step(), 3);
@@ -32,7 +33,7 @@ TEST(EventLogTest, KeepsOnlyTheNewestAndShowsTheGap) {
   EXPECT_EQ(log.oldest_sequence(), 4);
   EXPECT_EQ(log.last_sequence(), 5);
   std::vector<v1::TrainerEvent> out;
-  log.WaitAfter(1, absl::Now(), &out);
+  log.WaitAfter(1, MonoNow(), &out);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].sequence(), 4);  // 2 and 3 are gone: a gap.
 }
@@ -40,7 +41,7 @@ TEST(EventLogTest, KeepsOnlyTheNewestAndShowsTheGap) {
 TEST(EventLogTest, WaitReturnsAtTheDeadlineWithNothing) {
   EventLog log;
   std::vector<v1::TrainerEvent> out;
-  EXPECT_TRUE(log.WaitAfter(0, absl::Now() + absl::Milliseconds(20), &out));
+  EXPECT_TRUE(log.WaitAfter(0, MonoNow() + absl::Milliseconds(20), &out));
   EXPECT_TRUE(out.empty());
 }
 
@@ -48,13 +49,13 @@ TEST(EventLogTest, AWaiterIsWokenByAnAppendAndByClose) {
   EventLog log;
   std::vector<v1::TrainerEvent> out;
   std::thread appender([&] { log.Append(Committed(7)); });
-  EXPECT_TRUE(log.WaitAfter(0, absl::Now() + absl::Seconds(30), &out));
+  EXPECT_TRUE(log.WaitAfter(0, MonoNow() + absl::Seconds(30), &out));
   appender.join();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].step_committed().step(), 7);
   std::thread closer([&] { log.Close(); });
   std::vector<v1::TrainerEvent> none;
-  EXPECT_FALSE(log.WaitAfter(1, absl::Now() + absl::Seconds(30), &none));
+  EXPECT_FALSE(log.WaitAfter(1, MonoNow() + absl::Seconds(30), &none));
   closer.join();
   EXPECT_TRUE(none.empty());
 }

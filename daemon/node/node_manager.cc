@@ -22,6 +22,7 @@
 #include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/coordinator/member_client.h"
 #include "daemon/core/crc32c.h"
+#include "daemon/core/deadline_waker.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/tensor_init.h"
@@ -37,6 +38,7 @@
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
+#include "daemon/rpc/grpc_deadline.h"
 
 namespace shardd::node {
 namespace {
@@ -407,7 +409,7 @@ void NodeManager::EpochLoop() {
         [handled, seen](const coordinator::MembershipView& v) {
           return v.epoch > handled && (v.AllLive() || v.epoch > seen);
         },
-        absl::Now() + absl::Milliseconds(100));
+        MonoNow() + absl::Milliseconds(100));
     if (absl::IsDeadlineExceeded(view.status())) continue;
     if (absl::IsDataLoss(view.status()) && !job_failed) {
       // Terminal: no epoch follows. Collectives in flight return now, and
@@ -695,7 +697,7 @@ absl::Status NodeManager::JobFailure() const {
   return absl::IsDataLoss(ended) ? ended : absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
+absl::StatusOr<int64_t> NodeManager::WaitUntilReady(MonoTime deadline,
                                                     int64_t min_epoch) {
   while (true) {
     {
@@ -711,7 +713,7 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(absl::Time deadline,
           absl::StrCat("this daemon is no longer a member (", ended.ToString(),
                        "); it is exiting"));
     }
-    if (absl::Now() >= deadline) {
+    if (MonoNow() >= deadline) {
       absl::MutexLock lock(&mu_);
       return absl::DeadlineExceededError(absl::StrCat(
           "not in a ready epoch (communicators of epoch ", comm_epoch_,
@@ -735,7 +737,7 @@ absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::EngineOrError() const {
   return engine_;
 }
 
-absl::Duration NodeManager::OpTimeout(absl::Time deadline) const {
+absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
   // Collectives are matched across ranks, so they run to the daemon's
   // collective timeout even when the caller's deadline is shorter.
   (void)deadline;
@@ -909,7 +911,7 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
 
 absl::Status NodeManager::ExchangeModel(int64_t epoch,
                                         const core::ModelConfig& model,
-                                        absl::Time deadline) {
+                                        MonoTime deadline) {
   const int rank = client_->rank();
   int world = 0;
   {
@@ -929,8 +931,8 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   }
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat("model/", r));
-  absl::Status waited = store->Wait(
-      keys, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+  absl::Status waited =
+      store->Wait(keys, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
   if (absl::IsDeadlineExceeded(waited)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "waiting for every rank to register the model: ", waited.message()));
@@ -998,7 +1000,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
 }
 
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
-    const v1::RegisterModelRequest& request, absl::Time deadline) {
+    const v1::RegisterModelRequest& request, MonoTime deadline) {
   if (request.transport() == v1::TRANSPORT_CUDA_IPC && !device_memory_) {
     return absl::InvalidArgumentError(
         "transport: CUDA IPC needs a CUDA device; this daemon runs on the "
@@ -1130,7 +1132,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
 }
 
 absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
-    const v1::GatherRequest& request, absl::Time deadline) {
+    const v1::GatherRequest& request, MonoTime deadline) {
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
@@ -1227,7 +1229,7 @@ absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
 }
 
 absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
-    const v1::ReduceGradRequest& request, absl::Time deadline) {
+    const v1::ReduceGradRequest& request, MonoTime deadline) {
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
@@ -1379,7 +1381,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
 }
 
 absl::StatusOr<v1::StepResponse> NodeManager::Step(
-    const v1::StepRequest& request, absl::Time deadline) {
+    const v1::StepRequest& request, MonoTime deadline) {
   if (request.step() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: must be >= 1, got ", request.step()));
@@ -1454,7 +1456,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     absl::StatusOr<v1::ShouldCommitResponse> decision =
         client_->ShouldCommit(epoch, prepared.step, /*vote=*/true, "",
                               StepFingerprint(fingerprint, lr),
-                              absl::Now() + options_.collective_timeout);
+                              MonoNow() + options_.collective_timeout);
     if (SHARDD_FAILPOINT_FAILS("vote.answer")) {
       decision = absl::UnavailableError(
           "the answer was lost (fail point vote.answer)");
@@ -1473,7 +1475,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     SHARDD_FAILPOINT("vote.after");
     return absl::OkStatus();
   };
-  const absl::Time step_started = absl::Now();
+  const MonoTime step_started = MonoNow();
   absl::StatusOr<StepResult> result =
       (*engine)->Step(request.step(), OpTimeout(deadline), vote, lr);
   if (!result.ok()) {
@@ -1500,7 +1502,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     return OnCollectiveError("Step", result.status());
   }
   if (options_.observer != nullptr) {
-    options_.observer->StepCommitted(absl::Now() - step_started, result->step);
+    options_.observer->StepCommitted(MonoNow() - step_started, result->step);
     ReportMemory(**engine);
   }
   LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
@@ -1530,7 +1532,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
 }
 
 absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
-    const v1::WaitReadyRequest& request, absl::Time deadline) {
+    const v1::WaitReadyRequest& request, MonoTime deadline) {
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
   absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, request.min_epoch());
@@ -1542,7 +1544,7 @@ absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
 }
 
 absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
-    const v1::ExportStateRequest& request, absl::Time deadline) {
+    const v1::ExportStateRequest& request, MonoTime deadline) {
   if (request.path().empty() || request.path()[0] != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("path: must be absolute, got '", request.path(), "'"));
@@ -1698,7 +1700,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
 }
 
 absl::Status NodeManager::ServeShard(
-    const v1::FetchShardRequest& request, absl::Time deadline,
+    const v1::FetchShardRequest& request, MonoTime deadline,
     const std::function<bool(const v1::FetchShardResponse&)>& send) {
   if (request.max_chunk_bytes() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1713,7 +1715,7 @@ absl::Status NodeManager::ServeShard(
   // shard streams. During recovery the epoch is not ready, so the wait is
   // short; it is bounded by the deadline all the same.
   while (!op_mu_.TryLock()) {
-    if (absl::Now() >= deadline) {
+    if (MonoNow() >= deadline) {
       return absl::DeadlineExceededError(
           "FetchShard: a trainer operation held the daemon until the "
           "deadline");
@@ -1764,8 +1766,8 @@ absl::Status NodeManager::ServeShard(
   std::shared_ptr<comm::Collective> replica;
   int peer = -1;
   if (request.payload_over_replica_group()) {
-    replica = ReplicaGroupOf(
-        epoch, std::min(deadline, absl::Now() + absl::Seconds(5)));
+    replica =
+        ReplicaGroupOf(epoch, std::min(deadline, MonoNow() + absl::Seconds(5)));
     const int f = engine->config().plan.sharding_factor();
     peer = request.requester_rank() / f;
     if (replica != nullptr &&
@@ -1783,8 +1785,8 @@ absl::Status NodeManager::ServeShard(
   std::vector<uint32_t> piece_crcs;
   if (replica != nullptr && request.resume_from_byte() == 0 &&
       request.max_chunk_bytes() == recovery::kMaxPieceBytesCap) {
-    piece_crcs = PieceCrcsFor(
-        engine, std::min(deadline, absl::Now() + absl::Seconds(5)));
+    piece_crcs =
+        PieceCrcsFor(engine, std::min(deadline, MonoNow() + absl::Seconds(5)));
   }
   const bool precomputed = !piece_crcs.empty();
   absl::StatusOr<recovery::ShardStreamWriter> writer =
@@ -1816,7 +1818,7 @@ absl::Status NodeManager::ServeShard(
   std::vector<std::shared_ptr<comm::Work>> sends;
   if (replica != nullptr) {
     comm::OpOptions op;
-    op.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+    op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
     for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
       sends.push_back(
           replica->Send(piece.data, piece.length, peer, kShardTransferTag, op));
@@ -1875,7 +1877,7 @@ absl::Status NodeManager::ServeShard(
       }
       SHARDD_FAILPOINT("transfer.source.mid");
     }
-    if (absl::Now() >= deadline) {
+    if (MonoNow() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("FetchShard: deadline reached after ",
                        writer->bytes_sent(), " of ", total, " bytes"));
@@ -1939,12 +1941,12 @@ void NodeManager::PrecomputePieceCrcs() {
 }
 
 std::vector<uint32_t> NodeManager::PieceCrcsFor(
-    const std::shared_ptr<StepEngine>& engine, absl::Time deadline) {
+    const std::shared_ptr<StepEngine>& engine, MonoTime deadline) {
   absl::MutexLock lock(&crc_mu_);
   const auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(crc_mu_) {
     return !crc_running_;
   };
-  if (!crc_mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
+  if (!AwaitUntil(&crc_mu_, absl::Condition(&settled), deadline)) {
     return {};
   }
   if (!piece_crcs_.has_value() || piece_crcs_->engine.lock() != engine ||
@@ -1955,14 +1957,14 @@ std::vector<uint32_t> NodeManager::PieceCrcsFor(
 }
 
 std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
-    int64_t epoch, absl::Time deadline) {
+    int64_t epoch, MonoTime deadline) {
   absl::MutexLock lock(&mu_);
   // Our epoch thread may still be building it (the requester's is built, so
   // ours is connected or moments away). Await re-checks at every unlock.
   const auto built = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return comm_epoch_ >= epoch;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&built), deadline);
+  AwaitUntil(&mu_, absl::Condition(&built), deadline);
   if (comm_epoch_ != epoch || comm_failed_ || replica_group_ == nullptr ||
       !replica_group_->AsyncError().ok()) {
     return nullptr;
@@ -2181,8 +2183,8 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
     absl::MutexLock lock(&mu_);
     recovering_ = true;
   }
-  const absl::Time started = absl::Now();
-  const absl::Time deadline = started + options_.recovery_timeout;
+  const MonoTime started = MonoNow();
+  const MonoTime deadline = started + options_.recovery_timeout;
   absl::Status last = absl::UnavailableError("no source in the plan");
   int last_source = -1;
   for (int source : plan.source_ranks()) {
@@ -2193,7 +2195,7 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
                  "shardd: shard copy from rank %d failed: %s; trying the "
                  "next source\n",
                  source, last.ToString().c_str());
-    if (client_->view().epoch != epoch || absl::Now() >= deadline) break;
+    if (client_->view().epoch != epoch || MonoNow() >= deadline) break;
   }
   absl::MutexLock lock(&mu_);
   recovering_ = false;
@@ -2299,7 +2301,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
 void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
                                 int factor) {
   if (!options_.probe_peer) return;
-  const absl::Time started = absl::Now();
+  const MonoTime started = MonoNow();
   const int source = plan.source_ranks(0);
   std::string address;
   for (const v1::MemberInfo& m : client_->view().members) {
@@ -2307,7 +2309,7 @@ void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
   }
   if (address.empty()) return;
   absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-      address, absl::Now() + absl::Seconds(2), /*include_model=*/true);
+      address, MonoNow() + absl::Seconds(2), /*include_model=*/true);
   if (!probe.ok() || !probe->registered() || !probe->has_model()) return;
   absl::StatusOr<core::ModelConfig> model =
       ProtoConvert::ModelFromProto(probe->model());
@@ -2320,7 +2322,7 @@ void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
   std::printf(
       "shardd rank %d: engine prepared in %.3f s while the epoch's "
       "communicators formed\n",
-      client_->rank(), absl::ToDoubleSeconds(absl::Now() - started));
+      client_->rank(), absl::ToDoubleSeconds(MonoNow() - started));
   std::fflush(stdout);
   absl::MutexLock lock(&mu_);
   prepared_ = PreparedEngine{.engine = std::move(*created),
@@ -2333,7 +2335,7 @@ void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
 
 absl::Status NodeManager::FetchFrom(int64_t epoch,
                                     const v1::ShardTransfer& plan, int source,
-                                    absl::Time deadline) {
+                                    MonoTime deadline) {
   if (!options_.fetch_shard || !options_.probe_peer) {
     return absl::FailedPreconditionError(
         "this daemon was started without a Peer client");
@@ -2346,7 +2348,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
     return absl::UnavailableError(
         absl::StrCat("source rank ", source, " is not a live member"));
   }
-  const absl::Time started = absl::Now();
+  const MonoTime started = MonoNow();
   int world = 0, factor = 0;
   // An engine prepared from this source's model (for this W and F), taken
   // here so that a failed attempt does not leave it half-written for the
@@ -2365,7 +2367,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   if (!prepared.has_value() || prepared->source != source) {
     // Its Probe said it holds the model; otherwise ask now.
     absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-        address, std::min(deadline, absl::Now() + absl::Seconds(2)),
+        address, std::min(deadline, MonoNow() + absl::Seconds(2)),
         /*include_model=*/false);
     if (!probe.ok()) return probe.status();
     if (!probe->registered()) {
@@ -2382,7 +2384,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   // it: it holds our shard index); else inside the stream.
   std::shared_ptr<comm::Collective> replica;
   if (options_.recovery_over_replica_group && factor > 0) {
-    replica = ReplicaGroupOf(epoch, absl::Now());
+    replica = ReplicaGroupOf(epoch, MonoNow());
   }
   if (replica != nullptr) {
     request.set_payload_over_replica_group(true);
@@ -2397,7 +2399,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
       [&](const v1::ShardHeader& header,
           int index) -> absl::StatusOr<uint8_t*> {
         if (engine == nullptr) {
-          const absl::Time t_create = absl::Now();
+          const MonoTime t_create = MonoNow();
           const bool was_prepared =
               prepared.has_value() &&
               prepared->fingerprint == header.model_fingerprint();
@@ -2419,14 +2421,14 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
           prepared.reset();
           mine = engine->StateSections();
           // bench/recovery splits the copy at this line: engine vs. stream.
-          std::printf("shardd rank %d: engine ready for the shard copy (%s)\n",
-                      client_->rank(),
-                      was_prepared
-                          ? "prepared during the rendezvous"
-                          : absl::StrFormat(
-                                "created in %.3f s",
-                                absl::ToDoubleSeconds(absl::Now() - t_create))
-                                .c_str());
+          std::printf(
+              "shardd rank %d: engine ready for the shard copy (%s)\n",
+              client_->rank(),
+              was_prepared
+                  ? "prepared during the rendezvous"
+                  : absl::StrFormat("created in %.3f s",
+                                    absl::ToDoubleSeconds(MonoNow() - t_create))
+                        .c_str());
           std::fflush(stdout);
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
@@ -2481,8 +2483,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
                   "group, which this request did not ask for");
             }
             comm::OpOptions op;
-            op.timeout =
-                std::max(deadline - absl::Now(), absl::Milliseconds(1));
+            op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
             for (const recovery::PayloadPiece& piece :
                  assembler.PendingPieces()) {
               recvs.push_back(replica->Recv(piece.data, piece.length,
@@ -2539,7 +2540,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
     last_step_.reset();
     ops_in_step_ = 0;
   }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  const double seconds = absl::ToDoubleSeconds(MonoNow() - started);
   std::printf(
       "shardd rank %d recovered shard %d at step %lld from rank %d: %lld "
       "bytes in %.3f s (%.1f MB/s, %s)\n",
@@ -2565,7 +2566,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
 }
 
 absl::Status NodeManager::WatchEvents(
-    const v1::WatchEventsRequest& request, absl::Time deadline,
+    const v1::WatchEventsRequest& request, MonoTime deadline,
     const std::function<bool(const v1::TrainerEvent&)>& send,
     const std::function<bool()>& cancelled) {
   if (request.after_sequence() < 0) {
@@ -2589,7 +2590,7 @@ absl::Status NodeManager::WatchEvents(
   }
   while (true) {
     if (cancelled()) return absl::CancelledError("the watcher cancelled");
-    const absl::Time now = absl::Now();
+    const MonoTime now = MonoNow();
     if (now >= deadline) {
       return absl::DeadlineExceededError("WatchEvents: deadline reached");
     }

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/core/model_config.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/checkpoint_catalog.h"
 #include "daemon/node/engine_backend.h"
@@ -72,12 +73,12 @@ struct NodeOptions {
   // message to `on_message` (whose error ends the stream).
   std::function<absl::Status(
       const std::string& peer_address, const v1::FetchShardRequest& request,
-      absl::Time deadline,
+      MonoTime deadline,
       const std::function<absl::Status(const v1::FetchShardResponse&)>&
           on_message)>
       fetch_shard;
   std::function<absl::StatusOr<v1::ProbeResponse>(
-      const std::string& peer_address, absl::Time deadline, bool include_model)>
+      const std::string& peer_address, MonoTime deadline, bool include_model)>
       probe_peer;
   // Probes many members' Peer service at once (PeerProbePool::ProbeAll in
   // shardd_main: one status per address, in order).
@@ -148,25 +149,25 @@ class NodeManager {
   int rank() const;
 
   absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
-      const v1::RegisterModelRequest& request, absl::Time deadline);
+      const v1::RegisterModelRequest& request, MonoTime deadline);
   absl::StatusOr<v1::GatherResponse> Gather(const v1::GatherRequest& request,
-                                            absl::Time deadline);
+                                            MonoTime deadline);
   absl::StatusOr<v1::ReleaseResponse> Release(
       const v1::ReleaseRequest& request);
   absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
-      const v1::ReduceGradRequest& request, absl::Time deadline);
+      const v1::ReduceGradRequest& request, MonoTime deadline);
   absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
-                                        absl::Time deadline);
+                                        MonoTime deadline);
   absl::StatusOr<v1::WaitReadyResponse> WaitReady(
-      const v1::WaitReadyRequest& request, absl::Time deadline);
+      const v1::WaitReadyRequest& request, MonoTime deadline);
   absl::StatusOr<v1::ExportStateResponse> ExportState(
-      const v1::ExportStateRequest& request, absl::Time deadline);
+      const v1::ExportStateRequest& request, MonoTime deadline);
   // Peer.FetchShard, source side: streams this rank's shard (parameters,
   // optimizer state, step) to a replacement with the same shard index,
   // calling `send` per message (false: the receiver went away). Status
   // codes as peer.proto documents.
   absl::Status ServeShard(
-      const v1::FetchShardRequest& request, absl::Time deadline,
+      const v1::FetchShardRequest& request, MonoTime deadline,
       const std::function<bool(const v1::FetchShardResponse&)>& send);
 
   // Trainer.WatchEvents: a snapshot (unless resuming after_sequence, while
@@ -174,7 +175,7 @@ class NodeManager {
   // `cancelled()`, the deadline (DEADLINE_EXCEEDED) or shutdown
   // (UNAVAILABLE). `send` false: the client went away (CANCELLED).
   absl::Status WatchEvents(
-      const v1::WatchEventsRequest& request, absl::Time deadline,
+      const v1::WatchEventsRequest& request, MonoTime deadline,
       const std::function<bool(const v1::TrainerEvent&)>& send,
       const std::function<bool()>& cancelled);
 
@@ -206,20 +207,19 @@ class NodeManager {
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (polling) until ready; DEADLINE_EXCEEDED at the deadline,
   // UNAVAILABLE when the daemon shuts down or its membership ended.
-  absl::StatusOr<int64_t> WaitUntilReady(absl::Time deadline,
-                                         int64_t min_epoch);
+  absl::StatusOr<int64_t> WaitUntilReady(MonoTime deadline, int64_t min_epoch);
   // The engine when a model is registered, else FAILED_PRECONDITION.
   absl::StatusOr<std::shared_ptr<StepEngine>> EngineOrError() const;
   // Maps a collective failure: marks the communicators failed, reports a
   // suspect to the coordinator when one is known, returns ABORTED.
   absl::Status OnCollectiveError(absl::string_view what, absl::Status status);
-  absl::Duration OpTimeout(absl::Time deadline) const;
+  absl::Duration OpTimeout(MonoTime deadline) const;
   v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::DataRef MakeRef(const UnitData& data, int unit) const;
   absl::Status ExchangeModel(int64_t epoch, const core::ModelConfig& model,
-                             absl::Time deadline);
+                             MonoTime deadline);
   // A StepEngine for `model` on this rank (layouts for F, optimizer, K).
   absl::StatusOr<std::unique_ptr<StepEngine>> CreateEngine(
       const core::ModelConfig& model, int world, int factor,
@@ -231,7 +231,7 @@ class NodeManager {
   absl::Status RecoverFromReplicas(int64_t epoch,
                                    const v1::ShardTransfer& plan);
   absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
-                         int source, absl::Time deadline);
+                         int source, MonoTime deadline);
   // The header (model, fingerprint, shard index) and sections of this
   // rank's state, for a transfer or a checkpoint. Needs mu_.
   // A replacement about to copy its shard: learns the model from the plan's
@@ -253,7 +253,7 @@ class NodeManager {
   // This epoch's replica group once this daemon has built it (waiting
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
-                                                   absl::Time deadline);
+                                                   MonoTime deadline);
   void DescribeShardLocked(const StepEngine& engine, v1::ShardHeader* header,
                            std::vector<recovery::SectionSource>* sources) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -332,7 +332,7 @@ class NodeManager {
   // The precomputed CRCs if they match the engine's current state (waiting
   // until `deadline` for a computation in progress); else empty.
   std::vector<uint32_t> PieceCrcsFor(const std::shared_ptr<StepEngine>& engine,
-                                     absl::Time deadline);
+                                     MonoTime deadline);
   absl::Mutex crc_mu_;
   std::optional<PieceCrcs> piece_crcs_ ABSL_GUARDED_BY(crc_mu_);
   bool crc_running_ ABSL_GUARDED_BY(crc_mu_) = false;

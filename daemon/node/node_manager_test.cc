@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/coordinator/in_process_coordinator.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shm_allocator.h"
 #include "daemon/node/cpu_engine_backend.h"
@@ -160,7 +161,7 @@ TEST(NodeManagerTest,
       *request.mutable_model() =
           Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2, r == 0 ? 4 : 5);
       got[r] =
-          c.nodes[r]->RegisterModel(request, absl::Now() + absl::Seconds(20));
+          c.nodes[r]->RegisterModel(request, MonoNow() + absl::Seconds(20));
     });
   }
   for (auto& t : threads) t.join();
@@ -233,7 +234,7 @@ TEST(NodeManagerTest, CudaIpcRefsCarryTheDevicesPciBusId) {
     return std::make_shared<IpcNamingBackend>(
         "/dev/shm", absl::StrCat("ipcname-", getpid(), "-", r));
   });
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const MonoTime deadline = MonoNow() + absl::Seconds(20);
   pb::RegisterModelRequest reg;
   *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_NO_SHARD, 1);
   ASSERT_TRUE(c.nodes[0]->RegisterModel(reg, deadline).ok());
@@ -285,7 +286,7 @@ TEST(NodeManagerTest, FailedRendezvousIsReportedAndTheNextEpochBecomesReady) {
     }
     return std::make_shared<CpuEngineBackend>("/dev/shm", prefix);
   });
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
   pb::RegisterModelRequest reg;
   *reg.mutable_model() = Model(pb::SHARDING_STRATEGY_FULL_SHARD, 2);
   std::vector<absl::Status> registered(2);
@@ -314,7 +315,7 @@ TEST(NodeManagerTest, NoShardTrainsWithInlineGradientsAndExportsFull) {
   std::vector<absl::Status> done(2);
   std::vector<std::vector<float>> params(2);
   std::vector<std::thread> threads;
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       NodeManager& node = *c.nodes[r];
@@ -395,7 +396,7 @@ TEST(NodeManagerTest, FullExportOfBf16UnitsWritesTheFp32Masters) {
   Cluster c = Start(2, 2);
   std::vector<absl::Status> done(2);
   std::vector<std::thread> threads;
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
   const std::string path = absl::StrCat(c.dir, "/bf16.safetensors");
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -466,7 +467,7 @@ absl::StatusOr<std::string> StreamShard(NodeManager& node, int shard_index) {
       });
   absl::Status added;
   const absl::Status served =
-      node.ServeShard(request, absl::Now() + absl::Seconds(10),
+      node.ServeShard(request, MonoNow() + absl::Seconds(10),
                       [&](const pb::FetchShardResponse& msg) {
                         added = assembler.Add(msg);
                         return added.ok();
@@ -487,7 +488,7 @@ std::string ReadFile(const std::string& path) {
 // One inline-gradient step of Model() on `node` (gradient depends on the
 // rank and the step).
 absl::Status TrainStep(NodeManager& node, int rank, int step,
-                       absl::Time deadline) {
+                       MonoTime deadline) {
   pb::GatherRequest g;
   g.set_unit(0);
   auto gathered = node.Gather(g, deadline);
@@ -516,7 +517,7 @@ Trained TrainAndExport(const BackendFor& backend) {
   Cluster c = Start(2, 2, backend, logs + "/commits-");
   std::vector<absl::Status> done(2);
   std::vector<std::thread> threads;
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const MonoTime deadline = MonoNow() + absl::Seconds(30);
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       NodeManager& node = *c.nodes[r];
@@ -616,7 +617,7 @@ class InProcessPeers {
   void Install(NodeOptions& o) {
     o.fetch_shard =
         [this](const std::string& address, const pb::FetchShardRequest& request,
-               absl::Time deadline,
+               MonoTime deadline,
                const std::function<absl::Status(const pb::FetchShardResponse&)>&
                    on_message) {
           NodeManager* node = Find(address);
@@ -630,14 +631,14 @@ class InProcessPeers {
           return received.ok() ? served : received;
         };
     o.probe_peer =
-        [this](const std::string& address, absl::Time,
+        [this](const std::string& address, MonoTime,
                bool include_model) -> absl::StatusOr<pb::ProbeResponse> {
       NodeManager* node = Find(address);
       if (node == nullptr) return absl::UnavailableError(address);
       return node->Probe(include_model);
     };
     o.probe_peers = [this](const std::vector<std::string>& addresses,
-                           absl::Time) {
+                           MonoTime) {
       std::vector<absl::Status> out;
       for (const std::string& address : addresses) {
         out.push_back(Find(address) != nullptr
@@ -692,7 +693,7 @@ TEST(NodeManagerTest, DeviceMemoryReplacementCopiesItsShardFromAReplica) {
     peers.Install(o);
     return NodeManager::Start(o);
   };
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const MonoTime deadline = MonoNow() + absl::Seconds(60);
   std::vector<std::unique_ptr<NodeManager>> nodes(2);
   std::vector<absl::Status> done(2);
   {

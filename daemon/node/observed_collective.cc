@@ -14,7 +14,7 @@ class ObservedWork : public comm::Work {
  public:
   ObservedWork(std::shared_ptr<comm::Work> inner,
                metrics::NodeObserver* observer, const char* op,
-               const std::string& group, int64_t bytes, absl::Time issued)
+               const std::string& group, int64_t bytes, MonoTime issued)
       : inner_(std::move(inner)),
         observer_(observer),
         op_(op),
@@ -34,8 +34,7 @@ class ObservedWork : public comm::Work {
     absl::MutexLock lock(&mu_);
     if (reported_) return;
     reported_ = true;
-    observer_->CollectiveDone(op_, group_, bytes_, absl::Now() - issued_,
-                              s.ok());
+    observer_->CollectiveDone(op_, group_, bytes_, MonoNow() - issued_, s.ok());
   }
 
   const std::shared_ptr<comm::Work> inner_;
@@ -43,7 +42,7 @@ class ObservedWork : public comm::Work {
   const char* const op_;
   const std::string group_;
   const int64_t bytes_;
-  const absl::Time issued_;
+  const MonoTime issued_;
   absl::Mutex mu_;
   bool reported_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -56,7 +55,7 @@ int64_t Total(const std::vector<int64_t>& counts) {
 
 std::shared_ptr<comm::Work> ObservedCollective::Observe(
     std::shared_ptr<comm::Work> work, const char* op, int64_t bytes,
-    absl::Time issued) {
+    MonoTime issued) {
   if (observer_ == nullptr) return work;
   return std::make_shared<ObservedWork>(std::move(work), observer_, op, group_,
                                         bytes, issued);
@@ -65,7 +64,7 @@ std::shared_ptr<comm::Work> ObservedCollective::Observe(
 std::shared_ptr<comm::Work> ObservedCollective::AllGather(
     const void* input, void* output, const std::vector<int64_t>& counts,
     core::DType dtype, const comm::OpOptions& options) {
-  const absl::Time issued = absl::Now();
+  const MonoTime issued = MonoNow();
   return Observe(inner_->AllGather(input, output, counts, dtype, options),
                  metrics::node_labels::kAllGather,
                  Total(counts) * core::DTypeSize(dtype), issued);
@@ -74,7 +73,7 @@ std::shared_ptr<comm::Work> ObservedCollective::AllGather(
 std::shared_ptr<comm::Work> ObservedCollective::ReduceScatter(
     const void* input, void* output, const std::vector<int64_t>& counts,
     core::DType dtype, comm::ReduceOp op, const comm::OpOptions& options) {
-  const absl::Time issued = absl::Now();
+  const MonoTime issued = MonoNow();
   return Observe(
       inner_->ReduceScatter(input, output, counts, dtype, op, options),
       metrics::node_labels::kReduceScatter,
@@ -84,7 +83,7 @@ std::shared_ptr<comm::Work> ObservedCollective::ReduceScatter(
 std::shared_ptr<comm::Work> ObservedCollective::AllReduce(
     void* buffer, int64_t count, core::DType dtype, comm::ReduceOp op,
     const comm::OpOptions& options) {
-  const absl::Time issued = absl::Now();
+  const MonoTime issued = MonoNow();
   return Observe(inner_->AllReduce(buffer, count, dtype, op, options),
                  metrics::node_labels::kAllReduce,
                  count * core::DTypeSize(dtype), issued);
@@ -93,7 +92,7 @@ std::shared_ptr<comm::Work> ObservedCollective::AllReduce(
 std::shared_ptr<comm::Work> ObservedCollective::Broadcast(
     void* buffer, int64_t count, core::DType dtype, int root,
     const comm::OpOptions& options) {
-  const absl::Time issued = absl::Now();
+  const MonoTime issued = MonoNow();
   return Observe(inner_->Broadcast(buffer, count, dtype, root, options),
                  metrics::node_labels::kBroadcast,
                  count * core::DTypeSize(dtype), issued);

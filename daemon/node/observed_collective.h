@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
 
 namespace shardd::node {
@@ -67,7 +68,7 @@ class ObservedCollective : public comm::Collective {
   // the calling thread (OpOptions::caller_waits).
   std::shared_ptr<comm::Work> Observe(std::shared_ptr<comm::Work> work,
                                       const char* op, int64_t bytes,
-                                      absl::Time issued);
+                                      MonoTime issued);
 
   const std::shared_ptr<comm::Collective> inner_;
   const std::string group_;

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/peer.grpc.pb.h"
@@ -41,12 +42,12 @@ absl::Status Named(const std::string& address, absl::Status s) {
 absl::Status PeerClient::FetchShard(
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     const std::string& peer_address, const v1::FetchShardRequest& request,
-    absl::Time deadline,
+    MonoTime deadline,
     const std::function<absl::Status(const v1::FetchShardResponse&)>&
         on_message) {
   std::unique_ptr<v1::Peer::Stub> stub = Connect(credentials, peer_address);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
+  rpc::SetDeadline(&context, deadline);
   std::unique_ptr<grpc::ClientReader<v1::FetchShardResponse>> reader =
       stub->FetchShard(&context, request);
   v1::FetchShardResponse message;
@@ -66,10 +67,10 @@ absl::Status PeerClient::FetchShard(
 
 absl::StatusOr<v1::ProbeResponse> PeerClient::Probe(
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    const std::string& peer_address, absl::Time deadline, bool include_model) {
+    const std::string& peer_address, MonoTime deadline, bool include_model) {
   std::unique_ptr<v1::Peer::Stub> stub = Connect(credentials, peer_address);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
+  rpc::SetDeadline(&context, deadline);
   v1::ProbeRequest request;
   request.set_from_rank(-1);
   request.set_include_model(include_model);

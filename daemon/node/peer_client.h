@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/security/credentials.h"
 #include "shardd/v1/peer.pb.h"
 
@@ -31,13 +32,13 @@ class PeerClient {
   static absl::Status FetchShard(
       const std::shared_ptr<grpc::ChannelCredentials>& credentials,
       const std::string& peer_address, const v1::FetchShardRequest& request,
-      absl::Time deadline,
+      MonoTime deadline,
       const std::function<absl::Status(const v1::FetchShardResponse&)>&
           on_message);
 
   static absl::StatusOr<v1::ProbeResponse> Probe(
       const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-      const std::string& peer_address, absl::Time deadline,
+      const std::string& peer_address, MonoTime deadline,
       bool include_model = false);
 };
 

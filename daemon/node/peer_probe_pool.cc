@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/peer.grpc.pb.h"
@@ -62,7 +64,7 @@ std::shared_ptr<grpc::Channel> PeerProbePool::ChannelFor(
 }
 
 std::vector<absl::Status> PeerProbePool::ProbeAll(
-    const std::vector<std::string>& addresses, absl::Time deadline) {
+    const std::vector<std::string>& addresses, MonoTime deadline) {
   const size_t n = addresses.size();
   auto outcomes = std::make_shared<Outcomes>();
   {
@@ -93,7 +95,7 @@ std::vector<absl::Status> PeerProbePool::ProbeAll(
   for (size_t i = 0; i < n; ++i) {
     Call* call = calls[i].get();
     call->stub = v1::Peer::NewStub(call->channel);
-    call->context.set_deadline(absl::ToChronoTime(deadline));
+    rpc::SetDeadline(&call->context, deadline);
     call->request.set_from_rank(-1);
     // The callback may run on this thread, before Probe returns.
     call->stub->async()->Probe(&call->context, &call->request, &call->response,
@@ -110,15 +112,15 @@ std::vector<absl::Status> PeerProbePool::ProbeAll(
   std::vector<bool> done;
   {
     absl::MutexLock lock(&outcomes->mu);
-    if (!outcomes->mu.AwaitWithDeadline(absl::Condition(&all_done),
-                                        deadline + kCallbackGrace)) {
+    if (!AwaitUntil(&outcomes->mu, absl::Condition(&all_done),
+                    deadline + kCallbackGrace)) {
       // Never seen: every call has its deadline. Cancelling brings the
       // callback at once.
       for (size_t i = 0; i < n; ++i) {
         if (!outcomes->done[i]) calls[i]->context.TryCancel();
       }
-      outcomes->mu.AwaitWithDeadline(absl::Condition(&all_done),
-                                     absl::Now() + kCallbackGrace);
+      AwaitUntil(&outcomes->mu, absl::Condition(&all_done),
+                 MonoNow() + kCallbackGrace);
     }
     statuses = outcomes->status;
     done = outcomes->done;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -44,7 +45,7 @@ class PeerProbePool {
   // callback). Returns one status per address, in order: OK when it
   // answered, else the error with the address in the message.
   std::vector<absl::Status> ProbeAll(const std::vector<std::string>& addresses,
-                                     absl::Time deadline);
+                                     MonoTime deadline);
 
   // Channels held now (for tests).
   int channels() const;

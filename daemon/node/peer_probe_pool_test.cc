@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/peer.grpc.pb.h"
@@ -106,7 +107,7 @@ class ProbeServer final : public v1::Peer::Service {
 
 class PeerProbePoolTest : public ::testing::Test {
  protected:
-  static absl::Time In(absl::Duration d) { return absl::Now() + d; }
+  static MonoTime In(absl::Duration d) { return MonoNow() + d; }
   PeerProbePool pool_;
 };
 

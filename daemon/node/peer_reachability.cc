@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
 
 namespace shardd::node {
 
@@ -49,13 +50,13 @@ void PeerReachability::Stop() {
 
 void PeerReachability::Loop() {
   while (true) {
-    const absl::Time next = absl::Now() + options_.interval;
+    const MonoTime next = MonoNow() + options_.interval;
     RunRound();
     absl::MutexLock lock(&mu_);
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_;
     };
-    mu_.AwaitWithDeadline(absl::Condition(&stopping), next);
+    AwaitUntil(&mu_, absl::Condition(&stopping), next);
     if (stopping_) return;
   }
 }
@@ -68,7 +69,7 @@ void PeerReachability::RunRound() {
   // All at once: a hung or cut-off peer costs its whole timeout, and must
   // not delay the verdict on the others.
   std::vector<absl::Status> results =
-      probe_(addresses, absl::Now() + options_.timeout);
+      probe_(addresses, MonoNow() + options_.timeout);
   if (results.size() != targets.size()) {
     results.assign(targets.size(),
                    absl::InternalError(absl::StrCat(

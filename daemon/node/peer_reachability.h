@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::node {
 
@@ -81,7 +82,7 @@ class PeerReachability {
   // per address, in order (PeerProbePool::ProbeAll in the daemon). A
   // result list of another length fails every probe of the round.
   using Probe = std::function<std::vector<absl::Status>(
-      const std::vector<std::string>& addresses, absl::Time deadline)>;
+      const std::vector<std::string>& addresses, MonoTime deadline)>;
   using Targets = std::function<std::vector<ProbeTarget>()>;
   using OnChange =
       std::function<void(const UnreachablePeerReport& peer, bool unreachable)>;

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -26,7 +27,7 @@ class PeerReachabilityTest : public ::testing::Test {
   std::unique_ptr<PeerReachability> Make() {
     return std::make_unique<PeerReachability>(
         options_,
-        [this](const std::vector<std::string>& addresses, absl::Time) {
+        [this](const std::vector<std::string>& addresses, MonoTime) {
           absl::MutexLock lock(&mu_);
           std::vector<absl::Status> out;
           for (const std::string& address : addresses) {
@@ -186,9 +187,9 @@ TEST_F(PeerReachabilityTest, ProbesEveryTargetAtOnceWithTheTimeout) {
   absl::Duration left;
   PeerReachability r(
       options_,
-      [&](const std::vector<std::string>& addresses, absl::Time deadline) {
+      [&](const std::vector<std::string>& addresses, MonoTime deadline) {
         calls.push_back(addresses);
-        left = deadline - absl::Now();
+        left = deadline - MonoNow();
         return std::vector<absl::Status>(addresses.size());
       },
       [this] {
@@ -208,7 +209,7 @@ TEST_F(PeerReachabilityTest, AResultOfTheWrongLengthFailsEveryProbe) {
   o.failures_to_report = 1;
   PeerReachability r(
       o,
-      [](const std::vector<std::string>&, absl::Time) {
+      [](const std::vector<std::string>&, MonoTime) {
         return std::vector<absl::Status>(1);  // Three asked.
       },
       [this] {

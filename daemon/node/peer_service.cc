@@ -1,5 +1,7 @@
 #include "daemon/node/peer_service.h"
 
+#include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::node {
@@ -24,11 +26,9 @@ grpc::Status PeerService::FetchShard(
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the daemon has not joined the coordinator yet");
   }
-  const auto client_deadline = context->deadline();
-  const absl::Time deadline =
-      client_deadline == std::chrono::system_clock::time_point::max()
-          ? absl::Now() + absl::Minutes(10)
-          : absl::FromChrono(client_deadline);
+  // A call without a deadline gets ten minutes.
+  const MonoTime deadline =
+      std::min(rpc::DeadlineOf(*context), MonoNow() + absl::Minutes(10));
   return rpc::ToGrpc(manager->ServeShard(
       *request, deadline, [&](const v1::FetchShardResponse& message) {
         return !context->IsCancelled() && writer->Write(message);

@@ -49,6 +49,7 @@
 #include "daemon/node/cuda/cuda_engine_backend.h"
 #endif
 #include "daemon/core/exit_status.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/node_manager.h"
@@ -210,9 +211,9 @@ int Run() {
   // whose socket still accepts until the kernel has torn down its memory
   // (tens of ms for GBs of shards): a served path gets a moment to go.
   {
-    const absl::Time until = absl::Now() + absl::Seconds(2);
+    const MonoTime until = MonoNow() + absl::Seconds(2);
     absl::Status free = rpc::CheckUnixSocketIsFree(socket_path);
-    while (absl::IsUnavailable(free) && absl::Now() < until) {
+    while (absl::IsUnavailable(free) && MonoNow() < until) {
       absl::SleepFor(absl::Milliseconds(10));
       free = rpc::CheckUnixSocketIsFree(socket_path);
     }
@@ -381,7 +382,7 @@ int Run() {
   options.fetch_shard =
       [channel_credentials](
           const std::string& peer_address, const v1::FetchShardRequest& request,
-          absl::Time deadline,
+          MonoTime deadline,
           const std::function<absl::Status(const v1::FetchShardResponse&)>&
               on_message) {
         return PeerClient::FetchShard(channel_credentials, peer_address,
@@ -391,11 +392,11 @@ int Run() {
   // manager, which calls it, is destroyed first).
   auto probe_pool = std::make_shared<PeerProbePool>(channel_credentials);
   options.probe_peers = [probe_pool](const std::vector<std::string>& addresses,
-                                     absl::Time deadline) {
+                                     MonoTime deadline) {
     return probe_pool->ProbeAll(addresses, deadline);
   };
   options.probe_peer = [channel_credentials](const std::string& peer_address,
-                                             absl::Time deadline,
+                                             MonoTime deadline,
                                              bool include_model) {
     return PeerClient::Probe(channel_credentials, peer_address, deadline,
                              include_model);
@@ -505,9 +506,8 @@ int Run() {
           // Keep answering for a moment so that the trainer hears the
           // reason (a trainer call answered DATA_LOSS), not a vanished
           // daemon; bounded, a trainer may be gone too.
-          const absl::Time until = absl::Now() + absl::Seconds(5);
-          while ((*manager)->job_failure_replies() == 0 &&
-                 absl::Now() < until) {
+          const MonoTime until = MonoNow() + absl::Seconds(5);
+          while ((*manager)->job_failure_replies() == 0 && MonoNow() < until) {
             absl::SleepFor(absl::Milliseconds(20));
           }
         }

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<ShmJanitor>> ShmJanitor::Start(
   if (janitor->interval_ > absl::ZeroDuration()) {
     ShmJanitor* self = janitor.get();
     janitor->thread_ = std::thread([self] {
-      while (!self->stop_.WaitForNotificationWithTimeout(self->interval_)) {
+      while (!self->stop_.WaitFor(self->interval_)) {
         self->SweepOnce();
       }
     });

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_notification.h"
 #include "daemon/memory/shm_owner_lock.h"
 #include "daemon/metrics/node_observer.h"
 
@@ -56,7 +56,7 @@ class ShmJanitor {
   std::unique_ptr<memory::ShmOwnerLock> lock_;
   std::atomic<int64_t> leftover_bytes_{0};
   std::atomic<int64_t> swept_bytes_{0};
-  absl::Notification stop_;
+  MonoNotification stop_;
   std::thread thread_;
 };
 

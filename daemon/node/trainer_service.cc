@@ -4,19 +4,15 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::node {
 namespace {
 
-absl::Time Deadline(const grpc::ServerContext* context) {
-  const auto deadline = context->deadline();
-  // No deadline arrives as a far-future time point.
-  if (deadline >=
-      std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
+MonoTime Deadline(const grpc::ServerContext* context) {
+  return rpc::DeadlineOf(*context);
 }
 
 // A failed call of a job that has failed says so (DATA_LOSS, terminal)
@@ -95,13 +91,8 @@ grpc::Status TrainerService::GetStatus(grpc::ServerContext*,
 grpc::Status TrainerService::WatchEvents(
     grpc::ServerContext* context, const v1::WatchEventsRequest* request,
     grpc::ServerWriter<v1::TrainerEvent>* writer) {
-  const auto client_deadline = context->deadline();
-  const absl::Time deadline =
-      client_deadline == std::chrono::system_clock::time_point::max()
-          ? absl::InfiniteFuture()
-          : absl::FromChrono(client_deadline);
   return rpc::ToGrpc(manager_->WatchEvents(
-      *request, deadline,
+      *request, rpc::DeadlineOf(*context),
       [&](const v1::TrainerEvent& event) { return writer->Write(event); },
       [&] { return context->IsCancelled(); }));
 }

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::rpc {
 
@@ -63,7 +65,7 @@ grpc::Status HealthService::Watch(
       };
       // Waits in slices so that a cancelled call is noticed.
       while (!changed() && !context->IsCancelled()) {
-        mu_.AwaitWithTimeout(absl::Condition(&changed), watch_poll_);
+        AwaitUntil(&mu_, absl::Condition(&changed), MonoNow() + watch_poll_);
       }
       if (context->IsCancelled()) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "Watch cancelled");

@@ -36,6 +36,7 @@
 #include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/coordinator/member_client.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/rpc/exclusive_port.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/peer.grpc.pb.h"
@@ -182,7 +183,7 @@ int Run() {
         [handled](const coordinator::MembershipView& v) {
           return v.epoch > handled && v.AllLive();
         },
-        absl::Now() + absl::Milliseconds(100));
+        MonoNow() + absl::Milliseconds(100));
     const coordinator::MembershipView now = (*client)->view();
     if (now.joins > joins) {
       joins = now.joins;

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::comm {
@@ -47,7 +49,7 @@ absl::Status CoordinatorStore::Set(absl::string_view key,
   request.set_value(std::string(value));
   request.set_rank(options_.rank);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   pb::RendezvousSetResponse response;
   const grpc::Status status =
       stub_->RendezvousSet(&context, request, &response);
@@ -61,7 +63,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(absl::string_view key) {
   request.set_epoch(epoch_);
   request.set_key(std::string(key));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   pb::RendezvousGetResponse response;
   const grpc::Status status =
       stub_->RendezvousGet(&context, request, &response);
@@ -81,7 +83,7 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
   request.set_epoch(epoch_);
   for (const std::string& key : keys) request.add_keys(key);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+  rpc::SetDeadline(&context, MonoNow() + wait);
   pb::RendezvousWaitResponse response;
   const grpc::Status status =
       stub_->RendezvousWait(&context, request, &response);
