@@ -20,6 +20,7 @@
 #include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/comm/nccl/nccl_unique_id.h"
 #include "daemon/comm/nccl/nccl_watchdog.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::comm::nccl {
 namespace {
@@ -123,7 +124,7 @@ std::shared_ptr<Work> FinishedWork(absl::Status status) {
 // request. `abort_requested` is called on every poll.
 template <typename AbortRequested>
 absl::Status AwaitNonBlocking(ncclComm_t comm, absl::string_view what,
-                              absl::Time started, absl::Duration timeout,
+                              MonoTime started, absl::Duration timeout,
                               AbortRequested abort_requested) {
   while (true) {
     ncclResult_t state = ncclInProgress;
@@ -131,7 +132,7 @@ absl::Status AwaitNonBlocking(ncclComm_t comm, absl::string_view what,
     PendingPoll poll;
     poll.started = started;
     poll.timeout = timeout;
-    poll.now = absl::Now();
+    poll.now = MonoNow();
     poll.async_error = polled == ncclSuccess ? Code(state) : Code(polled);
     poll.abort_requested = abort_requested();
     const WatchDecision decision = DecidePending(what, poll);
@@ -361,7 +362,7 @@ class NcclCollective : public Collective {
 
   // Runs one operation to completion or failure.
   void Run(PendingOp& op) {
-    const absl::Time started = absl::Now();
+    const MonoTime started = MonoNow();
     const std::string what =
         absl::StrCat("nccl ", OpKindName(op.plan.op), " #", op.seq, " (epoch ",
                      options_.epoch, ", group ", options_.group, ", rank ",
@@ -379,7 +380,7 @@ class NcclCollective : public Collective {
     }
     if (status.ok() && !op.plan.calls.empty())
       status = Watch(op, what, started);
-    const absl::Duration busy = absl::Now() - started;
+    const absl::Duration busy = MonoNow() - started;
     if (!status.ok()) {
       Fail(status, issued);
     }
@@ -439,7 +440,7 @@ class NcclCollective : public Collective {
   }
 
   absl::Status Issue(const PendingOp& op, absl::string_view what,
-                     absl::Time started) {
+                     MonoTime started) {
     int group_depth = 0;
     absl::Status status;
     for (const NcclCall& call : op.plan.calls) {
@@ -452,7 +453,7 @@ class NcclCollective : public Collective {
   }
 
   absl::Status IssueOne(const NcclCall& call, const PendingOp& op,
-                        absl::string_view what, absl::Time started,
+                        absl::string_view what, MonoTime started,
                         int& group_depth) {
     void* send = Resolve(call.send, op);
     void* recv = Resolve(call.recv, op);
@@ -540,7 +541,7 @@ class NcclCollective : public Collective {
   // Polls the event recorded after the operation and the communicator's
   // asynchronous error until the watchdog decides.
   absl::Status Watch(const PendingOp& op, absl::string_view what,
-                     absl::Time started) {
+                     MonoTime started) {
     while (true) {
       OpPoll poll;
       poll.started = started;
@@ -557,7 +558,7 @@ class NcclCollective : public Collective {
       const ncclResult_t polled = ncclCommGetAsyncError(comm_, &async);
       poll.async_error = polled == ncclSuccess ? Code(async) : Code(polled);
       poll.abort_requested = ErrorSnapshot();
-      poll.now = absl::Now();
+      poll.now = MonoNow();
       const WatchDecision decision = DecideOp(what, poll);
       if (decision.action == WatchAction::kDone) return absl::OkStatus();
       if (decision.action == WatchAction::kAbort) return decision.status;
@@ -577,9 +578,9 @@ class NcclCollective : public Collective {
     AbortComm();
     if (!issued) return;
     cudaEventRecord(event_, stream_);
-    const absl::Time deadline = absl::Now() + kDrainGrace;
+    const MonoTime deadline = MonoNow() + kDrainGrace;
     while (cudaEventQuery(event_) == cudaErrorNotReady &&
-           absl::Now() < deadline) {
+           MonoNow() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     cudaGetLastError();  // A "not ready" from the loop (see Watch).
@@ -605,7 +606,7 @@ class NcclCollective : public Collective {
       healthy = error_.ok() && !aborted_;
     }
     if (healthy) {
-      const absl::Time started = absl::Now();
+      const MonoTime started = MonoNow();
       ncclResult_t result = ncclCommFinalize(comm_);
       absl::Status finalized =
           result == ncclSuccess || result == ncclInProgress
@@ -628,10 +629,10 @@ class NcclCollective : public Collective {
     // Bounded: a stream that does not drain (a kernel the abort did not
     // stop) leaks its scratch and stream rather than hang the destructor or
     // free memory a kernel still uses.
-    const absl::Time deadline = absl::Now() + kDrainGrace;
+    const MonoTime deadline = MonoNow() + kDrainGrace;
     cudaError_t state;
     while ((state = cudaStreamQuery(stream_)) == cudaErrorNotReady &&
-           absl::Now() < deadline) {
+           MonoNow() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     cudaGetLastError();  // A "not ready" from the loop (see Watch).
@@ -688,7 +689,7 @@ absl::Status ValidateOptions(const NcclCollectiveOptions& options) {
 absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(
     const NcclCollectiveOptions& options, Store& store) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
-  const absl::Time started = absl::Now();
+  const MonoTime started = MonoNow();
   const std::string what =
       absl::StrCat("nccl communicator (epoch ", options.epoch, ", group ",
                    options.group, ", rank ", options.rank, "/", options.size,
@@ -745,9 +746,9 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(
                               absl::StrCat(what, ": ncclCommInitRankConfig"));
   }
   const absl::Duration remaining =
-      options.connect_timeout - (absl::Now() - started);
+      options.connect_timeout - (MonoNow() - started);
   if (absl::Status s = AwaitNonBlocking(
-          comm, absl::StrCat(what, ": ncclCommInitRankConfig"), absl::Now(),
+          comm, absl::StrCat(what, ": ncclCommInitRankConfig"), MonoNow(),
           remaining, [] { return absl::OkStatus(); });
       !s.ok()) {
     ncclCommAbort(comm);

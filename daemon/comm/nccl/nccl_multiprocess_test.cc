@@ -29,6 +29,7 @@
 #include "daemon/comm/nccl/nccl_collective.h"
 #include "daemon/comm/nccl/test_stores.h"
 #include "daemon/core/dtype.h"
+#include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
 
 namespace shardd::comm::nccl {
@@ -94,8 +95,8 @@ std::vector<int> RunRanks(int size, const RankBody& body,
   }
   std::vector<int> codes(size, -1);
   std::vector<bool> done(size, false);
-  const absl::Time hard_deadline = absl::Now() + absl::Seconds(120);
-  absl::Time kill_at = absl::InfiniteFuture();
+  const MonoTime hard_deadline = MonoNow() + absl::Seconds(120);
+  MonoTime kill_at = MonoTime::InfiniteFuture();
   int left = size;
   while (left > 0) {
     for (int r = 0; r < size; ++r) {
@@ -105,10 +106,10 @@ std::vector<int> RunRanks(int size, const RankBody& body,
         done[r] = true;
         --left;
         codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        if (r == 0) kill_at = absl::Now() + grace;
+        if (r == 0) kill_at = MonoNow() + grace;
       }
     }
-    if (left > 0 && (absl::Now() > kill_at || absl::Now() > hard_deadline)) {
+    if (left > 0 && (MonoNow() > kill_at || MonoNow() > hard_deadline)) {
       for (int r = 0; r < size; ++r) {
         if (!done[r]) kill(pids[r], SIGKILL);
       }
@@ -195,20 +196,20 @@ int SurvivorBody(Collective& comm) {
   CHILD_CHECK(cudaMalloc(&buf, 4096) == cudaSuccess);
   OpOptions options;
   options.timeout = absl::Seconds(3);
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   const absl::Status status =
       comm.AllReduce(buf, 1024, core::DType::kFloat32, ReduceOp::kSum, options)
           ->Wait();
-  const absl::Duration took = absl::Now() - start;
+  const absl::Duration took = MonoNow() - start;
   std::fprintf(stderr, "survivor: %s after %s\n", status.ToString().c_str(),
                absl::FormatDuration(took).c_str());
   CHILD_CHECK(status.code() == absl::StatusCode::kUnavailable ||
               status.code() == absl::StatusCode::kDeadlineExceeded);
   CHILD_CHECK(took < absl::Seconds(3) + absl::Seconds(3));
   CHILD_CHECK(comm.AsyncError() == status);
-  const absl::Time again = absl::Now();
+  const MonoTime again = MonoNow();
   CHILD_CHECK(comm.Barrier()->Wait() == status);
-  CHILD_CHECK(absl::Now() - again < absl::Seconds(1));
+  CHILD_CHECK(MonoNow() - again < absl::Seconds(1));
   CHILD_CHECK(comm.Stats().of(OpKind::kAllReduce).failures == 1);
   return 0;
 }

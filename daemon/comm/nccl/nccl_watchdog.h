@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 
 // The decisions of the NCCL backend's watchdog, as pure functions of what
 // it polled and an injected clock: whether an operation (or a non-blocking
@@ -54,9 +55,9 @@ struct WatchDecision {
 
 // What the worker observed about the running operation at `now`.
 struct OpPoll {
-  absl::Time started;  // when the operation started running
+  MonoTime started;  // when the operation started running
   absl::Duration timeout;
-  absl::Time now;
+  MonoTime now;
   // ncclCommGetAsyncError's result.
   NcclResultCode async_error = NcclResultCode::kSuccess;
   // cudaEventQuery of the event recorded after the operation's calls:
@@ -79,9 +80,9 @@ WatchDecision DecideOp(absl::string_view what, const OpPoll& poll);
 // keep waiting, at or past it -> abort with DEADLINE_EXCEEDED; any error ->
 // abort with NcclResultToStatus. A requested abort wins.
 struct PendingPoll {
-  absl::Time started;
+  MonoTime started;
   absl::Duration timeout;
-  absl::Time now;
+  MonoTime now;
   NcclResultCode async_error = NcclResultCode::kInProgress;
   absl::Status abort_requested;
 };

@@ -1,5 +1,6 @@
 #include "daemon/comm/nccl/nccl_watchdog.h"
 
+#include "daemon/core/mono_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -8,7 +9,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const absl::Time kStart = absl::FromUnixSeconds(1000);
+const MonoTime kStart = MonoTime::FromOrigin(absl::Seconds(1000));
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
 OpPoll Poll(absl::Duration elapsed) {

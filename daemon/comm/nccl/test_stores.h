@@ -12,6 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/comm/store.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/core/mono_time.h"
 
 // Stores for the tests of this package only (the project's InMemoryStore and
 // FileStore belong to the Gloo backend's package, which this one does not
@@ -35,13 +37,13 @@ class MapStore : public Store {
   }
   absl::Status Wait(const std::vector<std::string>& keys,
                     absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
+    const MonoTime deadline = MonoNow() + timeout;
     absl::MutexLock lock(&mu_);
     for (const std::string& key : keys) {
       auto set = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return values_.count(key) > 0;
       };
-      if (!mu_.AwaitWithDeadline(absl::Condition(&set), deadline)) {
+      if (!AwaitUntil(&mu_, absl::Condition(&set), deadline)) {
         return absl::DeadlineExceededError(key);
       }
     }
@@ -87,10 +89,10 @@ class DirStore : public Store {
   }
   absl::Status Wait(const std::vector<std::string>& keys,
                     absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
+    const MonoTime deadline = MonoNow() + timeout;
     for (const std::string& key : keys) {
       while (!std::ifstream(Path(key))) {
-        if (absl::Now() >= deadline) return absl::DeadlineExceededError(key);
+        if (MonoNow() >= deadline) return absl::DeadlineExceededError(key);
         absl::SleepFor(absl::Milliseconds(2));
       }
     }
