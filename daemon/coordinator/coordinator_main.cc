@@ -49,6 +49,7 @@
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/rpc/exclusive_port.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
@@ -284,7 +285,7 @@ int Run() {
   stop.Notify();
   ticker.join();
   health.Shutdown();  // NOT_SERVING; open Watch streams end.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(2)));
   health_server.reset();
   std::fprintf(stderr, "coordinator: stopped\n");
   return exit_status;

@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/peer_prober.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/rpc/exclusive_port.h"
+#include "daemon/rpc/grpc_deadline.h"
 
 namespace shardd::coordinator {
 
@@ -50,8 +52,7 @@ void InProcessCoordinator::Stop() {
   manager_->Shutdown();
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(500));
+  server_->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Milliseconds(500)));
   server_->Wait();
 }
 

@@ -60,6 +60,7 @@
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/rpc/exclusive_port.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
 #include "daemon/rpc/tls_config.h"
@@ -301,7 +302,7 @@ int Run() {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
         rpc::HealthServer::Start(health_listen, "health_listen", &health);
     if (!started.ok()) {
-      peer_server->Shutdown(std::chrono::system_clock::now());
+      peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
       return Fail(started.status().ToString());
     }
     health_server = *std::move(started);
@@ -419,7 +420,7 @@ int Run() {
   absl::StatusOr<std::unique_ptr<NodeManager>> manager =
       NodeManager::Start(options);
   if (!manager.ok()) {
-    peer_server->Shutdown(std::chrono::system_clock::now());
+    peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
     const int status =
         Fail(absl::StrCat("cannot join the coordinator at ", coordinator, ": ",
                           manager.status().ToString()));
@@ -531,14 +532,13 @@ int Run() {
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s);
   // those waiting for a ready epoch return at once.
   (*manager)->BeginShutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(5)));
   const absl::Status left = (*manager)->Shutdown("SIGTERM");
   if (!left.ok()) {
     std::fprintf(stderr, "shardd: leave: %s\n", left.ToString().c_str());
   }
   health.Shutdown();  // NOT_SERVING; open Watch streams end.
-  peer_server->Shutdown(std::chrono::system_clock::now() +
-                        std::chrono::seconds(1));
+  peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(1)));
   health_server.reset();
   manager->reset();  // Frees every buffer: segments are unlinked.
   unlink(socket_path.c_str());

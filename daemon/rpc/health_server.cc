@@ -6,7 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/rpc/exclusive_port.h"
+#include "daemon/rpc/grpc_deadline.h"
 
 namespace shardd::rpc {
 
@@ -40,8 +42,7 @@ HealthServer::HealthServer(std::unique_ptr<grpc::Server> server,
     : server_(std::move(server)), address_(std::move(address)), port_(port) {}
 
 HealthServer::~HealthServer() {
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(500));
+  server_->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Milliseconds(500)));
 }
 
 }  // namespace shardd::rpc
