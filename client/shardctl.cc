@@ -260,6 +260,13 @@ int Run(const std::vector<char*>& args) {
     return 2;
   }
   if (tls->enabled()) options.credentials = tls->ChannelCredentials();
+  if (absl::StatusOr<int> exposed = rpc::CheckPlaintextFromFlags(
+          "shardctl", *tls, {{"--socket", options.target}});
+      !exposed.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n",
+                 std::string(exposed.status().message()).c_str());
+    return 2;
+  }
   auto created = TrainerClient::Create(options);
   if (!created.ok()) {
     std::fprintf(stderr, "shardctl: %s\n",

@@ -141,6 +141,11 @@ int Run() {
     return Fail(server_credentials.status().ToString());
   }
   std::fprintf(stderr, "coordinator: %s\n", tls->Describe().c_str());
+  const absl::StatusOr<int> insecure_endpoints =
+      rpc::CheckPlaintextFromFlags("coordinator", *tls, {{"--listen", listen}});
+  if (!insecure_endpoints.ok()) {
+    return Fail(std::string(insecure_endpoints.status().message()));
+  }
   const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
   if (tls->enabled() && health_listen.empty()) {
     std::fprintf(stderr,
@@ -156,6 +161,7 @@ int Run() {
     observer =
         std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
   }
+  if (observer != nullptr) observer->InsecureEndpoints(*insecure_endpoints);
   CoordinatorOptions options;
   options.observer = observer.get();
   options.membership.world_size = absl::GetFlag(FLAGS_world_size);

@@ -83,6 +83,9 @@ class CoordinatorObserver {
   // shard lost without a usable checkpoint, or epochs failing without
   // progress. Called once with true; false is the initial state.
   virtual void JobFailed(bool /*failed*/, absl::string_view /*reason*/) {}
+  // How many of the coordinator's gRPC endpoints carry plaintext beyond
+  // this machine, allowed by --insecure (0: none).
+  virtual void InsecureEndpoints(int /*n*/) {}
 };
 
 }  // namespace shardd::metrics

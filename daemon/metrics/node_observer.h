@@ -97,6 +97,9 @@ class NodeObserver {
   // daemon's leftovers not yet removed, or files of unknown owners), as the
   // latest sweep found them.
   virtual void ShmLeftoverBytes(int64_t /*bytes*/) {}
+  // How many of this daemon's gRPC endpoints carry plaintext beyond this
+  // machine, allowed by --insecure (0: none; see rpc/plaintext_policy.h).
+  virtual void InsecureEndpoints(int /*n*/) {}
   // A sweep removed a dead daemon's files: how many and their bytes.
   virtual void ShmSwept(int64_t /*files*/, int64_t /*bytes*/) {}
 };

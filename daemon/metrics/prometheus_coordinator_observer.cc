@@ -110,6 +110,11 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
                  "Recoveries that had to use a checkpoint.");
   lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
                     "The lease members must renew within, in seconds.");
+  insecure_endpoints_ = NewGauge(
+      registry, "shardd_coordinator_insecure_endpoints",
+      "gRPC endpoints of the coordinator that carry plaintext beyond its "
+      "machine because it runs with --insecure (0 with TLS or loopback "
+      "only).");
   job_failed_ = NewGauge(
       registry, "shardd_coordinator_job_failed",
       "1 once the job has failed (terminal: a shard lost with no live replica "
@@ -173,6 +178,10 @@ void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {
 
 void PrometheusCoordinatorObserver::Lease(absl::Duration lease) {
   lease_->Set(absl::ToDoubleSeconds(lease));
+}
+
+void PrometheusCoordinatorObserver::InsecureEndpoints(int n) {
+  insecure_endpoints_->Set(std::max(n, 0));
 }
 
 void PrometheusCoordinatorObserver::JobFailed(bool failed,

@@ -52,6 +52,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
   void JobFailed(bool failed, absl::string_view reason) override;
+  void InsecureEndpoints(int n) override;
 
  private:
   prometheus::Gauge* epoch_;
@@ -70,6 +71,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;
   prometheus::Gauge* job_failed_;
+  prometheus::Gauge* insecure_endpoints_;
 };
 
 }  // namespace shardd::metrics

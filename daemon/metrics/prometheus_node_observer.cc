@@ -201,6 +201,10 @@ PrometheusNodeObserver::PrometheusNodeObserver(
   prefetch_used_ =
       NewCounter(registry, "shardd_prefetched_gathers_total",
                  "Gathers served by an earlier Gather's prefetch hint.");
+  insecure_endpoints_ = NewGauge(
+      registry, "shardd_insecure_endpoints",
+      "gRPC endpoints of this daemon that carry plaintext beyond its machine "
+      "because it runs with --insecure (0 with TLS or loopback only).");
   shm_leftover_bytes_ = NewGauge(
       registry, "shardd_shm_leftover_bytes",
       "Bytes in the shared-memory directory that no live daemon owns (a dead "
@@ -285,6 +289,10 @@ void PrometheusNodeObserver::PrefetchHint(absl::string_view result) {
 }
 
 void PrometheusNodeObserver::PrefetchUsed() { prefetch_used_->Increment(); }
+
+void PrometheusNodeObserver::InsecureEndpoints(int n) {
+  insecure_endpoints_->Set(std::max(n, 0));
+}
 
 void PrometheusNodeObserver::ShmLeftoverBytes(int64_t bytes) {
   shm_leftover_bytes_->Set(static_cast<double>(std::max<int64_t>(bytes, 0)));

@@ -60,6 +60,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void PrefetchHint(absl::string_view result) override;
   void PrefetchUsed() override;
   void ShmLeftoverBytes(int64_t bytes) override;
+  void InsecureEndpoints(int n) override;
   void ShmSwept(int64_t files, int64_t bytes) override;
 
  private:
@@ -87,6 +88,7 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* checkpoints_written_;
   prometheus::Counter* checkpoint_restores_;
   prometheus::Gauge* shm_leftover_bytes_;
+  prometheus::Gauge* insecure_endpoints_;
   prometheus::Counter* shm_swept_files_;
   prometheus::Counter* shm_swept_bytes_;
   std::shared_ptr<CheckpointAge> checkpoint_age_;

@@ -240,6 +240,14 @@ int Run() {
   const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
       tls->ChannelCredentials();
   std::fprintf(stderr, "shardd: %s\n", tls->Describe().c_str());
+  const absl::StatusOr<int> insecure_endpoints = rpc::CheckPlaintextFromFlags(
+      "shardd", *tls,
+      {{"--coordinator", coordinator},
+       {"--peer_listen", peer_flag},
+       {"--listen_tcp", absl::GetFlag(FLAGS_listen_tcp)}});
+  if (!insecure_endpoints.ok()) {
+    return Fail(std::string(insecure_endpoints.status().message()));
+  }
   const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
   if (tls->enabled() && health_listen.empty()) {
     std::fprintf(stderr,
@@ -256,6 +264,7 @@ int Run() {
     registry = std::make_shared<prometheus::Registry>();
     observer =
         std::make_unique<metrics::PrometheusNodeObserver>(*registry, kVersion);
+    observer->InsecureEndpoints(*insecure_endpoints);
     absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
         metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
                                       std::max(metrics_port, 0), registry);

@@ -1,11 +1,18 @@
 #include "daemon/rpc/tls_flags.h"
 
+#include <cstdio>
+
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this process; with --tls_key turns TLS "
           "on for the TCP gRPC APIs (empty: TLS off, plaintext)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(bool, insecure, false,
+          "allow plaintext gRPC (no TLS) on addresses beyond this machine: "
+          "anyone who reaches such a port can call it, so only on a network "
+          "you trust; without TLS and without this flag only loopback "
+          "addresses and Unix sockets are allowed");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate(s) that sign the other side's certificates: "
           "servers then require and verify client certificates (mutual "
@@ -23,6 +30,22 @@ TlsPaths TlsPathsFromFlags() {
 
 absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role) {
   return TlsConfig::Load(TlsPathsFromFlags(), role);
+}
+
+absl::StatusOr<int> CheckPlaintextFromFlags(
+    const char* who, const TlsConfig& tls,
+    const std::vector<Endpoint>& endpoints) {
+  std::vector<Endpoint> exposed;
+  absl::Status s = CheckPlaintextEndpoints(
+      endpoints, tls.enabled(), absl::GetFlag(FLAGS_insecure), &exposed);
+  if (!s.ok()) return s;
+  for (const Endpoint& e : exposed) {
+    std::fprintf(stderr,
+                 "%s: WARNING: --insecure: plaintext gRPC on %s=%s, beyond "
+                 "this machine; anyone who reaches it can call it\n",
+                 who, e.flag.c_str(), e.address.c_str());
+  }
+  return static_cast<int>(exposed.size());
 }
 
 }  // namespace shardd::rpc

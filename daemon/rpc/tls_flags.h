@@ -7,17 +7,23 @@
 //   --tls_key=PEM   its private key
 //   --tls_ca=PEM    the CA that signs the other side's certificates (on a
 //                   server: mutual TLS, client certificates required)
-// None given: TLS off (plaintext, as before).
+//   --insecure      allow plaintext gRPC beyond this machine (see
+//                   plaintext_policy.h)
+// None given: TLS off, plaintext only on loopback addresses and Unix
+// sockets.
 
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "daemon/rpc/plaintext_policy.h"
 #include "daemon/rpc/tls_config.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(bool, insecure);
 
 namespace shardd::rpc {
 
@@ -26,6 +32,14 @@ TlsPaths TlsPathsFromFlags();
 
 // TlsConfig::Load(TlsPathsFromFlags(), role).
 absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role);
+
+// CheckPlaintextEndpoints with `tls`'s mode and --insecure. Each endpoint
+// allowed only by --insecure gets a warning line on stderr, prefixed with
+// `who`. Returns how many there are (for the insecure-endpoints metric), or
+// the refusal.
+absl::StatusOr<int> CheckPlaintextFromFlags(
+    const char* who, const TlsConfig& tls,
+    const std::vector<Endpoint>& endpoints);
 
 }  // namespace shardd::rpc
 

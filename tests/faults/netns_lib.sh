@@ -211,7 +211,7 @@ nl_start_coordinator() {
     local n=${FL_COORD_N[$run]}
     local log="$d/coord-$n.log" port=${NL_PORT:-$((20000 + RANDOM % 12000))}
     ip netns exec "$NL_HUB" "$FL_COORDINATOR" \
-      --listen="$NL_COORD_HOST:$port" --world_size="$FL_W" \
+      --listen="$NL_COORD_HOST:$port" --insecure --world_size="$FL_W" \
       --sharding_factor="$FL_F" "$@" >"$log" 2>&1 &
     FL_COORD_PID=$!
     fl_pids+=($!)
@@ -259,7 +259,7 @@ nl_start_daemon_on() {
   if [[ $k -eq $r ]]; then sock="$d/s$r.sock"; else sock="$d/s$r-n$k.sock"; fi
   NL_SOCKET[$key]=$sock
   ip netns exec "$(nl_ns "$k")" "$FL_SHARDD" \
-    --coordinator="$NL_COORD_HOST:$FL_PORT" \
+    --coordinator="$NL_COORD_HOST:$FL_PORT" --insecure \
     --peer_listen="$(nl_data_ip "$k"):0" --identity=node-"$r" \
     --rank="$r" --listen_unix="$sock" --shm_dir="$d" \
     --commit_log="$d/commit-$r-$n.log" "${FL_DAEMON_FLAGS[@]}" "$@" \

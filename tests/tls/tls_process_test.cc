@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,9 +39,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "daemon/metrics/http_get.h"
 #include "daemon/rpc/grpc_status.h"
 #include "daemon/rpc/tls_config.h"
 #include "grpcpp/grpcpp.h"
@@ -656,6 +659,87 @@ TEST_F(TlsFlagsProcessTest, BadTlsFlagsStopBothBinariesAtStart) {
     ASSERT_TRUE(code.ok()) << code.status();
     EXPECT_EQ(*code, 2) << tls[0];
   }
+}
+
+// Secure by default: without TLS, a gRPC endpoint beyond this machine needs
+// --insecure. Each binary refuses at start (exit 2) naming the flag and the
+// way out; with --insecure the coordinator starts, warns, and says so in
+// its metrics.
+// `argv` run by /bin/sh with stderr joined to stdout (which Subprocess
+// reads); arguments single-quoted (none of ours contains a quote).
+std::vector<std::string> WithStderr(const std::vector<std::string>& argv) {
+  std::string command = "exec";
+  for (const std::string& a : argv) absl::StrAppend(&command, " '", a, "'");
+  return {"/bin/sh", "-c", absl::StrCat(command, " 2>&1")};
+}
+
+TEST_F(TlsFlagsProcessTest, PlaintextBeyondThisMachineNeedsInsecure) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{g_coordinator_binary, "--listen=0.0.0.0:0", "--world_size=2",
+        "--sharding_factor=2"},
+       "--listen=0.0.0.0:0"},
+      {{g_shardd_binary, "--coordinator=192.0.2.1:7070", "--identity=x",
+        absl::StrCat("--listen_unix=", dir_, "/x.sock")},
+       "--coordinator=192.0.2.1:7070"},
+      {{g_shardd_binary, "--coordinator=127.0.0.1:1", "--identity=x",
+        "--peer_listen=192.0.2.1:0",
+        absl::StrCat("--listen_unix=", dir_, "/x.sock")},
+       "--peer_listen=192.0.2.1:0"},
+      {{g_shardd_binary, "--coordinator=127.0.0.1:1", "--identity=x",
+        "--listen_tcp=0.0.0.0:0",
+        absl::StrCat("--listen_unix=", dir_, "/x.sock")},
+       "--listen_tcp=0.0.0.0:0"},
+      {{g_shardctl_binary, "--socket=192.0.2.1:7070", "status"},
+       "--socket=192.0.2.1:7070"},
+  };
+  for (const auto& [argv, named] : cases) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p =
+        Subprocess::Spawn(WithStderr(argv), "binary");
+    ASSERT_TRUE(p.ok()) << p.status();
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while ((*p)->ReadLine(deadline).ok()) {
+    }
+    absl::StatusOr<int> code = (*p)->Wait(deadline);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 2) << named;
+    const std::string out = absl::StrJoin((*p)->lines(), "\n");
+    EXPECT_NE(out.find(named + ": plaintext gRPC beyond this machine"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("--insecure"), std::string::npos) << out;
+  }
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> c = Subprocess::Spawn(
+      WithStderr({g_coordinator_binary, "--listen=0.0.0.0:0", "--insecure",
+                  "--world_size=2", "--sharding_factor=2", "--metrics_port=-1",
+                  "--metrics_address=127.0.0.1"}),
+      "coordinator");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int metrics_port = 0;
+  bool warned = false;
+  while (metrics_port == 0) {
+    absl::StatusOr<std::string> line = (*c)->ReadLine(deadline);
+    ASSERT_TRUE(line.ok()) << line.status();
+    if (line->find("WARNING: --insecure: plaintext gRPC on "
+                   "--listen=0.0.0.0:0") != std::string::npos) {
+      warned = true;
+    }
+    const size_t at = line->find("coordinator metrics on 127.0.0.1:");
+    if (at != std::string::npos) {
+      ASSERT_TRUE(absl::SimpleAtoi(
+          line->substr(at + strlen("coordinator metrics on 127.0.0.1:")),
+          &metrics_port));
+    }
+  }
+  EXPECT_TRUE(warned);
+  absl::StatusOr<std::string> page =
+      metrics::HttpGet("127.0.0.1", metrics_port, "/metrics", deadline);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_NE(page->find("\nshardd_coordinator_insecure_endpoints 1\n"),
+            std::string::npos);
+  (*c)->Signal(SIGTERM);
+  ASSERT_TRUE((*c)->Wait(deadline).ok());
 }
 
 }  // namespace
