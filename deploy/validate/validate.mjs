@@ -1,12 +1,14 @@
 // Offline validation of deploy/: renders the kustomize base and overlays
 // without kubectl, validates every object against the Kubernetes and
-// Prometheus Operator schemas (npm kubernetes-models and
-// @kubernetes-models/prometheus-operator), rejects unknown fields, and
-// checks what the schemas cannot: the shardd sidecar, the shared GPU claim,
-// the restricted securityContext, the probes, mutual TLS (flags, probes on
-// the plaintext health port, certificates from a read-only Secret), the job
-// shape, the alert rules and the Grafana dashboard against the metric names
-// the binaries export.
+// Prometheus Operator and cert-manager schemas (npm kubernetes-models,
+// @kubernetes-models/prometheus-operator, @kubernetes-models/cert-manager),
+// rejects unknown fields, and checks what the schemas cannot: the shardd
+// sidecar, the shared GPU claim, the restricted securityContext, the probes,
+// mutual TLS (flags, probes on the plaintext health port, certificates from
+// a read-only Secret, the cert-manager Certificate naming every dialled
+// host), the NetworkPolicies (every port a pod opens admits exactly its
+// intended peers), the job shape, the alert rules and the Grafana dashboard
+// against the metric names the binaries export.
 //
 //   node validate.mjs check                 every check; exit 1 on an error
 //   node validate.mjs render DIR            prints DIR's rendered YAML
@@ -148,6 +150,8 @@ const MERGE_KEYS = {
   claims: "name",
   imagePullSecrets: "name",
   tolerations: null,  // replaced (no merge key in Kubernetes either)
+  ingress: null,      // NetworkPolicy rules: replaced, as in Kubernetes
+  egress: null,
 };
 
 export function strategicMerge(base, patch, where = "", at = "") {
@@ -198,6 +202,7 @@ function clone(v) {
 
 const MODEL_PACKAGES = {
   "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
+  "cert-manager.io": "@kubernetes-models/cert-manager",
 };
 
 function modelModule(apiVersion) {
@@ -392,6 +397,9 @@ function readDts(file) {
         body.props.set("apiVersion", { k: "prim" });
         body.props.set("kind", { k: "prim" });
       }
+      // Other bases' fields are merged in when checked (an interface that
+      // only extends another, like cert-manager's IssuerSpec).
+      body.bases = bases.filter((b) => b !== "TypeMeta");
       info.decls.set(name, body);
       info.exports.set(name, name);
       i = p.i - 1;
@@ -433,6 +441,22 @@ function resolveRef(name, file, depth = 0) {
   return null;
 }
 
+// An object type's fields, its interface bases' included: name -> [type,
+// file it is declared in]; index: [type, file] or null.
+function objectMembers(type, file, depth = 0) {
+  const props = new Map();
+  let index = type.index ? [type.index, file] : null;
+  for (const base of depth < 8 ? type.bases ?? [] : []) {
+    const r = resolveRef(base, file);
+    if (!r || r[0].k !== "obj") continue;
+    const inherited = objectMembers(r[0], r[1], depth + 1);
+    for (const [k, v] of inherited.props) props.set(k, v);
+    index ??= inherited.index;
+  }
+  for (const [k, v] of type.props) props.set(k, [v, file]);
+  return { props, index };
+}
+
 function checkFields(value, type, file, at, errors) {
   if (value === null || value === undefined || !type) return;
   switch (type.k) {
@@ -449,14 +473,16 @@ function checkFields(value, type, file, at, errors) {
       if (isObject(value) && objects.length === 1) checkFields(value, objects[0], file, at, errors);
       return;
     }
-    case "obj":
+    case "obj": {
       if (!isObject(value)) return;
+      const { props, index } = objectMembers(type, file);
       for (const [key, v] of Object.entries(value)) {
-        if (type.props.has(key)) checkFields(v, type.props.get(key), file, `${at}.${key}`, errors);
-        else if (type.index) checkFields(v, type.index, file, `${at}.${key}`, errors);
+        if (props.has(key)) checkFields(v, props.get(key)[0], props.get(key)[1], `${at}.${key}`, errors);
+        else if (index) checkFields(v, index[0], index[1], `${at}.${key}`, errors);
         else errors.push(`${at}: unknown field '${key}'`);
       }
       return;
+    }
     default:
   }
 }
@@ -794,6 +820,339 @@ export function checkTls(objects) {
   return errors;
 }
 
+// ---------------------------------------------------------------------------
+// NetworkPolicies: who may connect to each port a pod opens.
+
+// Who must be able to connect to a port, by what opens it: a flag of the
+// binaries (`--NAME`, its port) or, for a port no flag opens, the
+// containerPort's name (`port NAME`). Peers: "trainer" (the job's trainer
+// pods), "coordinator" (its coordinator pod), "monitoring" (Prometheus'
+// namespace, one namespaceSelector). An empty list: no pod may connect; the
+// kubelet's probes come from the pod's node, which a NetworkPolicy does not
+// block. A port that nothing here names is an error: add its NetworkPolicy
+// rule and its entry.
+export const PORT_PEERS = {
+  "--listen": ["trainer"],                   // coordinator: Coordinator API
+  "--peer_listen": ["trainer", "coordinator"],  // shardd: Peer API (and Peer.Probe)
+  "--metrics_port": ["monitoring"],          // both: /metrics
+  "--health_listen": [],                     // both: plaintext health, the kubelet's
+  "--listen_tcp": [],                        // shardd: Trainer API over TCP (own pod)
+};
+
+// Gloo's TCP transport (the host of --peer_listen) listens on one port per
+// pair of ranks, picked by the kernel: the ephemeral range of the pod's
+// network namespace (net.ipv4.ip_local_port_range, 32768-60999 in a new
+// namespace unless the pod sets the sysctl). Only the daemon's own kind of
+// pod (its peers) may connect there, and since no fixed list of ports is
+// possible, those peers may reach every port of the pod.
+export const EPHEMERAL_PORTS = [32768, 60999];
+
+function ephemeralRange(spec) {
+  const s = (spec.securityContext?.sysctls ?? []).find((x) => x.name === "net.ipv4.ip_local_port_range");
+  const m = /^\s*(\d+)\s+(\d+)\s*$/.exec(s?.value ?? "");
+  return m ? [Number(m[1]), Number(m[2])] : EPHEMERAL_PORTS;
+}
+
+// Does a label selector (matchLabels, matchExpressions) select these labels?
+export function selectorMatches(sel, labels = {}) {
+  if (!sel) return false;
+  for (const [k, v] of Object.entries(sel.matchLabels ?? {})) if (labels[k] !== v) return false;
+  for (const e of sel.matchExpressions ?? []) {
+    const has = Object.hasOwn(labels, e.key);
+    const ok = {
+      In: () => has && (e.values ?? []).includes(labels[e.key]),
+      NotIn: () => !has || !(e.values ?? []).includes(labels[e.key]),
+      Exists: () => has,
+      DoesNotExist: () => !has,
+    }[e.operator];
+    if (!ok || !ok()) return false;
+  }
+  return true;
+}
+
+function emptySelector(sel) {
+  return Object.keys(sel?.matchLabels ?? {}).length === 0 && (sel?.matchExpressions ?? []).length === 0;
+}
+
+// The job's workloads: every pod template, with the peer class its pods are
+// ("trainer", "coordinator", or KIND/NAME for any other).
+function workloads(objects) {
+  const out = [];
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    let cls = `${o.kind}/${o.metadata.name}`;
+    if (o.kind === "StatefulSet" && o.metadata.name === "shardd-trainer") cls = "trainer";
+    if (o.kind === "Deployment" && o.metadata.name === "shardd-coordinator") cls = "coordinator";
+    out.push({ o, spec, cls, labels: o.spec.template?.metadata?.labels ?? o.metadata.labels ?? {}, ns: o.metadata.namespace });
+  }
+  return out;
+}
+
+// The peer classes one `from` list admits. Peers in another namespace are
+// "monitoring" (the selector is returned too, so that all agree).
+function peerClasses(from, policy, all) {
+  if (!from || from.length === 0) return [{ cls: "anywhere" }];
+  const out = [];
+  for (const p of from) {
+    if (p.ipBlock) {
+      out.push({ cls: `ipBlock ${p.ipBlock.cidr}` });
+    } else if (p.namespaceSelector) {
+      if (emptySelector(p.namespaceSelector)) out.push({ cls: p.podSelector && !emptySelector(p.podSelector) ? `pods ${JSON.stringify(p.podSelector)} of every namespace` : "every namespace" });
+      else out.push({ cls: "monitoring", selector: JSON.stringify({ ns: p.namespaceSelector, pods: p.podSelector ?? null }) });
+    } else if (p.podSelector) {
+      const matched = all.filter((w) => w.ns === policy.metadata.namespace && selectorMatches(p.podSelector, w.labels));
+      for (const w of matched) out.push({ cls: w.cls });
+      if (emptySelector(p.podSelector)) out.push({ cls: "every pod of the namespace" });
+      else if (matched.length === 0) out.push({ cls: `pods ${JSON.stringify(p.podSelector)} (no pod of the job)` });
+    }
+  }
+  return out;
+}
+
+function rulePortMatches(ports, port) {
+  if (!ports || ports.length === 0) return true;
+  return ports.some((p) => {
+    if ((p.protocol ?? "TCP") !== port.protocol) return false;
+    if (p.port === undefined) return true;
+    if (typeof p.port === "string" && !/^\d+$/.test(p.port)) return p.port === port.name;
+    const lo = Number(p.port);
+    return port.number >= lo && port.number <= (p.endPort ?? lo);
+  });
+}
+
+// The ingress policies of a workload's pods (ingress rules of policies in
+// its namespace whose podSelector selects them), or null when none does:
+// then every source may connect.
+function ingressRules(w, policies) {
+  const selecting = policies.filter((p) => p.metadata.namespace === w.ns && selectorMatches(p.spec?.podSelector ?? {}, w.labels) &&
+    (p.spec?.policyTypes ?? ["Ingress"]).includes("Ingress"));
+  return selecting.length === 0 ? null : selecting.flatMap((p) => (p.spec.ingress ?? []).map((rule) => ({ rule, policy: p })));
+}
+
+// What a broader peer class also lets in.
+const COVERS = {
+  anywhere: () => true,
+  "every namespace": () => true,
+  "every pod of the namespace": (c) => c === "trainer" || c === "coordinator",
+};
+
+function admits(got, cls) {
+  return got.has(cls) || [...got].some((g) => COVERS[g]?.(cls));
+}
+
+// The peer classes admitted to one port of a workload's pods.
+function admitted(w, rules, port, all, selectors) {
+  if (rules === null) return new Set(["anywhere"]);
+  const out = new Set();
+  for (const { rule, policy } of rules) {
+    if (!rulePortMatches(rule.ports, port)) continue;
+    for (const c of peerClasses(rule.from, policy, all)) {
+      out.add(c.cls);
+      if (c.selector) selectors.add(c.selector);
+    }
+  }
+  return out;
+}
+
+// Every port a workload's pods open, with who must and who may connect:
+// the listen flags of PORT_PEERS, every containerPort and probe port (each
+// must be one of those, or named in PORT_PEERS), and Gloo's ephemeral range
+// where a container has --peer_listen. Returns [ports, errors].
+function openPorts(w) {
+  const id = objectId(w.o);
+  const ports = [];
+  const errors = [];
+  const containers = [...(w.spec.initContainers ?? []), ...(w.spec.containers ?? [])];
+  let gloo = false;
+  for (const c of containers) {
+    for (const [key, peers] of Object.entries(PORT_PEERS)) {
+      if (!key.startsWith("--")) continue;
+      const name = key.slice(2);
+      const value = flag(c, name);
+      if (value === undefined) continue;
+      const number = name === "metrics_port" ? Number(value) : portOf(value);
+      if (name === "metrics_port" && number === 0) continue;  // off
+      if (!(number > 0 && number < 65536)) {
+        errors.push(`${id}: container ${c.name} --${name}=${value}: a NetworkPolicy can only cover a fixed port`);
+        continue;
+      }
+      const cp = (c.ports ?? []).find((p) => p.containerPort === number);
+      ports.push({ number, protocol: "TCP", name: cp?.name, what: `--${name} of container ${c.name}`, required: peers });
+    }
+    if (flag(c, "peer_listen") !== undefined) gloo = true;
+  }
+  const known = (n) => ports.some((p) => p.number === n);
+  for (const c of containers) {
+    for (const cp of c.ports ?? []) {
+      if (known(cp.containerPort)) continue;
+      const peers = PORT_PEERS[`port ${cp.name}`];
+      if (peers === undefined) {
+        errors.push(`${id}: containerPort ${cp.containerPort}${cp.name ? ` '${cp.name}'` : ""} of container ${c.name} is opened by no flag in PORT_PEERS and its name is not there either: nothing says who may connect (add its NetworkPolicy rule and its PORT_PEERS entry in deploy/validate/validate.mjs)`);
+      } else {
+        ports.push({ number: cp.containerPort, protocol: cp.protocol ?? "TCP", name: cp.name, what: `containerPort '${cp.name}' of container ${c.name}`, required: peers });
+      }
+    }
+    for (const kind of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+      const p = c[kind];
+      let port = p?.grpc?.port ?? p?.httpGet?.port ?? p?.tcpSocket?.port;
+      if (port === undefined) continue;
+      if (typeof port === "string") port = containers.flatMap((x) => x.ports ?? []).find((x) => x.name === port)?.containerPort;
+      if (!known(port) && !(c.ports ?? []).some((x) => x.containerPort === port && PORT_PEERS[`port ${x.name}`])) {
+        errors.push(`${id}: container ${c.name} ${kind} port ${port} is opened by no flag in PORT_PEERS: nothing says who may connect`);
+      }
+    }
+  }
+  const range = gloo ? ephemeralRange(w.spec) : null;
+  return [ports, errors, range];
+}
+
+function sorted(set) {
+  return [...set].sort();
+}
+
+// For every workload and every port its pods open: the NetworkPolicies
+// admit every peer that must connect and nobody else. Trainer pods (where
+// Gloo listens on ephemeral ports) may also admit each other on any port;
+// on Gloo's range they must, and only them.
+export function checkNetworkPolicies(objects) {
+  const errors = [];
+  const policies = objects.filter((o) => o.kind === "NetworkPolicy");
+  const all = workloads(objects);
+  const selectors = new Set();
+  for (const w of all) {
+    const id = objectId(w.o);
+    const rules = ingressRules(w, policies);
+    if (rules === null) errors.push(`${id}: no NetworkPolicy selects its pods: every port is open to anyone`);
+    const [ports, portErrors, range] = openPorts(w);
+    errors.push(...portErrors);
+    const extraOk = range ? [w.cls] : [];
+    for (const port of ports) {
+      const got = admitted(w, rules, port, all, selectors);
+      const missing = port.required.filter((c) => !admits(got, c));
+      const extra = sorted(got).filter((c) => !port.required.includes(c) && !extraOk.includes(c));
+      const where = `${id}: port ${port.number} (${port.what})`;
+      if (missing.length > 0) errors.push(`${where}: no NetworkPolicy admits ${missing.join(", ")}`);
+      if (extra.length > 0) errors.push(`${where}: NetworkPolicies also admit ${extra.join(", ")}; only ${[...port.required, ...extraOk].join(", ") || "the kubelet"} may connect`);
+    }
+    if (range) {
+      // Gloo: every port of the range, only the daemon's peers.
+      const missing = new Map();
+      const extra = new Map();
+      for (let n = range[0]; n <= range[1]; n++) {
+        if (ports.some((p) => p.number === n)) continue;
+        const got = admitted(w, rules, { number: n, protocol: "TCP" }, all, selectors);
+        if (!admits(got, w.cls) && !missing.has(w.cls)) missing.set(w.cls, n);
+        for (const c of got) if (c !== w.cls && !extra.has(c)) extra.set(c, n);
+      }
+      const where = `${id}: Gloo's ephemeral ports ${range[0]}-${range[1]} (the --peer_listen host)`;
+      for (const [c, n] of missing) errors.push(`${where}: no NetworkPolicy admits ${c} (port ${n} for one)`);
+      for (const [c, n] of extra) errors.push(`${where}: NetworkPolicies also admit ${c} (port ${n} for one); only ${w.cls} may connect`);
+    }
+  }
+  if (selectors.size > 1) errors.push(`the metrics ports admit ${selectors.size} different namespace selectors (${sorted(selectors).join(", ")}); use one for Prometheus' namespace`);
+  return errors;
+}
+
+// ---------------------------------------------------------------------------
+// cert-manager: the Certificate behind each TLS Secret the pods mount.
+
+const CERT_MANAGER = "cert-manager.io";
+
+function certManager(objects, kind) {
+  return objects.filter((o) => o.kind === kind && groupOf(o.apiVersion) === CERT_MANAGER);
+}
+
+// Is `host` covered by one of the certificate's DNS names (a `*.` wildcard
+// covers exactly one leftmost label, as gRPC's hostname verification does)?
+// A needed wildcard (every pod under a name) needs that wildcard itself.
+function dnsCovers(dnsNames, host) {
+  if (dnsNames.includes(host)) return true;
+  if (host.startsWith("*.")) return false;
+  const rest = host.slice(host.indexOf(".") + 1);
+  return host.includes(".") && dnsNames.includes(`*.${rest}`);
+}
+
+// A $(VAR) in an argument, as the pod expands it: $(POD_NAME) is any pod
+// (the wildcard), $(POD_NAMESPACE) the object's namespace, a literal env
+// value itself; anything else is unknown (null).
+function expandHost(host, c, namespace) {
+  let unknown = false;
+  const out = host.replace(/\$\((\w+)\)/g, (_, v) => {
+    const env = (c.env ?? []).find((e) => e.name === v);
+    const field = env?.valueFrom?.fieldRef?.fieldPath;
+    if (field === "metadata.name") return "*";
+    if (field === "metadata.namespace" && namespace) return namespace;
+    if (env?.value !== undefined) return env.value;
+    unknown = true;
+    return "";
+  });
+  return unknown ? null : out;
+}
+
+// cert-manager Certificates: each issued by a deployed Issuer (a CA
+// Issuer's Secret, when a Certificate here makes it, comes from an isCA
+// Certificate); and the Certificate that makes a TLS Secret the pods mount
+// names every host the binaries dial (the --coordinator hosts for the
+// coordinator's Secret, the --peer_listen host pattern for the daemons') and
+// allows server and client auth (every binary is both). Secrets that no
+// Certificate here makes (openssl, your own tooling) are not checked.
+export function checkCertificates(objects) {
+  const errors = [];
+  const certs = certManager(objects, "Certificate");
+  const issuers = certManager(objects, "Issuer");
+  for (const cert of certs) {
+    const ref = cert.spec?.issuerRef ?? {};
+    if ((ref.group ?? CERT_MANAGER) !== CERT_MANAGER || (ref.kind ?? "Issuer") !== "Issuer") continue;  // ClusterIssuer, external issuers
+    if (!issuers.some((i) => i.metadata.name === ref.name && i.metadata.namespace === cert.metadata.namespace)) {
+      errors.push(`${objectId(cert)}: issuerRef names Issuer '${ref.name}', which is not deployed in its namespace`);
+    }
+  }
+  for (const issuer of issuers) {
+    const caSecret = issuer.spec?.ca?.secretName;
+    const ca = caSecret && certs.find((c) => c.spec?.secretName === caSecret && c.metadata.namespace === issuer.metadata.namespace);
+    if (ca && ca.spec.isCA !== true) errors.push(`${objectId(issuer)}: signs with Secret ${caSecret}, made by ${objectId(ca)}, which is not a CA (isCA: true)`);
+  }
+  const dialled = new Set();  // --coordinator hosts
+  for (const o of objects) for (const c of podContainers(o)) if (flag(c, "coordinator") !== undefined) dialled.add(hostOf(flag(c, "coordinator")));
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const file = flag(c, "tls_cert");
+      if (file === undefined) continue;
+      const where = `${objectId(o)}: container ${c.name}`;
+      const mount = (c.volumeMounts ?? []).find((m) => file.startsWith(`${m.mountPath.replace(/\/$/, "")}/`));
+      const secret = (spec.volumes ?? []).find((v) => v.name === mount?.name)?.secret?.secretName;
+      const cert = certs.find((x) => x.spec?.secretName === secret && x.metadata.namespace === o.metadata.namespace);
+      if (!secret) continue;
+      if (!cert) {
+        const elsewhere = certs.find((x) => x.spec?.secretName === secret);
+        if (elsewhere) errors.push(`${where}: Secret ${secret} is made by ${objectId(elsewhere)}, in ${elsewhere.metadata.namespace ?? "no namespace (kubectl's current one)"}, not in the pod's namespace ${o.metadata.namespace}`);
+        continue;
+      }
+      const names = cert.spec.dnsNames ?? [];
+      const needed = [];
+      if (flag(c, "listen") !== undefined) needed.push(...[...dialled].map((h) => [h, "--coordinator of the daemons"]));
+      if (flag(c, "peer_listen") !== undefined) {
+        const host = expandHost(hostOf(flag(c, "peer_listen")), c, o.metadata.namespace);
+        if (host === null) errors.push(`${where}: --peer_listen ${flag(c, "peer_listen")}: cannot tell which host peers dial`);
+        else needed.push([host, "--peer_listen"]);
+      }
+      for (const [host, why] of needed) {
+        if (!dnsCovers(names, host)) errors.push(`${objectId(cert)}: dnsNames do not cover ${host} (${why} of ${where}), which clients dial and verify`);
+      }
+      const usages = cert.spec.usages;
+      if (usages !== undefined) {
+        for (const u of ["server auth", "client auth"]) {
+          if (!usages.includes(u)) errors.push(`${objectId(cert)}: usages lack '${u}' (${where} serves and dials with Secret ${secret})`);
+        }
+      }
+    }
+  }
+  return errors;
+}
+
 // Seconds of a Prometheus duration such as 1m30s.
 export function parseDuration(d) {
   const units = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800, y: 31536000 };
@@ -1022,7 +1381,8 @@ export function dashboardAsRules(file) {
 export const KUSTOMIZATIONS = {
   base: path.join(DEPLOY, "k8s/base"),
   example: path.join(DEPLOY, "k8s/overlays/example"),
-  mtls: path.join(DEPLOY, "k8s/overlays/mtls"),
+  production: path.join(DEPLOY, "k8s/overlays/production"),
+  plaintext: path.join(DEPLOY, "k8s/overlays/plaintext"),
 };
 
 // Every check on every kustomization; errors as strings.
@@ -1040,7 +1400,8 @@ export async function checkAll() {
     const tag = (list) => list.map((e) => `${name}: ${e}`);
     errors.push(...tag(await validateSchemas(objects)), ...tag(checkSidecar(objects)),
       ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkTls(objects)),
-      ...tag(checkJob(objects)), ...tag(checkRules(objects)));
+      ...tag(checkJob(objects)), ...tag(checkRules(objects)), ...tag(checkNetworkPolicies(objects)),
+      ...tag(checkCertificates(objects)));
     if (name !== "base") errors.push(...tag(checkImagesPinned(objects)));
   }
   return errors;

@@ -1,5 +1,6 @@
 // Offline validation of deploy/ (node --test; run by manifests_test.sh).
-// The kustomize base and the overlays (example, mtls) are rendered without kubectl,
+// The kustomize base and the overlays (example, plaintext, production) are
+// rendered without kubectl,
 // every object is validated against the Kubernetes / Prometheus Operator
 // schemas with unknown fields refused, and the shardd rules are checked.
 // Each check also has a case that breaks the input on purpose and expects
@@ -24,13 +25,20 @@ function tmpDir() {
   return fs.mkdtempSync(path.join(process.env.TEST_TMPDIR ?? os.tmpdir(), "deploy-"));
 }
 
-for (const name of ["base", "example", "mtls"]) {
+for (const name of ["base", "example", "plaintext", "production"]) {
   describe(`kustomization ${name}`, () => {
-    test("renders the coordinator, trainer, GPU claim, services, monitors and rules", () => {
+    test("renders the coordinator, trainer, GPU claim, services, monitors, rules and NetworkPolicies (production: and cert-manager's)", () => {
       const kinds = render(name).map((o) => `${o.kind}/${o.metadata.name}`).sort();
+      const certManager = name === "production"
+        ? ["Certificate/shardd-ca", "Certificate/shardd-tls", "Issuer/shardd-ca", "Issuer/shardd-selfsigned"]
+        : [];
       assert.deepEqual(kinds, [
+        ...certManager,
         "ConfigMap/shardd-job",
         "Deployment/shardd-coordinator",
+        "NetworkPolicy/shardd-coordinator",
+        "NetworkPolicy/shardd-metrics",
+        "NetworkPolicy/shardd-trainer",
         "PodMonitor/shardd",
         "PrometheusRule/shardd",
         "ResourceClaimTemplate/shardd-gpu",
@@ -38,7 +46,7 @@ for (const name of ["base", "example", "mtls"]) {
         "Service/shardd-peers",
         "ServiceMonitor/shardd-coordinator",
         "StatefulSet/shardd-trainer",
-      ]);
+      ].sort());
     });
     test("every object validates against its schema, with no unknown field", async () => {
       assert.deepEqual(await v.validateSchemas(render(name)), []);
@@ -60,6 +68,12 @@ for (const name of ["base", "example", "mtls"]) {
     });
     test("the PrometheusRule carries exactly the groups of alerts.yml", () => {
       assert.deepEqual(v.checkRules(render(name)), []);
+    });
+    test("NetworkPolicies admit exactly the intended peers to every port a pod opens", () => {
+      assert.deepEqual(v.checkNetworkPolicies(render(name)), []);
+    });
+    test("cert-manager: issuers deployed, the TLS Secret's Certificate names every dialled host", () => {
+      assert.deepEqual(v.checkCertificates(render(name)), []);
     });
   });
 }
@@ -102,10 +116,10 @@ describe("example overlay", () => {
   });
 });
 
-describe("mtls overlay", () => {
+describe("production overlay (mutual TLS)", () => {
   const tlsFlags = ["--tls_cert=/etc/shardd/tls/tls.crt", "--tls_key=/etc/shardd/tls/tls.key", "--tls_ca=/etc/shardd/tls/ca.crt", "--health_listen=0.0.0.0:7072"];
   test("inherits the example: namespace, W = 8, pinned images, monitor labels", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     for (const o of objects) assert.equal(o.metadata.namespace, "ml-training", `${o.kind}/${o.metadata.name}`);
     assert.equal(trainerOf(objects).spec.replicas, 8);
     assert.equal(sidecarOf(objects).resources.limits.memory, "20Gi");
@@ -113,7 +127,7 @@ describe("mtls overlay", () => {
     assert.equal(objects.find((o) => o.kind === "PodMonitor").metadata.labels.release, "kube-prometheus-stack");
   });
   test("turns on mutual TLS in the coordinator and the sidecar, not in the trainer", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     for (const c of [coordinatorOf(objects), sidecarOf(objects)]) {
       for (const f of tlsFlags) assert.ok(c.args.includes(f), `${c.name}: ${f}`);
     }
@@ -122,7 +136,7 @@ describe("mtls overlay", () => {
   });
   test("keeps the base's other arguments", () => {
     const base = render("base");
-    const objects = render("mtls");
+    const objects = render("production");
     for (const [c, b] of [[coordinatorOf(objects), coordinatorOf(base)], [sidecarOf(objects), sidecarOf(base)]]) {
       const rest = c.args.filter((a) => !tlsFlags.includes(a));
       const changed = b.args.filter((a) => !rest.includes(a));
@@ -133,7 +147,7 @@ describe("mtls overlay", () => {
   });
   test("moves every gRPC probe to the health port 7072, with the base's services", () => {
     const base = render("base");
-    const objects = render("mtls");
+    const objects = render("production");
     for (const [c, b] of [[coordinatorOf(objects), coordinatorOf(base)], [sidecarOf(objects), sidecarOf(base)]]) {
       assert.ok(c.ports.some((p) => p.name === "health" && p.containerPort === 7072), c.name);
       assert.ok(c.ports.some((p) => p.name === "metrics" && p.containerPort === 9090), `${c.name}: the base's ports stay`);
@@ -146,7 +160,7 @@ describe("mtls overlay", () => {
     }
   });
   test("mounts Secret shardd-tls read-only, mode 0440, readable through fsGroup 65532", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     for (const o of objects.filter((x) => ["Deployment", "StatefulSet"].includes(x.kind))) {
       const spec = o.spec.template.spec;
       assert.equal(spec.securityContext.fsGroup, 65532, o.kind);
@@ -156,43 +170,74 @@ describe("mtls overlay", () => {
       assert.deepEqual(c.volumeMounts.find((m) => m.name === "shardd-tls"), { name: "shardd-tls", mountPath: "/etc/shardd/tls", readOnly: true });
     }
   });
+  test("cert-manager issues Secret shardd-tls in the pods' namespace: self-signed issuer, CA, CA issuer, server and client auth", () => {
+    const objects = render("production");
+    const cm = objects.filter((o) => o.apiVersion === "cert-manager.io/v1");
+    for (const o of cm) assert.equal(o.metadata.namespace, "ml-training", `${o.kind}/${o.metadata.name}`);
+    const byName = (kind, name) => cm.find((o) => o.kind === kind && o.metadata.name === name);
+    assert.deepEqual(byName("Issuer", "shardd-selfsigned").spec, { selfSigned: {} });
+    assert.equal(byName("Certificate", "shardd-ca").spec.isCA, true);
+    assert.equal(byName("Certificate", "shardd-ca").spec.issuerRef.name, "shardd-selfsigned");
+    assert.deepEqual(byName("Issuer", "shardd-ca").spec, { ca: { secretName: "shardd-ca" } });
+    const tls = byName("Certificate", "shardd-tls");
+    assert.equal(tls.spec.secretName, "shardd-tls");
+    assert.equal(tls.spec.issuerRef.name, "shardd-ca");
+    for (const u of ["server auth", "client auth"]) assert.ok(tls.spec.usages.includes(u), u);
+    assert.ok(tls.spec.dnsNames.includes("shardd-coordinator"));
+    assert.ok(tls.spec.dnsNames.includes("*.shardd-peers.ml-training.svc.cluster.local"));
+  });
+});
+
+describe("plaintext overlay", () => {
+  test("is the example, object for object: no TLS flag, no TLS Secret, no cert-manager object", () => {
+    const objects = render("plaintext");
+    assert.deepEqual(objects, render("example"));
+    for (const o of objects) {
+      for (const c of [...(o.spec?.template?.spec?.initContainers ?? []), ...(o.spec?.template?.spec?.containers ?? [])]) {
+        assert.equal(v.flag(c, "tls_cert"), undefined, c.name);
+      }
+    }
+  });
+  test("keeps the NetworkPolicies", () => {
+    assert.equal(render("plaintext").filter((o) => o.kind === "NetworkPolicy").length, 3);
+  });
 });
 
 describe("TLS checks fail when", () => {
   const without = (c, name) => { c.args = c.args.filter((a) => !a.startsWith(`--${name}=`)); };
   test("a probe targets the TLS peer port", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     sidecarOf(objects).readinessProbe.grpc.port = 7071;
     assert.deepEqual(v.checkTls(objects), [
       "StatefulSet/ml-training/shardd-trainer: container shardd: readinessProbe.grpc.port 7071 is the TLS port of --peer_listen, which refuses the kubelet's plaintext probe; must be the --health_listen port 7072",
     ]);
   });
   test("a probe targets the coordinator's TLS API port", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     coordinatorOf(objects).livenessProbe.grpc.port = 7070;
     const errors = v.checkTls(objects);
     assert.ok(some(errors, /Deployment\/ml-training\/shardd-coordinator: container coordinator: livenessProbe.grpc.port 7070 is the TLS port of --listen/), errors.join("\n"));
   });
   test("--tls_ca is missing", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     without(sidecarOf(objects), "tls_ca");
     const errors = v.checkTls(objects);
     assert.ok(some(errors, /container shardd: --tls_cert without --tls_ca \(.*not mutual\)/), errors.join("\n"));
   });
   test("--tls_key is missing", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     without(coordinatorOf(objects), "tls_key");
     assert.ok(some(v.checkTls(objects), /container coordinator: --tls_cert without --tls_key/));
   });
   test("--health_listen is missing", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     without(coordinatorOf(objects), "health_listen");
     assert.deepEqual(v.checkTls(objects), [
       "Deployment/ml-training/shardd-coordinator: container coordinator: --tls_cert without --health_listen: the kubelet's plaintext gRPC probes cannot reach a TLS port",
     ]);
   });
   test("a certificate path is not under a Secret mount", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     const c = sidecarOf(objects);
     c.args = c.args.map((a) => (a.startsWith("--tls_cert=") ? "--tls_cert=/tmp/tls.crt" : a));
     c.args = c.args.map((a) => (a.startsWith("--tls_ca=") ? "--tls_ca=/etc/ssl/ca.crt" : a));
@@ -201,12 +246,12 @@ describe("TLS checks fail when", () => {
     assert.ok(some(errors, /container shardd: --tls_ca \/etc\/ssl\/ca.crt is not under a volumeMount/), errors.join("\n"));
   });
   test("the Secret mount is writable", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     delete sidecarOf(objects).volumeMounts.find((m) => m.name === "shardd-tls").readOnly;
     assert.ok(some(v.checkTls(objects), /container shardd: --tls_key \/etc\/shardd\/tls\/tls.key: mount \/etc\/shardd\/tls must be readOnly/));
   });
   test("the container's user cannot read the Secret's files", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     const coordinator = objects.find((o) => o.kind === "Deployment");
     delete coordinator.spec.template.spec.securityContext.fsGroup;
     const errors = v.checkTls(objects);
@@ -214,7 +259,7 @@ describe("TLS checks fail when", () => {
     assert.ok(!some(errors, /container shardd/), "the trainer pod keeps its fsGroup");
   });
   test("the daemon registers its pod IP as its peer address", () => {
-    const objects = render("mtls");
+    const objects = render("production");
     const c = sidecarOf(objects);
     c.args = c.args.map((a) => (a.startsWith("--peer_listen=") ? "--peer_listen=$(POD_IP):7071" : a));
     assert.ok(some(v.checkTls(objects), /container shardd: --peer_listen host \$\(POD_IP\): .*cannot name every pod IP/));
@@ -226,12 +271,136 @@ describe("TLS checks fail when", () => {
   });
 });
 
+describe("NetworkPolicy checks", () => {
+  const policy = (objects, name) => objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === name);
+  const ns = "StatefulSet/ml-training/shardd-trainer";
+  const coord = "Deployment/ml-training/shardd-coordinator";
+  test("the base's policies, port by port", () => {
+    const objects = render("base");
+    const rules = (name) => policy(objects, name).spec.ingress.map((r) => ({ from: r.from.map((f) => f.podSelector?.matchLabels ?? f.namespaceSelector.matchLabels), ports: r.ports }));
+    assert.deepEqual(rules("shardd-coordinator"), [{ from: [{ "app.kubernetes.io/name": "shardd-trainer" }], ports: [{ protocol: "TCP", port: 7070 }] }]);
+    assert.deepEqual(rules("shardd-trainer"), [
+      { from: [{ "app.kubernetes.io/name": "shardd-trainer" }], ports: [{ protocol: "TCP" }] },
+      { from: [{ "app.kubernetes.io/name": "shardd-coordinator" }], ports: [{ protocol: "TCP", port: 7071 }] },
+    ]);
+    assert.deepEqual(rules("shardd-metrics"), [{ from: [{ "kubernetes.io/metadata.name": "monitoring" }], ports: [{ protocol: "TCP", port: 9090 }] }]);
+  });
+  test("fail when the coordinator may no longer probe the peer port", () => {
+    const objects = render("production");
+    policy(objects, "shardd-trainer").spec.ingress.pop();
+    assert.deepEqual(v.checkNetworkPolicies(objects), [`${ns}: port 7071 (--peer_listen of container shardd): no NetworkPolicy admits coordinator`]);
+  });
+  test("fail when trainer pods may not reach each other's Gloo ports", () => {
+    const objects = render("production");
+    policy(objects, "shardd-trainer").spec.ingress.shift();
+    const errors = v.checkNetworkPolicies(objects);
+    assert.ok(some(errors, /port 7071 \(--peer_listen of container shardd\): no NetworkPolicy admits trainer/), errors.join("\n"));
+    assert.ok(some(errors, /Gloo's ephemeral ports 32768-60999 .*: no NetworkPolicy admits trainer \(port 32768 for one\)/), errors.join("\n"));
+  });
+  test("fail when the Gloo range is cut short, pass when it is narrowed to exactly 7071 and the ephemeral range", () => {
+    const objects = render("production");
+    policy(objects, "shardd-trainer").spec.ingress[0].ports = [{ protocol: "TCP", port: 7071 }, { protocol: "TCP", port: 32768, endPort: 60999 }];
+    assert.deepEqual(v.checkNetworkPolicies(objects), []);
+    policy(objects, "shardd-trainer").spec.ingress[0].ports[1].endPort = 40000;
+    assert.deepEqual(v.checkNetworkPolicies(objects), [`${ns}: Gloo's ephemeral ports 32768-60999 (the --peer_listen host): no NetworkPolicy admits trainer (port 40001 for one)`]);
+  });
+  test("fail when a rule admits more than the intended peers", () => {
+    const objects = render("production");
+    delete policy(objects, "shardd-coordinator").spec.ingress[0].from;
+    policy(objects, "shardd-metrics").spec.ingress[0].from[0].namespaceSelector = {};
+    policy(objects, "shardd-trainer").spec.ingress[1].ports = [{ protocol: "TCP" }];
+    const errors = v.checkNetworkPolicies(objects);
+    assert.ok(errors.includes(`${coord}: port 7070 (--listen of container coordinator): NetworkPolicies also admit anywhere; only trainer may connect`), errors.join("\n"));
+    assert.ok(errors.includes(`${coord}: port 9090 (--metrics_port of container coordinator): NetworkPolicies also admit every namespace; only monitoring may connect`), errors.join("\n"));
+    assert.ok(errors.includes(`${ns}: port 7072 (--health_listen of container shardd): NetworkPolicies also admit coordinator; only trainer may connect`), errors.join("\n"));
+    assert.ok(some(errors, /Gloo's ephemeral ports .*: NetworkPolicies also admit coordinator/), errors.join("\n"));
+  });
+  test("fail when a port is added without a rule, or a listen flag moves", () => {
+    const objects = render("production");
+    trainerContainerOf(objects).ports = [{ name: "tensorboard", containerPort: 6006 }];
+    const c = coordinatorOf(objects);
+    c.args = c.args.map((a) => (a.startsWith("--metrics_port=") ? "--metrics_port=9100" : a));
+    c.ports.find((p) => p.name === "metrics").containerPort = 9100;
+    const errors = v.checkNetworkPolicies(objects);
+    assert.ok(some(errors, /containerPort 6006 'tensorboard' of container trainer is opened by no flag in PORT_PEERS/), errors.join("\n"));
+    assert.ok(errors.includes(`${coord}: port 9100 (--metrics_port of container coordinator): no NetworkPolicy admits monitoring`), errors.join("\n"));
+  });
+  test("fail when no policy selects the pods, or a listen port is not fixed", () => {
+    const objects = render("plaintext").filter((o) => o.kind !== "NetworkPolicy");
+    sidecarOf(objects).args.push("--listen_tcp=0.0.0.0:0");
+    const errors = v.checkNetworkPolicies(objects);
+    assert.ok(errors.includes(`${ns}: no NetworkPolicy selects its pods: every port is open to anyone`), errors.join("\n"));
+    assert.ok(errors.includes(`${coord}: no NetworkPolicy selects its pods: every port is open to anyone`), errors.join("\n"));
+    assert.ok(some(errors, /--listen_tcp=0.0.0.0:0: a NetworkPolicy can only cover a fixed port/), errors.join("\n"));
+    assert.ok(some(errors, /port 7071 \(--peer_listen of container shardd\): NetworkPolicies also admit anywhere/), errors.join("\n"));
+  });
+  test("fail when the policies sit in another namespace than the pods", () => {
+    const objects = render("production");
+    for (const o of objects.filter((x) => x.kind === "NetworkPolicy")) delete o.metadata.namespace;
+    assert.ok(some(v.checkNetworkPolicies(objects), /no NetworkPolicy selects its pods/));
+  });
+  test("a pod's own ip_local_port_range sysctl moves the Gloo range", () => {
+    const objects = render("production");
+    policy(objects, "shardd-trainer").spec.ingress[0].ports = [{ protocol: "TCP", port: 7071 }, { protocol: "TCP", port: 32768, endPort: 60999 }];
+    trainerOf(objects).spec.template.spec.securityContext.sysctls = [{ name: "net.ipv4.ip_local_port_range", value: "20000 29999" }];
+    assert.ok(some(v.checkNetworkPolicies(objects), /Gloo's ephemeral ports 20000-29999 .*no NetworkPolicy admits trainer \(port 20000 for one\)/));
+  });
+  test("selectors: matchLabels and matchExpressions", () => {
+    const labels = { a: "1", b: "2" };
+    assert.ok(v.selectorMatches({ matchLabels: { a: "1" }, matchExpressions: [{ key: "b", operator: "In", values: ["2", "3"] }] }, labels));
+    assert.ok(!v.selectorMatches({ matchExpressions: [{ key: "b", operator: "NotIn", values: ["2"] }] }, labels));
+    assert.ok(v.selectorMatches({ matchExpressions: [{ key: "c", operator: "DoesNotExist" }] }, labels));
+    assert.ok(v.selectorMatches({}, labels), "an empty selector selects every pod");
+  });
+});
+
+describe("certificate checks fail when", () => {
+  const cert = (objects, name) => objects.find((o) => o.kind === "Certificate" && o.metadata.name === name);
+  test("the certificate does not name the peers' wildcard or the coordinator", () => {
+    const objects = render("production");
+    cert(objects, "shardd-tls").spec.dnsNames = ["shardd-coordinator.ml-training.svc", "*.shardd-peers.other.svc.cluster.local"];
+    const errors = v.checkCertificates(objects);
+    assert.ok(some(errors, /dnsNames do not cover \*\.shardd-peers\.ml-training\.svc\.cluster\.local \(--peer_listen of StatefulSet/), errors.join("\n"));
+    assert.ok(some(errors, /dnsNames do not cover shardd-coordinator \(--coordinator of the daemons of Deployment/), errors.join("\n"));
+  });
+  test("it lacks client auth", () => {
+    const objects = render("production");
+    cert(objects, "shardd-tls").spec.usages = ["server auth"];
+    assert.ok(some(v.checkCertificates(objects), /usages lack 'client auth'/));
+  });
+  test("its issuer is not deployed, or the CA issuer's Secret is no CA", () => {
+    const objects = render("production");
+    cert(objects, "shardd-ca").spec.isCA = false;
+    cert(objects, "shardd-tls").spec.issuerRef.name = "missing";
+    const errors = v.checkCertificates(objects);
+    assert.ok(some(errors, /issuerRef names Issuer 'missing', which is not deployed/), errors.join("\n"));
+    assert.ok(some(errors, /Issuer\/ml-training\/shardd-ca: signs with Secret shardd-ca, made by .*not a CA/), errors.join("\n"));
+  });
+  test("the Certificate is in another namespace than the pods", () => {
+    const objects = render("production");
+    delete cert(objects, "shardd-tls").metadata.namespace;
+    assert.ok(some(v.checkCertificates(objects), /Secret shardd-tls is made by Certificate\/shardd-tls, in no namespace/));
+  });
+  test("a misspelt cert-manager field is an error", async () => {
+    const objects = render("production");
+    cert(objects, "shardd-tls").spec.dnsName = ["x"];
+    objects.find((o) => o.kind === "Issuer" && o.metadata.name === "shardd-ca").spec.ca.secret = "x";
+    const errors = await v.validateSchemas(objects);
+    assert.ok(some(errors, /Certificate\/ml-training\/shardd-tls.spec: unknown field 'dnsName'/), errors.join("\n"));
+    assert.ok(some(errors, /Issuer\/ml-training\/shardd-ca.spec.ca: unknown field 'secret'/), errors.join("\n"));
+  });
+});
+
 describe("renderer", () => {
   test("strategic merge: lists of containers merge by name, null deletes, primitive lists are replaced", () => {
     const base = { spec: { containers: [{ name: "a", image: "x", args: ["1", "2"] }, { name: "b", image: "y" }], keep: 1, drop: 2 } };
     const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }], drop: null } });
     assert.deepEqual(out, { spec: { containers: [{ name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }, { name: "c", image: "z" }], keep: 1 } });
     assert.deepEqual(base.spec.containers[0].args, ["1", "2"], "the base is not modified");
+  });
+  test("NetworkPolicy ingress rules are replaced whole by a patch, as in Kubernetes", () => {
+    const base = { spec: { podSelector: {}, ingress: [{ ports: [{ port: 1 }] }, { ports: [{ port: 2 }] }] } };
+    assert.deepEqual(v.strategicMerge(base, { spec: { ingress: [{ ports: [{ port: 3 }] }] } }).spec.ingress, [{ ports: [{ port: 3 }] }]);
   });
   test("refuses a list of objects without a known merge key", () => {
     assert.throws(() => v.strategicMerge({ spec: { rules: [{ a: 1 }] } }, { spec: { rules: [{ a: 2 }] } }), /no merge key/);
