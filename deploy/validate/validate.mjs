@@ -1385,6 +1385,38 @@ export const KUSTOMIZATIONS = {
   plaintext: path.join(DEPLOY, "k8s/overlays/plaintext"),
 };
 
+// The binaries' own rule (daemon/rpc/plaintext_policy.h): without
+// --tls_cert, a gRPC endpoint beyond loopback stops the binary at start
+// unless --insecure is given; with TLS, --insecure has no business in the
+// manifest.
+export function isLoopback(address) {
+  if (address.startsWith("unix:") || address.startsWith("/")) return true;
+  const host = address.startsWith("[") ? address.slice(1, address.indexOf("]")) : address.slice(0, address.lastIndexOf(":"));
+  return host === "localhost" || /^127\./.test(host) || host === "::1";
+}
+
+export function checkInsecure(objects) {
+  const errors = [];
+  for (const o of objects) {
+    const spec = podSpecOf(o);
+    if (!spec) continue;
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const where = `${objectId(o)}: container ${c.name}`;
+      const args = [...(c.command ?? []), ...(c.args ?? [])];
+      const insecure = args.includes("--insecure");
+      const tls = flag(c, "tls_cert") !== undefined;
+      if (tls && insecure) errors.push(`${where}: --insecure with --tls_cert: TLS is on, drop --insecure`);
+      if (tls) continue;
+      for (const name of ["listen", "peer_listen", "listen_tcp", "coordinator"]) {
+        const value = flag(c, name);
+        if (value === undefined || isLoopback(value) || insecure) continue;
+        errors.push(`${where}: --${name}=${value} is plaintext beyond loopback without --insecure: the binary refuses to start`);
+      }
+    }
+  }
+  return errors;
+}
+
 // Every check on every kustomization; errors as strings.
 export async function checkAll() {
   const errors = [];
@@ -1401,7 +1433,7 @@ export async function checkAll() {
     errors.push(...tag(await validateSchemas(objects)), ...tag(checkSidecar(objects)),
       ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkTls(objects)),
       ...tag(checkJob(objects)), ...tag(checkRules(objects)), ...tag(checkNetworkPolicies(objects)),
-      ...tag(checkCertificates(objects)));
+      ...tag(checkCertificates(objects)), ...tag(checkInsecure(objects)));
     if (name !== "base") errors.push(...tag(checkImagesPinned(objects)));
   }
   return errors;

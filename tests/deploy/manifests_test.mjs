@@ -130,6 +130,7 @@ describe("production overlay (mutual TLS)", () => {
     const objects = render("production");
     for (const c of [coordinatorOf(objects), sidecarOf(objects)]) {
       for (const f of tlsFlags) assert.ok(c.args.includes(f), `${c.name}: ${f}`);
+      assert.ok(!c.args.includes("--insecure"), `${c.name}: --insecure`);
     }
     assert.equal(v.flag(trainerContainerOf(objects), "tls_cert"), undefined);
     assert.ok(!(trainerContainerOf(objects).volumeMounts ?? []).some((m) => m.name === "shardd-tls"), "the trainer does not see the key");
@@ -140,7 +141,9 @@ describe("production overlay (mutual TLS)", () => {
     for (const [c, b] of [[coordinatorOf(objects), coordinatorOf(base)], [sidecarOf(objects), sidecarOf(base)]]) {
       const rest = c.args.filter((a) => !tlsFlags.includes(a));
       const changed = b.args.filter((a) => !rest.includes(a));
-      assert.deepEqual(changed, c.name === "shardd" ? ["--peer_listen=$(POD_IP):7071"] : [], c.name);
+      // All but --insecure (TLS replaces it) and, for the sidecar, the peer
+      // address (a DNS name the certificate can hold).
+      assert.deepEqual(changed, c.name === "shardd" ? ["--peer_listen=$(POD_IP):7071", "--insecure"] : ["--insecure"], c.name);
     }
     assert.equal(v.flag(sidecarOf(objects), "peer_listen"), "$(POD_NAME).shardd-peers.$(POD_NAMESPACE).svc.cluster.local:7071");
     assert.ok(sidecarOf(objects).env.some((e) => e.name === "POD_NAMESPACE" && e.valueFrom.fieldRef.fieldPath === "metadata.namespace"));
@@ -200,6 +203,11 @@ describe("plaintext overlay", () => {
   });
   test("keeps the NetworkPolicies", () => {
     assert.equal(render("plaintext").filter((o) => o.kind === "NetworkPolicy").length, 3);
+  });
+  test("says --insecure in both binaries, as they require for plaintext beyond loopback", () => {
+    const objects = render("plaintext");
+    for (const c of [coordinatorOf(objects), sidecarOf(objects)]) assert.ok(c.args.includes("--insecure"), c.name);
+    assert.deepEqual(v.checkInsecure(objects), []);
   });
 });
 
@@ -268,6 +276,26 @@ describe("TLS checks fail when", () => {
     const objects = render("example");
     sidecarOf(objects).args.push("--tls_ca=/nowhere/ca.crt");
     assert.deepEqual(v.checkTls(objects), []);
+  });
+});
+
+describe("plaintext checks fail when", () => {
+  test("a plaintext binary listens beyond loopback without --insecure", () => {
+    const objects = render("plaintext");
+    coordinatorOf(objects).args = coordinatorOf(objects).args.filter((a) => a !== "--insecure");
+    assert.deepEqual(v.checkInsecure(objects), [
+      "Deployment/ml-training/shardd-coordinator: container coordinator: --listen=0.0.0.0:7070 is plaintext beyond loopback without --insecure: the binary refuses to start",
+    ]);
+  });
+  test("a TLS binary also says --insecure", () => {
+    const objects = render("production");
+    sidecarOf(objects).args.push("--insecure");
+    const errors = v.checkInsecure(objects);
+    assert.ok(some(errors, /container shardd: --insecure with --tls_cert/), errors.join("\n"));
+  });
+  test("loopback and Unix sockets need nothing", () => {
+    for (const a of ["127.0.0.1:7070", "localhost:1", "[::1]:7070", "unix:/run/s.sock", "/run/s.sock"]) assert.ok(v.isLoopback(a), a);
+    for (const a of ["0.0.0.0:7070", "$(POD_IP):7071", "shardd-coordinator:7070", "[::]:7070"]) assert.ok(!v.isLoopback(a), a);
   });
 });
 
