@@ -123,6 +123,7 @@
 #include "bench/bench_report.h"
 #include "client/example_model.h"
 #include "client/trainer_client.h"
+#include "daemon/core/mono_time.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/coordinator/subprocess.h"
 
@@ -348,8 +349,8 @@ class Cluster {
   // each unit after its forward with reshard, so backward gathers every
   // unit again; with daemon_prefetch they gather synchronously with the
   // next unit as the daemon's prefetch hint.
-  absl::StatusOr<std::vector<absl::Time>> Train(int64_t steps,
-                                                const std::string& trainer) {
+  absl::StatusOr<std::vector<MonoTime>> Train(int64_t steps,
+                                              const std::string& trainer) {
     std::vector<std::unique_ptr<Subprocess>> trainers;
     for (int r = 0; r < kWorld; ++r) {
       absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
@@ -374,7 +375,7 @@ class Cluster {
       trainers.push_back(std::move(*t));
     }
     const absl::Time deadline = absl::Now() + absl::Minutes(10);
-    std::vector<absl::Time> times;
+    std::vector<MonoTime> times;
     for (;;) {
       absl::StatusOr<std::string> line = trainers[0]->ReadLine(deadline);
       if (absl::IsOutOfRange(line.status())) break;
@@ -383,7 +384,7 @@ class Cluster {
         if (absl::StrContains(*line, "aborted")) {
           return absl::AbortedError(absl::StrCat("trainer-0: ", *line));
         }
-        times.push_back(absl::Now());
+        times.push_back(MonoNow());
       }
     }
     for (int r = 0; r < kWorld; ++r) {
@@ -481,9 +482,9 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
         if (r == 0 && !measured.HasBeenNotified()) measured.Notify();
       };
       TrainerClient& c = cluster.client(r);
-      auto deadline = [] { return absl::Now() + absl::Seconds(60); };
+      auto deadline = [] { return MonoNow() + absl::Seconds(60); };
       absl::StatusOr<v1::RegisterModelResponse> reg =
-          c.RegisterModel(request, absl::Now() + absl::Minutes(2));
+          c.RegisterModel(request, MonoNow() + absl::Minutes(2));
       if (!reg.ok()) {
         statuses[r] = reg.status();
         return;
@@ -506,16 +507,16 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
       const double daemon0 = ProcessCpuUs(cluster.daemon_pid(0));
       const SchedStat client0 = ReadSchedStat(getpid());
       for (int i = 0; r == 0 && i < calls; ++i) {
-        const absl::Time t0 = absl::Now();
+        const MonoTime t0 = MonoNow();
         g = c.Gather(0, v1::PASS_FORWARD, {}, deadline());
-        const absl::Time t1 = absl::Now();
+        const MonoTime t1 = MonoNow();
         if (!g.ok()) {
           statuses[r] = g.status();
           return;
         }
         absl::StatusOr<v1::ReleaseResponse> floor =
             c.Release(kLayers - 1, v1::PASS_FORWARD, deadline());
-        const absl::Time t2 = absl::Now();
+        const MonoTime t2 = MonoNow();
         if (!floor.ok()) {
           statuses[r] = floor.status();
           return;
@@ -561,9 +562,9 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
       }
       for (int i = 0; i <= fresh; ++i) {
         const int unit = (i + 1) % kLayers;
-        const absl::Time t0 = absl::Now();
+        const MonoTime t0 = MonoNow();
         g = c.Gather(unit, v1::PASS_FORWARD, {}, deadline());
-        const absl::Time t1 = absl::Now();
+        const MonoTime t1 = MonoNow();
         if (!g.ok()) {
           statuses[r] = g.status();
           return;
@@ -611,9 +612,9 @@ absl::StatusOr<GatherResult> MeasureGather(Cluster& cluster,
   std::vector<char> src(result.unit_bytes, 1), dst(result.unit_bytes, 0);
   std::vector<double> copy_s;
   for (int i = 0; i < 20; ++i) {
-    const absl::Time t0 = absl::Now();
+    const MonoTime t0 = MonoNow();
     std::memcpy(dst.data(), src.data(), src.size());
-    const absl::Time t1 = absl::Now();
+    const MonoTime t1 = MonoNow();
     copy_s.push_back(absl::ToDoubleSeconds(t1 - t0));
     src[i] = dst[src.size() - 1 - i];  // Keep the copies observable.
   }
@@ -633,7 +634,7 @@ absl::Status MeasureSteps(Cluster& cluster, int64_t until, int measured,
                           ConfigResult& result) {
   absl::StatusOr<Cluster::Counters> before = cluster.ReadCounters();
   if (!before.ok()) return before.status();
-  absl::StatusOr<std::vector<absl::Time>> times =
+  absl::StatusOr<std::vector<MonoTime>> times =
       cluster.Train(until, result.trainer);
   if (!times.ok()) return times.status();
   absl::StatusOr<Cluster::Counters> after = cluster.ReadCounters();
@@ -690,8 +691,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
                                     "--daemon_prefetch")
                      : "")
             << "\n";
-  absl::StatusOr<std::vector<absl::Time>> warm =
-      cluster.Train(warmup, "default");
+  absl::StatusOr<std::vector<MonoTime>> warm = cluster.Train(warmup, "default");
   if (!warm.ok()) return warm.status();
 
   std::vector<ConfigResult> results(full ? 3 : 1);

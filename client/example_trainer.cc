@@ -66,7 +66,9 @@
 #include "client/mlp.h"
 #include "client/teacher_student.h"
 #include "client/trainer_client.h"
+#include "daemon/core/deadline_waker.h"
 #include "daemon/core/exit_status.h"
+#include "daemon/core/mono_time.h"
 
 ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
           "the local daemon's trainer socket (path, unix:PATH or host:port)");
@@ -156,18 +158,18 @@ class ExampleTrainer {
     PendingGather next;
     if (!daemon_prefetch_) {
       next = client_->GatherAsync(0, v1::PASS_FORWARD, {},
-                                  absl::Now() + rpc_timeout_);
+                                  MonoNow() + rpc_timeout_);
     }
     for (int l = 0; l < L; ++l) {
       absl::StatusOr<GatheredUnit> unit =
           daemon_prefetch_ ? client_->Gather(l, v1::PASS_FORWARD, Hint(l + 1),
-                                             absl::Now() + rpc_timeout_)
-                           : next.Wait(absl::Now() + rpc_timeout_);
+                                             MonoNow() + rpc_timeout_)
+                           : next.Wait(MonoNow() + rpc_timeout_);
       if (!unit.ok()) return Annotate(unit.status(), "Gather", l);
       CountGather(*unit);
       if (l + 1 < L && !daemon_prefetch_) {
         next = client_->GatherAsync(l + 1, v1::PASS_FORWARD, {},
-                                    absl::Now() + rpc_timeout_);
+                                    MonoNow() + rpc_timeout_);
       }
       if (absl::Status s = mlp_.ForwardLayer(l, unit->params.flat, acts_[l],
                                              absl::MakeSpan(acts_[l + 1]));
@@ -196,7 +198,7 @@ class ExampleTrainer {
     absl::StatusOr<GatheredUnit> current =
         client_->Gather(L - 1, v1::PASS_BACKWARD,
                         daemon_prefetch_ ? Hint(L - 2) : std::vector<int>{},
-                        absl::Now() + rpc_timeout_);
+                        MonoNow() + rpc_timeout_);
     for (int l = L - 1; l >= 0; --l) {
       if (!current.ok()) {
         return Annotate(current.status(), "Gather(backward)", l);
@@ -205,7 +207,7 @@ class ExampleTrainer {
       PendingGather below;
       if (l > 0 && !daemon_prefetch_) {
         below = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
-                                     absl::Now() + rpc_timeout_);
+                                     MonoNow() + rpc_timeout_);
       }
       // The gradient goes straight into the daemon's gradient slot.
       absl::Status computed = mlp_.BackwardLayer(
@@ -213,7 +215,7 @@ class ExampleTrainer {
           l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
       absl::StatusOr<GatheredUnit> next =
           l > 0 && !daemon_prefetch_
-              ? below.Wait(absl::Now() + rpc_timeout_)
+              ? below.Wait(MonoNow() + rpc_timeout_)
               : absl::StatusOr<GatheredUnit>(
                     absl::CancelledError("no layer below"));
       if (!computed.ok()) return computed;
@@ -231,7 +233,7 @@ class ExampleTrainer {
       }
       if (l > 0 && daemon_prefetch_) {
         next = client_->Gather(l - 1, v1::PASS_BACKWARD, Hint(l - 2),
-                               absl::Now() + rpc_timeout_);
+                               MonoNow() + rpc_timeout_);
       }
       current = std::move(next);
     }
@@ -430,7 +432,7 @@ int Run() {
     std::printf("daemon unavailable (%s); re-attaching\n",
                 std::string(why.message()).c_str());
     std::fflush(stdout);
-    const absl::Time deadline = absl::Now() + ready_timeout;
+    const MonoTime deadline = MonoNow() + ready_timeout;
     absl::Duration backoff = absl::Milliseconds(50);
     while (true) {
       absl::StatusOr<v1::RegisterModelResponse> again =
@@ -443,7 +445,7 @@ int Run() {
         committed = again->committed_step();
         return absl::OkStatus();
       }
-      if (!absl::IsUnavailable(again.status()) || absl::Now() >= deadline) {
+      if (!absl::IsUnavailable(again.status()) || MonoNow() >= deadline) {
         return again.status();
       }
       // Wait for the channel to reconnect rather than sleep: a blocking
@@ -451,7 +453,7 @@ int Run() {
       // completes at once. With only fail-fast calls and sleeps in between,
       // nothing polls it but gRPC's 5 s backup poller, and re-attaching
       // took 2-5 s after the replacement was listening.
-      (void)(*client)->WaitConnected(std::min(deadline, absl::Now() + backoff));
+      (void)(*client)->WaitConnected(std::min(deadline, MonoNow() + backoff));
       backoff = std::min(backoff * 2, absl::Milliseconds(500));
     }
   };
@@ -473,7 +475,7 @@ int Run() {
       std::fflush(stdout);
       trainer.ReleaseAll();
       absl::StatusOr<v1::WaitReadyResponse> ready =
-          (*client)->WaitReady(0, absl::Now() + ready_timeout);
+          (*client)->WaitReady(0, MonoNow() + ready_timeout);
       if (!ready.ok() && absl::IsUnavailable(ready.status())) {
         if (absl::Status s = reattach(ready.status()); !s.ok()) return Fail(s);
         continue;
@@ -492,8 +494,7 @@ int Run() {
       std::printf("paused after step %lld\n",
                   static_cast<long long>(committed));
       std::fflush(stdout);
-      absl::Notification never;  // the test kills this process
-      never.WaitForNotificationWithTimeout(ready_timeout);
+      SleepUntil(MonoNow() + ready_timeout);  // the test kills this process
       return Fail(absl::DeadlineExceededError(
           "--pause_after_step: not killed within --ready_timeout_ms"));
     }

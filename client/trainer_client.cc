@@ -11,6 +11,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::client {
@@ -32,11 +33,11 @@ bool LooksLikeConnectionFailure(absl::string_view message) {
 
 }  // namespace
 
-absl::StatusOr<GatheredUnit> PendingGather::Wait(absl::Time deadline) {
+absl::StatusOr<GatheredUnit> PendingGather::Wait(MonoTime deadline) {
   if (!future_.valid()) {
     return absl::FailedPreconditionError("PendingGather: no gather pending");
   }
-  const absl::Duration left = deadline - absl::Now();
+  const absl::Duration left = deadline - MonoNow();
   const auto wait = left <= absl::ZeroDuration()
                         ? std::chrono::nanoseconds(0)
                         : absl::ToChronoNanoseconds(left);
@@ -96,10 +97,9 @@ bool TrainerClient::IsJobFailed(const absl::Status& status) {
 }
 
 void TrainerClient::SetDeadline(grpc::ClientContext& context,
-                                std::optional<absl::Time> deadline) const {
-  const absl::Time when =
-      deadline.value_or(absl::Now() + options_.default_timeout);
-  context.set_deadline(absl::ToChronoTime(when));
+                                std::optional<MonoTime> deadline) const {
+  const MonoTime when = deadline.value_or(MonoNow() + options_.default_timeout);
+  rpc::SetDeadline(&context, when);
 }
 
 absl::Status TrainerClient::Convert(const grpc::Status& status) const {
@@ -121,10 +121,10 @@ absl::Status TrainerClient::Convert(const grpc::Status& status) const {
   return down;
 }
 
-absl::Status TrainerClient::WaitConnected(absl::Time deadline) {
+absl::Status TrainerClient::WaitConnected(MonoTime deadline) {
   grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
-    if (!channel_->WaitForStateChange(state, absl::ToChronoTime(deadline))) {
+    if (!channel_->WaitForStateChange(state, rpc::ToGrpcDeadline(deadline))) {
       absl::Status down = absl::UnavailableError(absl::StrCat(
           "no shardd daemon at ", target_, " (not connected by the deadline)"));
       down.SetPayload(kUnreachablePayload, absl::Cord("1"));
@@ -136,8 +136,7 @@ absl::Status TrainerClient::WaitConnected(absl::Time deadline) {
 }
 
 absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
-    const v1::RegisterModelRequest& request,
-    std::optional<absl::Time> deadline) {
+    const v1::RegisterModelRequest& request, std::optional<MonoTime> deadline) {
   // A new registration (after a recovery, the replacement's) hands out new
   // buffers: close the old GPU ones first, before the daemon may free them,
   // and unmap the old segments, so that a dead daemon's unlinked memory is
@@ -146,7 +145,7 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
   segments_.Clear();
   grpc::ClientContext context;
   SetDeadline(context,
-              deadline.value_or(absl::Now() + options_.register_timeout));
+              deadline.value_or(MonoNow() + options_.register_timeout));
   v1::RegisterModelResponse response;
   grpc::Status status = stub_->RegisterModel(&context, request, &response);
   if (!status.ok()) return Convert(status);
@@ -155,7 +154,7 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
 
 absl::StatusOr<GatheredUnit> TrainerClient::Gather(
     int unit, v1::Pass pass, const std::vector<int>& prefetch,
-    std::optional<absl::Time> deadline) {
+    std::optional<MonoTime> deadline) {
   v1::GatherRequest request;
   request.set_unit(unit);
   request.set_pass(pass);
@@ -187,9 +186,8 @@ absl::StatusOr<GatheredUnit> TrainerClient::Gather(
 
 PendingGather TrainerClient::GatherAsync(int unit, v1::Pass pass,
                                          std::vector<int> prefetch,
-                                         std::optional<absl::Time> deadline) {
-  const absl::Time when =
-      deadline.value_or(absl::Now() + options_.default_timeout);
+                                         std::optional<MonoTime> deadline) {
+  const MonoTime when = deadline.value_or(MonoNow() + options_.default_timeout);
   return PendingGather(
       std::async(std::launch::async,
                  [this, unit, pass, prefetch = std::move(prefetch), when]() {
@@ -198,7 +196,7 @@ PendingGather TrainerClient::GatherAsync(int unit, v1::Pass pass,
 }
 
 absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
-    int unit, v1::Pass pass, std::optional<absl::Time> deadline) {
+    int unit, v1::Pass pass, std::optional<MonoTime> deadline) {
   v1::ReleaseRequest request;
   request.set_unit(unit);
   request.set_pass(pass);
@@ -206,7 +204,7 @@ absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
 }
 
 absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
-    const v1::ReleaseRequest& request, std::optional<absl::Time> deadline) {
+    const v1::ReleaseRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::ReleaseResponse response;
@@ -217,7 +215,7 @@ absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
 
 absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
     int unit, const v1::DataRef& gradient_slot, bool accumulate_only,
-    std::optional<absl::Time> deadline) {
+    std::optional<MonoTime> deadline) {
   v1::ReduceGradRequest request;
   request.set_unit(unit);
   *request.mutable_grad() = gradient_slot;
@@ -232,7 +230,7 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
 
 absl::StatusOr<v1::StepResponse> TrainerClient::Step(
     int64_t step, std::optional<double> learning_rate,
-    std::optional<absl::Time> deadline) {
+    std::optional<MonoTime> deadline) {
   v1::StepRequest request;
   request.set_step(step);
   if (learning_rate.has_value()) request.set_learning_rate(*learning_rate);
@@ -245,7 +243,7 @@ absl::StatusOr<v1::StepResponse> TrainerClient::Step(
 }
 
 absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
-    int64_t min_epoch, std::optional<absl::Time> deadline) {
+    int64_t min_epoch, std::optional<MonoTime> deadline) {
   v1::WaitReadyRequest request;
   request.set_min_epoch(min_epoch);
   grpc::ClientContext context;
@@ -257,7 +255,7 @@ absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
 }
 
 absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
-    const v1::ExportStateRequest& request, std::optional<absl::Time> deadline) {
+    const v1::ExportStateRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::ExportStateResponse response;
@@ -267,7 +265,7 @@ absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
 }
 
 absl::StatusOr<v1::GetStatusResponse> TrainerClient::GetStatus(
-    std::optional<absl::Time> deadline) {
+    std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::GetStatusResponse response;

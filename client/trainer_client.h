@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/segment_cache.h"
+#include "daemon/core/mono_time.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/trainer.grpc.pb.h"
 
@@ -58,7 +59,7 @@ class PendingGather {
   bool valid() const { return future_.valid(); }
   // Waits until `deadline` (at most). Consumes the result: after an OK or
   // error result the handle is no longer valid().
-  absl::StatusOr<GatheredUnit> Wait(absl::Time deadline);
+  absl::StatusOr<GatheredUnit> Wait(MonoTime deadline);
 
  private:
   std::future<absl::StatusOr<GatheredUnit>> future_;
@@ -92,48 +93,47 @@ class TrainerClient {
 
   // Blocks up to the deadline for the channel to connect: OK, or the
   // "no shardd daemon" UNAVAILABLE.
-  absl::Status WaitConnected(absl::Time deadline);
+  absl::Status WaitConnected(MonoTime deadline);
 
   absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
       const v1::RegisterModelRequest& request,
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   // Gathers `unit` (with prefetch hints) and maps its buffers.
   absl::StatusOr<GatheredUnit> Gather(
       int unit, v1::Pass pass, const std::vector<int>& prefetch = {},
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
   // The same, running on another thread.
   PendingGather GatherAsync(int unit, v1::Pass pass,
                             std::vector<int> prefetch = {},
-                            std::optional<absl::Time> deadline = std::nullopt);
+                            std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::ReleaseResponse> Release(
-      int unit, v1::Pass pass,
-      std::optional<absl::Time> deadline = std::nullopt);
+      int unit, v1::Pass pass, std::optional<MonoTime> deadline = std::nullopt);
   // The same with every field of the request (e.g. `reshard`).
   absl::StatusOr<v1::ReleaseResponse> Release(
       const v1::ReleaseRequest& request,
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   // Hands the daemon the gradient written into `gradient_slot` (the DataRef
   // of a BACKWARD Gather's grad_buffer).
   absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
       int unit, const v1::DataRef& gradient_slot, bool accumulate_only = false,
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::StepResponse> Step(
       int64_t step, std::optional<double> learning_rate = std::nullopt,
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::WaitReadyResponse> WaitReady(
-      int64_t min_epoch = 0, std::optional<absl::Time> deadline = std::nullopt);
+      int64_t min_epoch = 0, std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::ExportStateResponse> ExportState(
       const v1::ExportStateRequest& request,
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
-      std::optional<absl::Time> deadline = std::nullopt);
+      std::optional<MonoTime> deadline = std::nullopt);
 
   SegmentCache& segments() { return segments_; }
 
@@ -153,7 +153,7 @@ class TrainerClient {
                 std::shared_ptr<grpc::Channel> channel);
 
   void SetDeadline(grpc::ClientContext& context,
-                   std::optional<absl::Time> deadline) const;
+                   std::optional<MonoTime> deadline) const;
   // gRPC status -> absl::Status (same code), rewriting connection failures
   // into the "no shardd daemon" message.
   absl::Status Convert(const grpc::Status& status) const;

@@ -12,7 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.grpc.pb.h"
@@ -87,7 +89,7 @@ class TrainerClientTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    if (server_ != nullptr) server_->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
     server_.reset();
     service_.reset();
     segment_.reset();
@@ -130,9 +132,9 @@ class TrainerClientTest : public ::testing::Test {
 TEST_F(TrainerClientTest, MissingSocketIsUnavailableNamingTheTarget) {
   auto client = Client(absl::StrCat(dir_, "/shardd.sock"));
   EXPECT_EQ(client->target(), absl::StrCat("unix:", dir_, "/shardd.sock"));
-  const absl::Time start = absl::Now();
+  const MonoTime start = MonoNow();
   auto status = client->GetStatus();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));  // Fails fast.
+  EXPECT_LT(MonoNow() - start, absl::Seconds(3));  // Fails fast.
   EXPECT_EQ(status.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(TrainerClient::IsDaemonUnreachable(status.status()))
       << status.status();
@@ -156,8 +158,7 @@ TEST_F(TrainerClientTest, SocketWithNoListenerIsUnavailable) {
   auto step = client->Step(1);
   EXPECT_TRUE(TrainerClient::IsDaemonUnreachable(step.status()))
       << step.status();
-  EXPECT_FALSE(
-      client->WaitConnected(absl::Now() + absl::Milliseconds(200)).ok());
+  EXPECT_FALSE(client->WaitConnected(MonoNow() + absl::Milliseconds(200)).ok());
 }
 
 TEST_F(TrainerClientTest, DaemonStatusKeepsItsCodeAndMessage) {
@@ -170,9 +171,9 @@ TEST_F(TrainerClientTest, DaemonStatusKeepsItsCodeAndMessage) {
 
 TEST_F(TrainerClientTest, BlockingCallEndsAtItsDeadline) {
   auto client = Client(StartFakeDaemon());
-  const absl::Time start = absl::Now();
-  auto ready = client->WaitReady(0, absl::Now() + absl::Milliseconds(300));
-  const absl::Duration took = absl::Now() - start;
+  const MonoTime start = MonoNow();
+  auto ready = client->WaitReady(0, MonoNow() + absl::Milliseconds(300));
+  const absl::Duration took = MonoNow() - start;
   EXPECT_EQ(ready.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(took, absl::Milliseconds(250));
   EXPECT_LT(took, absl::Seconds(3));
@@ -216,20 +217,20 @@ TEST_F(TrainerClientTest, GatherMapsParamsAndGradientSlot) {
 TEST_F(TrainerClientTest, AsyncGatherDeliversTheSameViews) {
   auto client = Client(StartFakeDaemon());
   PendingGather pending = client->GatherAsync(1, v1::PASS_FORWARD, {2});
-  auto unit = pending.Wait(absl::Now() + absl::Seconds(5));
+  auto unit = pending.Wait(MonoNow() + absl::Seconds(5));
   ASSERT_TRUE(unit.ok()) << unit.status();
   EXPECT_EQ(unit->unit, 1);
   EXPECT_EQ(unit->params.flat[1], 3.0f);
   EXPECT_FALSE(pending.valid());
-  EXPECT_EQ(pending.Wait(absl::Now()).status().code(),
+  EXPECT_EQ(pending.Wait(MonoNow()).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(TrainerClientTest, AsyncGatherAgainstNoDaemonFailsWithinItsDeadline) {
   auto client = Client(absl::StrCat(dir_, "/shardd.sock"));
   PendingGather pending = client->GatherAsync(
-      0, v1::PASS_FORWARD, {}, absl::Now() + absl::Milliseconds(500));
-  auto unit = pending.Wait(absl::Now() + absl::Seconds(5));
+      0, v1::PASS_FORWARD, {}, MonoNow() + absl::Milliseconds(500));
+  auto unit = pending.Wait(MonoNow() + absl::Seconds(5));
   EXPECT_EQ(unit.status().code(), absl::StatusCode::kUnavailable);
 }
 
