@@ -153,7 +153,13 @@ fl_wait_exit() {
 # restarts it there; another test may pick the same one, and then the
 # coordinator cannot listen (our servers never share a port), exits, and
 # the next candidate is tried.
+#
+# FL_COORD_ENV: extra environment (VAR=VALUE words) for every coordinator
+# started here (not by netns_lib.sh), set through env(1), which execs the
+# coordinator: its pid is still the one the test holds (e.g. LD_PRELOAD of
+# libfaketime).
 declare -A FL_COORD_N
+FL_COORD_ENV=()
 fl_start_coordinator() {
   local d="$FL_ROOT/$1" port=${2:-} attempt
   mkdir -p "$d"
@@ -161,8 +167,8 @@ fl_start_coordinator() {
     FL_COORD_N[$1]=$((${FL_COORD_N[$1]:-0} + 1))
     local n=${FL_COORD_N[$1]}
     local log="$d/coord-$n.log" try=${port:-$((20000 + RANDOM % 12000))}
-    "$FL_COORDINATOR" --listen=127.0.0.1:"$try" --world_size=$FL_W \
-      --sharding_factor=$FL_F >"$log" 2>&1 &
+    env "${FL_COORD_ENV[@]}" "$FL_COORDINATOR" --listen=127.0.0.1:"$try" \
+      --world_size=$FL_W --sharding_factor=$FL_F >"$log" 2>&1 &
     FL_COORD_PID=$!
     fl_pids+=($!)
     fl_wait_line "$log" 'listening on 127\.0\.0\.1:[0-9]+|cannot listen' 30 ||
@@ -186,19 +192,25 @@ fl_start_coordinator() {
 # FL_DAEMON_FLAGS: extra flags for every daemon (e.g. checkpoints).
 # FL_TRANSPORT: how fl_check_recovered expects the shard's bytes to have
 # travelled ("over the replica group", the default, or "in the stream").
+# FL_DAEMON_ENV: extra environment (VAR=VALUE words) for the daemons of rank
+# FL_DAEMON_ENV_RANK only (every incarnation started here), through env(1)
+# like FL_COORD_ENV.
 declare -A FL_DAEMON_N
 declare -a FL_DAEMON_PID
 FL_DAEMON_FLAGS=()
+FL_DAEMON_ENV=()
+FL_DAEMON_ENV_RANK=-1
 fl_start_daemon() {
   local run=$1 r=$2
   shift 2
-  local d="$FL_ROOT/$run" key="$run/$r"
+  local d="$FL_ROOT/$run" key="$run/$r" envs=()
   FL_DAEMON_N[$key]=$((${FL_DAEMON_N[$key]:-0} + 1))
   local n=${FL_DAEMON_N[$key]}
-  "$FL_SHARDD" --coordinator=127.0.0.1:"$FL_PORT" --identity=node-"$r" \
-    --rank="$r" --listen_unix="$d/s$r.sock" --shm_dir="$d" \
-    --commit_log="$d/commit-$r-$n.log" "${FL_DAEMON_FLAGS[@]}" "$@" \
-    >"$d/d$r-$n.log" 2>&1 &
+  if [[ $r -eq $FL_DAEMON_ENV_RANK ]]; then envs=("${FL_DAEMON_ENV[@]}"); fi
+  env "${envs[@]}" "$FL_SHARDD" --coordinator=127.0.0.1:"$FL_PORT" \
+    --identity=node-"$r" --rank="$r" --listen_unix="$d/s$r.sock" \
+    --shm_dir="$d" --commit_log="$d/commit-$r-$n.log" \
+    "${FL_DAEMON_FLAGS[@]}" "$@" >"$d/d$r-$n.log" 2>&1 &
   FL_DAEMON_PID[r]=$!
   fl_pids+=($!)
 }
