@@ -1,0 +1,100 @@
+#ifndef SHARDD_DAEMON_CORE_ADMISSION_DECISION_H_
+#define SHARDD_DAEMON_CORE_ADMISSION_DECISION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "daemon/core/admission_plan.h"
+
+namespace shardd::core {
+
+// What a limit bounds.
+enum class LimitScope {
+  // Host memory: private and shared-memory bytes of a plan.
+  kHost,
+  // Free space of the shm directory's file system: shared-memory bytes.
+  kShm,
+  // GPU memory: device bytes.
+  kDevice,
+  // Everything a plan counts (the operator's --memory_limit_bytes).
+  kTotal,
+};
+
+// "host memory", "shm space", "device memory", "planned memory".
+const char* LimitScopeName(LimitScope scope);
+
+// One source's figure of what this daemon may still use.
+struct MemoryLimit {
+  LimitScope scope = LimitScope::kHost;
+  // Bytes still available to this daemon by this source (never negative).
+  int64_t available_bytes = 0;
+  // Read from the system (cgroup, /proc/meminfo, statvfs, the device):
+  // the check keeps a safety margin and applies the policy's fraction.
+  // False for an operator's explicit figure, which is used as it is.
+  bool measured = true;
+  // Where the figure came from, for messages, e.g. "cgroup v2 memory.max
+  // of /sys/fs/cgroup/job (8.00 GiB, 1.20 GiB in use)".
+  std::string source;
+};
+
+// The headroom a measured limit keeps for what no plan counts (the
+// process's code, heap and the 256 MiB of freed heap glibc may keep
+// (shardd_main's M_TRIM_THRESHOLD), gRPC messages, Gloo's and NCCL's
+// connection buffers, allocation rounding): max(256 MiB, 1/20 of the
+// available bytes).
+inline constexpr int64_t kMinSafetyMarginBytes = int64_t{256} << 20;
+int64_t SafetyMargin(int64_t available_bytes);
+
+// What a plan may use of `limit`: measured: min(fraction * available,
+// available - SafetyMargin(available)), at least 0; explicit: available.
+// `fraction` in (0, 1].
+int64_t UsableBytes(const MemoryLimit& limit, double fraction);
+
+// The bytes of `plan` that count against a limit of `scope`.
+int64_t BytesInScope(const AdmissionPlan& plan, LimitScope scope);
+
+// One scope's check: the plan's bytes there against the smallest usable
+// figure of the limits of that scope.
+struct ScopeCheck {
+  LimitScope scope = LimitScope::kHost;
+  int64_t needed_bytes = 0;
+  int64_t usable_bytes = 0;
+  // The binding limit's source and, when measured, what the margin or
+  // fraction took off: "/proc/meminfo MemAvailable (22.75 GiB, less a
+  // safety margin of 1.14 GiB)".
+  std::string limited_by;
+  bool fits() const { return needed_bytes <= usable_bytes; }
+};
+
+// One check per scope that has at least one limit, in LimitScope order. A
+// scope without limits is unbounded (nothing could be read there).
+std::vector<ScopeCheck> CheckScopes(const AdmissionPlan& plan,
+                                    const std::vector<MemoryLimit>& limits,
+                                    double fraction);
+
+// Every limit, "; "-separated, in LimitScope order: "host memory 21.36 GiB
+// from /proc/meminfo MemAvailable (22.75 GiB available, less a safety
+// margin of 1.14 GiB); ...", or "none could be read".
+std::string DescribeLimits(const std::vector<MemoryLimit>& limits,
+                           double fraction);
+
+// The admission decision (pure). OK when every scope fits; else
+// RESOURCE_EXHAUSTED:
+//   "<what>: the plan does not fit in memory: it needs 272.03 GiB
+//   (292091535360 B) of host memory, which may use 21.36 GiB (22937...
+//   B): /proc/meminfo MemAvailable (22.75 GiB, less a safety margin of
+//   1.14 GiB). Plan: parameter shards 64.00 GiB (shm), ...; host 272.03
+//   GiB, shm 80.00 GiB, device 0 B. Limits: host memory 21.36 GiB from
+//   ..., shm space ..."
+// naming every scope that does not fit, the plan's breakdown and every
+// limit with its source.
+absl::Status DecideAdmission(absl::string_view what, const AdmissionPlan& plan,
+                             const std::vector<MemoryLimit>& limits,
+                             double fraction);
+
+}  // namespace shardd::core
+
+#endif  // SHARDD_DAEMON_CORE_ADMISSION_DECISION_H_
