@@ -55,6 +55,22 @@ std::shared_ptr<EngineAdmission> EngineAdmission::Unlimited() {
   return std::make_shared<EngineAdmission>(std::move(options));
 }
 
+std::shared_ptr<EngineAdmission> EngineAdmission::WithReader(
+    memory::MemoryLimitOptions limits, double fraction, bool device_memory,
+    metrics::NodeObserver* observer) {
+  auto reader = std::make_shared<memory::MemoryLimitReader>(std::move(limits));
+  EngineAdmissionOptions options;
+  options.read_limits = [reader] { return reader->Read(); };
+  options.fraction = fraction;
+  options.device_memory = device_memory;
+  options.observer = observer;
+  return std::make_shared<EngineAdmission>(std::move(options));
+}
+
+std::string EngineAdmission::DescribeLimits() const {
+  return core::DescribeLimits(ReadLimits().limits, options_.fraction);
+}
+
 memory::LimitReading EngineAdmission::ReadLimits() const {
   if (!options_.read_limits) return {};
   memory::LimitReading reading = options_.read_limits();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -84,6 +85,14 @@ class EngineAdmission {
 
   // Admits everything (no limits, no log): for managers given none.
   static std::shared_ptr<EngineAdmission> Unlimited();
+  // shardd's: limits read by a MemoryLimitReader with `limits` at every
+  // check, logged on stderr.
+  static std::shared_ptr<EngineAdmission> WithReader(
+      memory::MemoryLimitOptions limits, double fraction, bool device_memory,
+      metrics::NodeObserver* observer);
+
+  // Every limit as it reads now (core::DescribeLimits), for the log.
+  std::string DescribeLimits() const;
 
   // The plan of an engine for `model` on `rank` of `world` ranks and its
   // decision (in `status`), without logging or counting. Errors:

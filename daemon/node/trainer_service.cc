@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/node/check_memory_reply.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::node {
@@ -104,6 +105,20 @@ grpc::Status TrainerService::WatchEvents(
       *request, deadline,
       [&](const v1::TrainerEvent& event) { return writer->Write(event); },
       [&] { return context->IsCancelled(); }));
+}
+
+grpc::Status TrainerService::CheckMemory(grpc::ServerContext*,
+                                         const v1::CheckMemoryRequest* request,
+                                         v1::CheckMemoryResponse* response) {
+  if (admission_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this daemon has no memory admission");
+  }
+  absl::StatusOr<v1::CheckMemoryResponse> reply =
+      CheckMemoryReply(*admission_, manager_->GetStatus().topology(), *request);
+  if (!reply.ok()) return rpc::ToGrpc(reply.status());
+  *response = *std::move(reply);
+  return grpc::Status::OK;
 }
 
 }  // namespace shardd::node
