@@ -21,7 +21,7 @@ std::string WithBytes(int64_t bytes) {
 // FRACTION)" for measured limits; the source alone for explicit ones.
 std::string LimitedBy(const MemoryLimit& limit, double fraction) {
   if (!limit.measured) return limit.source;
-  const int64_t margin = SafetyMargin(limit.available_bytes);
+  const int64_t margin = SafetyMargin(limit.scope, limit.available_bytes);
   const int64_t usable = UsableBytes(limit, fraction);
   const int64_t by_margin = limit.available_bytes - margin;
   const std::string cut =
@@ -48,14 +48,15 @@ const char* LimitScopeName(LimitScope scope) {
   return "unknown";
 }
 
-int64_t SafetyMargin(int64_t available_bytes) {
+int64_t SafetyMargin(LimitScope scope, int64_t available_bytes) {
+  if (scope == LimitScope::kShm) return available_bytes / 20;
   return std::max(kMinSafetyMarginBytes, available_bytes / 20);
 }
 
 int64_t UsableBytes(const MemoryLimit& limit, double fraction) {
   const int64_t available = std::max<int64_t>(limit.available_bytes, 0);
   if (!limit.measured) return available;
-  int64_t usable = available - SafetyMargin(available);
+  int64_t usable = available - SafetyMargin(limit.scope, available);
   if (fraction > 0 && fraction < 1) {
     const double share = std::floor(static_cast<double>(available) * fraction);
     usable = std::min(usable, static_cast<int64_t>(share));

@@ -40,17 +40,20 @@ struct MemoryLimit {
   std::string source;
 };
 
-// The headroom a measured limit keeps for what no plan counts (the
-// process's code, heap and the 256 MiB of freed heap glibc may keep
-// (shardd_main's M_TRIM_THRESHOLD), gRPC messages, Gloo's and NCCL's
-// connection buffers, allocation rounding): max(256 MiB, 1/20 of the
-// available bytes).
+// The headroom a measured limit keeps. Host and device memory: what no
+// plan counts (the process's code and heap, up to 256 MiB of freed heap
+// glibc may keep (shardd_main's M_TRIM_THRESHOLD), gRPC messages of up to
+// --max_message_mb and their copies, Gloo's and NCCL's buffers, allocation
+// rounding): max(256 MiB, 1/20 of the available bytes). Shm space: only
+// segments go there, sized exactly, so 1/20 of the free space (room for
+// other users of the directory), without a floor that would refuse every
+// model on a small /dev/shm.
 inline constexpr int64_t kMinSafetyMarginBytes = int64_t{256} << 20;
-int64_t SafetyMargin(int64_t available_bytes);
+int64_t SafetyMargin(LimitScope scope, int64_t available_bytes);
 
 // What a plan may use of `limit`: measured: min(fraction * available,
-// available - SafetyMargin(available)), at least 0; explicit: available.
-// `fraction` in (0, 1].
+// available - SafetyMargin(scope, available)), at least 0; explicit:
+// available. `fraction` in (0, 1].
 int64_t UsableBytes(const MemoryLimit& limit, double fraction);
 
 // The bytes of `plan` that count against a limit of `scope`.

@@ -28,9 +28,13 @@ AdmissionPlan HostPlan(int64_t host, int64_t shm) {
 }
 
 TEST(AdmissionDecisionTest, SafetyMarginIsAtLeast256MiBAndOneTwentieth) {
-  EXPECT_EQ(SafetyMargin(0), 256 * kMiB);
-  EXPECT_EQ(SafetyMargin(1 * kGiB), 256 * kMiB);
-  EXPECT_EQ(SafetyMargin(20 * kGiB), 1 * kGiB);
+  for (LimitScope scope : {LimitScope::kHost, LimitScope::kDevice}) {
+    EXPECT_EQ(SafetyMargin(scope, 0), 256 * kMiB);
+    EXPECT_EQ(SafetyMargin(scope, 1 * kGiB), 256 * kMiB);
+    EXPECT_EQ(SafetyMargin(scope, 20 * kGiB), 1 * kGiB);
+  }
+  // Shm space: one twentieth, no floor (a 64 MiB /dev/shm stays usable).
+  EXPECT_EQ(SafetyMargin(LimitScope::kShm, 64 * kMiB), 64 * kMiB / 20);
 }
 
 TEST(AdmissionDecisionTest, UsableBytesKeepsTheMarginOrTheFraction) {
@@ -96,9 +100,9 @@ TEST(AdmissionDecisionTest, ShmSpaceBoundsOnlySharedMemoryBytes) {
   const std::vector<MemoryLimit> limits = {
       Measured(LimitScope::kHost, 64 * kGiB, "meminfo"),
       Measured(LimitScope::kShm, 1 * kGiB, "free space of /dev/shm")};
-  // 10 GiB private is fine; 1 GiB of segments is not (usable 768 MiB).
+  // 10 GiB private is fine; 1 GiB of segments is not (usable 1/20 less).
   EXPECT_TRUE(
-      DecideAdmission("x", HostPlan(10 * kGiB, 700 * kMiB), limits, 1.0).ok());
+      DecideAdmission("x", HostPlan(10 * kGiB, 972 * kMiB), limits, 1.0).ok());
   const absl::Status s =
       DecideAdmission("x", HostPlan(10 * kGiB, 1 * kGiB), limits, 1.0);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);

@@ -139,7 +139,8 @@ ABSL_FLAG(int64_t, memory_limit_bytes, 0,
           "memory admission: the most this daemon's plan may hold in all "
           "(engine buffers, communicator scratch, staging), used as given; "
           "0: only the measured limits (cgroup, MemAvailable, shm space, "
-          "GPU), which keep a safety margin of max(256 MiB, 5%)");
+          "GPU), which keep a safety margin of max(256 MiB, 5%) (shm "
+          "space: 5%)");
 ABSL_FLAG(double, memory_limit_fraction, 1.0,
           "memory admission: a plan may use at most this share of each "
           "measured limit, in (0, 1] (more headroom than the margin)");
