@@ -17,8 +17,9 @@ std::string WithBytes(int64_t bytes) {
   return absl::StrCat(FormatBytes(bytes), " (", bytes, " B)");
 }
 
-// "SOURCE (AVAILABLE, less a safety margin of M)" or "... (AVAILABLE x
-// FRACTION)" for measured limits; the source alone for explicit ones.
+// "SOURCE leaves AVAILABLE, less a safety margin of M" (or "x FRACTION
+// (--memory_limit_fraction)") for measured limits; the source alone for
+// explicit ones.
 std::string LimitedBy(const MemoryLimit& limit, double fraction) {
   if (!limit.measured) return limit.source;
   const int64_t margin = SafetyMargin(limit.scope, limit.available_bytes);
@@ -28,8 +29,8 @@ std::string LimitedBy(const MemoryLimit& limit, double fraction) {
       usable < by_margin
           ? absl::StrCat("x ", fraction, " (--memory_limit_fraction)")
           : absl::StrCat("less a safety margin of ", FormatBytes(margin));
-  return absl::StrCat(limit.source, " (", FormatBytes(limit.available_bytes),
-                      " available, ", cut, ")");
+  return absl::StrCat(limit.source, " leaves ",
+                      FormatBytes(limit.available_bytes), ", ", cut);
 }
 
 }  // namespace

@@ -66,8 +66,8 @@ struct ScopeCheck {
   int64_t needed_bytes = 0;
   int64_t usable_bytes = 0;
   // The binding limit's source and, when measured, what the margin or
-  // fraction took off: "/proc/meminfo MemAvailable (22.75 GiB, less a
-  // safety margin of 1.14 GiB)".
+  // fraction took off: "/proc/meminfo MemAvailable leaves 22.75 GiB, less a
+  // safety margin of 1.14 GiB".
   std::string limited_by;
   bool fits() const { return needed_bytes <= usable_bytes; }
 };
@@ -79,21 +79,20 @@ std::vector<ScopeCheck> CheckScopes(const AdmissionPlan& plan,
                                     double fraction);
 
 // Every limit, "; "-separated, in LimitScope order: "host memory 21.36 GiB
-// from /proc/meminfo MemAvailable (22.75 GiB available, less a safety
-// margin of 1.14 GiB); ...", or "none could be read".
+// from /proc/meminfo MemAvailable leaves 22.75 GiB, less a safety margin
+// of 1.14 GiB; ...", or "none could be read".
 std::string DescribeLimits(const std::vector<MemoryLimit>& limits,
                            double fraction);
 
 // The admission decision (pure). OK when every scope fits; else
-// RESOURCE_EXHAUSTED:
+// RESOURCE_EXHAUSTED naming every scope that does not fit, the plan's
+// breakdown (categories that are not empty) and every limit:
 //   "<what>: the plan does not fit in memory: it needs 272.03 GiB
-//   (292091535360 B) of host memory, which may use 21.36 GiB (22937...
-//   B): /proc/meminfo MemAvailable (22.75 GiB, less a safety margin of
-//   1.14 GiB). Plan: parameter shards 64.00 GiB (shm), ...; host 272.03
-//   GiB, shm 80.00 GiB, device 0 B. Limits: host memory 21.36 GiB from
-//   ..., shm space ..."
-// naming every scope that does not fit, the plan's breakdown and every
-// limit with its source.
+//   (292091330560 B) of host memory, which may use 20.89 GiB (22426125722
+//   B): /proc/meminfo MemAvailable leaves 21.99 GiB, less a safety margin
+//   of 1.10 GiB; it needs ... of shm space, .... Plan: parameter shards
+//   64.00 GiB (shm), gradient shards 64.00 GiB, ...; host 272.03 GiB, shm
+//   80.00 GiB, device 0 B. Limits: host memory 20.89 GiB from ...; ..."
 absl::Status DecideAdmission(absl::string_view what, const AdmissionPlan& plan,
                              const std::vector<MemoryLimit>& limits,
                              double fraction);

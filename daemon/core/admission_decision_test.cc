@@ -64,8 +64,8 @@ TEST(AdmissionDecisionTest, RefusesPlanOverMeasuredLimitNamingSourceAndPlan) {
   EXPECT_TRUE(absl::StrContains(
       m, absl::StrCat("of host memory, which may use 3.75 GiB (",
                       4 * kGiB - 256 * kMiB,
-                      " B): cgroup v2 memory.max of /sys/fs/cgroup/job (4.00 "
-                      "GiB available, less a safety margin of 256.00 MiB)")))
+                      " B): cgroup v2 memory.max of /sys/fs/cgroup/job "
+                      "leaves 4.00 GiB, less a safety margin of 256.00 MiB")))
       << m;
   EXPECT_TRUE(absl::StrContains(m,
                                 "Plan: optimizer state 200.00 GiB, "

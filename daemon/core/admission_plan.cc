@@ -165,6 +165,7 @@ int64_t AdmissionPlan::total_bytes() const {
 std::string AdmissionPlan::Describe() const {
   std::vector<std::string> parts;
   for (const PlannedBytes& item : items_) {
+    if (item.bytes == 0) continue;
     parts.push_back(absl::StrCat(
         item.category, " ", FormatBytes(item.bytes),
         item.placement == MemoryPlacement::kHost

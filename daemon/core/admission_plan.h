@@ -83,7 +83,8 @@ class AdmissionPlan {
   int64_t BytesIn(MemoryPlacement placement) const;
   int64_t total_bytes() const;
   // "parameter shards 64.00 GiB (shm), gradient shards 64.00 GiB, ...":
-  // every category with its placement when it is not private host memory.
+  // every category that is not empty, with its placement when it is not
+  // private host memory.
   std::string Describe() const;
 
   // The engine's share of the plan as MemoryPlan computed it (ForEngine

@@ -100,8 +100,8 @@ TEST_F(EngineAdmissionTest, IssueModelIsRefusedNamingPlanLimitAndSource) {
   EXPECT_TRUE(absl::StrContains(m, "gradient slot 16.00 GiB (shm)")) << m;
   EXPECT_TRUE(absl::StrContains(
       m,
-      "/proc/meminfo MemAvailable (22.00 GiB available, less a safety "
-      "margin of 1.10 GiB)"))
+      "/proc/meminfo MemAvailable leaves 22.00 GiB, less a safety "
+      "margin of 1.10 GiB"))
       << m;
   EXPECT_EQ(admission.refusals(), 1);
   EXPECT_EQ(observer_.refused_["register_model"], 1);
