@@ -136,8 +136,8 @@ absl::Status DecideAdmission(absl::string_view what, const AdmissionPlan& plan,
   return absl::ResourceExhaustedError(absl::StrCat(
       what, ": the plan does not fit in memory: ", absl::StrJoin(over, "; "),
       ". Plan: ", plan.Describe(), "; host ",
-      FormatBytes(BytesInScope(plan, LimitScope::kHost)), ", shm ",
-      FormatBytes(BytesInScope(plan, LimitScope::kShm)), ", device ",
+      FormatBytes(BytesInScope(plan, LimitScope::kHost)), " (of it shm ",
+      FormatBytes(BytesInScope(plan, LimitScope::kShm)), "), device ",
       FormatBytes(BytesInScope(plan, LimitScope::kDevice)),
       ". Limits: ", DescribeLimits(limits, fraction), "."));
 }

@@ -91,8 +91,8 @@ std::string DescribeLimits(const std::vector<MemoryLimit>& limits,
 //   (292091330560 B) of host memory, which may use 20.89 GiB (22426125722
 //   B): /proc/meminfo MemAvailable leaves 21.99 GiB, less a safety margin
 //   of 1.10 GiB; it needs ... of shm space, .... Plan: parameter shards
-//   64.00 GiB (shm), gradient shards 64.00 GiB, ...; host 272.03 GiB, shm
-//   80.00 GiB, device 0 B. Limits: host memory 20.89 GiB from ...; ..."
+//   64.00 GiB (shm), gradient shards 64.00 GiB, ...; host 272.03 GiB (of
+//   it shm 80.00 GiB), device 0 B. Limits: host memory 20.89 GiB from ...; ..."
 absl::Status DecideAdmission(absl::string_view what, const AdmissionPlan& plan,
                              const std::vector<MemoryLimit>& limits,
                              double fraction);

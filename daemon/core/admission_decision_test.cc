@@ -70,7 +70,7 @@ TEST(AdmissionDecisionTest, RefusesPlanOverMeasuredLimitNamingSourceAndPlan) {
   EXPECT_TRUE(absl::StrContains(m,
                                 "Plan: optimizer state 200.00 GiB, "
                                 "gradient slot 72.00 GiB (shm); host "
-                                "272.00 GiB, shm 72.00 GiB, device 0 B"))
+                                "272.00 GiB (of it shm 72.00 GiB), device 0 B"))
       << m;
   EXPECT_TRUE(absl::StrContains(m, "/proc/meminfo MemAvailable")) << m;
 }

@@ -9,12 +9,16 @@
 //    admitted (the plan's total from Trainer.CheckMemory).
 //  * A small tmpfs as --shm_dir: a model whose segments do not fit its free
 //    space is refused naming it; one that fits is admitted.
+//  * The operator and the trainer see a refusal: shardplan --socket asks
+//    the daemon (Trainer.CheckMemory); example_trainer prints the
+//    breakdown one item a line.
 //  * A real memory cgroup (v1 memory.limit_in_bytes or v2 memory.max, a
 //    child of this test's own cgroup) around the daemon: its limit is read
 //    and binds. Skipped, saying why, where no cgroup can be created.
 // Measured figures are printed as "MEASURED: ..." lines.
 //
-//   shardd_admission_test COORDINATOR_BINARY SHARDD_BINARY
+//   shardd_admission_test COORDINATOR_BINARY SHARDD_BINARY SHARDPLAN_BINARY
+//       EXAMPLE_TRAINER_BINARY
 
 #include <dirent.h>
 #include <signal.h>
@@ -54,6 +58,8 @@ namespace pb = ::shardd::v1;
 
 std::string g_coordinator_binary;
 std::string g_shardd_binary;
+std::string g_shardplan_binary;
+std::string g_trainer_binary;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
@@ -314,7 +320,8 @@ TEST_F(AdmissionProcessTest, IssueModelIsRefusedAtOnceAndTheDaemonServesOn) {
            "less a safety margin of",
            "Plan: parameter shards 64.00 GiB (shm), gradient shards 64.00 "
            "GiB, optimizer state 128.00 GiB, gradient slot 16.00 GiB (shm), "
-           "staging 32.00 MiB; host 272.03 GiB, shm 80.00 GiB, device 0 B.",
+           "staging 32.00 MiB; host 272.03 GiB (of it shm 80.00 GiB), device 0 "
+           "B.",
            absl::StrCat("free space of ", shm_dir_)}) {
     EXPECT_TRUE(absl::StrContains(m, part)) << part << " not in: " << m;
   }
@@ -392,6 +399,66 @@ TEST_F(AdmissionProcessTest, ShmFreeSpaceOfASmallTmpfsIsHonoured) {
   // 2 units: 32 + 16 MiB of segments fit.
   s = Register(Model(2, 2048, 2048), &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
+}
+
+// Runs `command` (sh -c, stderr into stdout) to its end: its exit code and
+// every line it printed.
+int RunToEnd(const std::string& command, std::string* output) {
+  auto p = Subprocess::Spawn({"/bin/sh", "-c", command + " 2>&1"}, "tool");
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return -1;
+  while ((*p)->ReadLine(absl::Now() + absl::Seconds(60)).ok()) {
+  }
+  for (const std::string& line : (*p)->lines()) {
+    absl::StrAppend(output, line, "\n");
+  }
+  absl::StatusOr<int> code = (*p)->Wait(absl::Now() + absl::Seconds(60));
+  EXPECT_TRUE(code.ok()) << code.status();
+  return code.ok() ? *code : -1;
+}
+
+TEST_F(AdmissionProcessTest, OperatorAndTrainerSeeTheBreakdown) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--memory_limit_bytes=1000000"}));
+  // The operator, before the job: the issue's model against this node.
+  std::string plan;
+  EXPECT_EQ(
+      RunToEnd(absl::StrCat("'", g_shardplan_binary, "' --socket=", socket_,
+                            " --world_size=1 --strategy=NO_SHARD "
+                            "--sharding_factor=1 --layers=4 "
+                            "--hidden=65536 --bias=false"),
+               &plan),
+      1)
+      << plan;
+  EXPECT_TRUE(absl::StrContains(
+      plan, absl::StrCat("Admission by the shardd at unix:", socket_,
+                         " (rank 0 of W = 1, F = 1): DOES "
+                         "NOT FIT")))
+      << plan;
+  EXPECT_TRUE(absl::StrContains(plan, "optimizer state")) << plan;
+  EXPECT_TRUE(absl::StrContains(plan, "128.00 GiB")) << plan;
+  EXPECT_TRUE(absl::StrContains(plan, "from --memory_limit_bytes=1000000") ||
+              absl::StrContains(plan, "--memory_limit_bytes=1000000"))
+      << plan;
+
+  // The trainer: its RegisterModel is refused and it prints why, one item
+  // a line.
+  std::string trainer;
+  EXPECT_EQ(RunToEnd(absl::StrCat("'", g_trainer_binary, "' --socket=", socket_,
+                                  " --strategy=NO_SHARD --steps=1 "
+                                  "--rpc_timeout_ms=20000"),
+                     &trainer),
+            1)
+      << trainer;
+  for (const char* part :
+       {"example_trainer: RESOURCE_EXHAUSTED: RegisterModel for rank 0 of W "
+        "= 1, F = 1: the plan does not fit in memory:\n    it needs",
+        "of planned memory, which may use 976.56 KiB (1000000 B): "
+        "--memory_limit_bytes=1000000\n",
+        "\n  plan (host ", "\n    staging 32.00 MiB\n", "\n  limits:\n"}) {
+    EXPECT_TRUE(absl::StrContains(trainer, part))
+        << part << " not in: " << trainer;
+  }
+  EXPECT_FALSE(Status().registered());
 }
 
 // This test process's memory cgroup directory and whether it is v2.
@@ -483,12 +550,16 @@ TEST_F(AdmissionProcessTest, LimitOfARealMemoryCgroupIsReadAndBinds) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY SHARDD_BINARY\n",
+  if (argc != 5) {
+    std::fprintf(stderr,
+                 "usage: %s COORDINATOR_BINARY SHARDD_BINARY SHARDPLAN_BINARY "
+                 "EXAMPLE_TRAINER_BINARY\n",
                  argv[0]);
     return 2;
   }
   shardd::tests::g_coordinator_binary = argv[1];
   shardd::tests::g_shardd_binary = argv[2];
+  shardd::tests::g_shardplan_binary = argv[3];
+  shardd::tests::g_trainer_binary = argv[4];
   return RUN_ALL_TESTS();
 }
