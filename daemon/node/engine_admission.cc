@@ -134,12 +134,12 @@ absl::Status EngineAdmission::AdmitModel(absl::string_view what,
   if (!check->status.ok()) {
     const absl::Status refusal = absl::ResourceExhaustedError(
         absl::StrCat(what, " for ", check->status.message()));
-    NoteRefusal(label, refusal);
+    Note(label, refusal);
     return refusal;
   }
-  if (options_.observer != nullptr) {
-    options_.observer->MemoryAdmission(label, true);
-  }
+  Note(label, absl::OkStatus());
+  beside_engine_bytes_.store(check->plan.total_bytes() -
+                             check->plan.engine_breakdown().total_bytes);
   if (options_.log) {
     std::fprintf(stderr,
                  "shardd: %s admitted (rank %d of W = %d, F = %d): %s\n",
@@ -153,6 +153,8 @@ absl::Status EngineAdmission::Decide(absl::string_view what,
                                      const core::AdmissionPlan& plan,
                                      int64_t held_bytes, bool log_admitted) {
   memory::LimitReading reading = ReadLimits();
+  // Besides the engine's buffers, its plan counted scratch and staging.
+  if (held_bytes > 0) held_bytes += beside_engine_bytes_.load();
   for (core::MemoryLimit& limit : reading.limits) {
     if (limit.scope != core::LimitScope::kTotal || held_bytes <= 0) continue;
     limit.available_bytes =
@@ -178,7 +180,7 @@ absl::Status EngineAdmission::AdmitAccumulation(absl::string_view what,
   const absl::Status status = Decide(
       what, core::AdmissionPlan::ForGrowth(std::string(what), bytes, placement),
       held_bytes, /*log_admitted=*/false);
-  if (!status.ok()) NoteRefusal(labels::kAdmitAccumulation, status);
+  Note(labels::kAdmitAccumulation, status);
   return status;
 }
 
@@ -200,7 +202,7 @@ absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {
              core::AdmissionPlan::ForGrowth("init values", bytes,
                                             core::MemoryPlacement::kHost),
              /*held_bytes=*/0, /*log_admitted=*/false);
-  if (!status.ok()) NoteRefusal(labels::kAdmitInitValues, status);
+  Note(labels::kAdmitInitValues, status);
   return status;
 }
 
@@ -215,8 +217,8 @@ ExportAdmission EngineAdmission::AdmitExport(const StepEngine& engine,
   const int64_t held = engine.held_bytes();
   ExportAdmission out;
   out.status = Decide("ExportState", plan, held, /*log_admitted=*/true);
+  Note(labels::kAdmitExport, out.status);
   if (out.status.ok()) return out;
-  NoteRefusal(labels::kAdmitExport, out.status);
   if (full) {
     // Without its staging (nothing kept), can it still take part?
     const core::AdmissionPlan gathers = core::AdmissionPlan::ForExport(
@@ -239,12 +241,12 @@ StepEngine::GrowthAdmission EngineAdmission::ForEngineGrowth() {
   };
 }
 
-void EngineAdmission::NoteRefusal(absl::string_view kind,
-                                  const absl::Status& status) {
-  refusals_.fetch_add(1);
+void EngineAdmission::Note(absl::string_view kind, const absl::Status& status) {
   if (options_.observer != nullptr) {
-    options_.observer->MemoryAdmission(kind, false);
+    options_.observer->MemoryAdmission(kind, status.ok());
   }
+  if (status.ok()) return;
+  refusals_.fetch_add(1);
   if (options_.log) {
     std::fprintf(stderr, "shardd: refused: %s\n", status.ToString().c_str());
   }

@@ -74,8 +74,9 @@ struct ExportAdmission {
 //  * growth after registration: gradient accumulation buffers (a
 //    StepEngine's GrowthAdmission) and ExportState's staging.
 // Measured limits already see what the daemon holds; the operator's
-// explicit limit (kTotal) is for everything held, so growth is checked
-// against it minus the held bytes.
+// explicit limit (kTotal) is for everything planned, so growth is checked
+// against it less the engine's held bytes and the scratch and staging its
+// admitted plan counted.
 //
 // Thread-safe (checks run concurrently; each reads the limits afresh).
 // Borrows the observer.
@@ -134,10 +135,15 @@ class EngineAdmission {
   // Decides `plan` with the explicit limit reduced by `held_bytes`.
   absl::Status Decide(absl::string_view what, const core::AdmissionPlan& plan,
                       int64_t held_bytes, bool log_admitted);
-  void NoteRefusal(absl::string_view kind, const absl::Status& status);
+  // Tells the observer; counts and logs a refusal.
+  void Note(absl::string_view kind, const absl::Status& status);
 
   const EngineAdmissionOptions options_;
   std::atomic<int64_t> refusals_{0};
+  // What the last admitted engine plan counted besides the engine's own
+  // buffers (communicator scratch, staging): growth is checked against the
+  // explicit limit less these and the held bytes.
+  std::atomic<int64_t> beside_engine_bytes_{0};
 };
 
 }  // namespace shardd::node

@@ -171,6 +171,19 @@ TEST_F(EngineAdmissionTest,
   EXPECT_EQ(observer_.refused_["accumulation"], 1);
 }
 
+TEST_F(EngineAdmissionTest, AccumulationAlsoLeavesRoomForTheEnginesStaging) {
+  const core::ModelConfig model = Model(1, 256, 256);
+  absl::StatusOr<AdmissionCheck> check = Admission({}).CheckModel(model, 1, 0);
+  ASSERT_TRUE(check.ok()) << check.status();
+  const int64_t engine = check->plan.engine_breakdown().total_bytes;
+  const int64_t total = check->plan.total_bytes();  // + 32 MiB of staging.
+  EngineAdmission& admission = Admission({Explicit(total + 1000)});
+  ASSERT_TRUE(admission.AdmitModel("RegisterModel", model, 1, 0).ok());
+  StepEngine::GrowthAdmission admit = admission.ForEngineGrowth();
+  EXPECT_TRUE(admit("layer0.accumulation", 1000, engine).ok());
+  EXPECT_FALSE(admit("layer0.accumulation", 1001, engine).ok());
+}
+
 TEST_F(EngineAdmissionTest, SharedMemoryInitCopyIsAdmittedBeforeItIsRead) {
   core::ModelConfig model = Model(1, 4, 4);
   model.units[0].tensors[0].init.kind = core::InitKind::kSharedMemory;
