@@ -62,6 +62,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/admission_refusal.h"
 #include "client/example_model.h"
 #include "client/mlp.h"
 #include "client/teacher_student.h"
@@ -353,9 +354,11 @@ int Fail(const absl::Status& s) {
                  std::string(s.message()).c_str());
     return core::kExitJobFailed;
   }
+  // A memory-admission refusal gives the plan's breakdown and the limits:
+  // one per line.
   std::fprintf(stderr, "example_trainer: %s: %s\n",
                absl::StatusCodeToString(s.code()).c_str(),
-               std::string(s.message()).c_str());
+               client::FormatAdmissionRefusal(s.message()).c_str());
   return 1;
 }
 

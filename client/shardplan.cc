@@ -4,8 +4,18 @@
 //
 //   bazel run //client:shardplan -- --world_size=8 --sharding_factor=4
 //       --strategy=HYBRID_SHARD --layers=12 --hidden=4096 --dtype=bf16
+//
+// Memory admission (what shardd's RegisterModel would decide), before a
+// job starts: --memory_limit_bytes=N checks every rank's plan against N;
+// --local_limits against this machine's limits as a shardd here reads them
+// (its memory cgroup, MemAvailable, --shm_dir's free space, with the
+// safety margin); --socket=PATH asks the shardd serving PATH
+// (Trainer.CheckMemory: its own limits and flags, for its rank or --rank).
+// Exit status: 0 fits (or no check asked), 1 does not fit, 2 bad input or
+// the daemon could not be asked.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -18,10 +28,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "client/admission_refusal.h"
+#include "daemon/core/admission_decision.h"
+#include "daemon/core/admission_plan.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/memory_plan.h"
+#include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
+#include "daemon/memory/memory_limit_reader.h"
+#include "daemon/node/proto_convert.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/credentials.h"
+#include "shardd/v1/trainer.grpc.pb.h"
 
 ABSL_FLAG(int64_t, world_size, 4, "W: number of ranks");
 ABSL_FLAG(std::string, strategy, "HYBRID_SHARD",
@@ -36,6 +55,23 @@ ABSL_FLAG(std::string, optimizer, "adamw", "adamw, sgd_momentum or sgd");
 ABSL_FLAG(int64_t, prefetch, 1, "units gathered at once (K)");
 ABSL_FLAG(std::string, alignment, "element",
           "element, block:N (N elements per block) or whole_tensor");
+ABSL_FLAG(bool, bias, true, "each layer also has a bias of `hidden`");
+ABSL_FLAG(int64_t, memory_limit_bytes, 0,
+          "check every rank's plan against this budget (as shardd's "
+          "--memory_limit_bytes); 0: no such check");
+ABSL_FLAG(bool, local_limits, false,
+          "check every rank's plan against this machine's memory limits as "
+          "a shardd here would read them");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm",
+          "with --local_limits: the shm directory whose free space bounds "
+          "segments");
+ABSL_FLAG(double, memory_limit_fraction, 1.0,
+          "with --local_limits: as shardd's --memory_limit_fraction");
+ABSL_FLAG(std::string, socket, "",
+          "ask the shardd serving this Unix socket whether it would admit "
+          "the model (Trainer.CheckMemory)");
+ABSL_FLAG(int, rank, -1,
+          "with --socket: the rank to plan for (-1: the daemon's)");
 
 namespace shardd {
 namespace {
@@ -85,6 +121,117 @@ absl::StatusOr<AlignmentSpec> ParseAlignment(absl::string_view text) {
       absl::StrCat("alignment: unknown \"", text, "\""));
 }
 
+// The model the flags describe, as a daemon would receive it.
+core::ModelConfig ModelOf(core::ShardingStrategy strategy, core::DType dtype,
+                          core::OptimizerKind optimizer,
+                          const AlignmentSpec& alignment) {
+  core::ModelConfig model;
+  const int64_t hidden = absl::GetFlag(FLAGS_hidden);
+  for (int64_t l = 0; l < absl::GetFlag(FLAGS_layers); ++l) {
+    core::UnitConfig unit;
+    unit.name = absl::StrCat("layer", l);
+    unit.alignment = alignment;
+    unit.tensors.push_back({{"weight", {hidden, hidden}, dtype}, {}, false});
+    if (absl::GetFlag(FLAGS_bias)) {
+      unit.tensors.push_back({{"bias", {hidden}, dtype}, {}, false});
+    }
+    model.units.push_back(std::move(unit));
+  }
+  model.config.strategy = strategy;
+  model.config.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
+  model.config.max_gathered_units = absl::GetFlag(FLAGS_prefetch);
+  model.config.reduce_dtype = core::DType::kFloat32;
+  if (optimizer == core::OptimizerKind::kAdamW) {
+    model.config.optimizer = core::AdamWOptions{};
+  } else {
+    core::SgdOptions sgd;
+    sgd.momentum = optimizer == core::OptimizerKind::kSgdMomentum ? 0.9 : 0.0;
+    model.config.optimizer = sgd;
+  }
+  return model;
+}
+
+// Every rank's plan against `limits`; false when one does not fit.
+bool CheckRanks(const std::vector<core::UnitLayout>& units,
+                const core::ShardPlan& plan, const core::MemoryOptions& options,
+                const std::vector<core::MemoryLimit>& limits, double fraction) {
+  std::printf("\nAdmission against: %s\n",
+              core::DescribeLimits(limits, fraction).c_str());
+  std::printf("%-5s %12s %12s  %s\n", "rank", "host", "of it shm", "verdict");
+  bool all_fit = true;
+  for (int64_t r = 0; r < plan.world_size(); ++r) {
+    absl::StatusOr<core::AdmissionPlan> p =
+        core::AdmissionPlan::ForEngine(units, plan, r, options, false);
+    if (!p.ok()) {
+      std::printf("%-5ld %s\n", r, std::string(p.status().message()).c_str());
+      all_fit = false;
+      continue;
+    }
+    std::string verdict;
+    for (const core::ScopeCheck& check :
+         core::CheckScopes(*p, limits, fraction)) {
+      if (check.fits()) continue;
+      absl::StrAppend(&verdict, verdict.empty() ? "DOES NOT FIT: " : "; ",
+                      core::LimitScopeName(check.scope), " needs ",
+                      Bytes(check.needed_bytes), ", may use ",
+                      Bytes(check.usable_bytes));
+    }
+    all_fit = all_fit && verdict.empty();
+    std::printf("%-5ld %12s %12s  %s\n", r,
+                Bytes(core::BytesInScope(*p, core::LimitScope::kHost)).c_str(),
+                Bytes(core::BytesInScope(*p, core::LimitScope::kShm)).c_str(),
+                verdict.empty() ? "fits" : verdict.c_str());
+  }
+  return all_fit;
+}
+
+// Trainer.CheckMemory of the shardd at `socket`: 0 admitted, 1 refused, 2
+// the daemon could not be asked.
+int AskDaemon(const std::string& socket, const core::ModelConfig& model) {
+  auto stub = v1::Trainer::NewStub(
+      grpc::CreateChannel(absl::StrCat("unix:", socket),
+                          grpc::experimental::LocalCredentials(UDS)));
+  v1::CheckMemoryRequest request;
+  *request.mutable_model() = node::ProtoConvert::ModelToProto(model);
+  request.set_world_size(static_cast<int>(absl::GetFlag(FLAGS_world_size)));
+  if (absl::GetFlag(FLAGS_rank) >= 0) {
+    request.set_rank(absl::GetFlag(FLAGS_rank));
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::CheckMemoryResponse reply;
+  const grpc::Status status = stub->CheckMemory(&context, request, &reply);
+  if (!status.ok()) {
+    std::fprintf(stderr, "shardplan: CheckMemory at unix:%s: %s\n",
+                 socket.c_str(), status.error_message().c_str());
+    return 2;
+  }
+  std::printf(
+      "\nAdmission by the shardd at unix:%s (rank %d of W = %d, "
+      "F = %d): %s\n",
+      socket.c_str(), reply.rank(), reply.world_size(), reply.sharding_factor(),
+      reply.admitted() ? "admitted" : "DOES NOT FIT");
+  for (const v1::PlannedMemory& item : reply.plan()) {
+    if (item.bytes() == 0) continue;
+    std::printf("  %-22s %12s  %s\n", item.category().c_str(),
+                Bytes(item.bytes()).c_str(), item.placement().c_str());
+  }
+  for (const v1::MemoryLimit& limit : reply.limits()) {
+    std::printf("  limit: %s %s usable of %s, %s\n", limit.scope().c_str(),
+                Bytes(limit.usable_bytes()).c_str(),
+                Bytes(limit.available_bytes()).c_str(), limit.source().c_str());
+  }
+  for (const std::string& problem : reply.unreadable()) {
+    std::printf("  unreadable: %s\n", problem.c_str());
+  }
+  if (!reply.admitted()) {
+    std::printf("%s\n",
+                client::FormatAdmissionRefusal(reply.refusal()).c_str());
+  }
+  return reply.admitted() ? 0 : 1;
+}
+
 int Run() {
   auto strategy = ParseStrategy(absl::GetFlag(FLAGS_strategy));
   auto dtype = core::ParseDType(absl::GetFlag(FLAGS_dtype));
@@ -109,9 +256,11 @@ int Run() {
   const int64_t hidden = absl::GetFlag(FLAGS_hidden);
   std::vector<core::UnitLayout> units;
   for (int64_t l = 0; l < absl::GetFlag(FLAGS_layers); ++l) {
-    core::UnitSpec spec{
-        absl::StrCat("layer", l),
-        {{"weight", {hidden, hidden}, *dtype}, {"bias", {hidden}, *dtype}}};
+    core::UnitSpec spec{absl::StrCat("layer", l),
+                        {{"weight", {hidden, hidden}, *dtype}}};
+    if (absl::GetFlag(FLAGS_bias)) {
+      spec.tensors.push_back({"bias", {hidden}, *dtype});
+    }
     auto layout = core::UnitLayout::Create(spec, f, *alignment);
     if (!layout.ok()) {
       std::fprintf(stderr, "shardplan: %s\n",
@@ -187,7 +336,47 @@ int Run() {
       "(+ padding and fp32 master copies as listed)\n",
       std::string(core::DTypeName(*dtype)).c_str(), Bytes(sum_psi / f).c_str(),
       Bytes(max_psi).c_str(), Bytes(sum_psi / f + max_psi).c_str());
-  return 0;
+
+  int verdict = 0;
+  std::vector<core::MemoryLimit> limits;
+  double fraction = 1.0;
+  if (absl::GetFlag(FLAGS_local_limits)) {
+    fraction = absl::GetFlag(FLAGS_memory_limit_fraction);
+    if (!(fraction > 0 && fraction <= 1)) {
+      std::fprintf(stderr,
+                   "shardplan: --memory_limit_fraction must be in "
+                   "(0, 1]\n");
+      return 2;
+    }
+    memory::MemoryLimitOptions local;
+    local.shm_dir = absl::GetFlag(FLAGS_shm_dir);
+    const memory::LimitReading reading =
+        memory::MemoryLimitReader(local).Read();
+    for (const std::string& problem : reading.unreadable) {
+      std::printf("unreadable: %s\n", problem.c_str());
+    }
+    limits = reading.limits;
+  }
+  if (absl::GetFlag(FLAGS_memory_limit_bytes) < 0) {
+    std::fprintf(stderr, "shardplan: --memory_limit_bytes must be >= 0\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_memory_limit_bytes) > 0) {
+    const int64_t n = absl::GetFlag(FLAGS_memory_limit_bytes);
+    limits.push_back(
+        core::MemoryLimit{core::LimitScope::kTotal, n, false,
+                          absl::StrCat("--memory_limit_bytes=", n)});
+  }
+  if (!limits.empty() && !CheckRanks(units, *plan, options, limits, fraction)) {
+    verdict = 1;
+  }
+  if (!absl::GetFlag(FLAGS_socket).empty()) {
+    const int asked =
+        AskDaemon(absl::GetFlag(FLAGS_socket),
+                  ModelOf(*strategy, *dtype, *optimizer, *alignment));
+    verdict = std::max(verdict, asked);
+  }
+  return verdict;
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #ifndef SHARDD_DAEMON_MEMORY_DEVICE_PROBE_H_
 #define SHARDD_DAEMON_MEMORY_DEVICE_PROBE_H_
 
+#include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "daemon/core/device_choice.h"
 
 namespace shardd::memory {
@@ -21,6 +23,17 @@ struct RuntimeVersions {
 core::DeviceInventory ProbeDevices();
 
 RuntimeVersions ProbeRuntimeVersions();
+
+// Free and total memory of one CUDA device (cudaMemGetInfo), for admission.
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Asks the CUDA runtime about `device` (making it the calling thread's
+// current device). Built without --config=cuda: FAILED_PRECONDITION; a CUDA
+// error: INTERNAL with the runtime's reason.
+absl::StatusOr<DeviceMemoryInfo> ProbeDeviceMemory(int device);
 
 }  // namespace shardd::memory
 

@@ -2,6 +2,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/memory/device_probe.h"
 
 namespace shardd::memory {
@@ -30,6 +32,19 @@ RuntimeVersions ProbeRuntimeVersions() {
   if (cudaDriverGetVersion(&v.cuda_driver) != cudaSuccess) v.cuda_driver = 0;
   if (ncclGetVersion(&v.nccl) != ncclSuccess) v.nccl = 0;
   return v;
+}
+
+absl::StatusOr<DeviceMemoryInfo> ProbeDeviceMemory(int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaMemGetInfo of cuda:", device,
+                                            ": ", cudaGetErrorString(err)));
+  }
+  return DeviceMemoryInfo{static_cast<int64_t>(free_bytes),
+                          static_cast<int64_t>(total_bytes)};
 }
 
 }  // namespace shardd::memory

@@ -24,5 +24,21 @@ TEST(DeviceProbeTest, ReportsDevicesOrAReasonForNone) {
 #endif
 }
 
+TEST(DeviceProbeTest, DeviceMemoryIsReportedOrRefusedWithAReason) {
+  absl::StatusOr<DeviceMemoryInfo> info = ProbeDeviceMemory(0);
+#ifdef SHARDD_WITH_CUDA
+  if (ProbeDevices().cuda_device_count > 0) {
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_GT(info->total_bytes, 0);
+    EXPECT_LE(info->free_bytes, info->total_bytes);
+    return;
+  }
+  EXPECT_FALSE(info.ok());
+#else
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+#endif
+  EXPECT_FALSE(info.status().message().empty());
+}
+
 }  // namespace
 }  // namespace shardd::memory

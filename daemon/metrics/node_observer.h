@@ -34,6 +34,17 @@ inline constexpr char kTarget[] = "target";
 inline constexpr char kStarted[] = "started";
 inline constexpr char kNotNeeded[] = "not_needed";
 inline constexpr char kDropped[] = "dropped";
+// MemoryAdmission request.
+inline constexpr char kAdmitRegisterModel[] = "register_model";
+inline constexpr char kAdmitEngine[] = "engine";
+inline constexpr char kAdmitInitValues[] = "init_values";
+inline constexpr char kAdmitAccumulation[] = "accumulation";
+inline constexpr char kAdmitExport[] = "export";
+// MemoryLimit scope.
+inline constexpr char kLimitHost[] = "host";
+inline constexpr char kLimitShm[] = "shm";
+inline constexpr char kLimitDevice[] = "device";
+inline constexpr char kLimitPlanned[] = "planned";
 }  // namespace node_labels
 
 // The bytes a daemon holds, by category: what the StepEngine's buffers hold
@@ -102,6 +113,15 @@ class NodeObserver {
   virtual void InsecureEndpoints(int /*n*/) {}
   // A sweep removed a dead daemon's files: how many and their bytes.
   virtual void ShmSwept(int64_t /*files*/, int64_t /*bytes*/) {}
+  // A memory admission decided; request: kAdmitRegisterModel, kAdmitEngine,
+  // kAdmitInitValues, kAdmitAccumulation or kAdmitExport.
+  virtual void MemoryAdmission(absl::string_view /*request*/,
+                               bool /*admitted*/) {}
+  // What a plan may use of `scope` (kLimitHost, kLimitShm, kLimitDevice,
+  // kLimitPlanned) as the latest engine admission found it: the binding
+  // limit less the safety margin.
+  virtual void MemoryLimit(absl::string_view /*scope*/,
+                           int64_t /*usable_bytes*/) {}
 };
 
 }  // namespace shardd::metrics

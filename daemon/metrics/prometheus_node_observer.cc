@@ -161,6 +161,25 @@ PrometheusNodeObserver::PrometheusNodeObserver(
           "Gather prefetch hints, by what became of them.", {"result"},
           {{node_labels::kStarted, node_labels::kNotNeeded,
             node_labels::kDropped}})),
+      memory_admissions_(NewCounters(
+          registry, "shardd_memory_admissions_total",
+          "Memory admission decisions, by request and result.",
+          {"request", "result"},
+          {{node_labels::kAdmitRegisterModel, node_labels::kAdmitEngine,
+            node_labels::kAdmitInitValues, node_labels::kAdmitAccumulation,
+            node_labels::kAdmitExport},
+           {"admitted", "refused"}})),
+      memory_usable_(
+          {"scope"},
+          {{node_labels::kLimitHost, node_labels::kLimitShm,
+            node_labels::kLimitDevice, node_labels::kLimitPlanned}},
+          [&family = prometheus::BuildGauge()
+                         .Name("shardd_memory_admission_usable_bytes")
+                         .Help("What a plan may use, by scope, as the latest "
+                               "engine admission found it (the binding limit "
+                               "less the safety margin; 0 before the first).")
+                         .Register(registry)](const prometheus::Labels& l)
+              -> prometheus::Gauge& { return family.Add(l); }),
       checkpoint_age_(std::make_shared<CheckpointAge>(std::move(clock))) {
   auto& shard_bytes = prometheus::BuildGauge()
                           .Name("shardd_shard_bytes")
@@ -296,6 +315,18 @@ void PrometheusNodeObserver::InsecureEndpoints(int n) {
 
 void PrometheusNodeObserver::ShmLeftoverBytes(int64_t bytes) {
   shm_leftover_bytes_->Set(static_cast<double>(std::max<int64_t>(bytes, 0)));
+}
+
+void PrometheusNodeObserver::MemoryAdmission(absl::string_view request,
+                                             bool admitted) {
+  memory_admissions_.Get({request, admitted ? "admitted" : "refused"})
+      .Increment();
+}
+
+void PrometheusNodeObserver::MemoryLimit(absl::string_view scope,
+                                         int64_t usable_bytes) {
+  memory_usable_.Get({scope}).Set(
+      static_cast<double>(std::max<int64_t>(usable_bytes, 0)));
 }
 
 void PrometheusNodeObserver::ShmSwept(int64_t files, int64_t bytes) {

@@ -62,6 +62,8 @@ class PrometheusNodeObserver : public NodeObserver {
   void ShmLeftoverBytes(int64_t bytes) override;
   void InsecureEndpoints(int n) override;
   void ShmSwept(int64_t files, int64_t bytes) override;
+  void MemoryAdmission(absl::string_view request, bool admitted) override;
+  void MemoryLimit(absl::string_view scope, int64_t usable_bytes) override;
 
  private:
   class CheckpointAge;
@@ -91,6 +93,8 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Gauge* insecure_endpoints_;
   prometheus::Counter* shm_swept_files_;
   prometheus::Counter* shm_swept_bytes_;
+  BoundedSeries<prometheus::Counter> memory_admissions_;
+  BoundedSeries<prometheus::Gauge> memory_usable_;
   std::shared_ptr<CheckpointAge> checkpoint_age_;
 };
 

@@ -256,6 +256,35 @@ TEST_F(PrometheusNodeObserverTest,
   EXPECT_EQ(s.at("shardd_shm_swept_bytes_total"), (1 << 20) + 4096);
 }
 
+TEST_F(PrometheusNodeObserverTest, MemoryAdmissionsAndUsableBytesByLabel) {
+  auto zero = Samples();
+  EXPECT_EQ(zero.at("shardd_memory_admissions_total{request=\"register_model\","
+                    "result=\"refused\"}"),
+            0);
+  EXPECT_EQ(zero.at("shardd_memory_admission_usable_bytes{scope=\"shm\"}"), 0);
+  observer_.MemoryAdmission(node_labels::kAdmitRegisterModel, false);
+  observer_.MemoryAdmission(node_labels::kAdmitRegisterModel, true);
+  observer_.MemoryAdmission(node_labels::kAdmitAccumulation, false);
+  observer_.MemoryAdmission("typo", false);
+  observer_.MemoryLimit(node_labels::kLimitHost, 1 << 30);
+  observer_.MemoryLimit(node_labels::kLimitHost, 1 << 29);  // The latest.
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_memory_admissions_total{request=\"register_model\","
+                 "result=\"refused\"}"),
+            1);
+  EXPECT_EQ(s.at("shardd_memory_admissions_total{request=\"register_model\","
+                 "result=\"admitted\"}"),
+            1);
+  EXPECT_EQ(s.at("shardd_memory_admissions_total{request=\"accumulation\","
+                 "result=\"refused\"}"),
+            1);
+  EXPECT_EQ(s.at("shardd_memory_admissions_total{request=\"other\","
+                 "result=\"refused\"}"),
+            1);
+  EXPECT_EQ(s.at("shardd_memory_admission_usable_bytes{scope=\"host\"}"),
+            1 << 29);
+}
+
 TEST_F(PrometheusNodeObserverTest, ConcurrentEventsAreAllCounted) {
   constexpr int kThreads = 4;
   constexpr int kEach = 2000;
@@ -297,6 +326,8 @@ TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
   observer_.CheckpointRestored();
   observer_.ShmLeftoverBytes(8192);
   observer_.ShmSwept(1, 4096);
+  observer_.MemoryAdmission(node_labels::kAdmitExport, false);
+  observer_.MemoryLimit(node_labels::kLimitDevice, 1 << 20);
   const std::string text = Exposition();
   ASSERT_TRUE(absl::StrContains(text, "shardd_checkpoint_age_seconds 1"))
       << text;

@@ -995,8 +995,18 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
       excluded.push_back(tensor.exclude_from_weight_decay);
     }
   }
-  return StepEngine::Create(std::move(config), init, backend_->shared(),
-                            backend_->private_memory(), backend_->math());
+  if (absl::Status s = options_.admission->AdmitModel(
+          "allocating the engine", model, world, client_->rank());
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<StepEngine>> engine =
+      StepEngine::Create(std::move(config), init, backend_->shared(),
+                         backend_->private_memory(), backend_->math());
+  if (engine.ok()) {
+    (*engine)->SetGrowthAdmission(options_.admission->ForEngineGrowth());
+  }
+  return engine;
 }
 
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
@@ -1014,6 +1024,9 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   absl::StatusOr<core::ModelConfig> model =
       ProtoConvert::ModelFromProto(request.model());
   if (!model.ok()) return model.status();
+  if (absl::Status s = options_.admission->AdmitInitCopy(*model); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
   // Wait for the coordinator's topology (W and F) and a ready epoch, and
   // only then take op_mu_: a replacement's epoch becomes ready after its
@@ -1075,6 +1088,11 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     return absl::FailedPreconditionError(absl::StrCat(
         "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
         " but the coordinator runs the job with F = ", factor));
+  }
+  if (absl::Status s = options_.admission->AdmitModel("RegisterModel", *model,
+                                                      world, client_->rank());
+      !s.ok()) {
+    return s;
   }
   if (absl::Status s = ExchangeModel(*epoch, *model, deadline); !s.ok()) {
     return s;
@@ -1594,6 +1612,10 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     metadata.push_back(
         {"learning_rate", absl::StrCat((*engine)->learning_rate())});
   }
+  const ExportAdmission admitted = options_.admission->AdmitExport(
+      **engine, request.layout() == v1::EXPORT_LAYOUT_FULL,
+      static_cast<int64_t>(state_kinds.size()));
+  if (!admitted.status.ok() && !admitted.join_gathers) return admitted.status;
   std::vector<SafetensorsEntry> entries;
   v1::ExportStateResponse response;
   response.set_step(step);
@@ -1667,7 +1689,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     absl::StatusOr<std::vector<float>> master = (*engine)->GatherState(
         u, StepEngine::StateKind::kParameters, OpTimeout(deadline));
     if (!master.ok()) return OnCollectiveError("ExportState", master.status());
-    if (rank == 0) {
+    if (rank == 0 && admitted.status.ok()) {
       for (const core::TensorView& t : config.units[u].tensors()) {
         entries.push_back(SafetensorsEntry{
             absl::StrCat(model.units[u].name, ".", t.name), "F32", t.shape,
@@ -1680,7 +1702,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       absl::StatusOr<std::vector<float>> full =
           (*engine)->GatherState(u, kind, OpTimeout(deadline));
       if (!full.ok()) return OnCollectiveError("ExportState", full.status());
-      if (rank != 0) continue;
+      if (rank != 0 || !admitted.status.ok()) continue;
       for (const core::TensorView& t : config.units[u].tensors()) {
         entries.push_back(SafetensorsEntry{
             absl::StrCat(model.units[u].name, ".", t.name, ".",
@@ -1691,6 +1713,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       }
     }
   }
+  if (!admitted.status.ok()) return admitted.status;  // Joined the gathers.
   if (rank != 0) return response;
   absl::StatusOr<v1::ExportedFile> file =
       WriteSafetensors(request.path(), entries, metadata, request.overwrite());

@@ -21,6 +21,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/checkpoint_catalog.h"
+#include "daemon/node/engine_admission.h"
 #include "daemon/node/engine_backend.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/peer_reachability.h"
@@ -117,6 +118,10 @@ struct NodeOptions {
   // Where the engine's memory lives and how communicators are made. Null:
   // the CPU backend (segments in shm_dir, Gloo).
   std::shared_ptr<EngineBackend> backend;
+  // Decides, before anything is allocated, whether an engine, an
+  // accumulation buffer or an export's staging fits in memory
+  // (RESOURCE_EXHAUSTED with the breakdown otherwise). Never null.
+  std::shared_ptr<EngineAdmission> admission = EngineAdmission::Unlimited();
 };
 
 // The state of one shardd daemon, without gRPC: membership (MemberClient),

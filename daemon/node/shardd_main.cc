@@ -45,6 +45,7 @@
 #include "daemon/core/device_choice.h"
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
+#include "daemon/memory/memory_limit_reader.h"
 #ifdef SHARDD_WITH_CUDA
 #include "daemon/node/cuda/cuda_engine_backend.h"
 #endif
@@ -52,6 +53,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
+#include "daemon/node/engine_admission.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
@@ -135,6 +137,15 @@ ABSL_FLAG(int64_t, peer_probe_interval_ms, 1000,
 ABSL_FLAG(int64_t, peer_probe_timeout_ms, 2000, "deadline of each probe");
 ABSL_FLAG(int, peer_probe_failures, 3,
           "consecutive failed probes that make a peer unreachable");
+ABSL_FLAG(int64_t, memory_limit_bytes, 0,
+          "memory admission: the most this daemon's plan may hold in all "
+          "(engine buffers, communicator scratch, staging), used as given; "
+          "0: only the measured limits (cgroup, MemAvailable, shm space, "
+          "GPU), which keep a safety margin of max(256 MiB, 5%) (shm "
+          "space: 5%)");
+ABSL_FLAG(double, memory_limit_fraction, 1.0,
+          "memory admission: a plan may use at most this share of each "
+          "measured limit, in (0, 1] (more headroom than the margin)");
 
 namespace shardd::node {
 namespace {
@@ -412,6 +423,28 @@ int Run() {
                              include_model);
   };
   options.observer = observer.get();
+  // Memory admission (engine_admission.h): a plan that does not fit is
+  // refused before anything is allocated.
+  const double memory_fraction = absl::GetFlag(FLAGS_memory_limit_fraction);
+  memory::MemoryLimitOptions limits;
+  limits.shm_dir = shm_dir;
+  limits.explicit_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
+  if (limits.explicit_limit_bytes < 0 ||
+      !(memory_fraction > 0 && memory_fraction <= 1)) {
+    return Fail(
+        "--memory_limit_bytes must be >= 0 and --memory_limit_fraction in "
+        "(0, 1]");
+  }
+  if (device->kind == core::DeviceKind::kCuda) {
+    const int index = static_cast<int>(device->cuda_index);
+    limits.device_memory = [index] { return memory::ProbeDeviceMemory(index); };
+    limits.device_name = absl::StrCat("cuda:", index);
+  }
+  options.admission = EngineAdmission::WithReader(
+      std::move(limits), memory_fraction,
+      device->kind == core::DeviceKind::kCuda, observer.get());
+  std::fprintf(stderr, "shardd: memory limits: %s\n",
+               options.admission->DescribeLimits().c_str());
   // Before any segment of this process exists: a dead daemon's leftovers
   // (e.g. this sidecar's previous incarnation, often with the same pid in
   // a container) go, and this prefix is marked as owned by a live process.
@@ -437,7 +470,7 @@ int Run() {
   }
   peer.Attach(manager->get());
 
-  TrainerService trainer(manager->get());
+  TrainerService trainer(manager->get(), options.admission.get());
   grpc::ServerBuilder builder;
   rpc::ForbidPortSharing(builder);  // --listen_tcp
   builder.SetMaxReceiveMessageSize(max_message);

@@ -658,9 +658,16 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   if (accumulate_only) {
     const bool first = acc == nullptr;
     if (first) {
+      const std::string name = absl::StrCat(layout.name(), ".accumulation");
+      if (admit_growth_) {
+        if (absl::Status s =
+                admit_growth_(name, n * 4, HeldMemoryLocked().total_bytes);
+            !s.ok()) {
+          return s;
+        }
+      }
       absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
-          math_->AllocateScratch(absl::StrCat(layout.name(), ".accumulation"),
-                                 n * 4);
+          math_->AllocateScratch(name, n * 4);
       if (!b.ok()) return b.status();
       acc = *std::move(b);
     }
@@ -899,8 +906,17 @@ int64_t StepEngine::committed_step() const { return committed_step_.load(); }
 
 uint64_t StepEngine::state_version() const { return state_version_.load(); }
 
+void StepEngine::SetGrowthAdmission(GrowthAdmission admit) {
+  absl::MutexLock lock(&mu_);
+  admit_growth_ = std::move(admit);
+}
+
 core::MemoryBreakdown StepEngine::held_memory() const {
   absl::MutexLock lock(&mu_);
+  return HeldMemoryLocked();
+}
+
+core::MemoryBreakdown StepEngine::HeldMemoryLocked() const {
   auto size = [](const std::unique_ptr<memory::ByteBuffer>& b) -> int64_t {
     return b ? static_cast<int64_t>(b->size()) : 0;
   };

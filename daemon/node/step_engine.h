@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
@@ -174,13 +175,24 @@ class StepEngine {
   // dtype, the unit's flat layout). NOT_FOUND for an unknown unit.
   absl::StatusOr<UnitData> GradientSlot(int unit);
 
+  // Asked before every allocation after Create (the accumulation buffers of
+  // ReduceGrad): `what` names the buffer, `bytes` its size and `held_bytes`
+  // what the engine holds now (held_bytes()). An error is returned as it is
+  // and nothing is allocated. Called with the engine's lock held: it must
+  // not call back into the engine. Null (the default): every allocation is
+  // tried.
+  using GrowthAdmission = std::function<absl::Status(
+      absl::string_view what, int64_t bytes, int64_t held_bytes)>;
+  void SetGrowthAdmission(GrowthAdmission admit);
+
   // Reduces the gradient in the slot (see the class comment). With
   // accumulate_only no collective runs: the slot's gradient is added to the
   // unit's private unsharded accumulation buffer (allocated on first use,
   // freed when the unit is reduced), like DDP's no_sync; the next call
   // without accumulate_only reduces slot + accumulated. Each unit is reduced
   // once per step: FAILED_PRECONDITION for a second time.
-  // RESOURCE_EXHAUSTED when the accumulation buffer cannot be allocated.
+  // RESOURCE_EXHAUSTED when the growth admission refuses the accumulation
+  // buffer or it cannot be allocated (nothing accumulated).
   absl::Status ReduceGrad(int unit, absl::Duration timeout,
                           bool accumulate_only = false);
 
@@ -318,6 +330,8 @@ class StepEngine {
   int LeastRecentlyUsedSlotLocked(bool prefetched) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  core::MemoryBreakdown HeldMemoryLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckUnit(int unit) const;
   float* master(int unit);
   float* grad(int unit);
@@ -351,6 +365,7 @@ class StepEngine {
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
+  GrowthAdmission admit_growth_ ABSL_GUARDED_BY(mu_);
   std::optional<core::AdamW> adamw_;
   std::optional<core::Sgd> sgd_;
   // The same optimizer with weight_decay 0, for excluded tensors (set only

@@ -697,6 +697,39 @@ TEST_F(StepEngineSingleRankTest,
   }
 }
 
+TEST_F(StepEngineSingleRankTest, RefusedAccumulationBufferAllocatesNothing) {
+  std::vector<std::pair<std::string, int64_t>> asked;
+  int64_t held_when_asked = -1;
+  engine_->SetGrowthAdmission(
+      [&](absl::string_view what, int64_t bytes, int64_t held) {
+        asked.emplace_back(std::string(what), bytes);
+        held_when_asked = held;
+        return absl::ResourceExhaustedError("no room");
+      });
+  const int64_t held = engine_->held_bytes();
+  WriteGrad(*engine_, 0, 0.25f);
+  const absl::Status s = engine_->ReduceGrad(0, absl::Seconds(1), true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "no room");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].first, "layer0.accumulation");
+  EXPECT_EQ(asked[0].second, 18 * 4);  // The unit's real elements, fp32.
+  EXPECT_EQ(held_when_asked, held);
+  EXPECT_EQ(engine_->held_bytes(), held);
+  // Nothing was accumulated: the unit can still be reduced this step, and
+  // an admitted buffer is asked for once per accumulation.
+  engine_->SetGrowthAdmission(
+      [&](absl::string_view what, int64_t bytes, int64_t) {
+        asked.emplace_back(std::string(what), bytes);
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1), true).ok());
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1), true).ok());
+  EXPECT_EQ(asked.size(), 2u);
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  EXPECT_EQ(engine_->held_bytes(), held);
+}
+
 TEST_F(StepEngineSingleRankTest, NewCommunicatorsAbandonTheStepInProgress) {
   ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
   ASSERT_TRUE(engine_->ReduceGrad(1, absl::Seconds(1), true).ok());

@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/rpc/grpc_deadline.h"
+#include "daemon/node/check_memory_reply.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::node {
@@ -95,6 +96,20 @@ grpc::Status TrainerService::WatchEvents(
       *request, rpc::DeadlineOf(*context),
       [&](const v1::TrainerEvent& event) { return writer->Write(event); },
       [&] { return context->IsCancelled(); }));
+}
+
+grpc::Status TrainerService::CheckMemory(grpc::ServerContext*,
+                                         const v1::CheckMemoryRequest* request,
+                                         v1::CheckMemoryResponse* response) {
+  if (admission_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this daemon has no memory admission");
+  }
+  absl::StatusOr<v1::CheckMemoryResponse> reply =
+      CheckMemoryReply(*admission_, manager_->GetStatus().topology(), *request);
+  if (!reply.ok()) return rpc::ToGrpc(reply.status());
+  *response = *std::move(reply);
+  return grpc::Status::OK;
 }
 
 }  // namespace shardd::node

@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_NODE_TRAINER_SERVICE_H_
 #define SHARDD_DAEMON_NODE_TRAINER_SERVICE_H_
 
+#include "daemon/node/engine_admission.h"
 #include "daemon/node/node_manager.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/trainer.grpc.pb.h"
@@ -9,10 +10,13 @@ namespace shardd::node {
 
 // The Trainer gRPC service: a thin adapter over NodeManager (deadline from
 // the call's context, statuses through daemon/rpc). WatchEvents streams
-// the manager's events. Borrows the manager.
+// the manager's events; CheckMemory asks `admission` (UNIMPLEMENTED when
+// none is given). Borrows the manager and the admission.
 class TrainerService final : public v1::Trainer::Service {
  public:
-  explicit TrainerService(NodeManager* manager) : manager_(manager) {}
+  explicit TrainerService(NodeManager* manager,
+                          const EngineAdmission* admission = nullptr)
+      : manager_(manager), admission_(admission) {}
 
   grpc::Status RegisterModel(grpc::ServerContext* context,
                              const v1::RegisterModelRequest* request,
@@ -41,9 +45,13 @@ class TrainerService final : public v1::Trainer::Service {
   grpc::Status WatchEvents(
       grpc::ServerContext* context, const v1::WatchEventsRequest* request,
       grpc::ServerWriter<v1::TrainerEvent>* writer) override;
+  grpc::Status CheckMemory(grpc::ServerContext* context,
+                           const v1::CheckMemoryRequest* request,
+                           v1::CheckMemoryResponse* response) override;
 
  private:
   NodeManager* const manager_;
+  const EngineAdmission* const admission_;
 };
 
 }  // namespace shardd::node
