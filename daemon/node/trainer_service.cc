@@ -5,8 +5,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/core/mono_time.h"
-#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/node/check_memory_reply.h"
+#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
 namespace shardd::node {
