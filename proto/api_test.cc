@@ -176,6 +176,7 @@ TEST_F(ApiTest, TrainerServiceHasItsMethods) {
                             {"WaitReady", Kind::kUnary},
                             {"ExportState", Kind::kUnary},
                             {"GetStatus", Kind::kUnary},
+                            {"CheckMemory", Kind::kUnary},
                             {"WatchEvents", Kind::kServerStream}});
 }
 
