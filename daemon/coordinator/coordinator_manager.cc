@@ -357,6 +357,54 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
   return out;
 }
 
+absl::Status CoordinatorManager::AuthorizeRendezvousLocked(
+    RendezvousAccess access, const std::string& lease_token,
+    absl::Span<const std::string> keys) const {
+  const RendezvousCaller caller{!lease_token.empty(),
+                                table_.LiveRankOf(lease_token)};
+  return AuthorizeRendezvous(access, caller, keys,
+                             options_.membership.world_size);
+}
+
+absl::Status CoordinatorManager::RendezvousSet(const std::string& lease_token,
+                                               int64_t epoch,
+                                               const std::string& key,
+                                               absl::string_view value,
+                                               bool if_absent) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AuthorizeRendezvousLocked(
+          RendezvousAccess::kSet, lease_token, absl::MakeConstSpan(&key, 1));
+      !s.ok()) {
+    return s;
+  }
+  return rendezvous_.Set(epoch, key, value, if_absent);
+}
+
+absl::StatusOr<std::string> CoordinatorManager::RendezvousGet(
+    const std::string& lease_token, int64_t epoch, const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AuthorizeRendezvousLocked(
+          RendezvousAccess::kGet, lease_token, absl::MakeConstSpan(&key, 1));
+      !s.ok()) {
+    return s;
+  }
+  return rendezvous_.Get(epoch, key);
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorManager::RendezvousWait(
+    const std::string& lease_token, int64_t epoch,
+    const std::vector<std::string>& keys, MonoTime deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AuthorizeRendezvousLocked(RendezvousAccess::kWait,
+                                                   lease_token, keys);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return rendezvous_.Wait(epoch, keys, deadline);
+}
+
 absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     int64_t epoch, int64_t step, const CommitVote& vote,
     const std::string& lease_token, MonoTime deadline) {

@@ -54,8 +54,13 @@ absl::Status RendezvousStore::Set(int64_t epoch, absl::string_view key,
     if (if_absent) {
       return absl::AlreadyExistsError(absl::StrCat("key \"", key, "\" is set"));
     }
-    it->second = std::string(value);
-    return absl::OkStatus();
+    // Write-once: the same value again is a retried call; any other value
+    // would change what members already read.
+    if (it->second == value) return absl::OkStatus();
+    return absl::AlreadyExistsError(absl::StrCat(
+        "key \"", key, "\" is already set in epoch ", epoch_,
+        " with another value (rule: a key, once written in an epoch, keeps "
+        "its value)"));
   }
   if (values_.size() >= limits_.max_keys_per_epoch) {
     return absl::ResourceExhaustedError(absl::StrCat(
