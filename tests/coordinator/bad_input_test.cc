@@ -329,6 +329,70 @@ TEST_F(BadInputTest, RepeatedJoinWithoutTheProcessSecretIsPermissionDenied) {
   ExpectUnchanged("retried join");
 }
 
+// The rules of proto/shardd/v1/coordinator.proto's "who may call what" for
+// the calls a member makes as its rank: without the rank's lease token
+// they are refused and change nothing.
+TEST_F(BadInputTest,
+       MemberCallsWithoutTheRanksTokenAreNotFoundAndChangeNothing) {
+  for (const std::string token : {"", "forged-token"}) {
+    pb::LeaveRequest leave;
+    leave.set_rank(0);
+    leave.set_lease_token(token);
+    pb::LeaveResponse leave_response;
+    grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().Leave(c, leave, &leave_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("Leave with token '", token, "'"));
+
+    pb::ReportFailureRequest report;
+    report.set_reporter_rank(0);
+    report.set_lease_token(token);
+    report.set_epoch(epoch_);
+    report.set_suspect_rank(-1);
+    report.set_kind(pb::FAILURE_KIND_COLLECTIVE_FAILED);
+    pb::ReportFailureResponse report_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().ReportFailure(c, report, &report_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("ReportFailure with token '", token, "'"));
+
+    pb::ShouldCommitRequest vote;
+    vote.set_rank(0);
+    vote.set_lease_token(token);
+    vote.set_epoch(epoch_);
+    vote.set_step(1);
+    vote.set_vote(true);
+    pb::ShouldCommitResponse vote_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().ShouldCommit(c, vote, &vote_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("ShouldCommit with token '", token, "'"));
+  }
+  // Rank 0's token does not act for rank 1 either (an empty slot: Leave is
+  // a no-op, a report from it is NOT_FOUND).
+  pb::ReportFailureRequest report;
+  report.set_reporter_rank(1);
+  report.set_lease_token(token_);
+  report.set_epoch(epoch_);
+  report.set_suspect_rank(0);
+  report.set_kind(pb::FAILURE_KIND_COLLECTIVE_FAILED);
+  pb::ReportFailureResponse report_response;
+  const grpc::Status s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().ReportFailure(c, report, &report_response);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  pb::LeaveRequest leave;
+  leave.set_rank(1);
+  pb::LeaveResponse leave_response;
+  EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                return cluster_.stub().Leave(c, leave, &leave_response);
+              }).ok());
+  ExpectUnchanged("rank 0's token acting for rank 1");
+}
+
 TEST_F(BadInputTest, HeartbeatWithAnInvalidStateIsInvalidArgument) {
   pb::HeartbeatRequest hb;
   hb.set_rank(0);

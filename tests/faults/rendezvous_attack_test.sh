@@ -23,6 +23,7 @@ fl_init "${@:1:5}"
 fl_reference
 
 # The coordinator of the attacked run, then the attacker at once.
+# shellcheck disable=SC2317  # called through FL_START_COORDINATOR
 start_coordinator_and_attacker() {
   fl_start_coordinator "$@"
   "$ATTACKER" --coordinator=127.0.0.1:"$FL_PORT" \
