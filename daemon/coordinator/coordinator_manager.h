@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_policy.h"
