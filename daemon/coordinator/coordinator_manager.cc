@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "daemon/core/deadline_waker.h"
+#include "daemon/core/rendezvous_key.h"
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::coordinator {
@@ -377,7 +378,12 @@ absl::Status CoordinatorManager::RendezvousSet(const std::string& lease_token,
       !s.ok()) {
     return s;
   }
-  return rendezvous_.Set(epoch, key, value, if_absent);
+  // Authorised: the key parses, and its owner (the caller) may replace a
+  // model key's value; every other key is write-once.
+  const absl::StatusOr<core::RendezvousKey> parsed =
+      core::ParseRendezvousKey(key);
+  return rendezvous_.Set(epoch, key, value, if_absent,
+                         parsed.ok() && parsed->replaceable);
 }
 
 absl::StatusOr<std::string> CoordinatorManager::RendezvousGet(

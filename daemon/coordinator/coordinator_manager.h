@@ -143,11 +143,12 @@ class CoordinatorManager {
   // INVALID_ARGUMENT, PERMISSION_DENIED, each naming its rule), then the
   // store answers with its own codes (ABORTED for a stale epoch,
   // FAILED_PRECONDITION, ALREADY_EXISTS for a key set with another value,
-  // NOT_FOUND, DEADLINE_EXCEEDED, ...). A refusal changes nothing. Set and
-  // Get are decided and done under the manager's lock, so a member removed
-  // meanwhile cannot slip a write in; Wait is decided under it and waits
-  // without it (a removal starts a new epoch, which ends the wait with
-  // ABORTED).
+  // NOT_FOUND, DEADLINE_EXCEEDED, ...). A refusal changes nothing. Keys are
+  // write-once per epoch except model keys, which their owner may replace
+  // (core::RendezvousKey::replaceable). Set and Get are decided and done
+  // under the manager's lock, so a member removed meanwhile cannot slip a
+  // write in; Wait is decided under it and waits without it (a removal
+  // starts a new epoch, which ends the wait with ABORTED).
   absl::Status RendezvousSet(const std::string& lease_token, int64_t epoch,
                              const std::string& key, absl::string_view value,
                              bool if_absent);

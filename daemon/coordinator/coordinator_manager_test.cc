@@ -183,6 +183,17 @@ TEST_F(CoordinatorManagerTest,
   auto waited = manager_->RendezvousWait(tokens[2], epoch, {"model/1"},
                                          MonoNow() + absl::Seconds(5));
   ASSERT_TRUE(waited.ok()) << waited.status();
+  // Its owner may replace a model key (a registration after a failed
+  // exchange); Gloo and NCCL keys keep their first value.
+  EXPECT_TRUE(
+      manager_->RendezvousSet(tokens[1], epoch, "model/1", "spec2", false)
+          .ok());
+  EXPECT_EQ(*manager_->RendezvousGet(tokens[0], epoch, "model/1"), "spec2");
+  const std::string gloo = absl::StrCat("gloo/1/epoch/", epoch, "/world/1");
+  ASSERT_TRUE(manager_->RendezvousSet(tokens[1], epoch, gloo, "a", false).ok());
+  EXPECT_EQ(manager_->RendezvousSet(tokens[1], epoch, gloo, "b", false).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(*manager_->RendezvousGet(tokens[0], epoch, gloo), "a");
   // A stranger does none of it.
   EXPECT_EQ(manager_->RendezvousSet("", epoch, "model/0", "x", false).code(),
             absl::StatusCode::kUnauthenticated);

@@ -41,6 +41,17 @@ TEST(RendezvousStoreTest, AKeyIsWrittenOncePerEpochAndARetryIsANoOp) {
   EXPECT_EQ(*store.Get(4, "model/0"), "other");
 }
 
+TEST(RendezvousStoreTest, AReplaceableKeyTakesANewValue) {
+  RendezvousStore store;
+  store.AdvanceEpoch(3);
+  ASSERT_TRUE(store.Set(3, "model/0", "a", false, /*replace=*/true).ok());
+  ASSERT_TRUE(store.Set(3, "model/0", "b", false, /*replace=*/true).ok());
+  EXPECT_EQ(*store.Get(3, "model/0"), "b");
+  // if_absent still refuses an existing key.
+  EXPECT_EQ(store.Set(3, "model/0", "c", true, /*replace=*/true).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
 TEST(RendezvousStoreTest, StaleAndFutureEpochsAreRejected) {
   RendezvousStore store;
   store.AdvanceEpoch(5);

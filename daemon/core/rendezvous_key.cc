@@ -98,7 +98,8 @@ absl::StatusOr<RendezvousKey> ParseRendezvousKey(absl::string_view key) {
     return Malformed(key, absl::StrCat("keyspace ", keyspace,
                                        " needs a name after the rank"));
   }
-  return RendezvousKey{std::string(keyspace), value, std::string(rest)};
+  return RendezvousKey{std::string(keyspace), value, std::string(rest),
+                       /*replaceable=*/keyspace == kModelKeyspace};
 }
 
 absl::StatusOr<int> RendezvousKeyOwner(absl::string_view key) {

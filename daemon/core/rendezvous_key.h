@@ -20,7 +20,10 @@
 //   model/<rank>                            the registered model (ModelSpec)
 //                                           each rank publishes and compares
 //                                           (NodeManager's model exchange);
-//                                           no rest.
+//                                           no rest. Its owner may replace
+//                                           it within the epoch (a model
+//                                           registered again after a failed
+//                                           exchange).
 //   gloo/<rank>/epoch/<E>/<group>/<gloo>    what Gloo's connectFullMesh
 //                                           writes (its own pair addresses,
 //                                           "<group rank>", and host name,
@@ -31,6 +34,8 @@
 //                                           written by the group's rank 0,
 //                                           whose job rank owns it; a rest
 //                                           is required.
+// Gloo and NCCL keys are write-once per epoch: peers connect to what they
+// read, so a value must not change under them.
 //
 // A key is at most kMaxRendezvousKeyBytes long. Pure functions, no I/O.
 namespace shardd::core {
@@ -46,6 +51,9 @@ struct RendezvousKey {
   std::string keyspace;  // "model", "gloo" or "nccl".
   int owner = 0;         // The job rank that may write it.
   std::string rest;      // After "<keyspace>/<owner>/"; empty for model.
+  // The owner may replace the value within the epoch (model keys); else
+  // the key is write-once per epoch.
+  bool replaceable = false;
 };
 
 // The key's keyspace, owner and rest; INVALID_ARGUMENT naming what is wrong

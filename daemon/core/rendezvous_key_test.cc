@@ -19,6 +19,7 @@ TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
   EXPECT_EQ(model->keyspace, "model");
   EXPECT_EQ(model->owner, 12);
   EXPECT_EQ(model->rest, "");
+  EXPECT_TRUE(model->replaceable);
 
   for (const char* gloo_key : {"0", "3", "rank_3"}) {
     const std::string key = GlooKeyPrefix(6, 4, "shard/1") + gloo_key;
@@ -27,11 +28,13 @@ TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
     EXPECT_EQ(gloo->keyspace, "gloo");
     EXPECT_EQ(gloo->owner, 6);
     EXPECT_EQ(gloo->rest, std::string("epoch/4/shard/1/") + gloo_key);
+    EXPECT_FALSE(gloo->replaceable) << "peers connect to what they read";
   }
 
-  auto nccl = RendezvousKeyOwner(NcclIdKey(0, 11, "shard.0"));
+  auto nccl = ParseRendezvousKey(NcclIdKey(0, 11, "shard.0"));
   ASSERT_TRUE(nccl.ok()) << nccl.status();
-  EXPECT_EQ(*nccl, 0);
+  EXPECT_EQ(nccl->owner, 0);
+  EXPECT_FALSE(nccl->replaceable);
 }
 
 TEST(RendezvousKeyTest, KeysOutsideTheGrammarAreInvalidArgumentNamingWhy) {

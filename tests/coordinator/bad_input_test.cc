@@ -281,15 +281,29 @@ TEST_F(BadInputTest, RendezvousKeyNoRankOwnsIsInvalidArgument) {
   ExpectUnchanged("keys outside the grammar");
 }
 
-TEST_F(BadInputTest, RendezvousKeyKeepsItsFirstValueInAnEpoch) {
+TEST_F(BadInputTest, GlooAndNcclKeysKeepTheirFirstValueInAnEpoch) {
+  const std::string gloo = absl::StrCat("gloo/0/epoch/", epoch_, "/world/0");
+  const std::string nccl = absl::StrCat("nccl/0/epoch/", epoch_, "/world/id");
+  for (const std::string& key : {gloo, nccl}) {
+    ASSERT_TRUE(Set(key, "first").ok());
+    EXPECT_TRUE(Set(key, "first").ok()) << "a retry is a no-op";
+    const grpc::Status s = Set(key, "second");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
+        << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "keeps its value"))
+        << s.error_message();
+    std::string value;
+    ASSERT_TRUE(Get(key, &value).ok());
+    EXPECT_EQ(value, "first");
+  }
+}
+
+TEST_F(BadInputTest, ItsOwnerMayRegisterItsModelKeyAgain) {
   ASSERT_TRUE(Set("model/0", "first").ok());
-  EXPECT_TRUE(Set("model/0", "first").ok()) << "a retry is a no-op";
-  const grpc::Status s = Set("model/0", "second");
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
-      << s.error_message();
+  ASSERT_TRUE(Set("model/0", "second").ok());
   std::string value;
   ASSERT_TRUE(Get("model/0", &value).ok());
-  EXPECT_EQ(value, "first");
+  EXPECT_EQ(value, "second");
 }
 
 TEST_F(BadInputTest, RepeatedJoinWithoutTheProcessSecretIsPermissionDenied) {

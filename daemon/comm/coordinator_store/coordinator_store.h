@@ -42,8 +42,8 @@ struct CoordinatorStoreOptions {
 // has moved on, every call fails with ABORTED (a Wait in progress too).
 // Every call carries the member's lease token: the coordinator refuses a
 // key the member's rank does not own (PERMISSION_DENIED), a key outside
-// the grammar (INVALID_ARGUMENT) and a second value for a key
-// (ALREADY_EXISTS: keys are write-once per epoch).
+// the grammar (INVALID_ARGUMENT) and a second value for a Gloo or NCCL
+// key (ALREADY_EXISTS: they are write-once per epoch).
 // Statuses keep the coordinator's code (FromGrpc); messages name the key
 // and the epoch. Wait's client deadline is its timeout (capped at
 // max_wait); on expiry it returns DEADLINE_EXCEEDED naming the keys.
