@@ -295,6 +295,45 @@ TEST_F(ApiTest, LoadBearingFieldsHaveTheirTypes) {
   }
 }
 
+TEST_F(ApiTest, EveryCallAMemberMakesAsItsRankCarriesItsLeaseToken) {
+  using T = FieldDescriptor;
+  for (const char* message :
+       {"HeartbeatRequest", "LeaveRequest", "ReportFailureRequest",
+        "ShouldCommitRequest", "RendezvousSetRequest", "RendezvousGetRequest",
+        "RendezvousWaitRequest"}) {
+    ExpectField(message, "lease_token", T::TYPE_STRING);
+  }
+  ExpectField("JoinRequest", "join_secret", T::TYPE_STRING);
+}
+
+TEST_F(ApiTest, NoReplyButJoinsCarriesALeaseTokenOrSecret) {
+  // Every message reachable from a response of any RPC (other than Join's
+  // own reply to its caller): none may hold a field that could carry
+  // another member's credential.
+  std::vector<const Descriptor*> todo;
+  for (const FileDescriptor* f : files_) {
+    for (int s = 0; s < f->service_count(); ++s) {
+      for (int m = 0; m < f->service(s)->method_count(); ++m) {
+        const Descriptor* out = f->service(s)->method(m)->output_type();
+        if (out->name() != "JoinResponse") todo.push_back(out);
+      }
+    }
+  }
+  std::set<const Descriptor*> seen;
+  while (!todo.empty()) {
+    const Descriptor* d = todo.back();
+    todo.pop_back();
+    if (!seen.insert(d).second) continue;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* f = d->field(i);
+      EXPECT_EQ(f->name().find("token"), std::string::npos) << f->full_name();
+      EXPECT_EQ(f->name().find("secret"), std::string::npos) << f->full_name();
+      if (f->message_type() != nullptr) todo.push_back(f->message_type());
+    }
+  }
+  EXPECT_GT(seen.size(), 20u);
+}
+
 TEST_F(ApiTest, OptionalFieldsTrackPresence) {
   // JoinRequest.rank: unset means "any slot", distinct from rank 0.
   const FieldDescriptor* rank = Msg("JoinRequest")->FindFieldByName("rank");

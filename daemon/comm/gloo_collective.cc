@@ -119,6 +119,20 @@ absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
   if (options.group.empty()) {
     return absl::InvalidArgumentError("group must not be empty");
   }
+  if (!options.job_ranks.empty()) {
+    if (static_cast<int>(options.job_ranks.size()) != options.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job_ranks has ", options.job_ranks.size(),
+                       " entries for a group of size ", options.size));
+    }
+    std::vector<int> sorted = options.job_ranks;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.front() < 0 ||
+        std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return absl::InvalidArgumentError(
+          "job_ranks must be distinct ranks >= 0");
+    }
+  }
   if (options.hostname.empty()) {
     return absl::InvalidArgumentError("hostname must not be empty");
   }
@@ -973,9 +987,9 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(
           std::chrono::milliseconds(1),
           std::chrono::milliseconds(
               absl::ToInt64Milliseconds(options.connect_timeout) / 5)));
-      GlooStoreAdapter adapter(
-          store, GlooStoreAdapter::Prefix(options.epoch, options.group),
-          MonoNow() + options.connect_timeout);
+      GlooStoreAdapter adapter(store, options.epoch, options.group,
+                               options.job_ranks,
+                               MonoNow() + options.connect_timeout);
       mesh->connectFullMesh(adapter, device);
       mesh->setTimeout(std::chrono::milliseconds(
           absl::ToInt64Milliseconds(options.default_op_timeout)));

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -20,6 +21,11 @@ struct GlooCollectiveOptions {
   // Names the group within the epoch ("shard/0", "replica/1", "world"), so
   // several communicators can form through one store.
   std::string group = "world";
+  // The job rank of each group rank (job_ranks[r] for group rank r): the
+  // rendezvous keys name it as their owner, and the coordinator lets each
+  // member write its own keys only (core/rendezvous_key.h). Empty: group
+  // ranks are job ranks (a group of the whole job).
+  std::vector<int> job_ranks = {};
   // Address to listen on for peers (an interface address or hostname).
   std::string hostname = "127.0.0.1";
   // How long to wait for every peer to rendezvous and connect.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "daemon/core/deadline_waker.h"
+#include "daemon/core/rendezvous_key.h"
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::coordinator {
@@ -355,6 +356,59 @@ absl::StatusOr<ReportOutcome> CoordinatorManager::ReportFailure(
     }
   }
   return out;
+}
+
+absl::Status CoordinatorManager::AuthorizeRendezvousLocked(
+    RendezvousAccess access, const std::string& lease_token,
+    absl::Span<const std::string> keys) const {
+  const RendezvousCaller caller{!lease_token.empty(),
+                                table_.LiveRankOf(lease_token)};
+  return AuthorizeRendezvous(access, caller, keys,
+                             options_.membership.world_size);
+}
+
+absl::Status CoordinatorManager::RendezvousSet(const std::string& lease_token,
+                                               int64_t epoch,
+                                               const std::string& key,
+                                               absl::string_view value,
+                                               bool if_absent) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AuthorizeRendezvousLocked(
+          RendezvousAccess::kSet, lease_token, absl::MakeConstSpan(&key, 1));
+      !s.ok()) {
+    return s;
+  }
+  // Authorised: the key parses, and its owner (the caller) may replace a
+  // model key's value; every other key is write-once.
+  const absl::StatusOr<core::RendezvousKey> parsed =
+      core::ParseRendezvousKey(key);
+  return rendezvous_.Set(epoch, key, value, if_absent,
+                         parsed.ok() && parsed->replaceable);
+}
+
+absl::StatusOr<std::string> CoordinatorManager::RendezvousGet(
+    const std::string& lease_token, int64_t epoch, const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AuthorizeRendezvousLocked(
+          RendezvousAccess::kGet, lease_token, absl::MakeConstSpan(&key, 1));
+      !s.ok()) {
+    return s;
+  }
+  return rendezvous_.Get(epoch, key);
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorManager::RendezvousWait(
+    const std::string& lease_token, int64_t epoch,
+    const std::vector<std::string>& keys, MonoTime deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AuthorizeRendezvousLocked(RendezvousAccess::kWait,
+                                                   lease_token, keys);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return rendezvous_.Wait(epoch, keys, deadline);
 }
 
 absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(

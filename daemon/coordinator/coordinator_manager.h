@@ -12,8 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
+#include "daemon/coordinator/rendezvous_policy.h"
 #include "daemon/coordinator/rendezvous_store.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/mono_time.h"
@@ -135,6 +137,30 @@ class CoordinatorManager {
   // (the caller compares versions to tell a change from a keepalive).
   ClusterSnapshot AwaitChange(int64_t seen_version, MonoTime deadline) const;
 
+  // The rendezvous store as members use it (Coordinator.Rendezvous*). The
+  // caller is the live member holding `lease_token`; AuthorizeRendezvous
+  // decides what it may do before the store is touched (UNAUTHENTICATED,
+  // INVALID_ARGUMENT, PERMISSION_DENIED, each naming its rule), then the
+  // store answers with its own codes (ABORTED for a stale epoch,
+  // FAILED_PRECONDITION, ALREADY_EXISTS for a key set with another value,
+  // NOT_FOUND, DEADLINE_EXCEEDED, ...). A refusal changes nothing. Keys are
+  // write-once per epoch except model keys, which their owner may replace
+  // (core::RendezvousKey::replaceable). Set and Get are decided and done
+  // under the manager's lock, so a member removed meanwhile cannot slip a
+  // write in; Wait is decided under it and waits without it (a removal
+  // starts a new epoch, which ends the wait with ABORTED).
+  absl::Status RendezvousSet(const std::string& lease_token, int64_t epoch,
+                             const std::string& key, absl::string_view value,
+                             bool if_absent);
+  absl::StatusOr<std::string> RendezvousGet(const std::string& lease_token,
+                                            int64_t epoch,
+                                            const std::string& key);
+  absl::StatusOr<std::vector<std::string>> RendezvousWait(
+      const std::string& lease_token, int64_t epoch,
+      const std::vector<std::string>& keys, MonoTime deadline);
+
+  // The store itself, without authorisation: for tests and tools in the
+  // coordinator's process.
   RendezvousStore& rendezvous() { return rendezvous_; }
 
   // Wakes every watcher and waiter; later calls fail with UNAVAILABLE.
@@ -188,6 +214,11 @@ class CoordinatorManager {
   int published_broken_links_ ABSL_GUARDED_BY(mu_) = -1;
   bool published_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string NewLeaseToken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AuthorizeRendezvous for the member holding `lease_token` now.
+  absl::Status AuthorizeRendezvousLocked(
+      RendezvousAccess access, const std::string& lease_token,
+      absl::Span<const std::string> keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   const std::unique_ptr<Clock> clock_;

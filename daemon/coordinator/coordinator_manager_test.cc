@@ -162,6 +162,64 @@ TEST_F(CoordinatorManagerTest, LeaseTokensAreDistinctAndStoreFollowsEpoch) {
   EXPECT_EQ(manager_->Snapshot().epoch, b.epoch);
 }
 
+TEST_F(CoordinatorManagerTest,
+       RendezvousIsForLiveMembersEachWritingItsOwnKeys) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  ASSERT_TRUE(
+      manager_->RendezvousSet(tokens[1], epoch, "model/1", "spec", false).ok());
+  // Another rank's key: refused, nothing written.
+  const absl::Status other =
+      manager_->RendezvousSet(tokens[1], epoch, "model/0", "evil", false);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_EQ(
+      manager_->RendezvousGet(tokens[0], epoch, "model/0").status().code(),
+      absl::StatusCode::kNotFound);
+  // Every member reads (and waits for) every rank's keys.
+  auto read = manager_->RendezvousGet(tokens[3], epoch, "model/1");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "spec");
+  auto waited = manager_->RendezvousWait(tokens[2], epoch, {"model/1"},
+                                         MonoNow() + absl::Seconds(5));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  // Its owner may replace a model key (a registration after a failed
+  // exchange); Gloo and NCCL keys keep their first value.
+  EXPECT_TRUE(
+      manager_->RendezvousSet(tokens[1], epoch, "model/1", "spec2", false)
+          .ok());
+  EXPECT_EQ(*manager_->RendezvousGet(tokens[0], epoch, "model/1"), "spec2");
+  const std::string gloo = absl::StrCat("gloo/1/epoch/", epoch, "/world/1");
+  ASSERT_TRUE(manager_->RendezvousSet(tokens[1], epoch, gloo, "a", false).ok());
+  EXPECT_EQ(manager_->RendezvousSet(tokens[1], epoch, gloo, "b", false).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(*manager_->RendezvousGet(tokens[0], epoch, gloo), "a");
+  // A stranger does none of it.
+  EXPECT_EQ(manager_->RendezvousSet("", epoch, "model/0", "x", false).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(manager_->RendezvousGet("nope", epoch, "model/1").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(manager_
+                ->RendezvousWait("nope", epoch, {"model/1"},
+                                 MonoNow() + absl::Seconds(5))
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(CoordinatorManagerTest, ARemovedMembersTokenNoLongerReachesTheStore) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  ASSERT_TRUE(manager_->Leave(2, tokens[2], "drain").ok());
+  const int64_t epoch = manager_->Snapshot().epoch;
+  const absl::Status s =
+      manager_->RendezvousSet(tokens[2], epoch, "model/2", "stale", false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  // The others' tokens still work, in the new epoch.
+  EXPECT_TRUE(
+      manager_->RendezvousSet(tokens[0], epoch, "model/0", "v", false).ok());
+}
+
 TEST_F(CoordinatorManagerTest, LeaseReportsTheRenewedExpiryAndTheEpoch) {
   Make();
   const JoinOutcome a = JoinRank(0);

@@ -210,6 +210,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   info.model_fingerprint = request->model_fingerprint();
   info.pending_step = request->pending_step();
   info.checkpoints = FromProto(request->checkpoints());
+  info.join_secret = request->join_secret();
   absl::StatusOr<JoinOutcome> out = manager_->Join(info);
   if (!out.ok()) return rpc::ToGrpc(out.status());
   const ClusterSnapshot s = manager_->Snapshot(0);
@@ -348,16 +349,16 @@ grpc::Status CoordinatorService::ShouldCommit(
 grpc::Status CoordinatorService::RendezvousSet(
     grpc::ServerContext*, const pb::RendezvousSetRequest* request,
     pb::RendezvousSetResponse*) {
-  return rpc::ToGrpc(
-      manager_->rendezvous().Set(request->epoch(), request->key(),
-                                 request->value(), request->if_absent()));
+  return rpc::ToGrpc(manager_->RendezvousSet(
+      request->lease_token(), request->epoch(), request->key(),
+      request->value(), request->if_absent()));
 }
 
 grpc::Status CoordinatorService::RendezvousGet(
     grpc::ServerContext*, const pb::RendezvousGetRequest* request,
     pb::RendezvousGetResponse* response) {
-  absl::StatusOr<std::string> value =
-      manager_->rendezvous().Get(request->epoch(), request->key());
+  absl::StatusOr<std::string> value = manager_->RendezvousGet(
+      request->lease_token(), request->epoch(), request->key());
   if (!value.ok()) return rpc::ToGrpc(value.status());
   response->set_value(*std::move(value));
   return grpc::Status::OK;
@@ -368,8 +369,9 @@ grpc::Status CoordinatorService::RendezvousWait(
     pb::RendezvousWaitResponse* response) {
   const std::vector<std::string> keys(request->keys().begin(),
                                       request->keys().end());
-  absl::StatusOr<std::vector<std::string>> values = manager_->rendezvous().Wait(
-      request->epoch(), keys, Deadline(context, max_rendezvous_wait_));
+  absl::StatusOr<std::vector<std::string>> values =
+      manager_->RendezvousWait(request->lease_token(), request->epoch(), keys,
+                               Deadline(context, max_rendezvous_wait_));
   if (!values.ok()) return rpc::ToGrpc(values.status());
   for (size_t i = 0; i < keys.size(); ++i) {
     pb::KeyValue* kv = response->add_entries();

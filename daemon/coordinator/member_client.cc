@@ -27,6 +27,12 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", seed(), seed());
 }
 
+// 128 bits from the system's entropy source.
+std::string RandomSecret() {
+  std::random_device seed;
+  return absl::StrFormat("%08x%08x%08x%08x", seed(), seed(), seed(), seed());
+}
+
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials) {
@@ -78,7 +84,8 @@ MemberClient::MemberClient(MemberClientOptions options)
                    ? options_.channel
                    : MakeChannel(options_.coordinator_address,
                                  options_.credentials)),
-      stub_(pb::Coordinator::NewStub(channel_)) {}
+      stub_(pb::Coordinator::NewStub(channel_)),
+      join_secret_(RandomSecret()) {}
 
 MemberClient::~MemberClient() {
   {
@@ -133,6 +140,7 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   request.set_identity(options_.identity);
   request.set_peer_address(options_.peer_address);
   request.set_incarnation(options_.incarnation);
+  request.set_join_secret(join_secret_);
   request.set_device(options_.device);
   for (const auto& [key, value] : options_.info) {
     (*request.mutable_info())[key] = value;
@@ -354,6 +362,11 @@ pb::JoinResponse MemberClient::join_response() const {
 int MemberClient::rank() const {
   absl::MutexLock lock(&mu_);
   return rank_;
+}
+
+std::string MemberClient::lease_token() const {
+  absl::MutexLock lock(&mu_);
+  return lease_token_;
 }
 
 MembershipView MemberClient::view() const {

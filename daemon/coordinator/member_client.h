@@ -169,6 +169,10 @@ class MemberClient {
   shardd::v1::JoinResponse join_response() const;
   int rank() const;
   const std::string& incarnation() const { return options_.incarnation; }
+  // The lease token of the latest (re-)join: the member's credential for
+  // the calls it makes as that rank (e.g. the rendezvous store,
+  // comm::CoordinatorStoreOptions::lease_token). Never log it.
+  std::string lease_token() const;
 
   MembershipView view() const;
 
@@ -238,6 +242,8 @@ class MemberClient {
   MemberClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<shardd::v1::Coordinator::Stub> stub_;
+  // Sent with every Join (JoinRequest.join_secret): random per client.
+  const std::string join_secret_;
 
   // Serialises Join/Heartbeat/Leave so that heartbeats reach the
   // coordinator in the order their state was decided.

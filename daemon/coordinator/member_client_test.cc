@@ -87,6 +87,43 @@ TEST(MemberClientTest, FourMembersJoinReportReadyAndTheEpochBecomesReady) {
   }
 }
 
+TEST(MemberClientTest, ItsLeaseTokenOpensTheRendezvousForItsOwnRankOnly) {
+  auto coord = InProcessCoordinator::Start(
+      Options(absl::Milliseconds(1500), absl::Milliseconds(500)));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  std::vector<std::unique_ptr<MemberClient>> clients;
+  for (int r = 0; r < 2; ++r) {
+    auto c = MemberClient::Join(Member((*coord)->address(), r));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->lease_token(), (*c)->join_response().lease_token());
+    EXPECT_FALSE((*c)->lease_token().empty());
+    clients.push_back(*std::move(c));
+  }
+  CoordinatorManager& manager = (*coord)->manager();
+  const int64_t epoch = manager.Snapshot().epoch;
+  EXPECT_TRUE(manager
+                  .RendezvousSet(clients[1]->lease_token(), epoch, "model/1",
+                                 "spec", false)
+                  .ok());
+  EXPECT_EQ(manager
+                .RendezvousSet(clients[1]->lease_token(), epoch, "model/0",
+                               "evil", false)
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  // Each client sent a secret of its own with its Join: a repeated Join
+  // of its identity and incarnation without it gets no token.
+  const ClusterSnapshot s = manager.Snapshot();
+  EXPECT_FALSE(s.slots[0].join_secret.empty());
+  EXPECT_NE(s.slots[0].join_secret, s.slots[1].join_secret);
+  JoinRequestInfo impostor;
+  impostor.rank = 0;
+  impostor.identity = "node-0";
+  impostor.peer_address = "127.0.0.1:20000";
+  impostor.incarnation = clients[0]->incarnation();
+  EXPECT_EQ(manager.Join(impostor).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 TEST(MemberClientTest, DestroyedMemberLosesItsLeaseAndTheOthersSeeIt) {
   auto coord = InProcessCoordinator::Start(
       Options(absl::Milliseconds(600), absl::Milliseconds(200)));

@@ -250,6 +250,7 @@ void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
   }
   slot.phase = phase;
   slot.lease_token.clear();
+  slot.join_secret.clear();
   Log(now,
       phase == MemberPhase::kLeft ? DecisionKind::kMemberLeft
                                   : DecisionKind::kMemberRemoved,
@@ -405,6 +406,16 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
     }
     SlotRecord& s = slots_[live_slot];
     if (s.incarnation == request.incarnation) {
+      // Identity and incarnation are public (MemberInfo): only the process
+      // itself, which knows its secret, may be handed the token again.
+      if (request.join_secret.empty() || request.join_secret != s.join_secret) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "identity '", request.identity, "' incarnation '",
+            request.incarnation, "' is live in slot ", live_slot,
+            " and this Join does not carry that process's join_secret (rule: "
+            "a live member's lease_token is handed back only to the process "
+            "that holds it)"));
+      }
       // A retried Join of the same process: answer as before.
       JoinOutcome same;
       same.rank = live_slot;
@@ -492,6 +503,7 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.peer_address = request.peer_address;
   slot.incarnation = request.incarnation;
   slot.lease_token = lease_token;
+  slot.join_secret = request.join_secret;
   slot.joined = now;
   slot.last_heartbeat = now;
   slot.lease_expiry = now + options_.detector.lease;
@@ -799,6 +811,15 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
   out.epoch = epoch_;
   out.decision = full;
   return out;
+}
+
+std::optional<int> MembershipTable::LiveRankOf(
+    absl::string_view lease_token) const {
+  if (lease_token.empty()) return std::nullopt;
+  for (const SlotRecord& s : slots_) {
+    if (s.live() && s.lease_token == lease_token) return s.rank;
+  }
+  return std::nullopt;
 }
 
 bool MembershipTable::IsLiveMember(int rank,

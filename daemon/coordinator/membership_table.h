@@ -85,6 +85,9 @@ struct SlotRecord {
   std::string peer_address;
   std::string incarnation;
   std::string lease_token;
+  // The joining process's secret (JoinRequestInfo::join_secret); like the
+  // lease token, never shown to anyone.
+  std::string join_secret;
   MonoTime joined = MonoTime::InfinitePast();
   MonoTime last_heartbeat = MonoTime::InfinitePast();
   MonoTime lease_expiry = MonoTime::InfinitePast();
@@ -148,6 +151,10 @@ struct JoinRequestInfo {
   std::string identity;
   std::string peer_address;  // host:port
   std::string incarnation;
+  // The process's secret: a repeated Join of a live identity and
+  // incarnation is answered with the slot's lease token only when it
+  // matches (non-empty).
+  std::string join_secret;
   // For a coordinator restart: what the daemon had before.
   int64_t last_epoch = 0;
   bool holds_shard = false;
@@ -220,7 +227,9 @@ class MembershipTable {
   // address is quarantined: see Heartbeat; the first refusal of each
   // quarantine is logged as JOIN_REJECTED). The same identity and
   // incarnation joining its own live slot again (a retried call) is
-  // idempotent.
+  // idempotent when it carries the slot's join_secret; without it
+  // PERMISSION_DENIED (the incarnation is public; the lease token is
+  // handed back only to the process that holds it).
   //
   // A new incarnation of an identity whose slot is still live replaces the
   // old one (a restarted daemon need not wait for its predecessor's lease),
@@ -284,6 +293,9 @@ class MembershipTable {
 
   // True when `rank` is held by a live member with this lease token.
   bool IsLiveMember(int rank, absl::string_view lease_token) const;
+  // The rank of the live member holding `lease_token`; nullopt when none
+  // does (or the token is empty).
+  std::optional<int> LiveRankOf(absl::string_view lease_token) const;
 
   // The commit vote decided step `step` (invariant 1): the cluster's
   // committed step becomes at least `step`.

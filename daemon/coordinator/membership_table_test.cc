@@ -31,6 +31,7 @@ class MembershipTableTest : public ::testing::Test {
     r.identity = identity;
     r.peer_address = absl::StrCat("127.0.0.1:", 7000 + rank + 1);
     r.incarnation = identity + "-inc1";
+    r.join_secret = identity + "-secret";
     return r;
   }
 
@@ -159,6 +160,37 @@ TEST_F(MembershipTableTest, RetriedJoinOfTheSameProcessIsIdempotent) {
   EXPECT_EQ(again->lease_token, "token-1");
   EXPECT_EQ(again->epoch, first->epoch);
   EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(MembershipTableTest,
+       RepeatedJoinWithoutTheProcessSecretIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1"), kT0, "token-1").ok());
+  const std::string before = Snapshot();
+  for (const std::string secret : {"", "guess"}) {
+    JoinRequestInfo impostor = Request(1, "pod-1");
+    impostor.join_secret = secret;
+    auto out = table_->Join(impostor, kT0, "token-x");
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kPermissionDenied)
+        << "'" << secret << "'";
+    EXPECT_NE(out.status().message().find("join_secret"), std::string::npos)
+        << out.status();
+    EXPECT_EQ(out.status().message().find("token-1"), std::string::npos)
+        << "the refusal shows the token: " << out.status();
+    EXPECT_EQ(Snapshot(), before);
+  }
+  EXPECT_EQ(table_->LiveRankOf("token-1"), 1);
+}
+
+TEST_F(MembershipTableTest, LiveRankOfFindsOnlyLiveMembersTokens) {
+  ASSERT_TRUE(table_->Join(Request(0, "pod-0"), kT0, "token-0").ok());
+  ASSERT_TRUE(table_->Join(Request(2, "pod-2"), kT0, "token-2").ok());
+  EXPECT_EQ(table_->LiveRankOf("token-0"), 0);
+  EXPECT_EQ(table_->LiveRankOf("token-2"), 2);
+  EXPECT_EQ(table_->LiveRankOf("token-1"), std::nullopt);
+  EXPECT_EQ(table_->LiveRankOf(""), std::nullopt);
+  ASSERT_TRUE(table_->Leave(2, "token-2", "done", kT0).ok());
+  EXPECT_EQ(table_->LiveRankOf("token-2"), std::nullopt)
+      << "a departed member's token is dead";
 }
 
 TEST_F(MembershipTableTest, RejectsMalformedJoinsNamingTheField) {

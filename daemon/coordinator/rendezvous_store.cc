@@ -37,7 +37,8 @@ absl::Status RendezvousStore::CheckEpoch(int64_t epoch) const {
 }
 
 absl::Status RendezvousStore::Set(int64_t epoch, absl::string_view key,
-                                  absl::string_view value, bool if_absent) {
+                                  absl::string_view value, bool if_absent,
+                                  bool replace) {
   if (key.empty() || key.size() > limits_.max_key_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key must be 1..", limits_.max_key_bytes, " bytes, got ", key.size()));
@@ -54,8 +55,17 @@ absl::Status RendezvousStore::Set(int64_t epoch, absl::string_view key,
     if (if_absent) {
       return absl::AlreadyExistsError(absl::StrCat("key \"", key, "\" is set"));
     }
-    it->second = std::string(value);
-    return absl::OkStatus();
+    // Write-once unless `replace`: the same value again is a retried call;
+    // any other value would change what members already read.
+    if (it->second == value) return absl::OkStatus();
+    if (replace) {
+      it->second = std::string(value);
+      return absl::OkStatus();
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "key \"", key, "\" is already set in epoch ", epoch_,
+        " with another value (rule: a key, once written in an epoch, keeps "
+        "its value)"));
   }
   if (values_.size() >= limits_.max_keys_per_epoch) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -23,6 +23,8 @@ struct RendezvousLimits {
 };
 
 // The key-value store communicators rendezvous through, scoped by epoch.
+// Who may read or write which key is decided before (AuthorizeRendezvous);
+// this class only keeps the values.
 //
 // Only the current epoch's namespace exists: advancing the epoch drops the
 // old keys and wakes every waiter of an older epoch with ABORTED, so a
@@ -37,12 +39,15 @@ class RendezvousStore {
   void AdvanceEpoch(int64_t epoch);
   int64_t epoch() const;
 
-  // INVALID_ARGUMENT (key empty/too long, value too long), ABORTED (epoch
-  // older than current), FAILED_PRECONDITION (epoch not begun),
-  // ALREADY_EXISTS (if_absent and present), RESOURCE_EXHAUSTED (namespace
-  // full).
+  // Unless `replace`, a key is written once per epoch: setting it again with
+  // the same value is a no-op, with another value ALREADY_EXISTS. With
+  // `replace` another value overwrites it. INVALID_ARGUMENT (key empty/too
+  // long, value too long), ABORTED (epoch older than current),
+  // FAILED_PRECONDITION (epoch not begun), ALREADY_EXISTS (set with another
+  // value, or if_absent and present), RESOURCE_EXHAUSTED (namespace full).
   absl::Status Set(int64_t epoch, absl::string_view key,
-                   absl::string_view value, bool if_absent);
+                   absl::string_view value, bool if_absent,
+                   bool replace = false);
 
   // NOT_FOUND when not set; ABORTED / FAILED_PRECONDITION as Set.
   absl::StatusOr<std::string> Get(int64_t epoch, absl::string_view key);

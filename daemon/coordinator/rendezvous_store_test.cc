@@ -17,8 +17,39 @@ TEST(RendezvousStoreTest, SetGetWithinTheCurrentEpoch) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(store.Set(3, "gloo/0", "x", true).code(),
             absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(store.Set(3, "gloo/0", "addr0b", false).ok());
-  EXPECT_EQ(*store.Get(3, "gloo/0"), "addr0b");
+}
+
+TEST(RendezvousStoreTest, AKeyIsWrittenOncePerEpochAndARetryIsANoOp) {
+  RendezvousStore store;
+  store.AdvanceEpoch(3);
+  ASSERT_TRUE(store.Set(3, "model/0", "spec", false).ok());
+  // A retried call with the same value succeeds and changes nothing.
+  EXPECT_TRUE(store.Set(3, "model/0", "spec", false).ok());
+  // Another value is refused, naming the rule; the first value stays.
+  const absl::Status s = store.Set(3, "model/0", "evil", false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_NE(s.message().find("once written in an epoch, keeps its value"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(*store.Get(3, "model/0"), "spec");
+  // With if_absent even the same value is ALREADY_EXISTS (as before).
+  EXPECT_EQ(store.Set(3, "model/0", "spec", true).code(),
+            absl::StatusCode::kAlreadyExists);
+  // The next epoch starts empty: the key may be written afresh.
+  store.AdvanceEpoch(4);
+  EXPECT_TRUE(store.Set(4, "model/0", "other", false).ok());
+  EXPECT_EQ(*store.Get(4, "model/0"), "other");
+}
+
+TEST(RendezvousStoreTest, AReplaceableKeyTakesANewValue) {
+  RendezvousStore store;
+  store.AdvanceEpoch(3);
+  ASSERT_TRUE(store.Set(3, "model/0", "a", false, /*replace=*/true).ok());
+  ASSERT_TRUE(store.Set(3, "model/0", "b", false, /*replace=*/true).ok());
+  EXPECT_EQ(*store.Get(3, "model/0"), "b");
+  // if_absent still refuses an existing key.
+  EXPECT_EQ(store.Set(3, "model/0", "c", true, /*replace=*/true).code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST(RendezvousStoreTest, StaleAndFutureEpochsAreRejected) {

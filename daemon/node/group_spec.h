@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -21,6 +22,10 @@ struct GroupSpec {
   int64_t epoch = 0;
   // "shard/<i>" or "replica/<j>": unique within the epoch.
   std::string group;
+  // The job rank of each group rank (job_ranks[rank] is this daemon's):
+  // the rendezvous keys a communicator writes are owned by its writer's
+  // job rank (core/rendezvous_key.h). Empty: group ranks are job ranks.
+  std::vector<int> job_ranks = {};
   // Where a TCP transport (Gloo) listens for its peers. NCCL chooses its
   // own interfaces and ignores it.
   std::string listen_host = "127.0.0.1";
@@ -29,6 +34,13 @@ struct GroupSpec {
   // Deadline of an operation whose OpOptions leave it unset.
   absl::Duration default_op_timeout = absl::Seconds(30);
 };
+
+// The job ranks of `rank`'s shard group ([g·F, (g+1)·F), g = rank / F) and
+// of its replica group (the ranks r' with r' mod F = rank mod F), by group
+// rank: GroupSpec::job_ranks. F must be >= 1 and divide W.
+std::vector<int> ShardGroupJobRanks(int rank, int sharding_factor);
+std::vector<int> ReplicaGroupJobRanks(int rank, int world_size,
+                                      int sharding_factor);
 
 // The Gloo communicator's options for `spec` (field for field).
 comm::GlooCollectiveOptions ToGlooOptions(const GroupSpec& spec);

@@ -24,6 +24,7 @@
 #include "daemon/core/crc32c.h"
 #include "daemon/core/deadline_waker.h"
 #include "daemon/core/memory_plan.h"
+#include "daemon/core/rendezvous_key.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/tensor_init.h"
 #include "daemon/memory/cuda_ipc_name.h"
@@ -604,6 +605,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   const int rank = client_->rank();
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
+  so.lease_token = client_->lease_token();
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
@@ -612,6 +614,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   shard.size = sharding_factor;
   shard.epoch = epoch;
   shard.group = absl::StrCat("shard/", rank / sharding_factor);
+  shard.job_ranks = ShardGroupJobRanks(rank, sharding_factor);
   shard.listen_host = options_.gloo_hostname;
   shard.connect_timeout = options_.connect_timeout;
   shard.default_op_timeout = options_.collective_timeout;
@@ -619,6 +622,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   replica.rank = rank / sharding_factor;
   replica.size = world_size / sharding_factor;
   replica.group = absl::StrCat("replica/", rank % sharding_factor);
+  replica.job_ranks = ReplicaGroupJobRanks(rank, world_size, sharding_factor);
   absl::StatusOr<std::unique_ptr<comm::Collective>> s =
       backend_->MakeCollective(shard, *store);
   if (!s.ok()) return s.status();
@@ -920,17 +924,17 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   }
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
+  so.lease_token = client_->lease_token();
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
   const std::string mine =
       ProtoConvert::ModelToProto(model).SerializeAsString();
-  if (absl::Status s = store->Set(absl::StrCat("model/", rank), mine);
-      !s.ok()) {
+  if (absl::Status s = store->Set(core::ModelKey(rank), mine); !s.ok()) {
     return s;
   }
   std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat("model/", r));
+  for (int r = 0; r < world; ++r) keys.push_back(core::ModelKey(r));
   absl::Status waited =
       store->Wait(keys, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
   if (absl::IsDeadlineExceeded(waited)) {

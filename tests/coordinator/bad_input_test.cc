@@ -43,6 +43,7 @@ class BadInputTest : public ::testing::Test {
     join.set_identity("node-0");
     join.set_peer_address("127.0.0.1:1");
     join.set_incarnation("inc-0");
+    join.set_join_secret("secret-0");
     pb::JoinResponse response;
     ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
                   return cluster_.stub().Join(c, join, &response);
@@ -59,6 +60,31 @@ class BadInputTest : public ::testing::Test {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     return f(&context);
+  }
+
+  // Rendezvous calls as rank 0's member (token_) in the current epoch.
+  grpc::Status Set(const std::string& key, const std::string& value) {
+    pb::RendezvousSetRequest set;
+    set.set_epoch(epoch_);
+    set.set_key(key);
+    set.set_value(value);
+    set.set_lease_token(token_);
+    pb::RendezvousSetResponse response;
+    return Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().RendezvousSet(c, set, &response);
+    });
+  }
+  grpc::Status Get(const std::string& key, std::string* value = nullptr) {
+    pb::RendezvousGetRequest get;
+    get.set_epoch(epoch_);
+    get.set_key(key);
+    get.set_lease_token(token_);
+    pb::RendezvousGetResponse response;
+    grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().RendezvousGet(c, get, &response);
+    });
+    if (value != nullptr) *value = response.value();
+    return s;
   }
 
   void ExpectUnchanged(absl::string_view after_what) {
@@ -163,8 +189,9 @@ TEST_F(BadInputTest, StaleEpochRendezvousIsAborted) {
   ASSERT_GE(epoch_, 1);
   pb::RendezvousSetRequest set;
   set.set_epoch(epoch_ - 1);
-  set.set_key("k");
+  set.set_key("model/0");
   set.set_value("v");
+  set.set_lease_token(token_);
   pb::RendezvousSetResponse set_response;
   grpc::Status s = Call([&](grpc::ClientContext* c) {
     return cluster_.stub().RendezvousSet(c, set, &set_response);
@@ -174,7 +201,8 @@ TEST_F(BadInputTest, StaleEpochRendezvousIsAborted) {
 
   pb::RendezvousWaitRequest wait;
   wait.set_epoch(epoch_ - 1);
-  wait.add_keys("k");
+  wait.add_keys("model/0");
+  wait.set_lease_token(token_);
   pb::RendezvousWaitResponse wait_response;
   s = Call([&](grpc::ClientContext* c) {
     return cluster_.stub().RendezvousWait(c, wait, &wait_response);
@@ -183,14 +211,200 @@ TEST_F(BadInputTest, StaleEpochRendezvousIsAborted) {
   ExpectUnchanged("stale RendezvousWait");
 
   // The current epoch still works, and holds nothing from the stale calls.
-  pb::RendezvousGetRequest get;
-  get.set_epoch(epoch_);
-  get.set_key("k");
-  pb::RendezvousGetResponse get_response;
-  s = Call([&](grpc::ClientContext* c) {
-    return cluster_.stub().RendezvousGet(c, get, &get_response);
+  EXPECT_EQ(Get("model/0").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(BadInputTest, RendezvousWithoutALiveMembersTokenIsUnauthenticated) {
+  for (const std::string token : {"", "forged-token", "0000000000000000-1"}) {
+    pb::RendezvousSetRequest set;
+    set.set_epoch(epoch_);
+    set.set_key("model/0");
+    set.set_value("evil");
+    set.set_lease_token(token);
+    pb::RendezvousSetResponse set_response;
+    grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().RendezvousSet(c, set, &set_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << "'" << token << "': " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "only live members"))
+        << s.error_message();
+
+    pb::RendezvousGetRequest get;
+    get.set_epoch(epoch_);
+    get.set_key("model/0");
+    get.set_lease_token(token);
+    pb::RendezvousGetResponse get_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().RendezvousGet(c, get, &get_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+
+    pb::RendezvousWaitRequest wait;
+    wait.set_epoch(epoch_);
+    wait.add_keys("model/0");
+    wait.set_lease_token(token);
+    pb::RendezvousWaitResponse wait_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().RendezvousWait(c, wait, &wait_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+  }
+  ExpectUnchanged("unauthenticated rendezvous");
+  EXPECT_EQ(Get("model/0").error_code(), grpc::StatusCode::NOT_FOUND)
+      << "a refused write left its value behind";
+}
+
+TEST_F(BadInputTest, RendezvousWriteOfAnotherRanksKeyIsPermissionDenied) {
+  // token_ is rank 0's.
+  for (const char* key : {"model/1", "gloo/3/epoch/1/shard/1/rank_1",
+                          "nccl/2/epoch/1/shard.1/id"}) {
+    const grpc::Status s = Set(key, "evil");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << key << ": " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                  "a member writes only its own rank's keys"))
+        << s.error_message();
+    EXPECT_EQ(Get(key).error_code(), grpc::StatusCode::NOT_FOUND) << key;
+  }
+  ExpectUnchanged("another rank's key");
+}
+
+TEST_F(BadInputTest, RendezvousKeyNoRankOwnsIsInvalidArgument) {
+  for (const char* key : {"attacker/probe", "shard/0/0", "model/99", "model"}) {
+    const grpc::Status s = Set(key, "evil");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << key << ": " << s.error_message();
+  }
+  ExpectUnchanged("keys outside the grammar");
+}
+
+TEST_F(BadInputTest, GlooAndNcclKeysKeepTheirFirstValueInAnEpoch) {
+  const std::string gloo = absl::StrCat("gloo/0/epoch/", epoch_, "/world/0");
+  const std::string nccl = absl::StrCat("nccl/0/epoch/", epoch_, "/world/id");
+  for (const std::string& key : {gloo, nccl}) {
+    ASSERT_TRUE(Set(key, "first").ok());
+    EXPECT_TRUE(Set(key, "first").ok()) << "a retry is a no-op";
+    const grpc::Status s = Set(key, "second");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
+        << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "keeps its value"))
+        << s.error_message();
+    std::string value;
+    ASSERT_TRUE(Get(key, &value).ok());
+    EXPECT_EQ(value, "first");
+  }
+}
+
+TEST_F(BadInputTest, ItsOwnerMayRegisterItsModelKeyAgain) {
+  ASSERT_TRUE(Set("model/0", "first").ok());
+  ASSERT_TRUE(Set("model/0", "second").ok());
+  std::string value;
+  ASSERT_TRUE(Get("model/0", &value).ok());
+  EXPECT_EQ(value, "second");
+}
+
+TEST_F(BadInputTest, RepeatedJoinWithoutTheProcessSecretIsPermissionDenied) {
+  // Identity and incarnation are public (GetClusterState shows them); a
+  // Join with them must not hand out the member's lease token.
+  for (const std::string secret : {"", "guess"}) {
+    pb::JoinRequest join;
+    join.set_rank(0);
+    join.set_identity("node-0");
+    join.set_peer_address("127.0.0.1:1");
+    join.set_incarnation("inc-0");
+    join.set_join_secret(secret);
+    pb::JoinResponse response;
+    const grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().Join(c, join, &response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << "'" << secret << "': " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "join_secret"))
+        << s.error_message();
+    EXPECT_FALSE(absl::StrContains(s.error_message(), token_));
+    EXPECT_EQ(response.lease_token(), "");
+    ExpectUnchanged(absl::StrCat("join with secret '", secret, "'"));
+  }
+  // The process itself (its secret) gets its token back, changing nothing.
+  pb::JoinRequest join;
+  join.set_rank(0);
+  join.set_identity("node-0");
+  join.set_peer_address("127.0.0.1:1");
+  join.set_incarnation("inc-0");
+  join.set_join_secret("secret-0");
+  pb::JoinResponse response;
+  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                return cluster_.stub().Join(c, join, &response);
+              }).ok());
+  EXPECT_EQ(response.lease_token(), token_);
+  ExpectUnchanged("retried join");
+}
+
+// The rules of proto/shardd/v1/coordinator.proto's "who may call what" for
+// the calls a member makes as its rank: without the rank's lease token
+// they are refused and change nothing.
+TEST_F(BadInputTest,
+       MemberCallsWithoutTheRanksTokenAreNotFoundAndChangeNothing) {
+  for (const std::string token : {"", "forged-token"}) {
+    pb::LeaveRequest leave;
+    leave.set_rank(0);
+    leave.set_lease_token(token);
+    pb::LeaveResponse leave_response;
+    grpc::Status s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().Leave(c, leave, &leave_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("Leave with token '", token, "'"));
+
+    pb::ReportFailureRequest report;
+    report.set_reporter_rank(0);
+    report.set_lease_token(token);
+    report.set_epoch(epoch_);
+    report.set_suspect_rank(-1);
+    report.set_kind(pb::FAILURE_KIND_COLLECTIVE_FAILED);
+    pb::ReportFailureResponse report_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().ReportFailure(c, report, &report_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("ReportFailure with token '", token, "'"));
+
+    pb::ShouldCommitRequest vote;
+    vote.set_rank(0);
+    vote.set_lease_token(token);
+    vote.set_epoch(epoch_);
+    vote.set_step(1);
+    vote.set_vote(true);
+    pb::ShouldCommitResponse vote_response;
+    s = Call([&](grpc::ClientContext* c) {
+      return cluster_.stub().ShouldCommit(c, vote, &vote_response);
+    });
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    ExpectUnchanged(absl::StrCat("ShouldCommit with token '", token, "'"));
+  }
+  // Rank 0's token does not act for rank 1 either (an empty slot: Leave is
+  // a no-op, a report from it is NOT_FOUND).
+  pb::ReportFailureRequest report;
+  report.set_reporter_rank(1);
+  report.set_lease_token(token_);
+  report.set_epoch(epoch_);
+  report.set_suspect_rank(0);
+  report.set_kind(pb::FAILURE_KIND_COLLECTIVE_FAILED);
+  pb::ReportFailureResponse report_response;
+  const grpc::Status s = Call([&](grpc::ClientContext* c) {
+    return cluster_.stub().ReportFailure(c, report, &report_response);
   });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  pb::LeaveRequest leave;
+  leave.set_rank(1);
+  pb::LeaveResponse leave_response;
+  EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                return cluster_.stub().Leave(c, leave, &leave_response);
+              }).ok());
+  ExpectUnchanged("rank 0's token acting for rank 1");
 }
 
 TEST_F(BadInputTest, HeartbeatWithAnInvalidStateIsInvalidArgument) {

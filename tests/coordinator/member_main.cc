@@ -86,9 +86,11 @@ class ProbeOnlyPeer final : public pb::Peer::Service {
 // Forms the epoch's world communicator and checks an all-reduce of
 // (rank + 1) everywhere: every element must be W (W + 1) / 2.
 absl::StatusOr<double> AllReduceCheck(std::shared_ptr<grpc::Channel> channel,
-                                      int64_t epoch, int rank, int world) {
+                                      int64_t epoch, int rank, int world,
+                                      const std::string& lease_token) {
   comm::CoordinatorStoreOptions store_options;
   store_options.rank = rank;
+  store_options.lease_token = lease_token;
   comm::CoordinatorStore store(std::move(channel), epoch, store_options);
   comm::GlooCollectiveOptions options;
   options.rank = rank;
@@ -199,7 +201,8 @@ int Run() {
     Say("epoch epoch=%d members=%d", handled, view->members.size());
     if (absl::GetFlag(FLAGS_gloo)) {
       absl::StatusOr<double> sum =
-          AllReduceCheck(channel, handled, view->rank, view->world_size);
+          AllReduceCheck(channel, handled, view->rank, view->world_size,
+                         (*client)->lease_token());
       if (!sum.ok()) {
         // The epoch moved on (ABORTED) or a peer vanished: the next epoch
         // with all members live gets a fresh communicator.

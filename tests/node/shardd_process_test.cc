@@ -37,6 +37,7 @@
 #include "daemon/core/adamw.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
@@ -46,6 +47,8 @@
 #include "shardd/v1/trainer.grpc.pb.h"
 #include "tests/coordinator/port_holder.h"
 #include "tests/coordinator/subprocess.h"
+#include "tests/fuzz/generic_call.h"
+#include "tests/fuzz/hostile_message.h"
 
 namespace shardd::tests {
 namespace {
@@ -1043,6 +1046,84 @@ TEST_F(ShardProcessTest, FetchShardRejectsBadRequestsNamingTheField) {
   EXPECT_TRUE(after.ready());
   EXPECT_TRUE(after.registered());
   EXPECT_EQ(after.epoch(), epoch);
+}
+
+// Hostile requests to every RPC of the Peer service (from its descriptor)
+// of a registered daemon: edge values, huge fields, out-of-range enums, the
+// real epoch, step and shard index from a dictionary, damaged bytes. Every
+// call ends with a status within its deadline, a well-formed request never
+// gets INTERNAL or UNKNOWN, and both daemons go on serving, still ready.
+// FetchShard is read-only: whatever is asked, nothing changes.
+TEST_F(ShardProcessTest, HostilePeerRequestsGetAStatusAndChangeNothing) {
+  std::vector<pb::RegisterModelResponse> reg;
+  const std::vector<grpc::Status> reg_status = RegisterOnEveryRank(&reg);
+  for (int r = 0; r < kW; ++r) ASSERT_TRUE(reg_status[r].ok());
+  const pb::GetStatusResponse before = Status(0);
+  const google::protobuf::ServiceDescriptor* service =
+      pb::ProbeRequest::descriptor()->file()->FindServiceByName("Peer");
+  ASSERT_NE(service, nullptr);
+  HostileDictionary dictionary;
+  dictionary.integers = {before.epoch(), 0, 1, kW};
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(peers_[0], grpc::InsecureChannelCredentials());
+  int calls = 0;
+  for (int m = 0; m < service->method_count(); ++m) {
+    const google::protobuf::MethodDescriptor* method = service->method(m);
+    const std::string path =
+        absl::StrCat("/", service->full_name(), "/", method->name());
+    HostileMessageFactory factory(/*seed=*/77 + m, dictionary);
+    std::map<int, int> codes;
+    for (int i = 0; i < 150; ++i) {
+      // Half are a valid request with a few fields spoilt.
+      std::unique_ptr<google::protobuf::Message> seed;
+      if (method->name() == "FetchShard") {
+        auto good = std::make_unique<pb::FetchShardRequest>();
+        good->set_epoch(before.epoch());
+        good->set_requester_rank(1);
+        good->set_shard_index(0);  // Rank 0 holds shard 0 (F = 2).
+        good->set_step(before.committed_step());
+        seed = std::move(good);
+      } else {
+        auto good = std::make_unique<pb::ProbeRequest>();
+        good->set_epoch(before.epoch());
+        good->set_from_rank(1);
+        good->set_include_model(true);
+        seed = std::move(good);
+      }
+      std::string bytes =
+          (factory.Below(2) == 0 ? factory.Mutate(*seed)
+                                 : factory.Make(method->input_type()))
+              ->SerializeAsString();
+      const bool mangled = factory.Below(8) == 0;
+      if (mangled) bytes = factory.Mangle(std::move(bytes));
+      // A FetchShard stream ends by itself (header, chunks, trailer).
+      const GenericCallResult result =
+          CallGeneric(channel, path, bytes, absl::Seconds(2));
+      ++calls;
+      const grpc::StatusCode code = result.status.error_code();
+      ++codes[code];
+      EXPECT_FALSE(result.hung) << path << " request " << i << " hung";
+      EXPECT_NE(code, grpc::StatusCode::UNKNOWN)
+          << path << " " << i << ": " << result.status.error_message();
+      if (!mangled) {
+        EXPECT_NE(code, grpc::StatusCode::INTERNAL)
+            << path << " " << i << ": " << result.status.error_message();
+      }
+    }
+    std::string summary;
+    for (const auto& [code, n] : codes)
+      absl::StrAppend(&summary, " ", code, ":", n);
+    std::printf("%s: codes%s\n", path.c_str(), summary.c_str());
+  }
+  EXPECT_GE(calls, 300);
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_TRUE(daemons_[r]->Running()) << "daemon " << r << " died";
+  }
+  const pb::GetStatusResponse after = Status(0);
+  EXPECT_TRUE(after.ready());
+  EXPECT_TRUE(after.registered());
+  EXPECT_EQ(after.epoch(), before.epoch());
+  EXPECT_EQ(after.committed_step(), before.committed_step());
 }
 
 TEST_F(ShardProcessTest, PeerPortServesLivenessAndReadinessForProbes) {

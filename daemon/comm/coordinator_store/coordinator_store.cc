@@ -48,6 +48,7 @@ absl::Status CoordinatorStore::Set(absl::string_view key,
   request.set_key(std::string(key));
   request.set_value(std::string(value));
   request.set_rank(options_.rank);
+  request.set_lease_token(options_.lease_token);
   grpc::ClientContext context;
   rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   pb::RendezvousSetResponse response;
@@ -62,6 +63,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(absl::string_view key) {
   pb::RendezvousGetRequest request;
   request.set_epoch(epoch_);
   request.set_key(std::string(key));
+  request.set_lease_token(options_.lease_token);
   grpc::ClientContext context;
   rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   pb::RendezvousGetResponse response;
@@ -81,6 +83,7 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
       std::clamp(timeout, absl::ZeroDuration(), options_.max_wait);
   pb::RendezvousWaitRequest request;
   request.set_epoch(epoch_);
+  request.set_lease_token(options_.lease_token);
   for (const std::string& key : keys) request.add_keys(key);
   grpc::ClientContext context;
   rpc::SetDeadline(&context, MonoNow() + wait);

@@ -19,6 +19,11 @@ namespace shardd::comm {
 struct CoordinatorStoreOptions {
   // The caller's rank, for the coordinator's log (-1: unknown).
   int rank = -1;
+  // The member's lease token (MemberClient::lease_token()): the coordinator
+  // serves the rendezvous store to live members only, and lets each write
+  // only its own rank's keys (core/rendezvous_key.h). Empty: every call is
+  // UNAUTHENTICATED.
+  std::string lease_token;
   // Deadline of Set and Get.
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Longest client deadline of one Wait; an infinite (or longer) timeout is
@@ -35,6 +40,10 @@ struct CoordinatorStoreOptions {
 // Every call carries the epoch given at construction, so a communicator of
 // an old epoch can never read a newer epoch's keys: once the coordinator
 // has moved on, every call fails with ABORTED (a Wait in progress too).
+// Every call carries the member's lease token: the coordinator refuses a
+// key the member's rank does not own (PERMISSION_DENIED), a key outside
+// the grammar (INVALID_ARGUMENT) and a second value for a Gloo or NCCL
+// key (ALREADY_EXISTS: they are write-once per epoch).
 // Statuses keep the coordinator's code (FromGrpc); messages name the key
 // and the epoch. Wait's client deadline is its timeout (capped at
 // max_wait); on expiry it returns DEADLINE_EXCEEDED naming the keys.

@@ -671,6 +671,12 @@ absl::Status ValidateOptions(const NcclCollectiveOptions& options) {
     return s;
   }
   if (absl::Status s = ValidateGroupName(options.group); !s.ok()) return s;
+  if (!options.job_ranks.empty() &&
+      static_cast<int>(options.job_ranks.size()) != options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_ranks has ", options.job_ranks.size(),
+                     " entries for a group of size ", options.size));
+  }
   if (options.cuda_device < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda_device must be >= 0, got ", options.cuda_device));
@@ -716,6 +722,8 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(
   exchange.epoch = options.epoch;
   exchange.group = options.group;
   exchange.timeout = options.connect_timeout;
+  exchange.root_job_rank =
+      options.job_ranks.empty() ? 0 : options.job_ranks.front();
   absl::StatusOr<NcclUniqueIdBytes> id_bytes =
       ExchangeNcclUniqueId(store, exchange, [] {
         ncclUniqueId id;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -18,10 +19,14 @@ struct NcclCollectiveOptions {
   int rank = 0;
   int size = 1;
   // The membership epoch this communicator belongs to; with `group` it
-  // scopes the unique id's store key (epoch/<epoch>/<group>/nccl_id).
+  // scopes the unique id's store key (NcclUniqueIdKey).
   int64_t epoch = 0;
   // The group's name ([A-Za-z0-9_.-]+), e.g. "shard0" or "replica1".
   std::string group = "world";
+  // The job rank of each group rank; the unique id's key is owned by
+  // job_ranks[0], which writes it (the coordinator lets only that member
+  // write it). Empty: group ranks are job ranks.
+  std::vector<int> job_ranks = {};
   // The CUDA device the communicator, its stream and its buffers live on.
   int cuda_device = 0;
   // Deadline for the whole rendezvous: waiting for rank 0's unique id and

@@ -92,7 +92,7 @@ std::vector<float> Iota(int n, float start) {
 TEST_F(NcclCollectiveTest, SoloCommunicatorPublishesItsIdAndRunsEveryOp) {
   auto comm = Solo();
   ASSERT_NE(comm, nullptr);
-  EXPECT_TRUE(store_.Get("epoch/1/solo/nccl_id").ok());
+  EXPECT_TRUE(store_.Get("nccl/0/epoch/1/solo/id").ok());
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->epoch(), 1);
@@ -244,7 +244,7 @@ TEST_F(NcclCollectiveTest, RankWaitingForAnIdThatNeverComesTimesOut) {
   options.connect_timeout = absl::Milliseconds(200);
   auto made = CreateNcclCollective(options, store_);
   EXPECT_EQ(made.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(made.status().message(), HasSubstr("epoch/10/nobody/nccl_id"));
+  EXPECT_THAT(made.status().message(), HasSubstr("nccl/0/epoch/10/nobody/id"));
 }
 
 }  // namespace

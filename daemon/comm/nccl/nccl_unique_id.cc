@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/rendezvous_key.h"
 
 namespace shardd::comm::nccl {
 namespace {
@@ -23,8 +24,8 @@ absl::Status WithKey(const absl::Status& status, absl::string_view key) {
 
 }  // namespace
 
-std::string NcclUniqueIdKey(int64_t epoch, absl::string_view group) {
-  return absl::StrCat("epoch/", epoch, "/", group, "/nccl_id");
+std::string NcclUniqueIdKey(int owner, int64_t epoch, absl::string_view group) {
+  return core::NcclIdKey(owner, epoch, group);
 }
 
 absl::Status ValidateGroupName(absl::string_view group) {
@@ -79,7 +80,12 @@ absl::StatusOr<NcclUniqueIdBytes> ExchangeNcclUniqueId(
     return absl::InvalidArgumentError(
         absl::StrCat("rank must be >= 0, got ", exchange.rank));
   }
-  const std::string key = NcclUniqueIdKey(exchange.epoch, exchange.group);
+  if (exchange.root_job_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root_job_rank must be >= 0, got ", exchange.root_job_rank));
+  }
+  const std::string key =
+      NcclUniqueIdKey(exchange.root_job_rank, exchange.epoch, exchange.group);
   if (exchange.rank == 0) {
     absl::StatusOr<NcclUniqueIdBytes> id = create();
     if (!id.ok()) return WithKey(id.status(), key);

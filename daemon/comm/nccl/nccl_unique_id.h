@@ -13,8 +13,10 @@
 #include "daemon/comm/store.h"
 
 // The rendezvous of an NCCL communicator through the Store: rank 0 creates
-// the ncclUniqueId and publishes it under a key scoped by epoch and group;
-// every other rank waits for it (with the connect deadline) and reads it.
+// the ncclUniqueId and publishes it under a key scoped by epoch and group
+// and owned by rank 0's job rank (core/rendezvous_key.h: the coordinator
+// lets only that member write it); every other rank waits for it (with the
+// connect deadline) and reads it.
 //
 // Pure logic without CUDA headers: the id is handled as its 128 raw bytes
 // (NCCL_UNIQUE_ID_BYTES), and creating one is a callback, so the CPU tests
@@ -24,9 +26,10 @@ namespace shardd::comm::nccl {
 inline constexpr int kNcclUniqueIdBytes = 128;
 using NcclUniqueIdBytes = std::array<uint8_t, kNcclUniqueIdBytes>;
 
-// "epoch/<epoch>/<group>/nccl_id". A new epoch never reads an old epoch's
+// "nccl/<owner>/epoch/<epoch>/<group>/id" (core::NcclIdKey), `owner` the
+// job rank of the group's rank 0. A new epoch never reads an old epoch's
 // id, so a communicator of a dead epoch cannot be joined by mistake.
-std::string NcclUniqueIdKey(int64_t epoch, absl::string_view group);
+std::string NcclUniqueIdKey(int owner, int64_t epoch, absl::string_view group);
 
 // INVALID_ARGUMENT unless the group name is non-empty and made of
 // [A-Za-z0-9_.-] (it becomes one component of a store key).
@@ -47,6 +50,9 @@ struct UniqueIdExchange {
   std::string group;
   // How long ranks other than 0 wait for rank 0's id.
   absl::Duration timeout = absl::Seconds(60);
+  // The job rank of the group's rank 0, which writes the id: its key's
+  // owner.
+  int root_job_rank = 0;
 };
 
 // Rank 0: calls `create` (ncclGetUniqueId in the backend), Sets the encoded

@@ -28,8 +28,23 @@ UniqueIdExchange Exchange(int rank) {
       .rank = rank, .epoch = 7, .group = "shard0", .timeout = absl::Seconds(5)};
 }
 
-TEST(NcclUniqueIdTest, KeyIsScopedByEpochAndGroup) {
-  EXPECT_EQ(NcclUniqueIdKey(3, "replica1"), "epoch/3/replica1/nccl_id");
+TEST(NcclUniqueIdTest, KeyIsScopedByEpochAndGroupAndOwnedByRankZero) {
+  EXPECT_EQ(NcclUniqueIdKey(5, 3, "replica1"), "nccl/5/epoch/3/replica1/id");
+}
+
+TEST(NcclUniqueIdTest, RankZeroWritesUnderItsJobRankAndOthersReadThere) {
+  MapStore store;
+  UniqueIdExchange root = Exchange(0);
+  root.root_job_rank = 6;
+  ASSERT_TRUE(ExchangeNcclUniqueId(store, root, [] {
+                return absl::StatusOr<NcclUniqueIdBytes>(SampleId());
+              }).ok());
+  EXPECT_TRUE(store.Get("nccl/6/epoch/7/shard0/id").ok());
+  UniqueIdExchange other = Exchange(1);
+  other.root_job_rank = 6;
+  auto id = ExchangeNcclUniqueId(store, other, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, SampleId());
 }
 
 TEST(NcclUniqueIdTest, EncodeDecodeRoundTripsEveryByte) {
@@ -94,7 +109,7 @@ TEST(NcclUniqueIdTest, RankZeroCreatesAndOthersReadTheSameId) {
     ASSERT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].status();
     EXPECT_EQ(*got[r], SampleId()) << "rank " << r;
   }
-  auto stored = store.Get("epoch/7/shard0/nccl_id");
+  auto stored = store.Get("nccl/0/epoch/7/shard0/id");
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(*stored, EncodeNcclUniqueId(SampleId()));
 }
@@ -105,13 +120,13 @@ TEST(NcclUniqueIdTest, WaitingPastTheConnectDeadlineIsDeadlineExceeded) {
   exchange.timeout = absl::Milliseconds(1);
   auto id = ExchangeNcclUniqueId(store, exchange, nullptr);
   EXPECT_EQ(id.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(id.status().message(), HasSubstr("epoch/7/shard0/nccl_id"));
+  EXPECT_THAT(id.status().message(), HasSubstr("nccl/0/epoch/7/shard0/id"));
 }
 
 TEST(NcclUniqueIdTest, AnIdOfAnotherEpochIsNotRead) {
   MapStore store;
   ASSERT_TRUE(
-      store.Set(NcclUniqueIdKey(6, "shard0"), EncodeNcclUniqueId(SampleId()))
+      store.Set(NcclUniqueIdKey(0, 6, "shard0"), EncodeNcclUniqueId(SampleId()))
           .ok());
   UniqueIdExchange exchange = Exchange(1);
   exchange.timeout = absl::Milliseconds(1);
@@ -121,10 +136,10 @@ TEST(NcclUniqueIdTest, AnIdOfAnotherEpochIsNotRead) {
 
 TEST(NcclUniqueIdTest, AMalformedStoredValueIsDataLossNamingTheKey) {
   MapStore store;
-  ASSERT_TRUE(store.Set("epoch/7/shard0/nccl_id", "not an id").ok());
+  ASSERT_TRUE(store.Set("nccl/0/epoch/7/shard0/id", "not an id").ok());
   auto id = ExchangeNcclUniqueId(store, Exchange(1), nullptr);
   EXPECT_EQ(id.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(id.status().message(), HasSubstr("epoch/7/shard0/nccl_id"));
+  EXPECT_THAT(id.status().message(), HasSubstr("nccl/0/epoch/7/shard0/id"));
 }
 
 TEST(NcclUniqueIdTest, RankZeroReportsCreateAndStoreFailures) {
@@ -142,7 +157,7 @@ TEST(NcclUniqueIdTest, RankZeroReportsCreateAndStoreFailures) {
   });
   EXPECT_EQ(failed_set.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(failed_set.status().message(),
-              HasSubstr("epoch/7/shard0/nccl_id"));
+              HasSubstr("nccl/0/epoch/7/shard0/id"));
 }
 
 TEST(NcclUniqueIdTest, RejectsGroupNamesThatWouldBreakTheKey) {

@@ -48,6 +48,7 @@ CudaEngineBackend::MakeCollective(const GroupSpec& spec, comm::Store& store) {
   o.size = spec.size;
   o.epoch = spec.epoch;
   o.group = NcclGroupName(spec.group);
+  o.job_ranks = spec.job_ranks;
   o.cuda_device = device_;
   o.connect_timeout = spec.connect_timeout;
   o.default_op_timeout = spec.default_op_timeout;
