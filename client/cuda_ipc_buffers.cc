@@ -39,19 +39,37 @@ absl::Status MakeCurrent(const v1::CudaIpcRef& ref) {
 
 }  // namespace
 
-CudaIpcBuffers::~CudaIpcBuffers() { CloseAll(); }
+CudaIpcBuffers::~CudaIpcBuffers() { CloseAll().IgnoreError(); }
 
-void CudaIpcBuffers::CloseAll() {
+absl::Status CudaIpcBuffers::CloseAll() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [handle, base] : opened_) cudaIpcCloseMemHandle(base);
+  absl::Status first;
+  for (auto& [handle, opened] : opened_) {
+    // cudaIpcCloseMemHandle acts on the current device's context: on a
+    // node where the trainer uses several GPUs, the calling thread's device
+    // need not be the buffer's.
+    absl::Status s = CudaStatus(cudaSetDevice(opened.device),
+                                "cudaSetDevice before cudaIpcCloseMemHandle");
+    if (s.ok()) {
+      s = CudaStatus(cudaIpcCloseMemHandle(opened.base),
+                     "cudaIpcCloseMemHandle");
+    }
+    if (first.ok() && !s.ok()) first = s;
+  }
   opened_.clear();
+  return first;
 }
 
 absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = opened_.find(ref.mem_handle());
   if (it == opened_.end()) {
-    if (absl::Status s = MakeCurrent(ref); !s.ok()) return s;
+    absl::StatusOr<int> device = DeviceOf(ref);
+    if (!device.ok()) return device.status();
+    if (absl::Status s = CudaStatus(cudaSetDevice(*device), "cudaSetDevice");
+        !s.ok()) {
+      return s;
+    }
     cudaIpcMemHandle_t handle;
     std::memcpy(handle.reserved, ref.mem_handle().data(),
                 sizeof(handle.reserved));
@@ -62,9 +80,12 @@ absl::StatusOr<uint8_t*> CudaIpcBuffers::Open(const v1::CudaIpcRef& ref) {
         !s.ok()) {
       return s;
     }
-    it = opened_.emplace(ref.mem_handle(), static_cast<uint8_t*>(base)).first;
+    it = opened_
+             .emplace(ref.mem_handle(),
+                      Opened{static_cast<uint8_t*>(base), *device})
+             .first;
   }
-  return it->second + ref.byte_offset();
+  return it->second.base + ref.byte_offset();
 }
 
 absl::Status CudaIpcBuffers::Download(const v1::CudaIpcRef& ref, void* host) {
@@ -95,6 +116,14 @@ absl::Status CudaIpcBuffers::Upload(const v1::CudaIpcRef& ref,
   // before they reach the device; the daemon reads them next, from another
   // process and on its own stream. Only a device-wide wait covers that.
   return CudaStatus(cudaDeviceSynchronize(), "upload to a CUDA IPC buffer");
+}
+
+absl::Status CudaIpcBuffers::Synchronize(const v1::CudaIpcRef& ref) {
+  absl::StatusOr<uint8_t*> p = Open(ref);
+  if (!p.ok()) return p.status();
+  if (absl::Status s = MakeCurrent(ref); !s.ok()) return s;
+  return CudaStatus(cudaDeviceSynchronize(),
+                    "waiting for the trainer's writes to a CUDA IPC buffer");
 }
 
 }  // namespace shardd::client

@@ -32,17 +32,26 @@ class CudaIpcBuffers {
   // ref's range -> host, host -> ref's range.
   absl::Status Download(const v1::CudaIpcRef& ref, void* host);
   absl::Status Upload(const v1::CudaIpcRef& ref, const void* host);
+  // Waits until ref's device has finished every write of this process (a
+  // trainer that wrote the buffer with its own kernels), so that the
+  // daemon, in another process, reads complete data.
+  absl::Status Synchronize(const v1::CudaIpcRef& ref);
   // Closes every open handle. An open handle keeps the exporter's
   // allocation alive in the driver, so a trainer that outlives its daemon
   // (a recovery) would otherwise pin the dead daemon's buffers; and the
   // daemon frees what a trainer may still have mapped only when the model
   // is registered again. Device addresses handed out before are invalid
-  // afterwards.
-  void CloseAll();
+  // afterwards. Each handle is closed with its own device current; every
+  // handle is dropped, and the first error is returned.
+  absl::Status CloseAll();
 
  private:
   std::mutex mu_;
-  std::map<std::string, uint8_t*> opened_;  // mem_handle -> base
+  struct Opened {
+    uint8_t* base = nullptr;
+    int device = -1;  // in this process's numbering
+  };
+  std::map<std::string, Opened> opened_;  // mem_handle -> mapping
 };
 
 }  // namespace shardd::client

@@ -147,7 +147,10 @@ BufferView<T> MakeView(const v1::DataRef& ref, T* start, int64_t range,
     NamedTensor<T> t;
     t.name = v.name();
     t.shape.assign(v.shape().begin(), v.shape().end());
-    t.values = view.flat.subspan(v.byte_offset() / kFloatBytes, v.numel());
+    // No host copy (a slot the device writes): names and shapes only.
+    if (start != nullptr) {
+      t.values = view.flat.subspan(v.byte_offset() / kFloatBytes, v.numel());
+    }
     view.tensors.push_back(std::move(t));
   }
   view.keep_alive = std::move(keep_alive);
@@ -204,9 +207,15 @@ absl::StatusOr<UnitView> SegmentCache::ReadView(const v1::DataRef& ref,
       return absl::Status(s.code(),
                           absl::StrCat(what, ".cuda_ipc: ", s.message()));
     }
+    absl::StatusOr<uint8_t*> device = cuda_.Open(ref.cuda_ipc());
+    if (!device.ok()) {
+      return absl::Status(
+          device.status().code(),
+          absl::StrCat(what, ".cuda_ipc: ", device.status().message()));
+    }
     UnitView view =
         MakeView<const float>(ref, copy->data(), range->length, copy);
-    view.device_data = *cuda_.Open(ref.cuda_ipc());
+    view.device_data = *device;
     return view;
 #else
     return absl::UnimplementedError(absl::StrCat(
@@ -223,26 +232,38 @@ absl::StatusOr<UnitView> SegmentCache::ReadView(const v1::DataRef& ref,
 }
 
 absl::StatusOr<GradView> SegmentCache::WriteView(const v1::DataRef& ref,
-                                                 absl::string_view what) {
+                                                 absl::string_view what,
+                                                 GradWriter writer) {
   absl::StatusOr<Range> range = CheckRef(ref, what);
   if (!range.ok()) return range.status();
+  // Shared memory: the host view is the slot itself, for either writer.
+  (void)writer;
   if (ref.has_cuda_ipc()) {
 #ifdef SHARDD_WITH_CUDA
-    // Written on the host, uploaded into the GPU slot by Flush().
-    auto staging =
-        std::make_shared<std::vector<float>>(range->length / kFloatBytes, 0.0f);
     absl::StatusOr<uint8_t*> device = cuda_.Open(ref.cuda_ipc());
     if (!device.ok()) {
       return absl::Status(
           device.status().code(),
           absl::StrCat(what, ".cuda_ipc: ", device.status().message()));
     }
-    GradView view =
-        MakeView<float>(ref, staging->data(), range->length, staging);
+    const GradFlushAction action = GradFlushActionFor(writer);
+    GradView view;
+    if (action.upload_host_copy) {
+      // Written on the host, uploaded into the GPU slot by Flush().
+      auto staging = std::make_shared<std::vector<float>>(
+          range->length / kFloatBytes, 0.0f);
+      view = MakeView<float>(ref, staging->data(), range->length, staging);
+      view.flush = [this, cuda = ref.cuda_ipc(), staging] {
+        return cuda_.Upload(cuda, staging->data());
+      };
+    } else {
+      // Written on the device: names and shapes only, no host copy.
+      view = MakeView<float>(ref, nullptr, 0, nullptr);
+      view.flush = [this, cuda = ref.cuda_ipc()] {
+        return cuda_.Synchronize(cuda);
+      };
+    }
     view.device_data = *device;
-    view.flush = [this, cuda = ref.cuda_ipc(), staging] {
-      return cuda_.Upload(cuda, staging->data());
-    };
     return view;
 #else
     return absl::UnimplementedError(absl::StrCat(
@@ -273,10 +294,25 @@ void SegmentCache::Clear() {
   entries_.clear();
 }
 
-void SegmentCache::ForgetDeviceBuffers() {
+absl::Status SegmentCache::ForgetDeviceBuffers() {
 #ifdef SHARDD_WITH_CUDA
-  cuda_.CloseAll();  // Thread-safe on its own.
+  return cuda_.CloseAll();  // Thread-safe on its own.
+#else
+  return absl::OkStatus();
 #endif
+}
+
+GradFlushAction GradFlushActionFor(GradWriter writer) {
+  GradFlushAction action;
+  switch (writer) {
+    case GradWriter::kHost:
+      action.upload_host_copy = true;
+      break;
+    case GradWriter::kDevice:
+      action.synchronize_device = true;
+      break;
+  }
+  return action;
 }
 
 }  // namespace shardd::client

@@ -62,6 +62,27 @@ struct BufferView {
   }
 };
 
+// Who writes a gradient slot that lives on a GPU (CUDA IPC):
+// - kHost: the trainer computes on the host and writes `flat`, a zeroed host
+//   copy; Flush() uploads it into the slot.
+// - kDevice: the trainer writes `device_data` with its own kernels or
+//   copies; there is no host copy (`flat` and the tensors' values are
+//   empty) and Flush() waits until the device has finished every write of
+//   this process, so that the daemon, reading from another process, sees
+//   them. Uploading a host copy here would overwrite the trainer's
+//   gradients with zeros (issue #28).
+// For shared memory (a daemon on the CPU) `flat` is the slot itself and
+// both are the same.
+enum class GradWriter { kHost, kDevice };
+
+// What Flush() of a GPU gradient slot does for `writer`. Pure; the logic
+// the CUDA build follows, tested on any machine.
+struct GradFlushAction {
+  bool upload_host_copy = false;
+  bool synchronize_device = false;
+};
+GradFlushAction GradFlushActionFor(GradWriter writer);
+
 // Gathered parameters (read-only) and the gradient slot (written by the
 // trainer before ReduceGrad).
 using UnitView = BufferView<const float>;
@@ -99,7 +120,8 @@ class SegmentCache {
   absl::StatusOr<UnitView> ReadView(const v1::DataRef& ref,
                                     absl::string_view what);
   absl::StatusOr<GradView> WriteView(const v1::DataRef& ref,
-                                     absl::string_view what);
+                                     absl::string_view what,
+                                     GradWriter writer = GradWriter::kHost);
 
   // Segments mapped now.
   int mapped_segments() const;
@@ -112,7 +134,8 @@ class SegmentCache {
   // model again, so that the trainer never keeps a replaced or dead
   // daemon's device memory alive. Views handed out keep their host copies;
   // their device_data is invalid afterwards. Shared-memory mappings stay.
-  void ForgetDeviceBuffers();
+  // The first error closing a handle (the others are still closed).
+  absl::Status ForgetDeviceBuffers();
 
  private:
   struct Entry {

@@ -109,11 +109,34 @@ TEST_F(SegmentCacheTest, ForgettingDeviceBuffersKeepsSharedMemoryMappings) {
   SegmentCache cache;
   auto view = cache.ReadView(UnitRef(), "params");
   ASSERT_TRUE(view.ok());
-  cache.ForgetDeviceBuffers();
+  EXPECT_TRUE(cache.ForgetDeviceBuffers().ok());
   EXPECT_EQ(cache.mapped_segments(), 1);
   EXPECT_EQ(view->flat[0], 16.0f);
   ASSERT_TRUE(cache.ReadView(UnitRef(), "params").ok());
   EXPECT_EQ(cache.map_count(), 1);  // Not mapped again.
+}
+
+// Issue #28 (9): a trainer that wrote a GPU slot's device_data must not have
+// its gradients overwritten by the zeroed host copy at Flush().
+TEST_F(SegmentCacheTest, DeviceWrittenSlotIsSynchronisedNotOverwritten) {
+  const GradFlushAction host = GradFlushActionFor(GradWriter::kHost);
+  EXPECT_TRUE(host.upload_host_copy);
+  EXPECT_FALSE(host.synchronize_device);
+  const GradFlushAction device = GradFlushActionFor(GradWriter::kDevice);
+  EXPECT_FALSE(device.upload_host_copy);
+  EXPECT_TRUE(device.synchronize_device);
+}
+
+// In shared memory the host view is the slot itself, whoever writes it.
+TEST_F(SegmentCacheTest, SharedMemorySlotIsTheSameForEitherWriter) {
+  SegmentCache cache;
+  auto host = cache.WriteView(UnitRef(), "grad_buffer", GradWriter::kHost);
+  auto device = cache.WriteView(UnitRef(), "grad_buffer", GradWriter::kDevice);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(host->flat.data(), device->flat.data());
+  EXPECT_EQ(device->device_data, nullptr);
+  EXPECT_TRUE(device->Flush().ok());
 }
 
 TEST_F(SegmentCacheTest, RangeBeyondTheSegmentIsInvalidArgument) {

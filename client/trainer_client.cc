@@ -1,6 +1,7 @@
 #include "client/trainer_client.h"
 
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <string>
@@ -141,7 +142,13 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
   // buffers: close the old GPU ones first, before the daemon may free them,
   // and unmap the old segments, so that a dead daemon's unlinked memory is
   // really freed (views handed out keep their own mappings).
-  segments_.ForgetDeviceBuffers();
+  if (absl::Status closed = segments_.ForgetDeviceBuffers(); !closed.ok()) {
+    // Not a reason to refuse the registration (a dead daemon's handles may
+    // fail to close); the handles are dropped either way. Say so.
+    std::fprintf(stderr,
+                 "shardd client: closing the daemon's GPU buffers: %s\n",
+                 std::string(closed.message()).c_str());
+  }
   segments_.Clear();
   grpc::ClientContext context;
   SetDeadline(context,
@@ -172,8 +179,8 @@ absl::StatusOr<GatheredUnit> TrainerClient::Gather(
   if (!params.ok()) return params.status();
   gathered.params = std::move(*params);
   if (response.has_grad_buffer()) {
-    absl::StatusOr<GradView> grad =
-        segments_.WriteView(response.grad_buffer(), "grad_buffer");
+    absl::StatusOr<GradView> grad = segments_.WriteView(
+        response.grad_buffer(), "grad_buffer", options_.grad_writer);
     if (!grad.ok()) return grad.status();
     gathered.grad = std::move(*grad);
   } else if (pass == v1::PASS_BACKWARD) {

@@ -31,6 +31,9 @@ struct TrainerClientOptions {
   // when the daemon's --listen_tcp uses TLS. Null: insecure. A unix: target
   // ignores them (the socket's file mode, 0600, is its access control).
   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
+  // Who writes a GPU gradient slot (segment_cache.h): a trainer that
+  // computes on the host (the default) or one that writes device_data.
+  GradWriter grad_writer = GradWriter::kHost;
 };
 
 // A unit gathered by the daemon: its parameters (read-only fp32 views into

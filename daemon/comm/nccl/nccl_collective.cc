@@ -20,7 +20,9 @@
 #include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/comm/nccl/nccl_unique_id.h"
 #include "daemon/comm/nccl/nccl_watchdog.h"
+#include "daemon/core/cuda/cuda_context_api.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/core/scoped_cuda_device.h"
 
 namespace shardd::comm::nccl {
 namespace {
@@ -700,21 +702,15 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(
       absl::StrCat("nccl communicator (epoch ", options.epoch, ", group ",
                    options.group, ", rank ", options.rank, "/", options.size,
                    ", cuda device ", options.cuda_device, ")");
-  // The caller's thread gets its current device back whatever happens.
-  int previous_device = -1;
-  if (absl::Status s = CudaStatus(cudaGetDevice(&previous_device),
-                                  absl::StrCat(what, ": cudaGetDevice"));
-      !s.ok()) {
-    return s;
-  }
-  struct RestoreDevice {
-    int device;
-    ~RestoreDevice() { cudaSetDevice(device); }
-  } restore{previous_device};
-  if (absl::Status s = CudaStatus(cudaSetDevice(options.cuda_device),
-                                  absl::StrCat(what, ": cudaSetDevice"));
-      !s.ok()) {
-    return s;
+  // The caller's thread gets back exactly the context it had (none, on a
+  // thread that never chose a device), whatever happens: restoring "the
+  // device cudaGetDevice reported" would create GPU 0's context in a daemon
+  // of cuda:N (ScopedCudaDevice says why).
+  absl::StatusOr<core::ScopedCudaDevice> device = core::ScopedCudaDevice::Bind(
+      options.cuda_device, core::cuda::RealCudaContextApi());
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat(what, ": ", device.status().message()));
   }
 
   UniqueIdExchange exchange;

@@ -13,10 +13,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "daemon/comm/nccl/test_stores.h"
+#include "daemon/core/cuda/cuda_context_api.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/mono_time.h"
 #include "gmock/gmock.h"
@@ -87,6 +89,26 @@ std::vector<float> Iota(int n, float start) {
   std::vector<float> v(n);
   for (int i = 0; i < n; ++i) v[i] = start + 0.25f * static_cast<float>(i);
   return v;
+}
+
+// Issue #28 (4): building a communicator on a thread that never chose a
+// device must leave that thread without a context, not bound to GPU 0's
+// primary context (which a daemon of cuda:N would otherwise create).
+TEST_F(NcclCollectiveTest, BuildingThreadIsGivenBackWithoutAContext) {
+  const core::CudaContextApi& api = core::cuda::RealCudaContextApi();
+  void* before = reinterpret_cast<void*>(1);
+  void* after = reinterpret_cast<void*>(1);
+  bool made = false;
+  std::thread builder([&] {
+    api.get_current(&before);
+    std::unique_ptr<Collective> comm = Solo(/*epoch=*/7);
+    made = comm != nullptr;
+    api.get_current(&after);
+  });
+  builder.join();
+  ASSERT_TRUE(made);
+  EXPECT_EQ(before, nullptr) << "a fresh thread has no context";
+  EXPECT_EQ(after, nullptr) << "the builder was left bound to a context";
 }
 
 TEST_F(NcclCollectiveTest, SoloCommunicatorPublishesItsIdAndRunsEveryOp) {

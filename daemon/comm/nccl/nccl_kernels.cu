@@ -16,6 +16,7 @@ int Blocks(int64_t n) {
 }
 
 using core::cuda::FloatToBFloat16Bits;
+using core::cuda::FloatToHalfBits;
 
 __global__ void UpcastBf16(const uint16_t* __restrict__ src,
                            float* __restrict__ dst, int64_t n) {
@@ -44,12 +45,14 @@ __global__ void DowncastBf16(const float* __restrict__ src,
   }
 }
 
+// Through FloatToHalfBits, not __float2half_rn: the hardware returns one
+// canonical NaN, the CPU keeps sign and payload (core::FloatToHalf).
 __global__ void DowncastFp16(const float* __restrict__ src,
-                             __half* __restrict__ dst, int64_t n) {
+                             uint16_t* __restrict__ dst, int64_t n) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    dst[i] = __float2half_rn(src[i]);
+    dst[i] = FloatToHalfBits(src[i]);
   }
 }
 
@@ -75,6 +78,7 @@ __global__ void Add(float* __restrict__ acc, const float* __restrict__ add,
 int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
                  void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (type == HalfType::kBFloat16) {
     UpcastBf16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src),
@@ -89,19 +93,21 @@ int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
 int LaunchDowncast(const float* src, void* dst, HalfType type, int64_t n,
                    void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (type == HalfType::kBFloat16) {
     DowncastBf16<<<Blocks(n), kThreads, 0, s>>>(src,
                                                 static_cast<uint16_t*>(dst), n);
   } else {
-    DowncastFp16<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst),
-                                                n);
+    DowncastFp16<<<Blocks(n), kThreads, 0, s>>>(src,
+                                                static_cast<uint16_t*>(dst), n);
   }
   return core::cuda::LaunchResult();
 }
 
 int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   Divide<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       data, static_cast<float>(divisor), n);
   return core::cuda::LaunchResult();
@@ -109,6 +115,7 @@ int LaunchDivide(float* data, int divisor, int64_t n, void* stream) {
 
 int LaunchAdd(float* acc, const float* add, int64_t n, void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   Add<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, add,
                                                                      n);
   return core::cuda::LaunchResult();

@@ -10,9 +10,9 @@
 //
 // Conversions round like the CPU twins in daemon/core/dtype.h: fp32 -> bf16
 // with round-to-nearest-even (NaN stays a quiet NaN with its payload, as
-// core::FloatToBFloat16), fp32 -> fp16 with the hardware's
-// round-to-nearest-even conversion. Division is IEEE (the nvcc flags in
-// bazel/cuda.bzl).
+// core::FloatToBFloat16), fp32 -> fp16 round-to-nearest-even with NaN
+// keeping its sign and top payload bits (as core::FloatToHalf). Division
+// is IEEE (the nvcc flags in bazel/cuda.bzl).
 //
 // Pointers are device pointers; `stream` is a cudaStream_t. Each function
 // enqueues one kernel (nothing for n == 0) and returns 0, or the

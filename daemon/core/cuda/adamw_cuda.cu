@@ -31,6 +31,7 @@ __global__ void AdamWKernel(AdamWScalars s, const float* __restrict__ grad,
 int LaunchAdamW(const AdamWScalars& scalars, const float* grad, float* param,
                 float* exp_avg, float* exp_avg_sq, int64_t n, void* stream) {
   if (n <= 0) return 0;
+  ClearStaleError();
   constexpr int kThreads = 256;
   const int64_t wanted = (n + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);

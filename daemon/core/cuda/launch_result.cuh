@@ -5,6 +5,13 @@
 
 namespace shardd::core::cuda {
 
+// Call right before a kernel launch: cudaGetLastError would otherwise hand
+// the launch's check an earlier, unrelated error of this thread (a failed
+// cudaSetDevice or a query of another call that its caller already saw and
+// handled), and a healthy launch would be blamed for it. Sticky errors (a
+// kernel that faulted) are not cleared by this and still surface.
+inline void ClearStaleError() { (void)cudaGetLastError(); }
+
 // The result of the kernel launch just made on this thread, as an int
 // (cudaSuccess = 0), for the launchers' C-style interfaces.
 //

@@ -135,6 +135,7 @@ __global__ void Sgd(core::SgdScalars s, core::SgdVariant variant,
 int LaunchAccumulate(float* acc, const void* src, ElementType type, int64_t n,
                      bool first, void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   Accumulate<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       acc, src, type, n, first);
   return core::cuda::LaunchResult();
@@ -143,6 +144,7 @@ int LaunchAccumulate(float* acc, const void* src, ElementType type, int64_t n,
 int LaunchAddRounded(void* dst, ElementType type, const float* add, int64_t n,
                      void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   AddRounded<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       dst, type, add, n);
   return core::cuda::LaunchResult();
@@ -151,6 +153,7 @@ int LaunchAddRounded(void* dst, ElementType type, const float* add, int64_t n,
 int LaunchToLowPrecision(const float* in, void* out, ElementType type,
                          int64_t n, void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   ToLowPrecision<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       in, out, type, n);
   return core::cuda::LaunchResult();
@@ -159,6 +162,7 @@ int LaunchToLowPrecision(const float* in, void* out, ElementType type,
 int LaunchSquareBins(const float* grad, int64_t n, unsigned long long* bins,
                      void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int blocks = static_cast<int>(chunks < 1024 ? chunks : 1024);
   SquareBins<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -170,6 +174,7 @@ int LaunchSgd(const core::SgdScalars& scalars, const core::SgdVariant& variant,
               const float* grad, float* param, float* momentum, int64_t n,
               void* stream) {
   if (n <= 0) return 0;
+  core::cuda::ClearStaleError();
   Sgd<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       scalars, variant, grad, param, momentum, n);
   return core::cuda::LaunchResult();
