@@ -121,4 +121,20 @@ int LaunchAdd(float* acc, const float* add, int64_t n, void* stream) {
   return core::cuda::LaunchResult();
 }
 
+int PreloadKernels() {
+  cudaFuncAttributes attributes;
+  for (const void* kernel : {reinterpret_cast<const void*>(&UpcastBf16),
+                             reinterpret_cast<const void*>(&UpcastFp16),
+                             reinterpret_cast<const void*>(&DowncastBf16),
+                             reinterpret_cast<const void*>(&DowncastFp16),
+                             reinterpret_cast<const void*>(&Divide),
+                             reinterpret_cast<const void*>(&Add)}) {
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+        e != cudaSuccess) {
+      return static_cast<int>(e);
+    }
+  }
+  return 0;
+}
+
 }  // namespace shardd::comm::nccl::cuda

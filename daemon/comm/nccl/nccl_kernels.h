@@ -34,6 +34,13 @@ int LaunchDivide(float* data, int divisor, int64_t n, void* stream);
 // for the fixed-order reductions.
 int LaunchAdd(float* acc, const float* add, int64_t n, void* stream);
 
+// Loads this file's kernels now (cudaFuncGetAttributes of each), with the
+// device current. Under lazy loading (the default since CUDA 12.2) a
+// kernel's first launch loads its module, which waits for the whole device
+// and so for any NCCL kernel running then: call it when the backend is
+// built. Returns 0 or the first cudaError_t.
+int PreloadKernels();
+
 }  // namespace shardd::comm::nccl::cuda
 
 #endif  // SHARDD_DAEMON_COMM_NCCL_NCCL_KERNELS_H_

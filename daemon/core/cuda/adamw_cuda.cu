@@ -40,4 +40,10 @@ int LaunchAdamW(const AdamWScalars& scalars, const float* grad, float* param,
   return LaunchResult();
 }
 
+int PreloadAdamWKernels() {
+  cudaFuncAttributes attributes;
+  return static_cast<int>(cudaFuncGetAttributes(
+      &attributes, reinterpret_cast<const void*>(&AdamWKernel)));
+}
+
 }  // namespace shardd::core::cuda

@@ -19,6 +19,13 @@ namespace shardd::core::cuda {
 int LaunchAdamW(const AdamWScalars& scalars, const float* grad, float* param,
                 float* exp_avg, float* exp_avg_sq, int64_t n, void* stream);
 
+// Loads this file's kernels now (cudaFuncGetAttributes of each), with the
+// device current. Under lazy loading (the default since CUDA 12.2) a
+// kernel's first launch loads its module, which waits for the whole device
+// and so for any NCCL kernel running then: call it when the backend is
+// built. Returns 0 or the first cudaError_t.
+int PreloadAdamWKernels();
+
 }  // namespace shardd::core::cuda
 
 #endif  // SHARDD_DAEMON_CORE_CUDA_ADAMW_CUDA_H_

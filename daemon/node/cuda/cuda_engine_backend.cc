@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/nccl/nccl_collective.h"
+#include "daemon/comm/nccl/nccl_kernels.h"
 #include "daemon/node/group_spec.h"
 
 namespace shardd::node {
@@ -16,6 +17,15 @@ absl::StatusOr<std::shared_ptr<CudaEngineBackend>> CudaEngineBackend::Create(
   absl::StatusOr<std::shared_ptr<CudaEngineMath>> math =
       CudaEngineMath::Create(device);
   if (!math.ok()) return math.status();
+  // The communicators' conversion kernels: loaded now, not at their first
+  // launch in the middle of a step (which would wait for the device).
+  if (cudaError_t e =
+          static_cast<cudaError_t>(comm::nccl::cuda::PreloadKernels());
+      e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("loading the NCCL backend's kernels on cuda:", device,
+                     ": ", cudaGetErrorName(e)));
+  }
   char bus_id[32] = {};  // "0000:3b:00.0" fits in 13.
   if (cudaError_t e = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
       e != cudaSuccess) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/core/cuda/adamw_cuda.h"
 #include "daemon/core/dtype.h"
+#include "daemon/memory/cuda_device_allocator.h"
 #include "daemon/node/cuda/engine_kernels.h"
 
 namespace shardd::node {
@@ -52,6 +53,19 @@ absl::StatusOr<std::shared_ptr<CudaEngineMath>> CudaEngineMath::Create(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CudaStatus(cuda::PreloadEngineKernels(),
+                                  "loading the engine's kernels");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaStatus(core::cuda::PreloadAdamWKernels(),
+                                  "loading the AdamW kernel");
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<memory::CudaStreamAllocator>> scratch =
+      memory::CudaStreamAllocator::Create(device);
+  if (!scratch.ok()) return scratch.status();
   cudaStream_t stream = nullptr;
   if (absl::Status s =
           CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -59,6 +73,7 @@ absl::StatusOr<std::shared_ptr<CudaEngineMath>> CudaEngineMath::Create(
       !s.ok()) {
     return s;
   }
+  // Made once, here: allocated at start, before any collective runs.
   memory::CudaDeviceAllocator allocator(device, /*exportable=*/false);
   absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> bins = allocator.Allocate(
       "grad_norm_bins", cuda::kSquareBinWords * sizeof(unsigned long long));
@@ -66,14 +81,16 @@ absl::StatusOr<std::shared_ptr<CudaEngineMath>> CudaEngineMath::Create(
     cudaStreamDestroy(stream);
     return bins.status();
   }
-  return std::shared_ptr<CudaEngineMath>(
-      new CudaEngineMath(device, stream, *std::move(bins)));
+  return std::shared_ptr<CudaEngineMath>(new CudaEngineMath(
+      device, stream, *std::move(scratch), *std::move(bins)));
 }
 
-CudaEngineMath::CudaEngineMath(int device, void* stream,
-                               std::unique_ptr<memory::ByteBuffer> bins)
+CudaEngineMath::CudaEngineMath(
+    int device, void* stream,
+    std::unique_ptr<memory::CudaStreamAllocator> scratch,
+    std::unique_ptr<memory::ByteBuffer> bins)
     : device_(device),
-      scratch_allocator_(device, /*exportable=*/false),
+      scratch_allocator_(std::move(scratch)),
       stream_(stream),
       bins_(std::move(bins)) {}
 
@@ -104,7 +121,7 @@ int CudaEngineMath::LaunchLowp(const float* param, void* lowp_out,
 
 absl::StatusOr<std::unique_ptr<memory::ByteBuffer>>
 CudaEngineMath::AllocateScratch(absl::string_view name, int64_t bytes) {
-  return scratch_allocator_.Allocate(name, bytes);
+  return scratch_allocator_->Allocate(name, bytes);
 }
 
 absl::Status CudaEngineMath::Upload(void* dst, const void* host_src,

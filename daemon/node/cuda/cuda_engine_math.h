@@ -9,7 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/memory/byte_buffer.h"
-#include "daemon/memory/cuda_device_allocator.h"
+#include "daemon/memory/cuda_stream_allocator.h"
 #include "daemon/node/engine_math.h"
 
 namespace shardd::node {
@@ -28,7 +28,9 @@ namespace shardd::node {
 // --config=cuda.
 class CudaEngineMath : public EngineMath {
  public:
-  // Binds to `device` and creates the stream and the norm's bins.
+  // Binds to `device`, loads every kernel the engine launches (so that no
+  // first launch waits for the device), and creates the stream, the
+  // stream-ordered scratch allocator and the norm's bins.
   static absl::StatusOr<std::shared_ptr<CudaEngineMath>> Create(int device);
   ~CudaEngineMath() override;
   CudaEngineMath(const CudaEngineMath&) = delete;
@@ -61,6 +63,7 @@ class CudaEngineMath : public EngineMath {
 
  private:
   CudaEngineMath(int device, void* stream,
+                 std::unique_ptr<memory::CudaStreamAllocator> scratch,
                  std::unique_ptr<memory::ByteBuffer> bins);
 
   // cudaSetDevice for the calling thread (the current device is per
@@ -74,7 +77,9 @@ class CudaEngineMath : public EngineMath {
                  int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;
-  memory::CudaDeviceAllocator scratch_allocator_;
+  // AllocateScratch's buffers (accumulation, GatherState) are made while
+  // collectives may run: stream-ordered, never a device-wide wait.
+  const std::unique_ptr<memory::CudaStreamAllocator> scratch_allocator_;
   absl::Mutex mu_;
   void* const stream_;  // cudaStream_t
   // cuda::kSquareBinWords words for SquaresInto.

@@ -2,15 +2,21 @@
 //   bazel test --config=cuda --test_tag_filters=gpu //...
 #include "daemon/node/cuda/cuda_engine_math.h"
 
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "daemon/core/adamw.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/core/sgd.h"
+#include "daemon/node/cuda/spin_kernel.h"
 #include "daemon/node/host_engine_math.h"
 #include "gtest/gtest.h"
 
@@ -54,6 +60,66 @@ class CudaEngineMathTest : public ::testing::Test {
   std::shared_ptr<CudaEngineMath> gpu_;
   HostEngineMath host_;
 };
+
+// Issue #28 (5): what the engine does on the request path while a
+// collective may be running (a prefetch all-gather) must not wait for the
+// whole device. A kernel spinning on another stream stands in for the
+// collective; every call must return while it still runs. If one waited
+// for the device, it could return only after the watchdog released the
+// spinner (then the test fails instead of hanging).
+TEST_F(CudaEngineMathTest, RequestPathNeverWaitsForTheWholeDevice) {
+  const std::vector<float> grad = Random(5, 1.0f);
+  std::unique_ptr<memory::ByteBuffer> src =
+      OnDevice(grad.data(), kN * int64_t{sizeof(float)});
+  int* flag = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int),
+                          cudaHostAllocMapped),
+            cudaSuccess);
+  *flag = 0;
+  int* flag_on_device = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_on_device),
+                                     flag, 0),
+            cudaSuccess);
+  cudaStream_t busy = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking),
+            cudaSuccess);
+  ASSERT_EQ(cuda::LaunchSpinUntilFlag(flag_on_device, busy), 0);
+  std::atomic<bool> released_by_watchdog{false};
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 300 && !done.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!done.load()) {
+      released_by_watchdog = true;
+      reinterpret_cast<volatile int*>(flag)[0] = 1;
+    }
+  });
+
+  // An accumulation buffer made, used (the kernel's first launch in this
+  // process), rounded back and dropped; GatherState-like scratch too.
+  auto acc = gpu_->AllocateScratch("unit.accumulation", kN * 4);
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  EXPECT_TRUE(gpu_->Accumulate(reinterpret_cast<float*>((*acc)->data()),
+                               src->data(), DType::kFloat32, kN,
+                               /*first=*/true)
+                  .ok());
+  auto scratch = gpu_->AllocateScratch("gather_state", kN * 4);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  acc->reset();
+  scratch->reset();
+  const bool still_spinning = cudaStreamQuery(busy) == cudaErrorNotReady;
+
+  done = true;
+  reinterpret_cast<volatile int*>(flag)[0] = 1;
+  watchdog.join();
+  EXPECT_EQ(cudaStreamSynchronize(busy), cudaSuccess);
+  cudaStreamDestroy(busy);
+  cudaFreeHost(flag);
+  EXPECT_TRUE(still_spinning);
+  EXPECT_FALSE(released_by_watchdog)
+      << "a call waited for the whole device while a kernel ran";
+}
 
 TEST_F(CudaEngineMathTest, AccumulateAndRoundingEqualTheHostBitForBit) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

@@ -180,4 +180,19 @@ int LaunchSgd(const core::SgdScalars& scalars, const core::SgdVariant& variant,
   return core::cuda::LaunchResult();
 }
 
+int PreloadEngineKernels() {
+  cudaFuncAttributes attributes;
+  for (const void* kernel : {reinterpret_cast<const void*>(&Accumulate),
+                             reinterpret_cast<const void*>(&AddRounded),
+                             reinterpret_cast<const void*>(&ToLowPrecision),
+                             reinterpret_cast<const void*>(&SquareBins),
+                             reinterpret_cast<const void*>(&Sgd)}) {
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+        e != cudaSuccess) {
+      return static_cast<int>(e);
+    }
+  }
+  return 0;
+}
+
 }  // namespace shardd::node::cuda

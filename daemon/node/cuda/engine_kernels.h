@@ -24,6 +24,13 @@ int LaunchAccumulate(float* acc, const void* src, ElementType type, int64_t n,
 // dst[i] = type(float(dst[i]) + add[i]).
 int LaunchAddRounded(void* dst, ElementType type, const float* add, int64_t n,
                      void* stream);
+
+// Loads this file's kernels now (cudaFuncGetAttributes of each), with the
+// device current. Under lazy loading (the default since CUDA 12.2) a
+// kernel's first launch loads its module, which waits for the whole device
+// and so for any NCCL kernel running then: call it when the backend is
+// built. Returns 0 or the first cudaError_t.
+int PreloadEngineKernels();
 // out[i] = type(in[i]) for bf16/fp16.
 int LaunchToLowPrecision(const float* in, void* out, ElementType type,
                          int64_t n, void* stream);
