@@ -183,10 +183,19 @@ void PrintMemory(const v1::GetStatusResponse& s) {
       h.gathered_parameter_bytes());
   row("unsharded gradients", p.unsharded_gradient_bytes(),
       h.unsharded_gradient_bytes());
+  if (p.comm_scratch_bytes() > 0 || h.comm_scratch_bytes() > 0) {
+    row("communicator scratch", p.comm_scratch_bytes(), h.comm_scratch_bytes());
+  }
   row("total", p.total_bytes(), h.total_bytes());
   row("  of which padding", p.padding_bytes(), h.padding_bytes());
   row("peak parameter memory", p.peak_parameter_bytes(),
       h.peak_parameter_bytes());
+  if (s.memory().device_total_bytes() > 0) {
+    // The whole device, contexts and NCCL's own buffers included.
+    std::printf("device: %s free of %s\n",
+                Bytes(s.memory().device_free_bytes()).c_str(),
+                Bytes(s.memory().device_total_bytes()).c_str());
+  }
   // The ZeRO formula from the units: sum psi_i / F + max psi_i.
   const int f = std::max(1, s.topology().sharding_factor());
   int64_t sum = 0, max = 0;

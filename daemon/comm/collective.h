@@ -165,6 +165,17 @@ class Collective {
   virtual absl::Status AsyncError() const = 0;
 
   virtual CollectiveStats Stats() const = 0;
+
+  // Device scratch: a backend whose operations need device memory of their
+  // own (NCCL: fp32 copies of 16-bit inputs, fixed-order reduction slots)
+  // allocates it here, in issue order before any operation issued after
+  // this call, so that no collective allocates while peers may have issued
+  // it already. An allocation that fails ends the communicator (its error
+  // is the work's and AsyncError's: RESOURCE_EXHAUSTED). Host backends
+  // (Gloo) keep none: the default completes at once.
+  virtual std::shared_ptr<Work> ReserveScratch(int64_t bytes);
+  // Device scratch held now (0 for host backends).
+  virtual int64_t scratch_bytes() const { return 0; }
 };
 
 }  // namespace shardd::comm

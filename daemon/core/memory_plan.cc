@@ -33,6 +33,44 @@ class ByteSum {
   bool overflow_ = false;
 };
 
+// The largest scratch any engine operation needs on one communicator: the
+// formulas of comm/nccl/nccl_plan.cc for the operations StepEngine issues
+// (a reduce-scatter per unit on the shard group; an fp32 all-reduce of
+// each gradient shard on the replica group; all-gathers, sends and
+// receives need none; a barrier 4 bytes).
+struct CommScratchFigures {
+  int64_t shard = 0;
+  int64_t replica = 0;
+};
+
+CommScratchFigures CommScratchFor(const std::vector<UnitLayout>& units,
+                                  CommScratch kind, DType reduce_dtype,
+                                  int64_t f, int64_t replicas,
+                                  const RankPlacement& placement) {
+  CommScratchFigures out;
+  if (kind == CommScratch::kNone) return out;
+  constexpr int64_t kF32 = 4;
+  const bool upcast = reduce_dtype != DType::kFloat32;
+  const bool fixed = kind == CommScratch::kNcclFixedOrder;
+  const int64_t replica_rank = placement.shard_group;
+  out.shard = out.replica = 4;  // a barrier's all-reduce of one float
+  for (const UnitLayout& unit : units) {
+    const int64_t total = unit.padded_numel();
+    const int64_t mine = unit.shard(placement.shard_index).stored();
+    if (f > 1 && total > 0) {
+      int64_t bytes = upcast ? total * kF32 : 0;
+      if (fixed) bytes += (f - 1) * mine * kF32;
+      out.shard = std::max(out.shard, bytes);
+    }
+    if (replicas > 1 && fixed && mine > 0) {
+      const int64_t block =
+          mine / replicas + (replica_rank < mine % replicas ? 1 : 0);
+      out.replica = std::max(out.replica, (replicas - 1) * block * kF32);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t OptimizerStateBytesPerElement(OptimizerKind kind) {
@@ -103,6 +141,16 @@ absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
     gathered.Add(slots, largest_gathered_bytes);
   }
   unsharded_grad.Add(largest_grad_elements, DTypeSize(options.reduce_dtype));
+  if (options.comm_scratch != CommScratch::kNone &&
+      options.comm_scratch != CommScratch::kNcclFixedOrder &&
+      options.comm_scratch != CommScratch::kNcclNative) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm_scratch: unknown value ",
+                     static_cast<int>(options.comm_scratch)));
+  }
+  const CommScratchFigures scratch =
+      CommScratchFor(units, options.comm_scratch, options.reduce_dtype, f,
+                     plan.world_size() / f, *placement);
 
   MemoryBreakdown out;
   out.parameter_shard_bytes = master.value();
@@ -112,6 +160,12 @@ absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
   out.gathered_parameter_bytes = gathered.value();
   out.unsharded_gradient_bytes = unsharded_grad.value();
   out.shard_padding_bytes = padding.value();
+  out.shard_comm_scratch_bytes = scratch.shard;
+  out.replica_comm_scratch_bytes = scratch.replica;
+  ByteSum comm_scratch;
+  comm_scratch.Add(scratch.shard, 1);
+  comm_scratch.Add(scratch.replica, 1);
+  out.comm_scratch_bytes = comm_scratch.value();
   ByteSum peak, total;
   peak.Add(out.parameter_shard_bytes, 1);
   peak.Add(out.lowp_parameter_shard_bytes, 1);
@@ -120,8 +174,9 @@ absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
   total.Add(out.gradient_shard_bytes, 1);
   total.Add(out.optimizer_state_bytes, 1);
   total.Add(out.unsharded_gradient_bytes, 1);
+  total.Add(out.comm_scratch_bytes, 1);
   for (const ByteSum* s : {&master, &lowp, &grad, &state, &padding, &gathered,
-                           &unsharded_grad, &peak, &total}) {
+                           &unsharded_grad, &comm_scratch, &peak, &total}) {
     if (s->overflow()) {
       return absl::InvalidArgumentError(
           "units: memory for this rank overflows 64-bit byte counts");

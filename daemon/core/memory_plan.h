@@ -20,6 +20,17 @@ enum class OptimizerKind : int {
 // fp32 state bytes the optimizer keeps per parameter element.
 int64_t OptimizerStateBytesPerElement(OptimizerKind kind);
 
+// Device scratch the communicators keep for the engine's reductions, by
+// how they reduce. NCCL reduces 16-bit inputs in an fp32 copy and, in the
+// fixed order, adds the other ranks' blocks in slots (comm/nccl/nccl_plan.h
+// has the plans; nccl_plan_test checks these figures against them). Gloo
+// reduces in host buffers of its own and keeps none.
+enum class CommScratch : int {
+  kNone = 0,            // Gloo (CPU)
+  kNcclFixedOrder = 1,  // NCCL, ReductionOrder::kFixed
+  kNcclNative = 2,      // NCCL, ReductionOrder::kNccl
+};
+
 struct MemoryOptions {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   // dtype of the unsharded gradient the trainer hands over for reduction.
@@ -27,6 +38,7 @@ struct MemoryOptions {
   // Units gathered at once (FSDP's all-gather rate limit; 1 = no prefetch,
   // 2 = the next unit is prefetched while the current one is in use).
   int64_t max_gathered_units = 1;
+  CommScratch comm_scratch = CommScratch::kNone;
 };
 
 // Bytes a rank holds, by category. Every figure is what the daemon
@@ -50,6 +62,12 @@ struct MemoryBreakdown {
   // One slot, sized for the largest unit in the reduce dtype, that the
   // trainer writes a unit's full gradient into before it is reduced.
   int64_t unsharded_gradient_bytes = 0;
+  // Device scratch of the shard group's and the replica group's
+  // communicators (reserved when the communicators are given to the
+  // engine, so that no collective allocates), and their sum. 0 on the CPU.
+  int64_t shard_comm_scratch_bytes = 0;
+  int64_t replica_comm_scratch_bytes = 0;
+  int64_t comm_scratch_bytes = 0;
   // Of the shard categories above, the bytes that are layout padding.
   int64_t shard_padding_bytes = 0;
   // parameter_shard + lowp_parameter_shard + gathered_parameter: with fp32

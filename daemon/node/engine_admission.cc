@@ -57,12 +57,13 @@ std::shared_ptr<EngineAdmission> EngineAdmission::Unlimited() {
 
 std::shared_ptr<EngineAdmission> EngineAdmission::WithReader(
     memory::MemoryLimitOptions limits, double fraction, bool device_memory,
-    metrics::NodeObserver* observer) {
+    metrics::NodeObserver* observer, core::CommScratch comm_scratch) {
   auto reader = std::make_shared<memory::MemoryLimitReader>(std::move(limits));
   EngineAdmissionOptions options;
   options.read_limits = [reader] { return reader->Read(); };
   options.fraction = fraction;
   options.device_memory = device_memory;
+  options.comm_scratch = comm_scratch;
   options.observer = observer;
   return std::make_shared<EngineAdmission>(std::move(options));
 }
@@ -98,9 +99,10 @@ absl::StatusOr<AdmissionCheck> EngineAdmission::CheckModel(
   absl::StatusOr<std::vector<core::UnitLayout>> layouts =
       core::BuildLayouts(model, plan->sharding_factor());
   if (!layouts.ok()) return layouts.status();
+  core::MemoryOptions memory = core::ToMemoryOptions(model);
+  memory.comm_scratch = options_.comm_scratch;
   absl::StatusOr<core::AdmissionPlan> engine = core::AdmissionPlan::ForEngine(
-      *layouts, *plan, rank, core::ToMemoryOptions(model),
-      options_.device_memory);
+      *layouts, *plan, rank, memory, options_.device_memory);
   if (!engine.ok()) return engine.status();
   AdmissionCheck check;
   check.world_size = world;

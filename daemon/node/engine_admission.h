@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "daemon/core/admission_decision.h"
 #include "daemon/core/admission_plan.h"
+#include "daemon/core/memory_plan.h"
 #include "daemon/core/model_config.h"
 #include "daemon/memory/memory_limit_reader.h"
 #include "daemon/metrics/node_observer.h"
@@ -30,6 +31,9 @@ struct EngineAdmissionOptions {
   double fraction = 1.0;
   // The engine's buffers are a GPU's (the backend's memory).
   bool device_memory = false;
+  // The device scratch the backend's communicators reserve with an engine
+  // (EngineBackend::comm_scratch): admitted with the engine's buffers.
+  core::CommScratch comm_scratch = core::CommScratch::kNone;
   // Told about decisions (refusals, the binding limits). Optional; not
   // owned, must outlive this object.
   metrics::NodeObserver* observer = nullptr;
@@ -90,7 +94,8 @@ class EngineAdmission {
   // check, logged on stderr.
   static std::shared_ptr<EngineAdmission> WithReader(
       memory::MemoryLimitOptions limits, double fraction, bool device_memory,
-      metrics::NodeObserver* observer);
+      metrics::NodeObserver* observer,
+      core::CommScratch comm_scratch = core::CommScratch::kNone);
 
   // Every limit as it reads now (core::DescribeLimits), for the log.
   std::string DescribeLimits() const;

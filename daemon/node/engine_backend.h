@@ -2,11 +2,13 @@
 #define SHARDD_DAEMON_NODE_ENGINE_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "daemon/comm/collective.h"
 #include "daemon/comm/store.h"
+#include "daemon/core/memory_plan.h"
 #include "daemon/memory/byte_buffer.h"
 #include "daemon/node/engine_math.h"
 #include "daemon/node/group_spec.h"
@@ -37,6 +39,21 @@ class EngineBackend {
   // CudaIpcRefs carry so that a trainer whose CUDA_VISIBLE_DEVICES numbers
   // the GPUs differently finds it; empty for host memory.
   virtual std::string pci_bus_id() const { return ""; }
+  // What device scratch this backend's communicators need for an engine's
+  // operations (core/memory_plan.h): planned, admitted and reserved with
+  // the engine. None for host backends.
+  virtual core::CommScratch comm_scratch() const {
+    return core::CommScratch::kNone;
+  }
+  // Free and total memory of the backend's device now, for memory reports;
+  // nullopt for host memory or when it cannot be read.
+  struct DeviceMemory {
+    int64_t free_bytes = 0;
+    int64_t total_bytes = 0;
+  };
+  virtual std::optional<DeviceMemory> device_memory() const {
+    return std::nullopt;
+  }
   // One group's communicator of one epoch, formed through `store`
   // (borrowed for the call).
   virtual absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(

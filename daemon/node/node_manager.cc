@@ -855,6 +855,11 @@ v1::Topology NodeManager::TopologyLocked() const {
 
 v1::MemoryReport NodeManager::MemoryReportLocked() const {
   v1::MemoryReport report;
+  if (std::optional<EngineBackend::DeviceMemory> device =
+          backend_->device_memory()) {
+    report.set_device_free_bytes(device->free_bytes);
+    report.set_device_total_bytes(device->total_bytes);
+  }
   if (engine_ == nullptr) return report;
   *report.mutable_planned() =
       ProtoConvert::MemoryToProto(engine_->planned_memory());
@@ -991,7 +996,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
                       .optimizer = optimizer,
                       .max_grad_norm = model.config.max_grad_norm,
                       .max_gathered_units = model.config.max_gathered_units,
-                      .exclude_from_weight_decay = {}};
+                      .exclude_from_weight_decay = {},
+                      .comm_scratch = backend_->comm_scratch()};
   for (const core::UnitConfig& unit : model.units) {
     std::vector<bool>& excluded =
         config.exclude_from_weight_decay.emplace_back();

@@ -62,6 +62,10 @@ class ObservedCollective : public comm::Collective {
   void Abort(absl::string_view reason) override { inner_->Abort(reason); }
   absl::Status AsyncError() const override { return inner_->AsyncError(); }
   comm::CollectiveStats Stats() const override { return inner_->Stats(); }
+  std::shared_ptr<comm::Work> ReserveScratch(int64_t bytes) override {
+    return inner_->ReserveScratch(bytes);
+  }
+  int64_t scratch_bytes() const override { return inner_->scratch_bytes(); }
 
  private:
   // `issued`: taken before the inner call, which may run the operation on

@@ -353,6 +353,7 @@ v1::MemoryBreakdown ProtoConvert::MemoryToProto(
   out.set_padding_bytes(memory.shard_padding_bytes);
   out.set_peak_parameter_bytes(memory.peak_parameter_bytes);
   out.set_total_bytes(memory.total_bytes);
+  out.set_comm_scratch_bytes(memory.comm_scratch_bytes);
   return out;
 }
 

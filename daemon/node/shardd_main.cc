@@ -442,7 +442,9 @@ int Run() {
   }
   options.admission = EngineAdmission::WithReader(
       std::move(limits), memory_fraction,
-      device->kind == core::DeviceKind::kCuda, observer.get());
+      device->kind == core::DeviceKind::kCuda, observer.get(),
+      options.backend != nullptr ? options.backend->comm_scratch()
+                                 : core::CommScratch::kNone);
   std::fprintf(stderr, "shardd: memory limits: %s\n",
                options.admission->DescribeLimits().c_str());
   // Before any segment of this process exists: a dead daemon's leftovers

@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   memory_options.optimizer = config.optimizer.kind;
   memory_options.reduce_dtype = config.reduce_dtype;
   memory_options.max_gathered_units = config.max_gathered_units;
+  memory_options.comm_scratch = config.comm_scratch;
   absl::StatusOr<core::MemoryBreakdown> planned = core::MemoryPlan::ForRank(
       config.units, config.plan, config.rank, memory_options);
   if (!planned.ok()) return planned.status();
@@ -301,6 +302,16 @@ void StepEngine::SetCommunicators(
   DrainAllLocked();
   shard_group_ = std::move(shard_group);
   replica_group_ = std::move(replica_group);
+  // Before any operation of this engine: the communicators' scratch for
+  // the largest of them (a failure ends the communicator, which the owner
+  // sees through AsyncError; nothing was issued to peers). Not waited for:
+  // operations run in issue order behind it.
+  if (shard_group_ != nullptr) {
+    shard_group_->ReserveScratch(planned_.shard_comm_scratch_bytes);
+  }
+  if (replica_group_ != nullptr) {
+    replica_group_->ReserveScratch(planned_.replica_comm_scratch_bytes);
+  }
   // A new epoch abandons the step in progress (its collectives may have
   // failed half-way): the trainer redoes it, so partial reductions and
   // accumulated micro-batches are dropped. Parameters only change in a
@@ -928,6 +939,13 @@ core::MemoryBreakdown StepEngine::HeldMemoryLocked() const {
   for (const auto& s : slots_) m.gathered_parameter_bytes += size(s);
   m.unsharded_gradient_bytes = size(grad_slot_);
   for (const auto& a : accumulation_) m.unsharded_gradient_bytes += size(a);
+  // Held by the communicators for this engine's operations (device backends).
+  m.shard_comm_scratch_bytes =
+      shard_group_ != nullptr ? shard_group_->scratch_bytes() : 0;
+  m.replica_comm_scratch_bytes =
+      replica_group_ != nullptr ? replica_group_->scratch_bytes() : 0;
+  m.comm_scratch_bytes =
+      m.shard_comm_scratch_bytes + m.replica_comm_scratch_bytes;
   // The shard buffers are laid out unit after unit with the same element
   // count, so each padded element costs the same bytes in all of them.
   int64_t stored = 0, padding = 0;
@@ -943,7 +961,8 @@ core::MemoryBreakdown StepEngine::HeldMemoryLocked() const {
                            m.lowp_parameter_shard_bytes +
                            m.gathered_parameter_bytes;
   m.total_bytes = m.peak_parameter_bytes + m.gradient_shard_bytes +
-                  m.optimizer_state_bytes + m.unsharded_gradient_bytes;
+                  m.optimizer_state_bytes + m.unsharded_gradient_bytes +
+                  m.comm_scratch_bytes;
   return m;
 }
 

@@ -46,6 +46,10 @@ struct EngineConfig {
   // (biases, norms: PyTorch's parameter groups with weight_decay 0). Empty,
   // or a shorter inner vector: every tensor decays.
   std::vector<std::vector<bool>> exclude_from_weight_decay;
+  // The device scratch the backend's communicators need
+  // (EngineBackend::comm_scratch): planned, and reserved on each epoch's
+  // communicators when they are given to the engine.
+  core::CommScratch comm_scratch = core::CommScratch::kNone;
 };
 
 // Fills elements [offset, offset + n) of unit `unit`'s flat fp32 buffer with

@@ -160,6 +160,8 @@ struct RunOptions {
   // Each step's gradient arrives as two micro-batches (the first with
   // accumulate_only), summing to the same gradient.
   bool micro_batches = false;
+  // With device: plan no communicator scratch (so none is reserved).
+  bool no_scratch_in_plan = false;
 };
 
 // One rank: communicators, engine, kSteps steps, then the gathered result.
@@ -170,6 +172,8 @@ struct RankResult {
   std::vector<float> exp_avg;                // Unit 0, whole (GatherState).
   int64_t held = -1;
   int64_t planned = -2;
+  int64_t planned_comm_scratch = -1;
+  int64_t held_comm_scratch = -2;
   absl::Status exhausted;  // Gathering past K.
   int64_t device_calls = 0;
 };
@@ -244,13 +248,20 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   }
   memory::BufferAllocator& allocator =
       run.device ? static_cast<memory::BufferAllocator&>(*arena) : heap;
-  auto engine = StepEngine::Create(Config(w, f, rank, 1, run.decay, run.dtype),
-                                   Init, allocator, allocator, math);
+  EngineConfig config = Config(w, f, rank, 1, run.decay, run.dtype);
+  // The guarded communicators keep scratch as NCCL's fixed order does.
+  if (run.device && !run.no_scratch_in_plan) {
+    config.comm_scratch = core::CommScratch::kNcclFixedOrder;
+  }
+  auto engine =
+      StepEngine::Create(std::move(config), Init, allocator, allocator, math);
   if (!engine.ok()) return fail(engine.status());
   StepEngine& e = **engine;
   e.SetCommunicators(shard_group, replica_group);
   out.held = e.held_bytes();
   out.planned = e.planned_memory().total_bytes;
+  out.planned_comm_scratch = e.planned_memory().comm_scratch_bytes;
+  out.held_comm_scratch = e.held_memory().comm_scratch_bytes;
   const absl::Duration timeout = absl::Seconds(30);
   for (int step = 1; step <= kSteps; ++step) {
     for (int u = 0; u < 2; ++u) {
@@ -361,6 +372,10 @@ TEST(StepEngineTest, DeviceMemoryEngineEqualsTheUnshardedReferenceBitForBit) {
     ASSERT_TRUE(results[r].status.ok())
         << "rank " << r << ": " << results[r].status;
     EXPECT_EQ(results[r].held, results[r].planned) << "rank " << r;
+    // The communicators' scratch is planned and reserved up front.
+    EXPECT_GT(results[r].planned_comm_scratch, 4) << "rank " << r;
+    EXPECT_EQ(results[r].held_comm_scratch, results[r].planned_comm_scratch)
+        << "rank " << r;
     EXPECT_GT(results[r].device_calls, 0) << "rank " << r;
     ASSERT_EQ(results[r].gathered.size(), reference.size());
     for (size_t u = 0; u < reference.size(); ++u) {
@@ -377,6 +392,23 @@ TEST(StepEngineTest, DeviceMemoryEngineEqualsTheUnshardedReferenceBitForBit) {
 // accumulation of micro-batches): the device-memory engine ends exactly
 // where the host engine does, in its gathered parameters, master shards and
 // optimizer state.
+// Issue #28 (6): without the reservation, a device reduction would allocate
+// its scratch inside the collective (after peers may have issued it). The
+// guarded communicators refuse that, so a plan that forgot the scratch
+// fails its first reduce-scatter instead of passing silently.
+TEST(StepEngineTest, DeviceReductionWithoutReservedScratchIsRefused) {
+  constexpr int kW = 2, kF = 2;
+  RunOptions run;
+  run.device = true;
+  run.no_scratch_in_plan = true;
+  const std::vector<RankResult> results = RunAll(kW, kF, run);
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_EQ(results[r].status.code(), absl::StatusCode::kFailedPrecondition)
+        << "rank " << r << ": " << results[r].status;
+    EXPECT_EQ(results[r].planned_comm_scratch, 0);
+  }
+}
+
 TEST(StepEngineTest,
      DeviceMemoryEngineEqualsTheHostEngineWithBf16MicroBatches) {
   constexpr int kW = 4, kF = 2;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -147,6 +148,8 @@ absl::Status AwaitNonBlocking(ncclComm_t comm, absl::string_view what,
 // One operation waiting for the worker.
 struct PendingOp {
   uint64_t seq = 0;
+  // ReserveScratch: only plan.scratch_bytes counts; no call, no counters.
+  bool reserve_only = false;
   NcclPlan plan;
   const void* input = nullptr;
   void* output = nullptr;
@@ -252,6 +255,28 @@ class NcclCollective : public Collective {
   CollectiveStats Stats() const override {
     absl::MutexLock lock(&mu_);
     return stats_;
+  }
+
+  std::shared_ptr<Work> ReserveScratch(int64_t bytes) override {
+    if (bytes < 0) {
+      return FinishedWork(absl::InvalidArgumentError(
+          absl::StrCat("scratch bytes must be >= 0, got ", bytes)));
+    }
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return FinishedWork(error_);
+    PendingOp op;
+    op.seq = next_seq_++;
+    op.reserve_only = true;
+    op.plan.scratch_bytes = bytes;
+    op.timeout = options_.default_op_timeout;
+    op.work = std::make_shared<NcclWork>();
+    std::shared_ptr<Work> handle = op.work;
+    queue_.push_back(std::move(op));
+    return handle;
+  }
+
+  int64_t scratch_bytes() const override {
+    return held_scratch_bytes_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -364,6 +389,10 @@ class NcclCollective : public Collective {
 
   // Runs one operation to completion or failure.
   void Run(PendingOp& op) {
+    if (op.reserve_only) {
+      RunReserve(op);
+      return;
+    }
     const MonoTime started = MonoNow();
     const std::string what =
         absl::StrCat("nccl ", OpKindName(op.plan.op), " #", op.seq, " (epoch ",
@@ -399,6 +428,29 @@ class NcclCollective : public Collective {
     op.work->Finish(std::move(status));
   }
 
+  // A reservation: grows the scratch now, before any later operation. A
+  // failure ends the communicator (nothing was issued: peers learn of it
+  // through the epoch, not through a half-issued collective).
+  void RunReserve(PendingOp& op) {
+    const std::string what = absl::StrCat(
+        "nccl scratch reservation (epoch ", options_.epoch, ", group ",
+        options_.group, ", rank ", options_.rank, "/", options_.size, ")");
+    absl::Status status = ErrorSnapshot();
+    if (status.ok()) status = EnsureScratch(op.plan.scratch_bytes, what);
+    if (status.ok()) {
+      // Allocated stream-ordered: done before the call returns, so that
+      // an allocation failure surfaces here and not in a later kernel.
+      status = CudaStatus(cudaStreamSynchronize(stream_),
+                          absl::StrCat(what, ": cudaStreamSynchronize"));
+    }
+    if (!status.ok()) {
+      Fail(status, /*issued=*/false);
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok()) status = error_;
+    }
+    op.work->Finish(std::move(status));
+  }
+
   // Grows the scratch buffer; the previous operation has completed, so the
   // old buffer is idle.
   // Stream-ordered (cudaMallocAsync/cudaFreeAsync on this communicator's
@@ -411,15 +463,23 @@ class NcclCollective : public Collective {
       cudaFreeAsync(scratch_, stream_);
       scratch_ = nullptr;
       scratch_bytes_ = 0;
+      held_scratch_bytes_.store(0, std::memory_order_relaxed);
     }
     const cudaError_t error =
         cudaMallocAsync(&scratch_, static_cast<size_t>(bytes), stream_);
     if (error != cudaSuccess) {
       scratch_ = nullptr;
-      return CudaStatus(error, absl::StrCat(what, ": cudaMalloc of ", bytes,
-                                            " scratch bytes"));
+      cudaGetLastError();  // Not sticky: the next call must not see it.
+      absl::Status status = CudaStatus(
+          error,
+          absl::StrCat(what, ": cudaMallocAsync of ", bytes, " scratch bytes"));
+      if (error == cudaErrorMemoryAllocation) {
+        return absl::ResourceExhaustedError(status.message());
+      }
+      return status;
     }
     scratch_bytes_ = bytes;
+    held_scratch_bytes_.store(bytes, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
@@ -654,6 +714,8 @@ class NcclCollective : public Collective {
   // Worker-thread only.
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
+  // scratch_bytes_ for other threads (memory reports).
+  std::atomic<int64_t> held_scratch_bytes_{0};
 
   mutable absl::Mutex mu_;
   std::deque<PendingOp> queue_ ABSL_GUARDED_BY(mu_);

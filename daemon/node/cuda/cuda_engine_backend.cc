@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/nccl/nccl_collective.h"
 #include "daemon/comm/nccl/nccl_kernels.h"
+#include "daemon/memory/device_probe.h"
 #include "daemon/node/group_spec.h"
 
 namespace shardd::node {
@@ -46,6 +47,20 @@ CudaEngineBackend::CudaEngineBackend(int device,
       shared_(device, /*exportable=*/true),
       private_(device, /*exportable=*/false),
       math_(std::move(math)) {}
+
+core::CommScratch CudaEngineBackend::comm_scratch() const {
+  return order_ == comm::nccl::ReductionOrder::kFixed
+             ? core::CommScratch::kNcclFixedOrder
+             : core::CommScratch::kNcclNative;
+}
+
+std::optional<EngineBackend::DeviceMemory> CudaEngineBackend::device_memory()
+    const {
+  absl::StatusOr<memory::DeviceMemoryInfo> info =
+      memory::ProbeDeviceMemory(device_);
+  if (!info.ok()) return std::nullopt;
+  return DeviceMemory{info->free_bytes, info->total_bytes};
+}
 
 std::string CudaEngineBackend::name() const {
   return absl::StrCat("cuda:", device_);

@@ -30,6 +30,8 @@ class CudaEngineBackend : public EngineBackend {
   memory::BufferAllocator& private_memory() override { return private_; }
   std::shared_ptr<EngineMath> math() override { return math_; }
   std::string pci_bus_id() const override { return pci_bus_id_; }
+  core::CommScratch comm_scratch() const override;
+  std::optional<DeviceMemory> device_memory() const override;
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
       const GroupSpec& spec, comm::Store& store) override;
 

@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_NODE_TESTING_GUARDED_COLLECTIVE_H_
 #define SHARDD_DAEMON_NODE_TESTING_GUARDED_COLLECTIVE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -15,6 +16,12 @@ namespace shardd::node::testing {
 // INVALID_ARGUMENT, as NCCL rejects a host pointer), and the wrapped
 // communicator (Gloo, in tests) moves the bytes through the arena's backing
 // aliases. Everything else is the wrapped communicator's.
+//
+// Device scratch as NCCL's backend keeps it (fixed reduction order): every
+// reduction and barrier is planned with comm/nccl/nccl_plan.h, and one
+// whose plan needs more scratch than ReserveScratch reserved fails with
+// FAILED_PRECONDITION instead of running, because on a GPU it would
+// allocate inside a collective that peers may have issued already.
 //
 // Thread-safe as the wrapped one. Shares ownership of both.
 class GuardedCollective : public comm::Collective {
@@ -46,19 +53,23 @@ class GuardedCollective : public comm::Collective {
   std::shared_ptr<comm::Work> Recv(void* buffer, int64_t bytes, int peer,
                                    uint32_t tag,
                                    const comm::OpOptions& options) override;
-  std::shared_ptr<comm::Work> Barrier(const comm::OpOptions& options) override {
-    return inner_->Barrier(options);
-  }
+  std::shared_ptr<comm::Work> Barrier(const comm::OpOptions& options) override;
   void Abort(absl::string_view reason) override { inner_->Abort(reason); }
   absl::Status AsyncError() const override { return inner_->AsyncError(); }
   comm::CollectiveStats Stats() const override { return inner_->Stats(); }
+  std::shared_ptr<comm::Work> ReserveScratch(int64_t bytes) override;
+  int64_t scratch_bytes() const override { return reserved_.load(); }
 
  private:
   // The alias of [p, p + bytes), or null when it is not in the arena.
   void* Alias(const void* p, int64_t bytes) const;
+  // Null when `plan` fits the reservation, else the failed work.
+  std::shared_ptr<comm::Work> UnreservedScratch(
+      absl::string_view what, const absl::StatusOr<int64_t>& needed) const;
 
   const std::shared_ptr<comm::Collective> inner_;
   const std::shared_ptr<GuardedArena> arena_;
+  std::atomic<int64_t> reserved_{0};
 };
 
 }  // namespace shardd::node::testing

@@ -25,6 +25,10 @@ class GuardedEngineBackend : public EngineBackend {
   memory::BufferAllocator& shared() override { return *arena_; }
   memory::BufferAllocator& private_memory() override { return *arena_; }
   std::shared_ptr<EngineMath> math() override { return math_; }
+  // Its communicators keep device scratch as NCCL's fixed order does.
+  core::CommScratch comm_scratch() const override {
+    return core::CommScratch::kNcclFixedOrder;
+  }
   absl::StatusOr<std::unique_ptr<comm::Collective>> MakeCollective(
       const GroupSpec& spec, comm::Store& store) override;
 
