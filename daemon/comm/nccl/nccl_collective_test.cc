@@ -111,6 +111,32 @@ TEST_F(NcclCollectiveTest, BuildingThreadIsGivenBackWithoutAContext) {
   EXPECT_EQ(after, nullptr) << "the builder was left bound to a context";
 }
 
+// Issue #28 (6): scratch reserved up front is what operations use; a
+// reservation the device cannot hold ends the communicator at once, before
+// any operation is issued.
+TEST_F(NcclCollectiveTest, ReservedScratchIsUsedAndAnImpossibleOneEndsIt) {
+  auto comm = Solo(/*epoch=*/8);
+  ASSERT_NE(comm, nullptr);
+  ASSERT_TRUE(comm->ReserveScratch(1 << 20)->Wait().ok());
+  EXPECT_EQ(comm->scratch_bytes(), 1 << 20);
+  // A 16-bit reduction of 1000 elements needs 4000 bytes of fp32 scratch.
+  DeviceBuffer buffer(1000 * 2);
+  buffer.Put(std::vector<uint16_t>(1000, core::FloatToBFloat16(1.5f)));
+  ASSERT_TRUE(comm->AllReduce(buffer.get(), 1000, core::DType::kBFloat16,
+                              ReduceOp::kSum)
+                  ->Wait()
+                  .ok());
+  EXPECT_EQ(comm->scratch_bytes(), 1 << 20) << "the reservation was replaced";
+
+  auto doomed = Solo(/*epoch=*/9);
+  ASSERT_NE(doomed, nullptr);
+  const absl::Status reserved =
+      doomed->ReserveScratch(int64_t{1} << 50)->Wait();  // 1 PiB
+  EXPECT_EQ(reserved.code(), absl::StatusCode::kResourceExhausted) << reserved;
+  EXPECT_FALSE(doomed->AsyncError().ok());
+  EXPECT_FALSE(doomed->Barrier()->Wait().ok());
+}
+
 TEST_F(NcclCollectiveTest, SoloCommunicatorPublishesItsIdAndRunsEveryOp) {
   auto comm = Solo();
   ASSERT_NE(comm, nullptr);
