@@ -34,7 +34,8 @@ uint64_t ExampleModel::WeightSeed(int layer) const {
                             CounterNormal::Mix(static_cast<uint64_t>(layer)));
 }
 
-v1::RegisterModelRequest ExampleModel::RegisterRequest() const {
+v1::RegisterModelRequest ExampleModel::RegisterRequest(
+    const InitValuesFile* weights) const {
   v1::RegisterModelRequest request;
   // Unspecified: the daemon's own (shared memory on a CPU daemon; CUDA IPC
   // on a GPU one, which the client stages through host copies).
@@ -49,7 +50,9 @@ v1::RegisterModelRequest ExampleModel::RegisterRequest() const {
       tensor->set_name(spec.tensors[t].name);
       for (int64_t d : spec.tensors[t].shape) tensor->add_shape(d);
       tensor->set_dtype(v1::DTYPE_FP32);
-      if (spec.tensors[t].name == "weight") {
+      if (spec.tensors[t].name == "weight" && weights != nullptr) {
+        *tensor->mutable_init()->mutable_shared_memory() = weights->Ref(l);
+      } else if (spec.tensors[t].name == "weight") {
         v1::NormalInit* normal = tensor->mutable_init()->mutable_normal();
         normal->set_seed(WeightSeed(l));
         normal->set_mean(0.0f);
@@ -90,6 +93,17 @@ absl::StatusOr<std::vector<std::vector<float>>> ExampleModel::InitialParams()
     params.push_back(std::move(layer));
   }
   return params;
+}
+
+absl::StatusOr<InitValuesFile> ExampleModel::WriteInitialWeights(
+    absl::string_view directory) const {
+  absl::StatusOr<std::vector<std::vector<float>>> params = InitialParams();
+  if (!params.ok()) return params.status();
+  std::vector<absl::Span<const float>> weights;
+  for (int l = 0; l < mlp_.num_layers(); ++l) {
+    weights.emplace_back((*params)[l].data(), mlp_.BiasOffset(l));
+  }
+  return InitValuesFile::Write(directory, weights);
 }
 
 }  // namespace shardd::client

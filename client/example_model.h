@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/init_values_file.h"
 #include "client/mlp.h"
 #include "daemon/core/adamw.h"
 #include "shardd/v1/trainer.pb.h"
@@ -41,8 +42,17 @@ class ExampleModel {
   // sharding_factor < 0.
   static absl::StatusOr<ExampleModel> Create(ExampleModelOptions options);
 
-  // The RegisterModel request (shared-memory transport).
-  v1::RegisterModelRequest RegisterRequest() const;
+  // The RegisterModel request (shared-memory transport). With `weights`
+  // (tensor l: layer l's weight, as InitialParams gives it), each weight's
+  // init names its values in that file instead of NormalInit: the same
+  // values, read by the daemons from shared memory.
+  v1::RegisterModelRequest RegisterRequest(
+      const InitValuesFile* weights = nullptr) const;
+
+  // InitialParams' weights in a new file in `directory`, for
+  // RegisterRequest.
+  absl::StatusOr<InitValuesFile> WriteInitialWeights(
+      absl::string_view directory) const;
 
   // Per layer the flat [weight, bias] the daemon starts from.
   absl::StatusOr<std::vector<std::vector<float>>> InitialParams() const;

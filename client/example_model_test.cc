@@ -1,5 +1,11 @@
 #include "client/example_model.h"
 
+#include <stdlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "client/mlp.h"
@@ -69,6 +75,34 @@ TEST(ExampleModelTest, InitialParamsAreWhatTheDaemonFills) {
     for (int64_t k = weights; k < mlp.ParamCount(l); ++k) {
       EXPECT_EQ((*params)[l][k], 0.0f);
     }
+  }
+}
+
+TEST(ExampleModelTest, WeightsInSharedMemoryAreTheNormalValues) {
+  auto model = ExampleModel::Create(SmallOptions());
+  ASSERT_TRUE(model.ok());
+  const char* tmp = getenv("TEST_TMPDIR");
+  absl::StatusOr<InitValuesFile> file =
+      model->WriteInitialWeights(tmp != nullptr ? tmp : "/tmp");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const v1::RegisterModelRequest request = model->RegisterRequest(&*file);
+  auto params = model->InitialParams();
+  ASSERT_TRUE(params.ok());
+  std::ifstream in(file->path(), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  for (int l = 0; l < 2; ++l) {
+    const v1::TensorInit& init = request.model().units(l).tensors(0).init();
+    ASSERT_TRUE(init.has_shared_memory());
+    const int64_t weights = model->mlp().BiasOffset(l);
+    ASSERT_EQ(init.shared_memory().byte_length(), weights * 4);
+    ASSERT_LE(init.shared_memory().byte_offset() + weights * 4,
+              static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(std::memcmp(bytes.data() + init.shared_memory().byte_offset(),
+                          (*params)[l].data(), weights * 4),
+              0)
+        << "layer " << l;
+    EXPECT_TRUE(request.model().units(l).tensors(1).init().has_zeros());
   }
 }
 

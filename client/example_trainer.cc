@@ -49,6 +49,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,7 @@
 #include "absl/time/time.h"
 #include "client/admission_refusal.h"
 #include "client/example_model.h"
+#include "client/init_values_file.h"
 #include "client/mlp.h"
 #include "client/teacher_student.h"
 #include "client/trainer_client.h"
@@ -99,6 +101,11 @@ ABSL_FLAG(bool, daemon_prefetch, false,
           "Gather synchronously with the next unit as the daemon's prefetch "
           "hint, instead of asynchronous Gathers from this trainer");
 ABSL_FLAG(uint64_t, seed, 1, "names the task (teacher, data) and the init");
+ABSL_FLAG(std::string, init_values_dir, "",
+          "write the initial weights to a file in this folder (e.g. /dev/shm) "
+          "and register them as shared-memory init values (the same values "
+          "as the default NormalInit, read by each daemon slice by slice); "
+          "empty: NormalInit");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
           "how long to wait for recovery after an aborted step");
@@ -405,7 +412,17 @@ int Run() {
       TrainerClient::Create(client_options);
   if (!client.ok()) return Usage(client.status());
 
-  const v1::RegisterModelRequest register_request = model->RegisterRequest();
+  // Kept until exit: a re-registration after a daemon restart names it.
+  std::optional<client::InitValuesFile> init_values;
+  if (const std::string dir = absl::GetFlag(FLAGS_init_values_dir);
+      !dir.empty()) {
+    absl::StatusOr<client::InitValuesFile> written =
+        model->WriteInitialWeights(dir);
+    if (!written.ok()) return Usage(written.status());
+    init_values = *std::move(written);
+  }
+  const v1::RegisterModelRequest register_request =
+      model->RegisterRequest(init_values.has_value() ? &*init_values : nullptr);
   absl::StatusOr<v1::RegisterModelResponse> registered =
       (*client)->RegisterModel(register_request);
   if (!registered.ok()) return Fail(registered.status());

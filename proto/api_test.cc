@@ -358,7 +358,8 @@ TEST_F(ApiTest, OneofsHaveTheirAlternatives) {
           {"OptimizerConfig", {"kind", {"adamw", "sgd"}}},
           {"TensorInit",
            {"kind",
-            {"zeros", "constant", "normal", "values", "shared_memory"}}},
+            {"zeros", "constant", "normal", "values", "shared_memory",
+             "uniform"}}},
           {"FetchShardResponse", {"item", {"header", "chunk", "trailer"}}},
       };
   for (const auto& [message, oneof] : expected) {

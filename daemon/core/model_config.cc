@@ -57,6 +57,8 @@ absl::string_view InitKindName(InitKind kind) {
       return "values";
     case InitKind::kSharedMemory:
       return "shared_memory";
+    case InitKind::kUniform:
+      return "uniform";
   }
   return "unknown";
 }
@@ -100,6 +102,11 @@ bool WalkInit(const std::string& path, const InitSpec& a, const InitSpec& b,
                       static_cast<int64_t>(b.seed)) &&
              sink.Real(path + ".normal.mean", a.mean, b.mean) &&
              sink.Real(path + ".normal.std", a.std, b.std);
+    case InitKind::kUniform:
+      return sink.Int(path + ".uniform.seed", static_cast<int64_t>(a.seed),
+                      static_cast<int64_t>(b.seed)) &&
+             sink.Real(path + ".uniform.low", a.low, b.low) &&
+             sink.Real(path + ".uniform.high", a.high, b.high);
     case InitKind::kValues:
       return sink.Enum(path + ".values.dtype", static_cast<int>(a.values_dtype),
                        static_cast<int>(b.values_dtype),

@@ -61,6 +61,15 @@ InitSpec InitSpec::Normal(uint64_t seed, float mean, float std) {
   return spec;
 }
 
+InitSpec InitSpec::Uniform(uint64_t seed, float low, float high) {
+  InitSpec spec;
+  spec.kind = InitKind::kUniform;
+  spec.seed = seed;
+  spec.low = low;
+  spec.high = high;
+  return spec;
+}
+
 InitSpec InitSpec::Values(std::string bytes, DType dtype) {
   InitSpec spec;
   spec.kind = InitKind::kValues;
@@ -82,6 +91,18 @@ float TensorInit::NormalAt(uint64_t seed, float mean, float std, int64_t k) {
                             static_cast<double>(std) * z);
 }
 
+float TensorInit::UniformAt(uint64_t seed, float low, float high, int64_t k) {
+  const uint64_t x = StreamAt(seed, static_cast<uint64_t>(k));
+  constexpr double kScale = 1.0 / 9007199254740992.0;      // 2^-53
+  const double u = static_cast<double>(x >> 11) * kScale;  // [0, 1)
+  // Separate statements and a volatile product keep the compiler from
+  // fusing the multiply and the add (the formula is specified without FMA).
+  const double span = static_cast<double>(high) - static_cast<double>(low);
+  const volatile double scaled = span * u;
+  const float value = static_cast<float>(static_cast<double>(low) + scaled);
+  return value < high ? value : std::nextafter(high, low);
+}
+
 absl::Status TensorInit::Validate(const InitSpec& spec, int64_t numel,
                                   DType dtype) {
   switch (spec.kind) {
@@ -101,6 +122,17 @@ absl::Status TensorInit::Validate(const InitSpec& spec, int64_t numel,
       if (!std::isfinite(spec.mean)) {
         return absl::InvalidArgumentError(
             absl::StrCat("normal.mean must be finite, got ", spec.mean));
+      }
+      return absl::OkStatus();
+    case InitKind::kUniform:
+      if (!std::isfinite(spec.low)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("uniform.low must be finite, got ", spec.low));
+      }
+      if (!std::isfinite(spec.high) || !(spec.low < spec.high)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("uniform.high must be finite and > uniform.low (",
+                         spec.low, "), got ", spec.high));
       }
       return absl::OkStatus();
     case InitKind::kValues: {
@@ -180,6 +212,11 @@ absl::Status TensorInit::Fill(const InitSpec& spec, int64_t tensor_numel,
     case InitKind::kNormal:
       for (int64_t i = 0; i < n; ++i) {
         out[i] = NormalAt(spec.seed, spec.mean, spec.std, first_element + i);
+      }
+      break;
+    case InitKind::kUniform:
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = UniformAt(spec.seed, spec.low, spec.high, first_element + i);
       }
       break;
     case InitKind::kValues:

@@ -20,6 +20,8 @@ enum class InitKind : int {
   // daemon reads them into kValues before filling (core does no I/O), so Fill
   // refuses this kind.
   kSharedMemory = 5,
+  // Uniform [low, high) values (proto UniformInit).
+  kUniform = 6,
 };
 
 // Where kSharedMemory values are: [byte_offset, byte_offset + byte_length)
@@ -38,6 +40,8 @@ struct InitSpec {
   uint64_t seed = 0;      // kNormal.
   float mean = 0.0f;      // kNormal.
   float std = 0.0f;       // kNormal; finite and >= 0.
+  float low = 0.0f;       // kUniform; finite and < high.
+  float high = 0.0f;      // kUniform; finite.
   // kValues: numel elements, little-endian, row-major, in `values_dtype`.
   // Shared and immutable, so copying a config does not copy the bytes.
   std::shared_ptr<const std::string> values;
@@ -47,6 +51,7 @@ struct InitSpec {
   static InitSpec Zeros() { return InitSpec{}; }
   static InitSpec Constant(float value);
   static InitSpec Normal(uint64_t seed, float mean, float std);
+  static InitSpec Uniform(uint64_t seed, float low, float high);
   static InitSpec Values(std::string bytes, DType dtype);
 };
 
@@ -69,6 +74,13 @@ struct InitSpec {
 // one build (Debian 12's glibc); a different libm may differ in the last
 // bit of a few values.
 //
+// uniform(seed, low, high): x = output k of the same splitmix64 stream,
+// u = (x >> 11) * 2^-53 in [0, 1), value = float(low + (high - low) * u)
+// computed in double and rounded once; a value that rounds up to `high`
+// becomes the largest float below it, so values lie in [low, high). Only
+// integer and IEEE double arithmetic: bit-exact everywhere (proto
+// UniformInit gives the formula for Python).
+//
 // Pure functions, thread-safe.
 class TensorInit {
  public:
@@ -85,9 +97,13 @@ class TensorInit {
   // Element k of normal(seed, mean, std) (what Fill writes).
   static float NormalAt(uint64_t seed, float mean, float std, int64_t k);
 
+  // Element k of uniform(seed, low, high) (what Fill writes).
+  static float UniformAt(uint64_t seed, float low, float high, int64_t k);
+
   // Checks the spec against a tensor of `numel` elements of `dtype` (the
   // encoding uploaded values must have). Messages name fields relative to
-  // the init ("values: ...", "normal.std: ..."), for the caller to prefix.
+  // the init ("values: ...", "normal.std: ...", "uniform.high: ..."), for
+  // the caller to prefix.
   static absl::Status Validate(const InitSpec& spec, int64_t numel,
                                DType dtype);
 };

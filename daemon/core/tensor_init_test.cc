@@ -33,10 +33,10 @@ TEST_F(TensorInitTest, AnySubRangeEqualsTheSameSliceOfAFullFill) {
     const uint16_t bits = FloatToBFloat16(static_cast<float>(i) * 0.25f - 7.0f);
     std::memcpy(raw.data() + 2 * i, &bits, 2);
   }
-  const std::vector<InitSpec> specs = {InitSpec::Zeros(),
-                                       InitSpec::Constant(0.5f),
-                                       InitSpec::Normal(1234, 0.1f, 0.02f),
-                                       InitSpec::Values(raw, DType::kBFloat16)};
+  const std::vector<InitSpec> specs = {
+      InitSpec::Zeros(), InitSpec::Constant(0.5f),
+      InitSpec::Normal(1234, 0.1f, 0.02f), InitSpec::Uniform(99, -0.5f, 0.25f),
+      InitSpec::Values(raw, DType::kBFloat16)};
   std::mt19937_64 rng(5);
   for (const InitSpec& spec : specs) {
     const std::vector<float> full = FillAll(spec, kNumel);
@@ -160,6 +160,49 @@ TEST_F(TensorInitTest, SharedMemoryMustBeResolvedBeforeFilling) {
   spec.shared_memory.byte_offset = 8;
   EXPECT_EQ(TensorInit::Validate(spec, 4, DType::kFloat32).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TensorInitTest, UniformValuesMatchGoldenBitsFromTheDocumentedFormula) {
+  // Computed in Python from proto UniformInit's formula, so the comment and
+  // the code cannot drift apart.
+  EXPECT_EQ(Bits(TensorInit::UniformAt(42, -1.0f, 1.0f, 0)), 0x3ef75cc9u);
+  EXPECT_EQ(Bits(TensorInit::UniformAt(42, -1.0f, 1.0f, 1)), 0xbf2e203au);
+  EXPECT_EQ(Bits(TensorInit::UniformAt(42, -1.0f, 1.0f, 1000)), 0xbeaa6490u);
+  EXPECT_EQ(Bits(TensorInit::UniformAt(42, -1.0f, 1.0f, 123456789)),
+            0xbf048c4du);
+  EXPECT_EQ(Bits(TensorInit::UniformAt(7, -0.125f, 0.0625f, 5)), 0xbda037e2u);
+}
+
+TEST_F(TensorInitTest, UniformValuesLieInLowHighWithTheRightMean) {
+  constexpr int64_t kNumel = 1 << 20;
+  const std::vector<float> values =
+      FillAll(InitSpec::Uniform(3, -0.5f, 1.5f), kNumel);
+  double sum = 0.0;
+  for (float v : values) {
+    ASSERT_GE(v, -0.5f);
+    ASSERT_LT(v, 1.5f);
+    sum += v;
+  }
+  EXPECT_NEAR(sum / kNumel, 0.5, 0.005);
+  // A range one float wide: every value is low (never high).
+  const float low = 1.0f, high = std::nextafter(1.0f, 2.0f);
+  for (int64_t k = 0; k < 1000; ++k) {
+    ASSERT_EQ(TensorInit::UniformAt(5, low, high, k), low);
+  }
+}
+
+TEST_F(TensorInitTest, UniformWithoutLowBelowHighIsRejected) {
+  EXPECT_EQ(
+      TensorInit::Validate(InitSpec::Uniform(1, 1.0f, 1.0f), 4, DType::kFloat32)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      TensorInit::Validate(InitSpec::Uniform(1, NAN, 1.0f), 4, DType::kFloat32)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(TensorInit::Validate(InitSpec::Uniform(1, -1.0f, 1.0f), 4,
+                                   DType::kFloat32)
+                  .ok());
 }
 
 }  // namespace

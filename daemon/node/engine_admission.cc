@@ -11,6 +11,7 @@
 #include "daemon/core/checked_math.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
+#include "daemon/node/shared_memory_init_reader.h"
 
 namespace shardd::node {
 namespace {
@@ -199,8 +200,11 @@ absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {
     }
   }
   if (bytes == 0) return absl::OkStatus();
+  // The values are never copied whole: one window of the trainer's file is
+  // mapped at a time (issue #18).
+  bytes = std::min(bytes, SharedMemoryInitReader::kWindowBytes);
   const absl::Status status =
-      Decide("RegisterModel (init values copied from shared memory)",
+      Decide("RegisterModel (init values read from shared memory)",
              core::AdmissionPlan::ForGrowth("init values", bytes,
                                             core::MemoryPlacement::kHost),
              /*held_bytes=*/0, /*log_admitted=*/false);

@@ -118,8 +118,8 @@ class EngineAdmission {
                                  core::MemoryPlacement placement,
                                  int64_t held_bytes);
 
-  // The copy RegisterModel makes of kSharedMemory init values (their bytes
-  // in host memory), before it reads them.
+  // The window of kSharedMemory init values RegisterModel maps at a time
+  // (at most SharedMemoryInitReader::kWindowBytes), before it reads them.
   absl::Status AdmitInitCopy(const core::ModelConfig& model);
 
   // ExportState's staging for `engine` (core::AdmissionPlan::ForExport):

@@ -32,9 +32,12 @@
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/group_spec.h"
+#include "daemon/node/init_materializer.h"
+#include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/plan_action.h"
 #include "daemon/node/proto_convert.h"
+#include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -224,36 +227,6 @@ absl::StatusOr<v1::ExportedFile> WriteSafetensors(
   file.set_bytes(total);
   file.set_crc32c(crc);
   return file;
-}
-
-// Reads kSharedMemory init values into kValues (core does no I/O).
-absl::Status ResolveSharedMemoryInits(core::ModelConfig& model) {
-  for (size_t u = 0; u < model.units.size(); ++u) {
-    for (size_t t = 0; t < model.units[u].tensors.size(); ++t) {
-      core::TensorConfig& tensor = model.units[u].tensors[t];
-      if (tensor.init.kind != core::InitKind::kSharedMemory) continue;
-      const core::SharedMemorySource& src = tensor.init.shared_memory;
-      const std::string field = absl::StrCat("model.units[", u, "].tensors[", t,
-                                             "].init.shared_memory");
-      if (src.byte_offset < 0 || src.byte_length < 0 ||
-          src.byte_offset + src.byte_length > src.segment_bytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": range outside the segment"));
-      }
-      absl::StatusOr<memory::SharedMemorySegment> seg =
-          memory::SharedMemorySegment::Open(
-              src.path, src.segment_bytes,
-              memory::SharedMemorySegment::Access::kReadOnly);
-      if (!seg.ok()) {
-        return absl::NotFoundError(
-            absl::StrCat(field, ": ", seg.status().message()));
-      }
-      const char* p = static_cast<const char*>(seg->data()) + src.byte_offset;
-      tensor.init = core::InitSpec::Values(std::string(p, src.byte_length),
-                                           tensor.spec.dtype);
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -919,7 +892,7 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
 }
 
 absl::Status NodeManager::ExchangeModel(int64_t epoch,
-                                        const core::ModelConfig& model,
+                                        const v1::ModelAgreement& agreement,
                                         MonoTime deadline) {
   const int rank = client_->rank();
   int world = 0;
@@ -933,9 +906,9 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
-  const std::string mine =
-      ProtoConvert::ModelToProto(model).SerializeAsString();
-  if (absl::Status s = store->Set(core::ModelKey(rank), mine); !s.ok()) {
+  if (absl::Status s =
+          store->Set(core::ModelKey(rank), agreement.SerializeAsString());
+      !s.ok()) {
     return s;
   }
   std::vector<std::string> keys;
@@ -951,19 +924,14 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
     if (r == rank) continue;
     absl::StatusOr<std::string> theirs = store->Get(keys[r]);
     if (!theirs.ok()) return theirs.status();
-    v1::ModelSpec spec;
-    if (!spec.ParseFromString(*theirs)) {
+    v1::ModelAgreement other;
+    if (!other.ParseFromString(*theirs)) {
       return absl::InternalError(
           absl::StrCat("rank ", r, "'s model is corrupt"));
     }
-    absl::StatusOr<core::ModelConfig> other =
-        ProtoConvert::ModelFromProto(spec);
-    if (!other.ok()) return other.status();
-    absl::Status same = core::CompareModels(model, *other);
-    if (!same.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model differs from rank ", r,
-                       "'s (mine vs theirs): model.", same.message()));
+    if (absl::Status same = ModelDigest::Compare(agreement, other, r);
+        !same.ok()) {
+      return same;
     }
   }
   return absl::OkStatus();
@@ -1037,7 +1005,6 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (absl::Status s = options_.admission->AdmitInitCopy(*model); !s.ok()) {
     return s;
   }
-  if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
   // Wait for the coordinator's topology (W and F) and a ready epoch, and
   // only then take op_mu_: a replacement's epoch becomes ready after its
   // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
@@ -1104,32 +1071,32 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ExchangeModel(*epoch, *model, deadline); !s.ok()) {
+  // Ranks agree on digests of the initial values, never on the values.
+  absl::StatusOr<v1::ModelAgreement> agreement = ModelDigest::Agreement(
+      request.model(),
+      [](const v1::SharedMemoryRef& ref, const std::string& field) {
+        return SharedMemoryInitReader::Checksum(
+            {ref.path(), ref.segment_bytes(), ref.byte_offset(),
+             ref.byte_length()},
+            field);
+      });
+  if (!agreement.ok()) return agreement.status();
+  if (absl::Status s = ExchangeModel(*epoch, *agreement, deadline); !s.ok()) {
     return s;
   }
   absl::StatusOr<std::vector<core::UnitLayout>> layouts =
       core::BuildLayouts(*model, factor);
   if (!layouts.ok()) return layouts.status();
-  const core::ModelConfig& m = *model;
-  const std::vector<core::UnitLayout>& ls = *layouts;
-  absl::Status init_error;
-  ShardInitializer init = [&](int unit, int64_t offset, float* out, int64_t n) {
-    std::fill(out, out + n, 0.0f);  // Padding stays zero.
-    const std::vector<core::TensorView>& views = ls[unit].tensors();
-    for (size_t t = 0; t < views.size(); ++t) {
-      const int64_t lo = std::max(offset, views[t].offset);
-      const int64_t hi = std::min(offset + n, views[t].offset + views[t].numel);
-      if (lo >= hi) continue;
-      absl::Status s = core::TensorInit::Fill(
-          m.units[unit].tensors[t].init, views[t].numel, lo - views[t].offset,
-          out + (lo - offset), hi - lo);
-      if (!s.ok() && init_error.ok()) init_error = s;
-    }
-  };
-  absl::StatusOr<std::unique_ptr<StepEngine>> created =
-      CreateEngine(*model, world, factor, init);
+  // Only this rank's shard is materialised (from shared memory: only its
+  // slice is read).
+  InitMaterializer materializer(*model, *layouts);
+  absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
+      *model, world, factor,
+      [&materializer](int unit, int64_t offset, float* out, int64_t n) {
+        materializer.Fill(unit, offset, out, n);
+      });
   if (!created.ok()) return created.status();
-  if (!init_error.ok()) return init_error;
+  if (!materializer.status().ok()) return materializer.status();
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
   if (shard_group_ != nullptr) {

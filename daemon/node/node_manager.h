@@ -223,7 +223,7 @@ class NodeManager {
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::DataRef MakeRef(const UnitData& data, int unit) const;
-  absl::Status ExchangeModel(int64_t epoch, const core::ModelConfig& model,
+  absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
                              MonoTime deadline);
   // A StepEngine for `model` on this rank (layouts for F, optimizer, K).
   absl::StatusOr<std::unique_ptr<StepEngine>> CreateEngine(

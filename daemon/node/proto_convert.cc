@@ -92,6 +92,20 @@ absl::StatusOr<core::InitSpec> InitFromProto(const v1::TensorInit& init,
       }
       return core::InitSpec::Normal(normal.seed(), normal.mean(), normal.std());
     }
+    case v1::TensorInit::kUniform: {
+      const v1::UniformInit& uniform = init.uniform();
+      if (!std::isfinite(uniform.low())) {
+        return Invalid(path + ".uniform.low",
+                       absl::StrCat("must be finite, got ", uniform.low()));
+      }
+      if (!std::isfinite(uniform.high()) || !(uniform.low() < uniform.high())) {
+        return Invalid(path + ".uniform.high",
+                       absl::StrCat("must be finite and > uniform.low (",
+                                    uniform.low(), "), got ", uniform.high()));
+      }
+      return core::InitSpec::Uniform(uniform.seed(), uniform.low(),
+                                     uniform.high());
+    }
     case v1::TensorInit::kValues:
       return core::InitSpec::Values(init.values().data(), dtype);
     case v1::TensorInit::kSharedMemory: {
@@ -125,6 +139,11 @@ void InitToProto(const core::InitSpec& init, v1::TensorInit* out) {
       out->mutable_normal()->set_seed(init.seed);
       out->mutable_normal()->set_mean(init.mean);
       out->mutable_normal()->set_std(init.std);
+      break;
+    case core::InitKind::kUniform:
+      out->mutable_uniform()->set_seed(init.seed);
+      out->mutable_uniform()->set_low(init.low);
+      out->mutable_uniform()->set_high(init.high);
       break;
     case core::InitKind::kValues:
       out->mutable_values()->set_data(init.values == nullptr ? std::string()

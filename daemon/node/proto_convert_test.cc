@@ -1,5 +1,6 @@
 #include "daemon/node/proto_convert.h"
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -242,6 +243,44 @@ TEST_F(ProtoConvertTest, MemoryBreakdownMapsEveryField) {
   EXPECT_EQ(proto.padding_bytes(), 7);
   EXPECT_EQ(proto.peak_parameter_bytes(), 8);
   EXPECT_EQ(proto.total_bytes(), 21);
+}
+
+TEST_F(ProtoConvertTest, UniformInitRoundTrips) {
+  v1::ModelSpec spec = ValidSpec();
+  v1::UniformInit* uniform = spec.mutable_units(0)
+                                 ->mutable_tensors(0)
+                                 ->mutable_init()
+                                 ->mutable_uniform();
+  uniform->set_seed(11);
+  uniform->set_low(-0.25f);
+  uniform->set_high(0.5f);
+  absl::StatusOr<core::ModelConfig> model = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const core::InitSpec& init = model->units[0].tensors[0].init;
+  EXPECT_EQ(init.kind, core::InitKind::kUniform);
+  EXPECT_EQ(init.seed, 11u);
+  EXPECT_EQ(init.low, -0.25f);
+  EXPECT_EQ(init.high, 0.5f);
+  const v1::ModelSpec back = ProtoConvert::ModelToProto(*model);
+  EXPECT_EQ(back.units(0).tensors(0).init().uniform().DebugString(),
+            uniform->DebugString());
+}
+
+TEST_F(ProtoConvertTest, RejectsUniformWithoutLowBelowHigh) {
+  v1::ModelSpec spec = ValidSpec();
+  v1::UniformInit* uniform = spec.mutable_units(0)
+                                 ->mutable_tensors(0)
+                                 ->mutable_init()
+                                 ->mutable_uniform();
+  uniform->set_low(1.0f);
+  uniform->set_high(1.0f);
+  ExpectInvalid(spec, "units[0].tensors[0].init.uniform.high");
+  uniform->set_low(std::numeric_limits<float>::infinity());
+  uniform->set_high(2.0f);
+  ExpectInvalid(spec, "units[0].tensors[0].init.uniform.low");
+  uniform->set_low(0.0f);
+  uniform->set_high(std::numeric_limits<float>::quiet_NaN());
+  ExpectInvalid(spec, "units[0].tensors[0].init.uniform.high");
 }
 
 }  // namespace

@@ -25,6 +25,9 @@
 #     same parameters bit for bit as the default trainer's asynchronous
 #     Gathers, with the same number of AllGathers, and Gathers do find
 #     their unit already gathered by the prefetch (was_ready).
+#   * --init_values_dir (W=2 FULL_SHARD, W=4 HYBRID_SHARD): the initial
+#     weights registered from the trainers' files (shared-memory init
+#     values) give the same parameters bit for bit as NormalInit.
 # Every child is SIGKILLed on any exit path (trap).
 set -uo pipefail
 coordinator="$1"; shardd="$2"; trainer="$3"; compare="$4"; shardctl="$5"
@@ -187,6 +190,17 @@ for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD"; do
   # and the backward Gather of unit 0 (units 2 and 1 are still cached).
   expect "$1_prefetch: 3 Gathers per step and rank served by a prefetch" \
     "[[ '$pf_default' -eq 0 && '$pf' -eq \$(( 3 * STEPS * $2 )) ]]"
+done
+
+# Initial weights from each trainer's own file (--init_values_dir:
+# TensorInit.shared_memory, issue #18) instead of NormalInit: the same
+# values, so the same parameters bit for bit.
+trainer_extra=(--init_values_dir="$root")
+for cfg in "w2_full 2 2 FULL_SHARD" "w4_hybrid 4 2 HYBRID_SHARD"; do
+  set -- $cfg
+  run "$1_init_values" "$2" "$3" "$4"
+  expect "$1_init_values: bit-identical to the NormalInit run" \
+    "cmp -s '$root/$1_a/params.bin' '$root/$1_init_values/params.bin'"
 done
 trainer_extra=()
 exit $fail
