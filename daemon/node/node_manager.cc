@@ -38,6 +38,7 @@
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
+#include "daemon/state/state_import.h"
 #include "daemon/recovery/shard_stream.h"
 #include "daemon/rpc/grpc_deadline.h"
 
@@ -1032,6 +1033,9 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     return s;
   }
   if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
+  absl::StatusOr<state::ImportSources> sources =
+      state::ImportSources::FromRequest(request, options_.resume_from);
+  if (!sources.ok()) return sources.status();
   // Wait for the coordinator's topology (W and F) and a ready epoch, and
   // only then take op_mu_: a replacement's epoch becomes ready after its
   // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
@@ -1124,6 +1128,14 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       CreateEngine(*model, world, factor, init);
   if (!created.ok()) return created.status();
   if (!init_error.ok()) return init_error;
+  // Files overwrite the initial values of this rank's shard (load_from,
+  // resume_from, TensorInit.file); the engine is not published yet.
+  absl::StatusOr<int64_t> imported_step = state::StateImport::Apply(
+      *sources, **created);
+  if (!imported_step.ok()) return imported_step.status();
+  if (absl::Status s = (*created)->InstallState(*imported_step); !s.ok()) {
+    return s;
+  }
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
   if (shard_group_ != nullptr) {
@@ -1139,7 +1151,10 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (commit_log_ != nullptr) {
     const int64_t epoch_now = comm_epoch_;
     mu_.Unlock();
-    LogCommit(recovery::CommitRecord::Kind::kInit, 0, epoch_now);
+    LogCommit(*imported_step > 0
+                  ? recovery::CommitRecord::Kind::kCheckpointRestored
+                  : recovery::CommitRecord::Kind::kInit,
+              *imported_step, epoch_now);
     mu_.Lock();
   }
   ReportMemory(*engine_);
