@@ -38,9 +38,9 @@
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
-#include "daemon/state/state_import.h"
 #include "daemon/recovery/shard_stream.h"
 #include "daemon/rpc/grpc_deadline.h"
+#include "daemon/state/state_import.h"
 
 namespace shardd::node {
 namespace {
@@ -1130,8 +1130,8 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (!init_error.ok()) return init_error;
   // Files overwrite the initial values of this rank's shard (load_from,
   // resume_from, TensorInit.file); the engine is not published yet.
-  absl::StatusOr<int64_t> imported_step = state::StateImport::Apply(
-      *sources, **created);
+  absl::StatusOr<int64_t> imported_step =
+      state::StateImport::Apply(*sources, **created);
   if (!imported_step.ok()) return imported_step.status();
   if (absl::Status s = (*created)->InstallState(*imported_step); !s.ok()) {
     return s;
@@ -1155,6 +1155,14 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
                   ? recovery::CommitRecord::Kind::kCheckpointRestored
                   : recovery::CommitRecord::Kind::kInit,
               *imported_step, epoch_now);
+    mu_.Lock();
+  }
+  if (*imported_step > 0) {
+    // The coordinator counts steps from its votes: tell it the step the
+    // job resumes at, so that it expects the next one.
+    const int64_t epoch_now = comm_epoch_;
+    mu_.Unlock();
+    (void)client_->SetReady(epoch_now, *imported_step);
     mu_.Lock();
   }
   ReportMemory(*engine_);
