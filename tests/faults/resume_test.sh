@@ -19,7 +19,10 @@
 # 5. loaded: a new job whose trainers name that FULL export (step 6, AdamW
 #    state) in RegisterModelRequest.load_from trains to 12 and ends
 #    bit-equal to the reference.
-# 6. A load_from naming a truncated file fails registration with DATA_LOSS
+# 6. A file written by standard-library Python as torch / Hugging Face
+#    write a state_dict (F32, BF16, F16) loaded by name: the parameters
+#    are its values.
+# 7. A load_from naming a truncated file fails registration with DATA_LOSS
 #    naming the file.
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
@@ -126,6 +129,25 @@ load_run() {
 # W = 8, F = 4 (each daemon reads its range from two files).
 load_run loaded "$FL_ROOT/w4f2.safetensors"
 load_run loaded_sharded "$FL_ROOT/w8f4-sharded"
+
+# A file written the way torch / Hugging Face write a state_dict
+# (standard-library Python; F32, BF16 and F16 tensors), loaded by name
+# into a new W = 2 job: the parameters are its values.
+/usr/bin/python3 "$(dirname "$0")/write_torch_style.py" \
+  "$FL_ROOT/torch.safetensors" "$FL_ROOT/torch-params.bin"
+FL_W=2 FL_F=2 FL_STRATEGY=FULL_SHARD FL_STEPS=0
+fl_start_coordinator torch
+for ((r = 0; r < FL_W; r++)); do fl_start_daemon torch "$r"; done
+for ((r = 0; r < FL_W; r++)); do
+  fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log torch "$r")" \
+    "^shardd rank $r listening" 30 || fl_die "torch: daemon $r did not join"
+  fl_start_trainer torch "$r" --load_from="$FL_ROOT/torch.safetensors"
+done
+fl_wait_trainers torch
+fl_expect "torch: the job's parameters are the file's values" \
+  "[[ ${FL_TRAINER_RC[0]} -eq 0 && ${FL_TRAINER_RC[1]} -eq 0 ]] &&
+   cmp '$FL_ROOT/torch-params.bin' '$FL_ROOT/torch/params.bin'"
+fl_kill_all
 
 # A truncated file: DATA_LOSS naming it, and no registration.
 head -c 1000 "$FL_ROOT/w4f2.safetensors" >"$FL_ROOT/cut.safetensors"
