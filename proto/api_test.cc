@@ -248,6 +248,9 @@ TEST_F(ApiTest, LoadBearingFieldsHaveTheirTypes) {
   using T = FieldDescriptor;
   // Trainer.
   ExpectField("GatherRequest", "unit", T::TYPE_INT32);
+  ExpectField("RegisterModelRequest", "load_from", T::TYPE_STRING);
+  ExpectField("RegisterModelRequest", "resume_from", T::TYPE_STRING);
+  ExpectField("FileInit", "path", T::TYPE_STRING);
   ExpectField("GatherRequest", "prefetch", T::TYPE_INT32, /*repeated=*/true);
   ExpectField("GatherRequest", "pass", T::TYPE_ENUM);
   ExpectField("GatherResponse", "params", T::TYPE_MESSAGE);
@@ -358,7 +361,8 @@ TEST_F(ApiTest, OneofsHaveTheirAlternatives) {
           {"OptimizerConfig", {"kind", {"adamw", "sgd"}}},
           {"TensorInit",
            {"kind",
-            {"zeros", "constant", "normal", "values", "shared_memory"}}},
+            {"zeros", "constant", "normal", "values", "shared_memory",
+             "file"}}},
           {"FetchShardResponse", {"item", {"header", "chunk", "trailer"}}},
       };
   for (const auto& [message, oneof] : expected) {
