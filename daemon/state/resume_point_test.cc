@@ -1,10 +1,15 @@
 #include "daemon/state/resume_point.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/recovery/shard_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,6 +75,54 @@ TEST(ResumePointChooserTest, MissingDirectoryIsNotFound) {
       ResumePointChooser::ChooseFromDirectory("/nonexistent/ckpt", nullptr);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(p.status().message(), HasSubstr("/nonexistent/ckpt"));
+}
+
+// Real checkpoint files: rank 1's newest one has a flipped byte, so the
+// newest step both ranks hold intact is the older one; a rank folder
+// without files makes every step unavailable.
+TEST(ResumePointChooserTest, ChoosesFromRealFilesSkippingACorruptOne) {
+  const std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/ckpt-choose");
+  std::filesystem::remove_all(dir);
+  std::vector<uint8_t> bytes(4096, 7);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t step : {3, 6}) {
+      recovery::SectionSource source;
+      source.section.set_unit(0);
+      source.section.set_kind(v1::SHARD_SECTION_KIND_PARAMETERS);
+      source.section.set_dtype(v1::DTYPE_FP32);
+      source.section.set_numel(1024);
+      source.section.set_byte_length(4096);
+      source.data = bytes.data();
+      v1::ShardHeader header;
+      header.set_step(step);
+      header.set_shard_index(rank);
+      ASSERT_TRUE(
+          recovery::WriteShardCheckpoint(dir, rank, header, {source}, 0).ok());
+    }
+  }
+  auto both = ResumePointChooser::ChooseFromDirectory(dir, nullptr);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->step, 6);
+  EXPECT_EQ(both->world_size, 2);
+
+  const std::string bad = recovery::ShardCheckpointPath(dir, 1, 6);
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(bad) / 2));
+    f.put('\xff');
+  }
+  std::vector<std::string> problems;
+  auto older = ResumePointChooser::ChooseFromDirectory(dir, &problems);
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->step, 3);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr("DATA_LOSS"));
+  EXPECT_THAT(problems[0], HasSubstr(bad));
+
+  std::filesystem::create_directory(dir + "/rank-2");
+  auto none = ResumePointChooser::ChooseFromDirectory(dir, nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

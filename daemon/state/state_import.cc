@@ -510,7 +510,7 @@ absl::StatusOr<ImportSources> ImportSources::FromRequest(
         {"resume_from", &out.resume_from}}) {
     if (!path->empty() && (*path)[0] != '/') {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must be an absolute path, got '", *path, "'"));
+          absl::StrCat(field, ": must be absolute, got '", *path, "'"));
     }
   }
   for (int u = 0; u < request.model().units_size(); ++u) {
