@@ -1033,9 +1033,6 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     return s;
   }
   if (absl::Status s = ResolveSharedMemoryInits(*model); !s.ok()) return s;
-  absl::StatusOr<state::ImportSources> sources =
-      state::ImportSources::FromRequest(request, options_.resume_from);
-  if (!sources.ok()) return sources.status();
   // Wait for the coordinator's topology (W and F) and a ready epoch, and
   // only then take op_mu_: a replacement's epoch becomes ready after its
   // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
@@ -1097,6 +1094,12 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
         "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
         " but the coordinator runs the job with F = ", factor));
   }
+  // Files named as the initial state (load_from, resume_from,
+  // TensorInit.file), checked before the ranks agree on the model: a bad
+  // one fails this rank's registration, and so every rank's.
+  absl::StatusOr<state::StateImport> import =
+      state::StateImport::Plan(request, options_.resume_from, *model, factor);
+  if (!import.ok()) return import.status();
   if (absl::Status s = options_.admission->AdmitModel("RegisterModel", *model,
                                                       world, client_->rank());
       !s.ok()) {
@@ -1128,14 +1131,10 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       CreateEngine(*model, world, factor, init);
   if (!created.ok()) return created.status();
   if (!init_error.ok()) return init_error;
-  // Files overwrite the initial values of this rank's shard (load_from,
-  // resume_from, TensorInit.file); the engine is not published yet.
-  absl::StatusOr<int64_t> imported_step =
-      state::StateImport::Apply(*sources, **created);
+  // The files overwrite this rank's shard of the initial values; the
+  // engine is not published yet.
+  absl::StatusOr<int64_t> imported_step = import->Apply(**created);
   if (!imported_step.ok()) return imported_step.status();
-  if (absl::Status s = (*created)->InstallState(*imported_step); !s.ok()) {
-    return s;
-  }
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
   if (shard_group_ != nullptr) {

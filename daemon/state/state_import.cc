@@ -12,10 +12,12 @@
 #include <memory>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/memory_plan.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/unit_layout.h"
 #include "daemon/node/proto_convert.h"
@@ -91,21 +93,48 @@ struct SavedState {
   std::map<std::pair<int, Kind>, SavedShards> shards;
 };
 
-// The engine's optimizer state kinds must be exactly the saved ones.
-absl::Status CheckOptimizer(const SavedState& saved,
-                            const node::StepEngine& engine,
+// The new job as far as loading is concerned: its units laid out for its
+// F, and its optimizer.
+struct Target {
+  std::vector<core::UnitLayout> units;
+  core::OptimizerKind optimizer = core::OptimizerKind::kSgd;
+};
+
+// As StepEngine::OptimizerStateKinds.
+std::vector<Kind> OptimizerKinds(core::OptimizerKind optimizer) {
+  switch (optimizer) {
+    case core::OptimizerKind::kAdamW:
+      return {Kind::kExpAvg, Kind::kExpAvgSq};
+    case core::OptimizerKind::kSgdMomentum:
+      return {Kind::kMomentum};
+    case core::OptimizerKind::kSgd:
+      break;
+  }
+  return {};
+}
+
+core::OptimizerKind OptimizerOf(const core::ModelConfig& model) {
+  if (std::holds_alternative<core::AdamWOptions>(model.config.optimizer)) {
+    return core::OptimizerKind::kAdamW;
+  }
+  return std::get<core::SgdOptions>(model.config.optimizer).momentum != 0.0
+             ? core::OptimizerKind::kSgdMomentum
+             : core::OptimizerKind::kSgd;
+}
+
+// The job's optimizer state kinds must be exactly the saved ones.
+absl::Status CheckOptimizer(const SavedState& saved, const Target& target,
                             const std::string& source) {
   std::set<Kind> mine = {Kind::kParameters};
-  for (Kind k : engine.OptimizerStateKinds()) mine.insert(k);
+  for (Kind k : OptimizerKinds(target.optimizer)) mine.insert(k);
   if (saved.kinds.size() > 1 && saved.kinds != mine) {
     std::vector<std::string> a, b;
     for (Kind k : saved.kinds) a.push_back(KindName(k));
     for (Kind k : mine) b.push_back(KindName(k));
-    return absl::FailedPreconditionError(
-        absl::StrCat(source, ": holds optimizer state [", absl::StrJoin(a, ","),
-                     "] but this job's optimizer (",
-                     OptimizerName(engine.config().optimizer.kind), ") keeps [",
-                     absl::StrJoin(b, ","), "]"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": holds optimizer state [", absl::StrJoin(a, ","),
+        "] but this job's optimizer (", OptimizerName(target.optimizer),
+        ") keeps [", absl::StrJoin(b, ","), "]"));
   }
   return absl::OkStatus();
 }
@@ -124,19 +153,18 @@ absl::StatusOr<int64_t> MetadataInt(const SafetensorsReader& reader,
 }
 
 // A file of our own exports with optimizer state: its optimizer must be
-// this job's, and its kinds are the engine's.
+// this job's, and its kinds are the job's.
 absl::Status AddOptimizerKinds(const SafetensorsReader& reader,
-                               const node::StepEngine& engine,
-                               SavedState& saved) {
+                               const Target& target, SavedState& saved) {
   auto optimizer = reader.metadata().find("optimizer");
   if (optimizer == reader.metadata().end()) return absl::OkStatus();
-  const char* mine = OptimizerName(engine.config().optimizer.kind);
+  const char* mine = OptimizerName(target.optimizer);
   if (optimizer->second != mine) {
     return absl::FailedPreconditionError(
         absl::StrCat(reader.path(), ": holds ", optimizer->second,
                      " state but this job's optimizer is ", mine));
   }
-  for (Kind k : engine.OptimizerStateKinds()) saved.kinds.insert(k);
+  for (Kind k : OptimizerKinds(target.optimizer)) saved.kinds.insert(k);
   absl::StatusOr<int64_t> step = MetadataInt(reader, "optimizer_step");
   if (!step.ok()) return step.status();
   saved.step = *step;
@@ -147,15 +175,15 @@ absl::Status AddOptimizerKinds(const SafetensorsReader& reader,
 // Face, our FULL export), "<unit>.<tensor>.exp_avg" ... for our FULL
 // export's optimizer state. Each tensor is one saved "shard" of its unit.
 absl::StatusOr<SavedState> FromNamedFile(const std::string& path,
-                                         const node::StepEngine& engine) {
+                                         const Target& target) {
   absl::StatusOr<SafetensorsReader> opened = SafetensorsReader::Open(path);
   if (!opened.ok()) return opened.status();
   auto reader = std::make_shared<SafetensorsReader>(*std::move(opened));
   SavedState saved;
-  if (absl::Status s = AddOptimizerKinds(*reader, engine, saved); !s.ok()) {
+  if (absl::Status s = AddOptimizerKinds(*reader, target, saved); !s.ok()) {
     return s;
   }
-  const std::vector<core::UnitLayout>& units = engine.config().units;
+  const std::vector<core::UnitLayout>& units = target.units;
   for (size_t u = 0; u < units.size(); ++u) {
     for (Kind kind : saved.kinds) {
       SavedShards& shards = saved.shards[{static_cast<int>(u), kind}];
@@ -183,7 +211,7 @@ absl::StatusOr<SavedState> FromNamedFile(const std::string& path,
 // every unit ("<unit>.master", "<unit>.exp_avg", ...) with the shard's flat
 // range in the metadata. The files of ranks 0..F-1 hold every shard.
 absl::StatusOr<SavedState> FromShardedExport(const std::string& dir,
-                                             const node::StepEngine& engine) {
+                                             const Target& target) {
   std::vector<std::shared_ptr<SafetensorsReader>> readers;
   absl::StatusOr<SafetensorsReader> first =
       SafetensorsReader::Open(absl::StrCat(dir, "/rank-0.safetensors"));
@@ -202,14 +230,14 @@ absl::StatusOr<SavedState> FromShardedExport(const std::string& dir,
     readers.push_back(std::make_shared<SafetensorsReader>(*std::move(r)));
   }
   SavedState saved;
-  if (absl::Status s = AddOptimizerKinds(*readers[0], engine, saved); !s.ok()) {
+  if (absl::Status s = AddOptimizerKinds(*readers[0], target, saved); !s.ok()) {
     return s;
   }
   absl::StatusOr<int64_t> step = MetadataInt(*readers[0], "step");
   if (!step.ok()) return step.status();
   saved.step = *step;
   if (saved.kinds.size() == 1) saved.step = 0;  // Parameters only.
-  const std::vector<core::UnitLayout>& units = engine.config().units;
+  const std::vector<core::UnitLayout>& units = target.units;
   for (size_t u = 0; u < units.size(); ++u) {
     const std::string& name = units[u].name();
     for (Kind kind : saved.kinds) {
@@ -307,7 +335,7 @@ absl::Status CheckSameUnits(const std::vector<core::UnitLayout>& saved,
 // Our sharded checkpoints: the latest step every old rank holds intact;
 // the files of ranks 0..F_old-1 (shard index = rank) hold every shard.
 absl::StatusOr<SavedState> FromCheckpoints(const std::string& dir,
-                                           const node::StepEngine& engine) {
+                                           const Target& target) {
   std::vector<std::string> problems;
   absl::StatusOr<ResumePoint> point =
       ResumePointChooser::ChooseFromDirectory(dir, &problems);
@@ -346,8 +374,7 @@ absl::StatusOr<SavedState> FromCheckpoints(const std::string& dir,
     return absl::DataLossError(
         absl::StrCat(first, ": its layout: ", layouts.status().message()));
   }
-  if (absl::Status s = CheckSameUnits(*layouts, engine.config().units, first);
-      !s.ok()) {
+  if (absl::Status s = CheckSameUnits(*layouts, target.units, first); !s.ok()) {
     return s;
   }
   SavedState saved;
@@ -438,31 +465,25 @@ absl::Status Overwrite(const SavedState& saved, node::StepEngine& engine) {
   return absl::OkStatus();
 }
 
-// TensorInit.file: one tensor's elements in this rank's shard, over the
-// parameters its init values put there.
-absl::Status OverwriteTensors(
-    const std::vector<ImportSources::TensorFile>& files,
-    node::StepEngine& engine) {
+// TensorInit.file of one tensor, planned: its file and its entry there.
+struct TensorFromFile {
+  int unit = 0;
+  int tensor = 0;
+  std::shared_ptr<const SafetensorsReader> reader;
+  const SafetensorsTensor* entry = nullptr;
+};
+
+// The tensors' elements in this rank's shard, over the parameters their
+// init values put there.
+absl::Status OverwriteTensors(const std::vector<TensorFromFile>& files,
+                              node::StepEngine& engine) {
   const node::EngineConfig& config = engine.config();
   const int64_t index = config.rank % config.plan.sharding_factor();
-  std::map<std::string, SafetensorsReader> readers;
   const std::vector<node::StepEngine::StateSection> sections =
       engine.StateSections();
-  for (const ImportSources::TensorFile& f : files) {
-    auto r = readers.find(f.path);
-    if (r == readers.end()) {
-      absl::StatusOr<SafetensorsReader> opened =
-          SafetensorsReader::Open(f.path);
-      if (!opened.ok()) return opened.status();
-      r = readers.emplace(f.path, *std::move(opened)).first;
-    }
+  for (const TensorFromFile& f : files) {
     const core::UnitLayout& unit = config.units[f.unit];
     const core::TensorView& view = unit.tensors()[f.tensor];
-    const std::string name =
-        f.name.empty() ? absl::StrCat(unit.name(), ".", view.name) : f.name;
-    absl::StatusOr<const SafetensorsTensor*> tensor =
-        r->second.Expect(name, view.shape);
-    if (!tensor.ok()) return tensor.status();
     const core::ShardRange& dest = unit.shard(index);
     const int64_t lo = std::max(dest.offset, view.offset);
     const int64_t hi = std::min(dest.end(), view.offset + view.numel);
@@ -470,7 +491,7 @@ absl::Status OverwriteTensors(
     for (const node::StepEngine::StateSection& section : sections) {
       if (section.unit != f.unit || section.kind != Kind::kParameters) continue;
       std::vector<float> host(hi - lo);
-      if (absl::Status s = r->second.ReadFloats(**tensor, lo - view.offset,
+      if (absl::Status s = f.reader->ReadFloats(*f.entry, lo - view.offset,
                                                 hi - lo, host.data());
           !s.ok()) {
         return s;
@@ -530,29 +551,88 @@ absl::StatusOr<ImportSources> ImportSources::FromRequest(
   return out;
 }
 
-absl::StatusOr<int64_t> StateImport::Apply(const ImportSources& sources,
-                                           node::StepEngine& engine) {
-  int64_t step = 0;
+struct StateImport::Saved {
+  SavedState state;
+};
+
+struct StateImport::Tensors {
+  std::vector<TensorFromFile> files;
+};
+
+absl::StatusOr<StateImport> StateImport::Plan(
+    const v1::RegisterModelRequest& request, const std::string& resume_flag,
+    const core::ModelConfig& model, int64_t sharding_factor) {
+  absl::StatusOr<ImportSources> sources =
+      ImportSources::FromRequest(request, resume_flag);
+  if (!sources.ok()) return sources.status();
+  return Plan(*sources, model, sharding_factor);
+}
+
+absl::StatusOr<StateImport> StateImport::Plan(const ImportSources& sources,
+                                              const core::ModelConfig& model,
+                                              int64_t sharding_factor) {
+  StateImport plan;
+  if (sources.empty()) return plan;
+  Target target;
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(model, sharding_factor);
+  if (!layouts.ok()) return layouts.status();
+  target.units = *std::move(layouts);
+  target.optimizer = OptimizerOf(model);
   if (!sources.load_from.empty() || !sources.resume_from.empty()) {
     absl::StatusOr<SavedState> saved =
         !sources.resume_from.empty()
-            ? FromCheckpoints(sources.resume_from, engine)
+            ? FromCheckpoints(sources.resume_from, target)
         : IsDirectory(sources.load_from)
-            ? FromShardedExport(sources.load_from, engine)
-            : FromNamedFile(sources.load_from, engine);
+            ? FromShardedExport(sources.load_from, target)
+            : FromNamedFile(sources.load_from, target);
     if (!saved.ok()) return saved.status();
     const std::string& source =
         sources.resume_from.empty() ? sources.load_from : sources.resume_from;
-    if (absl::Status s = CheckOptimizer(*saved, engine, source); !s.ok()) {
+    if (absl::Status s = CheckOptimizer(*saved, target, source); !s.ok()) {
       return s;
     }
-    if (absl::Status s = Overwrite(*saved, engine); !s.ok()) return s;
-    step = saved->step;
+    plan.saved_ = std::make_shared<Saved>(Saved{*std::move(saved)});
   }
-  if (absl::Status s = OverwriteTensors(sources.tensor_files, engine);
-      !s.ok()) {
-    return s;
+  if (!sources.tensor_files.empty()) {
+    auto tensors = std::make_shared<Tensors>();
+    std::map<std::string, std::shared_ptr<const SafetensorsReader>> readers;
+    for (const ImportSources::TensorFile& f : sources.tensor_files) {
+      auto& reader = readers[f.path];
+      if (reader == nullptr) {
+        absl::StatusOr<SafetensorsReader> opened =
+            SafetensorsReader::Open(f.path);
+        if (!opened.ok()) return opened.status();
+        reader = std::make_shared<const SafetensorsReader>(*std::move(opened));
+      }
+      const core::UnitLayout& unit = target.units[f.unit];
+      const core::TensorView& view = unit.tensors()[f.tensor];
+      const std::string name =
+          f.name.empty() ? absl::StrCat(unit.name(), ".", view.name) : f.name;
+      absl::StatusOr<const SafetensorsTensor*> entry =
+          reader->Expect(name, view.shape);
+      if (!entry.ok()) return entry.status();
+      tensors->files.push_back(
+          TensorFromFile{f.unit, f.tensor, reader, *entry});
+    }
+    plan.tensors_ = std::move(tensors);
   }
+  return plan;
+}
+
+absl::StatusOr<int64_t> StateImport::Apply(node::StepEngine& engine) const {
+  if (empty()) return engine.committed_step();
+  int64_t step = 0;
+  if (saved_ != nullptr) {
+    if (absl::Status s = Overwrite(saved_->state, engine); !s.ok()) return s;
+    step = saved_->state.step;
+  }
+  if (tensors_ != nullptr) {
+    if (absl::Status s = OverwriteTensors(tensors_->files, engine); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = engine.InstallState(step); !s.ok()) return s;
   return step;
 }
 
