@@ -4,10 +4,10 @@
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.pb.h"
 
-// StateImport::Apply runs against real engines and files in
-// tests/faults/resume_test.sh (resume bit-equal, other W and F exact, FULL
-// and SHARDED exports, a torch-style file, a truncated file); here the
-// request's validation.
+// StateImport against real engines: state_import_engine_test.cc; against
+// real clusters: tests/faults/resume_test.sh (resume bit-equal, other W and
+// F exact, FULL and SHARDED exports, a torch-style file, a truncated file).
+// Here the request's validation.
 namespace shardd::state {
 namespace {
 
