@@ -58,6 +58,20 @@ for ((r = 0; r < FL_W; r++)); do
 done
 fl_expect "resumed: final parameters equal the uninterrupted run's bit for bit" \
   "cmp '$FL_REF' '$FL_ROOT/resumed/params.bin'"
+# Each rank's commit log: restored at 6 with the shard checksum the first
+# job logged when it committed step 6, then steps 7..12 once each.
+want='checkpoint_restored step=6 commit step=7 commit step=8 commit step=9'
+want+=' commit step=10 commit step=11 commit step=12'
+for ((r = 0; r < FL_W; r++)); do
+  saved=$(grep '^commit step=6 ' "$FL_ROOT/first/commit-$r-1.log" |
+    grep -o 'crc32c=0x[0-9a-f]*')
+  restored=$(grep '^checkpoint_restored step=6 ' \
+    "$FL_ROOT/resumed/commit-$r-1.log" | grep -o 'crc32c=0x[0-9a-f]*')
+  got=$(awk '$1 != "final" { print $1, $2 }' \
+    "$FL_ROOT/resumed/commit-$r-1.log" | paste -sd' ')
+  fl_expect "resumed: rank $r restored step 6 with the first job's $saved and committed 7..12 once" \
+    "[[ -n '$saved' && '$saved' == '$restored' && '$got' == '$want' ]]"
+done
 fl_kill_all
 
 # resume_export RUN W F STRATEGY: a cluster resumed from $CKPT that does not
