@@ -1161,7 +1161,14 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     // job resumes at, so that it expects the next one.
     const int64_t epoch_now = comm_epoch_;
     mu_.Unlock();
-    (void)client_->SetReady(epoch_now, *imported_step);
+    if (absl::Status s = client_->SetReady(epoch_now, *imported_step);
+        !s.ok()) {
+      // The next heartbeat reports the step again; a vote before it is
+      // refused and the step redone in the next epoch.
+      std::fprintf(stderr, "shardd: telling the coordinator step %lld: %s\n",
+                   static_cast<long long>(*imported_step),
+                   s.ToString().c_str());
+    }
     mu_.Lock();
   }
   ReportMemory(*engine_);
