@@ -183,6 +183,15 @@ TEST_F(SafetensorsReaderTest, RejectsBadJson) {
   }
 }
 
+TEST_F(SafetensorsReaderTest, RejectsDuplicateTensorNames) {
+  auto r = SafetensorsReader::Open(
+      Write("dup",
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+            R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            Floats({1, 2})));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+}
+
 TEST_F(SafetensorsReaderTest, RejectsReadOutsideTensorAndShrunkFile) {
   const std::string path = Write(
       "shrink", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
