@@ -235,6 +235,15 @@ absl::StatusOr<SavedState> FromShardedExport(const std::string& dir,
   }
   absl::StatusOr<int64_t> step = MetadataInt(*readers[0], "step");
   if (!step.ok()) return step.status();
+  for (const auto& reader : readers) {
+    absl::StatusOr<int64_t> theirs = MetadataInt(*reader, "step");
+    if (!theirs.ok()) return theirs.status();
+    if (*theirs != *step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          reader->path(), ": holds step ", *theirs, " but ", readers[0]->path(),
+          " step ", *step, " (files of two exports)"));
+    }
+  }
   saved.step = *step;
   if (saved.kinds.size() == 1) saved.step = 0;  // Parameters only.
   const std::vector<core::UnitLayout>& units = target.units;
