@@ -110,6 +110,9 @@ ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
           "how long to wait for recovery after an aborted step");
 ABSL_FLAG(std::string, params_out, "", "write the final parameters here");
+ABSL_FLAG(std::string, load_from, "",
+          "RegisterModelRequest.load_from: start from this safetensors file "
+          "or SHARDED export directory");
 ABSL_FLAG(int64_t, pause_after_step, 0,
           "tests: after committing this step, print \"paused after step N\" "
           "and block (up to --ready_timeout_ms, then exit 1) so that a test "
@@ -421,8 +424,9 @@ int Run() {
     if (!written.ok()) return Usage(written.status());
     init_values = *std::move(written);
   }
-  const v1::RegisterModelRequest register_request =
+  v1::RegisterModelRequest register_request =
       model->RegisterRequest(init_values.has_value() ? &*init_values : nullptr);
+  register_request.set_load_from(absl::GetFlag(FLAGS_load_from));
   absl::StatusOr<v1::RegisterModelResponse> registered =
       (*client)->RegisterModel(register_request);
   if (!registered.ok()) return Fail(registered.status());

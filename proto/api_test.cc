@@ -248,6 +248,9 @@ TEST_F(ApiTest, LoadBearingFieldsHaveTheirTypes) {
   using T = FieldDescriptor;
   // Trainer.
   ExpectField("GatherRequest", "unit", T::TYPE_INT32);
+  ExpectField("RegisterModelRequest", "load_from", T::TYPE_STRING);
+  ExpectField("RegisterModelRequest", "resume_from", T::TYPE_STRING);
+  ExpectField("FileInit", "path", T::TYPE_STRING);
   ExpectField("GatherRequest", "prefetch", T::TYPE_INT32, /*repeated=*/true);
   ExpectField("GatherRequest", "pass", T::TYPE_ENUM);
   ExpectField("GatherResponse", "params", T::TYPE_MESSAGE);
@@ -359,7 +362,7 @@ TEST_F(ApiTest, OneofsHaveTheirAlternatives) {
           {"TensorInit",
            {"kind",
             {"zeros", "constant", "normal", "values", "shared_memory",
-             "uniform"}}},
+             "uniform", "file"}}},
           {"FetchShardResponse", {"item", {"header", "chunk", "trailer"}}},
       };
   for (const auto& [message, oneof] : expected) {

@@ -43,6 +43,7 @@
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
 #include "daemon/rpc/grpc_deadline.h"
+#include "daemon/state/state_import.h"
 
 namespace shardd::node {
 namespace {
@@ -1066,6 +1067,12 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
         "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
         " but the coordinator runs the job with F = ", factor));
   }
+  // Files named as the initial state (load_from, resume_from,
+  // TensorInit.file), checked before the ranks agree on the model: a bad
+  // one fails this rank's registration, and so every rank's.
+  absl::StatusOr<state::StateImport> import =
+      state::StateImport::Plan(request, options_.resume_from, *model, factor);
+  if (!import.ok()) return import.status();
   if (absl::Status s = options_.admission->AdmitModel("RegisterModel", *model,
                                                       world, client_->rank());
       !s.ok()) {
@@ -1097,6 +1104,10 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       });
   if (!created.ok()) return created.status();
   if (!materializer.status().ok()) return materializer.status();
+  // The files overwrite this rank's shard of the initial values; the
+  // engine is not published yet.
+  absl::StatusOr<int64_t> imported_step = import->Apply(**created);
+  if (!imported_step.ok()) return imported_step.status();
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
   if (shard_group_ != nullptr) {
@@ -1112,7 +1123,25 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (commit_log_ != nullptr) {
     const int64_t epoch_now = comm_epoch_;
     mu_.Unlock();
-    LogCommit(recovery::CommitRecord::Kind::kInit, 0, epoch_now);
+    LogCommit(*imported_step > 0
+                  ? recovery::CommitRecord::Kind::kCheckpointRestored
+                  : recovery::CommitRecord::Kind::kInit,
+              *imported_step, epoch_now);
+    mu_.Lock();
+  }
+  if (*imported_step > 0) {
+    // The coordinator counts steps from its votes: tell it the step the
+    // job resumes at, so that it expects the next one.
+    const int64_t epoch_now = comm_epoch_;
+    mu_.Unlock();
+    if (absl::Status s = client_->SetReady(epoch_now, *imported_step);
+        !s.ok()) {
+      // The next heartbeat reports the step again; a vote before it is
+      // refused and the step redone in the next epoch.
+      std::fprintf(stderr, "shardd: telling the coordinator step %lld: %s\n",
+                   static_cast<long long>(*imported_step),
+                   s.ToString().c_str());
+    }
     mu_.Lock();
   }
   ReportMemory(*engine_);

@@ -111,6 +111,10 @@ struct NodeOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_interval_steps = 0;
   int checkpoint_keep_last = 2;
+  // A stopped job's checkpoint directory (that layout): every registration
+  // that names no source of its own resumes from the latest step all of its
+  // ranks hold intact (RegisterModelRequest.resume_from). Empty: none.
+  std::string resume_from;
   // Told about steps, collectives, memory, epochs, recovery and
   // checkpoints. Optional (null: nothing reported); not owned, must outlive
   // the manager.

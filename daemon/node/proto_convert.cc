@@ -81,6 +81,9 @@ absl::StatusOr<core::InitSpec> InitFromProto(const v1::TensorInit& init,
   switch (init.kind_case()) {
     case v1::TensorInit::KIND_NOT_SET:
     case v1::TensorInit::kZeros:
+    // A file's values are read by state::StateImport once the engine
+    // exists (each rank its own shard); until then the tensor is zeros.
+    case v1::TensorInit::kFile:
       return core::InitSpec::Zeros();
     case v1::TensorInit::kConstant:
       return core::InitSpec::Constant(init.constant().value());

@@ -116,6 +116,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, checkpoint_interval_steps, 0,
           "write a checkpoint every N committed steps (0: never)");
 ABSL_FLAG(int, checkpoint_keep_last, 2, "checkpoints kept per rank");
+ABSL_FLAG(std::string, resume_from, "",
+          "resume a stopped job: its checkpoint directory (--checkpoint_dir "
+          "of the old job, at any W and F); the model registered starts "
+          "from the latest step all old ranks hold intact");
 ABSL_FLAG(int64_t, recovery_timeout_ms, 120000,
           "how long a replacement tries its sources in one epoch");
 ABSL_FLAG(std::string, nccl_reductions, "fixed",
@@ -375,6 +379,7 @@ int Run() {
   }
   options.commit_log_path = absl::GetFlag(FLAGS_commit_log);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.resume_from = absl::GetFlag(FLAGS_resume_from);
   options.checkpoint_interval_steps =
       absl::GetFlag(FLAGS_checkpoint_interval_steps);
   options.checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last);
