@@ -136,7 +136,8 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
   metadata.push_back({"layout", "sharded"});
   metadata.push_back({"rank", absl::StrCat(rank)});
   // The file's layout first (header written before any data): per unit
-  // its master shard, then its optimizer state sections asked for.
+  // its master shard (the parameters section), then its optimizer state
+  // sections asked for, in StateSections' order.
   const std::vector<StepEngine::StateSection> sections =
       engine_.StateSections();
   std::vector<state::SafetensorsTensor> tensors;
@@ -152,8 +153,15 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
     metadata.push_back({absl::StrCat(name, ".unit_numel"),
                         absl::StrCat(config.units[u].numel())});
     const int64_t bytes = range.numel * static_cast<int64_t>(sizeof(float));
-    tensors.push_back(
-        {absl::StrCat(name, ".master"), "F32", {range.numel}, bytes});
+    for (const StepEngine::StateSection& section : sections) {
+      if (section.unit != static_cast<int>(u) ||
+          section.kind != StepEngine::StateKind::kParameters) {
+        continue;
+      }
+      tensors.push_back(
+          {absl::StrCat(name, ".master"), "F32", {range.numel}, bytes});
+      unit_sections[u].push_back(&section);
+    }
     for (const StepEngine::StateSection& section : sections) {
       if (section.unit != static_cast<int>(u) ||
           std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
@@ -180,19 +188,16 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
                                        request.overwrite());
   if (!writer.ok()) return finish(writer.status());
   Report(request.path(), (*writer)->written_bytes(), total, false, status);
+  // Sections may be device memory: each goes through one host buffer,
+  // reused, so one shard is in host memory at a time.
   std::vector<uint8_t> buffer;
   for (size_t u = 0; u < config.units.size(); ++u) {
     if (MonoNow() >= deadline) {
       return finish(absl::DeadlineExceededError(absl::StrCat(
           "ExportState: the deadline passed while writing ", path)));
     }
-    absl::StatusOr<std::vector<float>> shard = engine_.MasterShard(u);
-    if (!shard.ok()) return finish(shard.status());
     const int64_t bytes = config.units[u].shard(rank % f).numel *
                           static_cast<int64_t>(sizeof(float));
-    if (absl::Status s = (*writer)->Append(shard->data(), bytes); !s.ok()) {
-      return finish(s);
-    }
     for (const StepEngine::StateSection* section : unit_sections[u]) {
       buffer.resize(bytes);
       if (absl::Status s =
