@@ -281,14 +281,16 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
     }
   };
   auto gather_failed = [&](int u, absl::Status s) {
-    if (u == 0 && absl::IsDeadlineExceeded(s)) {
+    if (u == 0) {
       // Most likely some rank did not call ExportState at all.
-      s = absl::DeadlineExceededError(absl::StrCat(
-          "a FULL export is collective: every rank's daemon must call "
-          "ExportState at the same committed step (shardctl export "
-          "--sockets=<every rank's socket>, or shardctl export on every node "
-          "at once); the gather of the first unit failed: ",
-          s.message()));
+      s = absl::Status(
+          s.code(),
+          absl::StrCat(
+              "a FULL export is collective: every rank's daemon must call "
+              "ExportState at the same committed step (shardctl export "
+              "--sockets=<every rank's socket>, or shardctl export on every "
+              "node at once); the gather of the first unit failed: ",
+              s.message()));
     }
     Report(path, done, total, true, s);
     return options_.on_gather_error ? options_.on_gather_error(s) : s;
