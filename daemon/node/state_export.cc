@@ -267,17 +267,22 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
     }
   }
   Report(path, done, total, false, absl::OkStatus());
-  auto append = [&](const float* data, int64_t bytes) {
-    if (writer == nullptr) return;
-    absl::Status s = MonoNow() >= deadline
-                         ? absl::DeadlineExceededError(absl::StrCat(
-                               "ExportState: the deadline passed while "
-                               "writing ",
-                               path))
-                         : writer->Append(data, bytes);
-    if (!s.ok()) {
-      write_status = s;
-      writer.reset();  // Removes the partial file.
+  // Appends one gathered unit's tensors; on the first error the writer is
+  // dropped (removing the partial file) and the gathers go on.
+  auto append = [&](const std::vector<float>& unit,
+                    const std::vector<core::TensorView>& views) {
+    for (const core::TensorView& t : views) {
+      if (writer == nullptr) return;
+      absl::Status s =
+          MonoNow() >= deadline
+              ? absl::DeadlineExceededError(absl::StrCat(
+                    "ExportState: the deadline passed while writing ", path))
+              : writer->Append(unit.data() + t.offset,
+                               t.numel * static_cast<int64_t>(sizeof(float)));
+      if (!s.ok()) {
+        write_status = s;
+        writer.reset();
+      }
     }
   };
   auto gather_failed = [&](int u, absl::Status s) {
@@ -295,25 +300,19 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
     Report(path, done, total, true, s);
     return options_.on_gather_error ? options_.on_gather_error(s) : s;
   };
+  std::vector<StepEngine::StateKind> kinds = {
+      StepEngine::StateKind::kParameters};
+  kinds.insert(kinds.end(), state_kinds.begin(), state_kinds.end());
   for (size_t u = 0; u < config.units.size(); ++u) {
-    {
-      absl::StatusOr<std::vector<float>> master = engine_.GatherState(
-          u, StepEngine::StateKind::kParameters, options_.gather_timeout);
-      if (!master.ok()) return gather_failed(u, master.status());
-      for (const core::TensorView& t : config.units[u].tensors()) {
-        const int64_t bytes = t.numel * static_cast<int64_t>(sizeof(float));
-        append(master->data() + t.offset, bytes);
-        done += bytes;
-      }
-    }  // One gathered unit at a time.
-    for (StepEngine::StateKind kind : state_kinds) {
-      absl::StatusOr<std::vector<float>> state =
+    const std::vector<core::TensorView>& views = config.units[u].tensors();
+    for (StepEngine::StateKind kind : kinds) {
+      // One gathered unit (of one kind) in memory at a time.
+      absl::StatusOr<std::vector<float>> gathered =
           engine_.GatherState(u, kind, options_.gather_timeout);
-      if (!state.ok()) return gather_failed(u, state.status());
-      for (const core::TensorView& t : config.units[u].tensors()) {
-        const int64_t bytes = t.numel * static_cast<int64_t>(sizeof(float));
-        append(state->data() + t.offset, bytes);
-        done += bytes;
+      if (!gathered.ok()) return gather_failed(u, gathered.status());
+      append(*gathered, views);
+      for (const core::TensorView& t : views) {
+        done += t.numel * static_cast<int64_t>(sizeof(float));
       }
     }
     Report(path, done, total, false, absl::OkStatus());

@@ -164,6 +164,13 @@ class StateExportTest : public ::testing::Test {
     std::vector<std::thread> threads;
     for (int r : ranks) {
       threads.emplace_back([&, r] {
+        // A ready epoch first (the coordinator may still be settling).
+        const auto ready = nodes_[r]->WaitReady(pb::WaitReadyRequest(),
+                                                MonoNow() + absl::Seconds(30));
+        if (!ready.ok()) {
+          out[r] = ready.status();
+          return;
+        }
         out[r] = nodes_[r]->ExportState(request, MonoNow() + absl::Seconds(60));
       });
     }
