@@ -14,7 +14,10 @@
 //                Figures: export_gbps, disk_write_gbps (medians) and
 //                export_to_disk_write_ratio (target >= 0.7); the row also
 //                gives the peak RSS growth of the process during the
-//                export (both ranks live in it) in units.
+//                export (both ranks live in it) in units. The same again
+//                at W = 1 (no gathers: the writer's own path), figures
+//                with the suffix _w1; its RSS growth comes after the W = 2
+//                run's heap, which the allocator keeps, so it reads low.
 // A case is a function of the options and the report; add one to Cases().
 //
 // --dir=DIR (default $TMPDIR or /tmp): where the files go (the disk
@@ -223,8 +226,8 @@ absl::Status FullExportAt(int w, const std::string& suffix,
   const double e = Median(export_gbps), d = Median(disk_gbps);
   report.AddRow(
       {{"case", std::string("full_export")},
-       {"W", 2.0},
-       {"F", 2.0},
+       {"W", static_cast<double>(w)},
+       {"F", static_cast<double>(w)},
        {"units", static_cast<double>(units)},
        {"unit_MiB", static_cast<double>(unit_bytes / kMiB)},
        {"file_MiB", static_cast<double>(file_bytes) / kMiB},
