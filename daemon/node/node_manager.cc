@@ -1442,7 +1442,8 @@ absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
 }
 
 absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
-    const v1::ExportStateRequest& request, MonoTime deadline) {
+    const v1::ExportStateRequest& request, MonoTime deadline,
+    std::function<bool()> cancelled) {
   if (absl::Status s = StateExport::CheckRequest(request); !s.ok()) return s;
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
@@ -1476,6 +1477,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   options.on_gather_error = [this](absl::Status status) {
     return OnCollectiveError("ExportState", std::move(status));
   };
+  options.cancelled = std::move(cancelled);
   StateExport state_export(**engine, model, *options_.admission,
                            std::move(options));
   return state_export.Run(request, deadline);

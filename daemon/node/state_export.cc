@@ -80,6 +80,19 @@ void StateExport::Report(const std::string& path, int64_t done, int64_t total,
   options_.progress(progress);
 }
 
+absl::Status StateExport::Interrupted(const std::string& path,
+                                      MonoTime deadline) const {
+  if (MonoNow() >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("ExportState: the deadline passed while writing ", path));
+  }
+  if (options_.cancelled && options_.cancelled()) {
+    return absl::CancelledError(
+        absl::StrCat("ExportState: the caller cancelled while writing ", path));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::ExportStateResponse> StateExport::Run(
     const v1::ExportStateRequest& request, MonoTime deadline) {
   if (absl::Status s = CheckRequest(request); !s.ok()) return s;
@@ -192,9 +205,8 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
   // reused, so one shard is in host memory at a time.
   std::vector<uint8_t> buffer;
   for (size_t u = 0; u < config.units.size(); ++u) {
-    if (MonoNow() >= deadline) {
-      return finish(absl::DeadlineExceededError(absl::StrCat(
-          "ExportState: the deadline passed while writing ", path)));
+    if (absl::Status s = Interrupted(path, deadline); !s.ok()) {
+      return finish(s);
     }
     const int64_t bytes = config.units[u].shard(rank % f).numel *
                           static_cast<int64_t>(sizeof(float));
@@ -273,12 +285,11 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
                     const std::vector<core::TensorView>& views) {
     for (const core::TensorView& t : views) {
       if (writer == nullptr) return;
-      absl::Status s =
-          MonoNow() >= deadline
-              ? absl::DeadlineExceededError(absl::StrCat(
-                    "ExportState: the deadline passed while writing ", path))
-              : writer->Append(unit.data() + t.offset,
-                               t.numel * static_cast<int64_t>(sizeof(float)));
+      absl::Status s = Interrupted(path, deadline);
+      if (s.ok()) {
+        s = writer->Append(unit.data() + t.offset,
+                           t.numel * static_cast<int64_t>(sizeof(float)));
+      }
       if (!s.ok()) {
         write_status = s;
         writer.reset();

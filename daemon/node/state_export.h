@@ -49,6 +49,9 @@ class StateExport {
     // Turns a failed gather into what the export returns (NodeManager
     // abandons the epoch); null: the status unchanged.
     std::function<absl::Status(absl::Status)> on_gather_error;
+    // True once the caller went away (the RPC was cancelled): the writing
+    // stops as at the deadline (CANCELLED, no file); may be null.
+    std::function<bool()> cancelled;
   };
 
   StateExport(StepEngine& engine, const core::ModelConfig& model,
@@ -57,8 +60,9 @@ class StateExport {
   // The request's fields alone: INVALID_ARGUMENT naming path or layout.
   static absl::Status CheckRequest(const v1::ExportStateRequest& request);
 
-  // Exports at the engine's committed step. `deadline` bounds the writing
-  // (see the class comment), not the gathers.
+  // Exports at the engine's committed step. `deadline` (and
+  // options.cancelled) bound the writing (see the class comment), not the
+  // gathers.
   absl::StatusOr<v1::ExportStateResponse> Run(
       const v1::ExportStateRequest& request, MonoTime deadline);
 
@@ -78,6 +82,9 @@ class StateExport {
   // the first and the last (done) report.
   void Report(const std::string& path, int64_t done, int64_t total,
               bool finished, const absl::Status& status);
+  // DEADLINE_EXCEEDED or CANCELLED naming `path` when the writing must
+  // stop; OK otherwise.
+  absl::Status Interrupted(const std::string& path, MonoTime deadline) const;
 
   StepEngine& engine_;
   const core::ModelConfig& model_;

@@ -296,6 +296,30 @@ TEST_F(StateExportTest, FailedWriteLeavesNoFileAndPeersFinish) {
   EXPECT_TRUE(again[1].ok()) << again[1].status();
 }
 
+// The caller of rank 0 went away (shardctl interrupted): the writing
+// stops, no file is left, and rank 1 still finishes its gathers.
+TEST_F(StateExportTest, CancelledExportLeavesNoFileAndPeersFinish) {
+  StartAndRegister(Model(4, 64));
+  const pb::ExportStateRequest request = FullRequest("cancelled.safetensors");
+  std::vector<absl::StatusOr<pb::ExportStateResponse>> out(
+      2, absl::UnknownError("not called"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      out[r] = nodes_[r]->ExportState(request, MonoNow() + absl::Seconds(60),
+                                      [r] { return r == 0; });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(out[0].status().code(), absl::StatusCode::kCancelled)
+      << out[0].status();
+  EXPECT_TRUE(absl::StrContains(out[0].status().message(), request.path()));
+  EXPECT_TRUE(out[1].ok()) << out[1].status();
+  for (const std::string& e : Entries(dir_)) {
+    EXPECT_FALSE(absl::StartsWith(e, "cancelled.safetensors")) << e;
+  }
+}
+
 TEST_F(StateExportTest, FullExportWithoutItsPeerSaysWhatItRequires) {
   StartAndRegister(Model(2, 16), /*collective_timeout=*/absl::Seconds(2));
   const auto exported = Export(FullRequest("alone.safetensors"), {0});
