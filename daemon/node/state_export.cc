@@ -281,13 +281,13 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
   Report(path, done, total, false, absl::OkStatus());
   // Appends one gathered unit's tensors; on the first error the writer is
   // dropped (removing the partial file) and the gathers go on.
-  auto append = [&](const std::vector<float>& unit,
+  auto append = [&](const float* unit,
                     const std::vector<core::TensorView>& views) {
     for (const core::TensorView& t : views) {
       if (writer == nullptr) return;
       absl::Status s = Interrupted(path, deadline);
       if (s.ok()) {
-        s = writer->Append(unit.data() + t.offset,
+        s = writer->Append(unit + t.offset,
                            t.numel * static_cast<int64_t>(sizeof(float)));
       }
       if (!s.ok()) {
@@ -311,17 +311,31 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
     Report(path, done, total, true, s);
     return options_.on_gather_error ? options_.on_gather_error(s) : s;
   };
+  const bool local =
+      config.plan.sharding_factor() == 1 && !engine_.memory_on_device();
+  const std::vector<StepEngine::StateSection> sections =
+      local ? engine_.StateSections() : std::vector<StepEngine::StateSection>();
   std::vector<StepEngine::StateKind> kinds = {
       StepEngine::StateKind::kParameters};
   kinds.insert(kinds.end(), state_kinds.begin(), state_kinds.end());
   for (size_t u = 0; u < config.units.size(); ++u) {
     const std::vector<core::TensorView>& views = config.units[u].tensors();
     for (StepEngine::StateKind kind : kinds) {
-      // One gathered unit (of one kind) in memory at a time.
-      absl::StatusOr<std::vector<float>> gathered =
-          engine_.GatherState(u, kind, options_.gather_timeout);
-      if (!gathered.ok()) return gather_failed(u, gathered.status());
-      append(*gathered, views);
+      if (local) {
+        // F = 1 in host memory: this rank holds the whole unit; it is
+        // written from the engine's buffer, with no gather and no copy.
+        for (const StepEngine::StateSection& section : sections) {
+          if (section.unit == static_cast<int>(u) && section.kind == kind) {
+            append(reinterpret_cast<const float*>(section.data), views);
+          }
+        }
+      } else {
+        // One gathered unit (of one kind) in memory at a time.
+        absl::StatusOr<std::vector<float>> gathered =
+            engine_.GatherState(u, kind, options_.gather_timeout);
+        if (!gathered.ok()) return gather_failed(u, gathered.status());
+        append(gathered->data(), views);
+      }
       for (const core::TensorView& t : views) {
         done += t.numel * static_cast<int64_t>(sizeof(float));
       }

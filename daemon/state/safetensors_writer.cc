@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -135,19 +136,27 @@ absl::Status SafetensorsWriter::Fail(absl::Status status) {
 }
 
 absl::Status SafetensorsWriter::Write(const void* data, int64_t n) {
+  // In slices, each checksummed right after write(2) copied it, while it is
+  // still in the CPU's cache: one pass over memory instead of two.
+  constexpr int64_t kSlice = int64_t{1} << 20;
   const char* p = static_cast<const char*>(data);
   int64_t done = 0;
   while (done < n) {
-    const ssize_t w = write(fd_, p + done, n - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Fail(
-          WriteError(errno, absl::StrCat("cannot write ", path_, " (at byte ",
-                                         written_bytes_ + done, ")")));
+    const int64_t len = std::min(kSlice, n - done);
+    int64_t sliced = 0;
+    while (sliced < len) {
+      const ssize_t w = write(fd_, p + done + sliced, len - sliced);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Fail(WriteError(
+            errno, absl::StrCat("cannot write ", path_, " (at byte ",
+                                written_bytes_ + done + sliced, ")")));
+      }
+      sliced += w;
     }
-    done += w;
+    crc_ = core::Crc32cExtend(crc_, p + done, len);
+    done += len;
   }
-  crc_ = core::Crc32cExtend(crc_, data, n);
   written_bytes_ += n;
   return absl::OkStatus();
 }
