@@ -330,7 +330,18 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
     status = *s;
   }
   const int world = status.topology().world_size();
-  if (request.layout() == v1::EXPORT_LAYOUT_FULL &&
+  const int f = status.topology().sharding_factor();
+  const bool has_rank0 =
+      std::find(ranks.begin(), ranks.end(), 0) != ranks.end();
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL && f == 1 && !has_rank0) {
+    // F = 1: nothing is gathered; rank 0 writes from its own copy.
+    std::fprintf(stderr,
+                 "shardctl: FAILED_PRECONDITION: a FULL export is written by "
+                 "rank 0 (each rank holds the whole model at F = 1): ask rank "
+                 "0's daemon\n");
+    return 1;
+  }
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL && f > 1 &&
       static_cast<int>(clients.size()) < world &&
       !absl::GetFlag(FLAGS_other_ranks_join)) {
     std::fprintf(
@@ -361,6 +372,7 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
   const bool tty = isatty(fileno(stderr)) != 0;
   const MonoTime started = MonoNow();
   int last_decile = -1;
+  bool bar_open = false;  // A bar drawn on the terminal without its newline.
   auto on_progress = [&](const v1::ExportProgress& p) {
     const absl::Duration elapsed = MonoNow() - started;
     if (tty) {
@@ -368,6 +380,7 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
                    client::FormatExportProgress(p.bytes_done(), p.bytes_total(),
                                                 elapsed, 30)
                        .c_str());
+      bar_open = !p.done();
       if (p.done()) std::fprintf(stderr, "\n");
       return;
     }
@@ -385,6 +398,7 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
   client::ExportDriver driver(clients);
   const std::vector<absl::StatusOr<v1::ExportStateResponse>> results =
       driver.Run(request, started + wait, on_progress);
+  if (bar_open) std::fprintf(stderr, "\n");
   int code = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok()) {
