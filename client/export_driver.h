@@ -27,9 +27,10 @@ class ExportDriver {
   explicit ExportDriver(std::vector<TrainerClient*> clients);
 
   // Calls ExportState(request) on every client at once, each until
-  // `deadline`; `on_progress` (may be null) sees the progress reports of
-  // this export (matched by path) on the calling thread's behalf, from a
-  // watcher thread. Returns each client's result, in the clients' order.
+  // `deadline`. `on_progress` (may be null) is called from one watcher
+  // thread with this export's progress reports (matched by path), the last
+  // one done unless the exports returned first. Returns each client's
+  // result, in the clients' order.
   std::vector<absl::StatusOr<v1::ExportStateResponse>> Run(
       const v1::ExportStateRequest& request, MonoTime deadline,
       const std::function<void(const v1::ExportProgress&)>& on_progress);
