@@ -2,11 +2,17 @@
 //
 //   shardctl [--socket=/dev/shm/shardd.sock] status|units|memory|members
 //   shardctl export --path=/abs/file [--layout=full|sharded]
+//       [--sockets=A,B,...] [--deadline=30m] [--other_ranks_join]
+//     (waits for the export with a progress bar; a FULL export is
+//     collective: --sockets drives every rank's daemon at once, or run it
+//     with --other_ranks_join on every node at the same time)
 //   shardctl --socket=HOST:PORT --tls_ca=CA --tls_cert=C --tls_key=K status
 //     (the daemon's --listen_tcp with TLS; mutual TLS needs cert and key)
 //
 // Exit codes: 0 OK; 1 the daemon is unreachable or the call failed; 2 bad
 // usage.
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,11 +26,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/export_driver.h"
 #include "client/trainer_client.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
 #include "shardd/v1/trainer.pb.h"
@@ -35,7 +44,18 @@ ABSL_FLAG(std::string, path, "", "export: absolute target path");
 ABSL_FLAG(std::string, layout, "full", "export: full or sharded");
 ABSL_FLAG(bool, overwrite, false, "export: replace existing files");
 ABSL_FLAG(bool, optimizer_state, false, "export: include optimizer state");
-ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each call");
+ABSL_FLAG(int64_t, timeout_ms, 5000,
+          "deadline of each call (export: of its status queries)");
+ABSL_FLAG(std::string, sockets, "",
+          "export: every rank's daemon socket, comma-separated; the export "
+          "is driven on all of them at once (a FULL export needs every rank)");
+ABSL_FLAG(absl::Duration, deadline, absl::ZeroDuration(),
+          "export: how long to wait for it (0: 2 min plus the model's bytes "
+          "at 20 MB/s)");
+ABSL_FLAG(bool, other_ranks_join, false,
+          "export: a FULL export of a job with more ranks than --sockets "
+          "names goes ahead, the caller making the other ranks' daemons "
+          "export at the same time (shardctl export on every node)");
 
 namespace shardd {
 namespace {
@@ -245,6 +265,171 @@ void PrintMembers(const v1::GetStatusResponse& s) {
       absl::StrJoin(t.replica_group_ranks(), ", ").c_str());
 }
 
+// shardctl export: builds the request, checks that a FULL export reaches
+// every rank (or the caller says the others join), and drives it on every
+// daemon at once with a progress bar (plain lines when stderr is not a
+// terminal).
+int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
+  v1::ExportStateRequest request;
+  request.set_path(absl::GetFlag(FLAGS_path));
+  const std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout == "full") {
+    request.set_layout(v1::EXPORT_LAYOUT_FULL);
+  } else if (layout == "sharded") {
+    request.set_layout(v1::EXPORT_LAYOUT_SHARDED);
+  } else {
+    std::fprintf(stderr, "shardctl: --layout must be full or sharded\n");
+    return 2;
+  }
+  if (request.path().empty() || request.path()[0] != '/') {
+    std::fprintf(stderr, "shardctl: export needs --path=/absolute/path\n");
+    return 2;
+  }
+  request.set_overwrite(absl::GetFlag(FLAGS_overwrite));
+  request.set_include_optimizer_state(absl::GetFlag(FLAGS_optimizer_state));
+  const absl::Duration deadline_flag = absl::GetFlag(FLAGS_deadline);
+  if (deadline_flag < absl::ZeroDuration()) {
+    std::fprintf(stderr, "shardctl: --deadline must be >= 0\n");
+    return 2;
+  }
+  // The daemons: --sockets, else --socket.
+  std::vector<std::unique_ptr<TrainerClient>> owned;
+  std::vector<TrainerClient*> clients;
+  std::vector<std::string> targets;
+  const std::string sockets = absl::GetFlag(FLAGS_sockets);
+  if (sockets.empty()) {
+    clients.push_back(&first);
+    targets.push_back(first.target());
+  } else {
+    for (absl::string_view target :
+         absl::StrSplit(sockets, ',', absl::SkipEmpty())) {
+      client::TrainerClientOptions o = options;
+      o.target = std::string(target);
+      auto created = TrainerClient::Create(o);
+      if (!created.ok()) {
+        std::fprintf(stderr, "shardctl: %s: %s\n", o.target.c_str(),
+                     std::string(created.status().message()).c_str());
+        return 2;
+      }
+      clients.push_back(created->get());
+      targets.push_back(o.target);
+      owned.push_back(std::move(*created));
+    }
+  }
+  // Which ranks they are, and the model's size for the default deadline.
+  std::vector<int> ranks;
+  v1::GetStatusResponse status;
+  for (TrainerClient* c : clients) {
+    auto s = c->GetStatus();
+    if (!s.ok()) return Fail(*c, s.status());
+    if (!s->registered()) {
+      std::fprintf(stderr,
+                   "shardctl: FAILED_PRECONDITION: %s has no model "
+                   "registered: nothing to export\n",
+                   c->target().c_str());
+      return 1;
+    }
+    if (std::find(ranks.begin(), ranks.end(), s->topology().rank()) !=
+        ranks.end()) {
+      std::fprintf(stderr, "shardctl: --sockets names rank %d twice (%s)\n",
+                   s->topology().rank(), c->target().c_str());
+      return 2;
+    }
+    ranks.push_back(s->topology().rank());
+    status = *s;
+  }
+  const int world = status.topology().world_size();
+  const int f = status.topology().sharding_factor();
+  const bool has_rank0 =
+      std::find(ranks.begin(), ranks.end(), 0) != ranks.end();
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL && f == 1 && !has_rank0) {
+    // F = 1: nothing is gathered; rank 0 writes from its own copy.
+    std::fprintf(stderr,
+                 "shardctl: FAILED_PRECONDITION: a FULL export is written by "
+                 "rank 0 (each rank holds the whole model at F = 1): ask rank "
+                 "0's daemon\n");
+    return 1;
+  }
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL && f > 1 &&
+      static_cast<int>(clients.size()) < world &&
+      !absl::GetFlag(FLAGS_other_ranks_join)) {
+    std::fprintf(
+        stderr,
+        "shardctl: FAILED_PRECONDITION: a FULL export is collective: all %d "
+        "ranks' daemons must export at the same time, and %zu %s named. "
+        "Pass --sockets=<the socket of every rank> to drive them all from "
+        "here, or run `shardctl export --other_ranks_join ...` on every "
+        "node at once (within the daemons' collective timeout: a rank that "
+        "does not join makes the export fail and is reported failed).\n",
+        world, clients.size(), clients.size() == 1 ? "is" : "are");
+    return 1;
+  }
+  if (request.layout() == v1::EXPORT_LAYOUT_SHARDED &&
+      static_cast<int>(clients.size()) < world) {
+    std::fprintf(stderr,
+                 "shardctl: note: a SHARDED export writes one file per rank; "
+                 "%zu of %d ranks asked here\n",
+                 clients.size(), world);
+  }
+  // The status does not say the optimizer: AdamW's two states at most.
+  const int state_kinds = request.include_optimizer_state() ? 2 : 0;
+  const absl::Duration wait =
+      deadline_flag > absl::ZeroDuration()
+          ? deadline_flag
+          : client::DefaultExportDeadline(
+                client::ExportBytesOf(status, state_kinds));
+  const bool tty = isatty(fileno(stderr)) != 0;
+  const MonoTime started = MonoNow();
+  int last_decile = -1;
+  bool bar_open = false;  // A bar drawn on the terminal without its newline.
+  auto on_progress = [&](const v1::ExportProgress& p) {
+    const absl::Duration elapsed = MonoNow() - started;
+    if (tty) {
+      std::fprintf(stderr, "\r%s",
+                   client::FormatExportProgress(p.bytes_done(), p.bytes_total(),
+                                                elapsed, 30)
+                       .c_str());
+      bar_open = !p.done();
+      if (p.done()) std::fprintf(stderr, "\n");
+      return;
+    }
+    const int decile =
+        p.bytes_total() > 0
+            ? static_cast<int>(10 * p.bytes_done() / p.bytes_total())
+            : 0;
+    if (decile == last_decile && !p.done()) return;
+    last_decile = decile;
+    std::fprintf(stderr, "export %s\n",
+                 client::FormatExportProgress(p.bytes_done(), p.bytes_total(),
+                                              elapsed, 0)
+                     .c_str());
+  };
+  client::ExportDriver driver(clients);
+  const std::vector<absl::StatusOr<v1::ExportStateResponse>> results =
+      driver.Run(request, started + wait, on_progress);
+  if (bar_open) std::fprintf(stderr, "\n");
+  int code = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      std::fprintf(stderr, "%s (rank %d): ", targets[i].c_str(), ranks[i]);
+      if (absl::IsDeadlineExceeded(results[i].status()) &&
+          MonoNow() >= started + wait) {
+        std::fprintf(stderr, "shardctl waited %s (--deadline to wait longer); ",
+                     absl::FormatDuration(wait).c_str());
+      }
+      code = Fail(*clients[i], results[i].status());
+      continue;
+    }
+    std::printf("%s (rank %d): exported step %lld\n", targets[i].c_str(),
+                ranks[i], static_cast<long long>(results[i]->step()));
+    for (const v1::ExportedFile& f : results[i]->files()) {
+      std::printf("  %s  %s  crc32c %08x\n", f.path().c_str(),
+                  Bytes(f.bytes()).c_str(), f.crc32c());
+    }
+  }
+  return code;
+}
+
 int Run(const std::vector<char*>& args) {
   if (args.size() != 2) {
     std::fprintf(stderr,
@@ -293,39 +478,7 @@ int Run(const std::vector<char*>& args) {
     if (command == "members") PrintMembers(*status);
     return 0;
   }
-  if (command == "export") {
-    v1::ExportStateRequest request;
-    request.set_path(absl::GetFlag(FLAGS_path));
-    const std::string layout = absl::GetFlag(FLAGS_layout);
-    if (layout == "full") {
-      request.set_layout(v1::EXPORT_LAYOUT_FULL);
-    } else if (layout == "sharded") {
-      request.set_layout(v1::EXPORT_LAYOUT_SHARDED);
-    } else {
-      std::fprintf(stderr, "shardctl: --layout must be full or sharded\n");
-      return 2;
-    }
-    if (request.path().empty() || request.path()[0] != '/') {
-      std::fprintf(stderr, "shardctl: export needs --path=/absolute/path\n");
-      return 2;
-    }
-    request.set_overwrite(absl::GetFlag(FLAGS_overwrite));
-    request.set_include_optimizer_state(absl::GetFlag(FLAGS_optimizer_state));
-    auto exported = client.ExportState(request);
-    if (!exported.ok()) return Fail(client, exported.status());
-    std::printf("exported step %lld\n",
-                static_cast<long long>(exported->step()));
-    for (const v1::ExportedFile& f : exported->files()) {
-      std::printf("  %s  %s  crc32c %08x\n", f.path().c_str(),
-                  Bytes(f.bytes()).c_str(), f.crc32c());
-    }
-    if (exported->files().empty()) {
-      std::printf(
-          "  (no files on this rank: FULL exports are written by "
-          "rank 0)\n");
-    }
-    return 0;
-  }
+  if (command == "export") return Export(client, options);
   std::fprintf(stderr, "shardctl: unknown command '%s'\n", command.c_str());
   return 2;
 }

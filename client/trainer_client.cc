@@ -271,6 +271,16 @@ absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
   return response;
 }
 
+absl::Status EventStream::Finish() { return rpc::FromGrpc(reader_->Finish()); }
+
+std::unique_ptr<EventStream> TrainerClient::WatchEvents(
+    const v1::WatchEventsRequest& request, MonoTime deadline) {
+  std::unique_ptr<EventStream> stream(new EventStream());
+  rpc::SetDeadline(&stream->context_, deadline);
+  stream->reader_ = stub_->WatchEvents(&stream->context_, request);
+  return stream;
+}
+
 absl::StatusOr<v1::GetStatusResponse> TrainerClient::GetStatus(
     std::optional<MonoTime> deadline) {
   grpc::ClientContext context;

@@ -86,6 +86,29 @@ class PendingGather {
 // stubs and the segment cache are thread-safe); GatherAsync runs the RPC on
 // a thread of its own. Ownership: owns its channel and mappings; views
 // returned keep their mapping alive.
+// One Trainer.WatchEvents stream (TrainerClient::WatchEvents). Next reads
+// the events in order; Cancel, from any thread, ends a Next in progress.
+// Thread-safe for Cancel only; owns its call.
+class EventStream {
+ public:
+  EventStream(const EventStream&) = delete;
+  EventStream& operator=(const EventStream&) = delete;
+
+  // The next event; false when the stream has ended (Finish says why).
+  bool Next(v1::TrainerEvent* event) { return reader_->Read(event); }
+  void Cancel() { context_.TryCancel(); }
+  // After Next returned false: how the stream ended (CANCELLED after
+  // Cancel, DEADLINE_EXCEEDED at the deadline).
+  absl::Status Finish();
+
+ private:
+  friend class TrainerClient;
+  EventStream() = default;
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::TrainerEvent>> reader_;
+};
+
 class TrainerClient {
  public:
   // Creates the channel; does not connect (the first call does).
@@ -137,6 +160,10 @@ class TrainerClient {
 
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       std::optional<MonoTime> deadline = std::nullopt);
+
+  // Opens a WatchEvents stream that lasts until `deadline`.
+  std::unique_ptr<EventStream> WatchEvents(
+      const v1::WatchEventsRequest& request, MonoTime deadline);
 
   SegmentCache& segments() { return segments_; }
 

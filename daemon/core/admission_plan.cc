@@ -120,22 +120,19 @@ AdmissionPlan AdmissionPlan::ForGrowth(std::string category, int64_t bytes,
 
 AdmissionPlan AdmissionPlan::ForExport(const std::vector<UnitLayout>& units,
                                        int64_t shard_index, bool full,
-                                       bool writes, int64_t state_kinds,
+                                       bool /*writes*/, int64_t /*state_kinds*/,
                                        bool device_memory) {
-  int64_t staged = 0, transient = 0;
+  // The writer streams: whatever this rank writes and however many state
+  // kinds, one unit (FULL: gathered; SHARDED: this rank's shard) is in
+  // host memory at a time.
+  int64_t transient = 0;
   for (const UnitLayout& unit : units) {
-    if (full) {
-      if (writes) staged = SatAdd(staged, SatMul(unit.numel(), 4));
-      transient = std::max(transient, SatMul(unit.padded_numel(), 4));
-    } else {
-      const ShardRange& shard = unit.shard(shard_index);
-      staged = SatAdd(staged, SatMul(shard.numel, 4));
-      transient = std::max(transient, SatMul(shard.stored(), 4));
-    }
+    transient = std::max(
+        transient,
+        SatMul(full ? unit.padded_numel() : unit.shard(shard_index).stored(),
+               4));
   }
   AdmissionPlan out;
-  out.Add("export staging", SatMul(staged, 1 + state_kinds),
-          MemoryPlacement::kHost);
   out.Add("export transfer buffer", transient, MemoryPlacement::kHost);
   if (full && device_memory) {
     out.Add("export device scratch", transient, MemoryPlacement::kDevice);

@@ -63,14 +63,12 @@ class AdmissionPlan {
   static AdmissionPlan ForGrowth(std::string category, int64_t bytes,
                                  MemoryPlacement placement);
 
-  // The host memory ExportState stages before it writes (the safetensors
-  // writer keeps every tensor of the file in memory until it writes it),
-  // for this rank: SHARDED: its shard's real elements (fp32) of the
-  // parameters and each of `state_kinds` optimizer states, plus one shard
-  // copied out at a time; FULL: on rank 0 the whole model's real elements
-  // (parameters and states), on every rank one unit gathered at a time
-  // (its padded fp32 elements, and with device memory as much device
-  // scratch). `writes` is false for FULL ranks other than 0.
+  // The host memory ExportState needs for this rank. The safetensors
+  // writer streams (header first, then each unit as soon as it is in host
+  // memory), so it is one unit at a time whatever `writes` (false for FULL
+  // ranks other than 0) and `state_kinds`: SHARDED one shard copied out
+  // (its stored fp32 elements), FULL one unit gathered (its padded fp32
+  // elements, and with device memory as much device scratch).
   static AdmissionPlan ForExport(const std::vector<UnitLayout>& units,
                                  int64_t shard_index, bool full, bool writes,
                                  int64_t state_kinds, bool device_memory);

@@ -223,34 +223,32 @@ void Zeros(int, int64_t, float* out, int64_t n) {
   std::fill(out, out + n, 0.0f);
 }
 
-TEST_F(EngineAdmissionTest, FullExportRefusedOnRankZeroStillJoinsTheGathers) {
+TEST_F(EngineAdmissionTest, ExportNeedsOneUnitAtATimeNotTheModel) {
   memory::HeapAllocator heap;
   auto engine = StepEngine::Create(SmallConfig(2, 0), Zeros, heap);
   ASSERT_TRUE(engine.ok()) << engine.status();
   const int64_t held = (*engine)->held_bytes();
-  // Rank 0 stages 2 x 1000 fp32 of parameters and 2 x 2 x 1000 of AdamW
-  // state (24000 B) plus one gathered unit (4000 B).
-  EngineAdmission& admission = Admission({Explicit(held + 28000)});
-  EXPECT_TRUE(admission.AdmitExport(**engine, true, 2).status.ok());
+  // The writer streams: FULL on rank 0 with AdamW state needs one gathered
+  // unit (1000 fp32, 4000 B), not the 2 x 1000 x 3 fp32 of the file.
+  EXPECT_TRUE(Admission({Explicit(held + 4000)})
+                  .AdmitExport(**engine, true, 2)
+                  .status.ok());
   const ExportAdmission refused =
-      Admission({Explicit(held + 27999)}).AdmitExport(**engine, true, 2);
+      Admission({Explicit(held + 3999)}).AdmitExport(**engine, true, 2);
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(refused.join_gathers);
   EXPECT_TRUE(absl::StrContains(refused.status.message(),
                                 "ExportState: the plan does not fit"));
-  EXPECT_TRUE(
-      absl::StrContains(refused.status.message(), "export staging 23.44 KiB"))
+  EXPECT_TRUE(absl::StrContains(refused.status.message(),
+                                "export transfer buffer 3.91 KiB"))
       << refused.status.message();
   // Not even one unit fits: it cannot take part.
-  EXPECT_FALSE(Admission({Explicit(held + 100)})
-                   .AdmitExport(**engine, true, 2)
-                   .join_gathers);
-  // SHARDED: its own shard only (500 + 500 elements, x 3), never joins.
+  EXPECT_FALSE(refused.join_gathers);
+  // SHARDED: one of its own shards at a time (500 elements).
   const ExportAdmission sharded =
       Admission({Explicit(held + 100)}).AdmitExport(**engine, false, 2);
   EXPECT_FALSE(sharded.status.ok());
   EXPECT_FALSE(sharded.join_gathers);
-  EXPECT_TRUE(Admission({Explicit(held + 12000 + 2000)})
+  EXPECT_TRUE(Admission({Explicit(held + 2000)})
                   .AdmitExport(**engine, false, 2)
                   .status.ok());
 }

@@ -38,6 +38,7 @@
 #include "daemon/node/plan_action.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/shared_memory_init_reader.h"
+#include "daemon/node/state_export.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
@@ -94,21 +95,6 @@ v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind) {
   return v1::SHARD_SECTION_KIND_UNSPECIFIED;
 }
 
-// An optimizer state's name in exports, as PyTorch's optimizers name it.
-const char* StateKindName(StepEngine::StateKind kind) {
-  switch (kind) {
-    case StepEngine::StateKind::kParameters:
-      return "param";
-    case StepEngine::StateKind::kExpAvg:
-      return "exp_avg";
-    case StepEngine::StateKind::kExpAvgSq:
-      return "exp_avg_sq";
-    case StepEngine::StateKind::kMomentum:
-      return "momentum_buffer";
-  }
-  return "unknown";
-}
-
 // The learning rate and model fingerprint of a step, which every rank's
 // vote must agree on.
 uint64_t StepFingerprint(uint64_t model_fingerprint, double lr) {
@@ -118,116 +104,6 @@ uint64_t StepFingerprint(uint64_t model_fingerprint, double lr) {
   uint64_t h = model_fingerprint ^ 0x9E3779B97F4A7C15ull;
   h ^= bits + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
   return h;
-}
-
-absl::Status ErrnoStatus(int err, absl::string_view what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EEXIST:
-      return absl::AlreadyExistsError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// A safetensors file: 8-byte little-endian header length, a JSON header
-// (padded with spaces to a multiple of 8), then the tensors' bytes.
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;  // "F32", "BF16", "F16".
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-// Writes atomically (temporary file + fsync + rename); returns bytes and
-// CRC-32C of the whole file.
-absl::StatusOr<v1::ExportedFile> WriteSafetensors(
-    const std::string& path, const std::vector<SafetensorsEntry>& entries,
-    const std::vector<std::pair<std::string, std::string>>& metadata,
-    bool overwrite) {
-  if (!overwrite && access(path.c_str(), F_OK) == 0) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(path, " exists and overwrite is false"));
-  }
-  std::vector<std::string> fields;
-  std::vector<std::string> meta;
-  for (const auto& [k, v] : metadata) {
-    meta.push_back(absl::StrCat(JsonString(k), ":", JsonString(v)));
-  }
-  fields.push_back(
-      absl::StrCat("\"__metadata__\":{", absl::StrJoin(meta, ","), "}"));
-  int64_t offset = 0;
-  for (const SafetensorsEntry& e : entries) {
-    fields.push_back(absl::StrCat(
-        JsonString(e.name), ":{\"dtype\":", JsonString(e.dtype), ",\"shape\":[",
-        absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", offset, ",",
-        offset + static_cast<int64_t>(e.bytes.size()), "]}"));
-    offset += e.bytes.size();
-  }
-  std::string header = absl::StrCat("{", absl::StrJoin(fields, ","), "}");
-  while (header.size() % 8 != 0) header.push_back(' ');
-  std::string prefix(8, '\0');
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i)
-    prefix[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot create ", tmp));
-  uint32_t crc = 0;
-  int64_t total = 0;
-  auto put = [&](const std::string& s) -> absl::Status {
-    size_t done = 0;
-    while (done < s.size()) {
-      const ssize_t w = write(fd, s.data() + done, s.size() - done);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus(errno, absl::StrCat("cannot write ", tmp));
-      }
-      done += w;
-    }
-    crc = Crc32c(crc, reinterpret_cast<const uint8_t*>(s.data()), s.size());
-    total += s.size();
-    return absl::OkStatus();
-  };
-  absl::Status s = put(prefix);
-  if (s.ok()) s = put(header);
-  for (const SafetensorsEntry& e : entries) {
-    if (s.ok()) s = put(e.bytes);
-  }
-  if (s.ok() && fsync(fd) != 0) s = ErrnoStatus(errno, "fsync");
-  close(fd);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoStatus(errno, absl::StrCat("cannot rename to ", path));
-  }
-  if (!s.ok()) {
-    unlink(tmp.c_str());
-    return s;
-  }
-  v1::ExportedFile file;
-  file.set_path(path);
-  file.set_bytes(total);
-  file.set_crc32c(crc);
-  return file;
 }
 
 }  // namespace
@@ -1568,21 +1444,14 @@ absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
 }
 
 absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
-    const v1::ExportStateRequest& request, MonoTime deadline) {
-  if (request.path().empty() || request.path()[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("path: must be absolute, got '", request.path(), "'"));
-  }
-  if (request.layout() != v1::EXPORT_LAYOUT_FULL &&
-      request.layout() != v1::EXPORT_LAYOUT_SHARDED) {
-    return absl::InvalidArgumentError("layout: FULL or SHARDED required");
-  }
+    const v1::ExportStateRequest& request, MonoTime deadline,
+    std::function<bool()> cancelled) {
+  if (absl::Status s = StateExport::CheckRequest(request); !s.ok()) return s;
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
-  const EngineConfig& config = (*engine)->config();
-  const int rank = config.rank;
   core::ModelConfig model;
+  int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!held_.empty() || !reduced_.empty()) {
@@ -1591,141 +1460,29 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
           "steps");
     }
     model = *model_;
-  }
-  const int64_t step = (*engine)->committed_step();
-  if (request.has_step() && request.step() != step) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step: ", request.step(), " is not the committed step ", step));
-  }
-  const int f = config.plan.sharding_factor();
-  std::vector<std::pair<std::string, std::string>> metadata = {
-      {"format", "shardd"},
-      {"step", absl::StrCat(step)},
-      {"world_size", absl::StrCat(config.plan.world_size())},
-      {"sharding_factor", absl::StrCat(f)}};
-  // With include_optimizer_state: each unit's optimizer state next to its
-  // parameters, named as PyTorch's optimizers name it.
-  std::vector<StepEngine::StateKind> state_kinds;
-  if (request.include_optimizer_state()) {
-    state_kinds = (*engine)->OptimizerStateKinds();
-    const char* optimizer =
-        config.optimizer.kind == core::OptimizerKind::kAdamW ? "adamw"
-        : config.optimizer.kind == core::OptimizerKind::kSgdMomentum
-            ? "sgd_momentum"
-            : "sgd";
-    metadata.push_back({"optimizer", optimizer});
-    metadata.push_back({"optimizer_step", absl::StrCat(step)});
-    metadata.push_back(
-        {"learning_rate", absl::StrCat((*engine)->learning_rate())});
-  }
-  const ExportAdmission admitted = options_.admission->AdmitExport(
-      **engine, request.layout() == v1::EXPORT_LAYOUT_FULL,
-      static_cast<int64_t>(state_kinds.size()));
-  if (!admitted.status.ok() && !admitted.join_gathers) return admitted.status;
-  std::vector<SafetensorsEntry> entries;
-  v1::ExportStateResponse response;
-  response.set_step(step);
-  if (request.layout() == v1::EXPORT_LAYOUT_SHARDED) {
-    if (mkdir(request.path().c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoStatus(errno, absl::StrCat("cannot create ", request.path()));
-    }
-    metadata.push_back({"layout", "sharded"});
-    const std::vector<StepEngine::StateSection> sections =
-        (*engine)->StateSections();
-    metadata.push_back({"rank", absl::StrCat(rank)});
-    for (size_t u = 0; u < config.units.size(); ++u) {
-      absl::StatusOr<std::vector<float>> shard = (*engine)->MasterShard(u);
-      if (!shard.ok()) return shard.status();
-      const core::ShardRange& range = config.units[u].shard(rank % f);
-      const std::string name = model.units[u].name;
-      metadata.push_back(
-          {absl::StrCat(name, ".shard_offset"), absl::StrCat(range.offset)});
-      metadata.push_back(
-          {absl::StrCat(name, ".shard_numel"), absl::StrCat(range.numel)});
-      metadata.push_back({absl::StrCat(name, ".unit_numel"),
-                          absl::StrCat(config.units[u].numel())});
-      SafetensorsEntry e{
-          absl::StrCat(name, ".master"),
-          "F32",
-          {range.numel},
-          std::string(reinterpret_cast<const char*>(shard->data()),
-                      range.numel * sizeof(float))};
-      entries.push_back(std::move(e));
-      for (const StepEngine::StateSection& section : sections) {
-        if (section.unit != static_cast<int>(u) ||
-            std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
-                state_kinds.end()) {
-          continue;
-        }
-        std::string bytes(range.numel * sizeof(float), '\0');
-        if (absl::Status s = (*engine)->math().Download(
-                bytes.data(), section.data, static_cast<int64_t>(bytes.size()));
-            !s.ok()) {
-          return s;
-        }
-        entries.push_back(SafetensorsEntry{
-            absl::StrCat(name, ".", StateKindName(section.kind)),
-            "F32",
-            {range.numel},
-            std::move(bytes)});
+    if (request.layout() == v1::EXPORT_LAYOUT_FULL) {
+      if (!ReadyLocked()) {
+        return absl::AbortedError("the daemon is not in a ready epoch");
       }
+      op_epoch_ = comm_epoch_;
     }
-    absl::StatusOr<v1::ExportedFile> file = WriteSafetensors(
-        absl::StrCat(request.path(), "/rank-", rank, ".safetensors"), entries,
-        metadata, request.overwrite());
-    if (!file.ok()) return file.status();
-    *response.add_files() = *file;
-    return response;
+    epoch = comm_epoch_;
   }
-  // FULL: every rank gathers every unit's fp32 master shards in its shard
-  // group (whatever the units' parameter dtype: the masters are the state);
-  // rank 0 writes.
-  {
-    absl::MutexLock lock(&mu_);
-    if (!ReadyLocked()) {
-      return absl::AbortedError("the daemon is not in a ready epoch");
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    op_epoch_ = comm_epoch_;
-  }
-  metadata.push_back({"layout", "full"});
-  for (size_t u = 0; u < config.units.size(); ++u) {
-    absl::StatusOr<std::vector<float>> master = (*engine)->GatherState(
-        u, StepEngine::StateKind::kParameters, OpTimeout(deadline));
-    if (!master.ok()) return OnCollectiveError("ExportState", master.status());
-    if (rank == 0 && admitted.status.ok()) {
-      for (const core::TensorView& t : config.units[u].tensors()) {
-        entries.push_back(SafetensorsEntry{
-            absl::StrCat(model.units[u].name, ".", t.name), "F32", t.shape,
-            std::string(
-                reinterpret_cast<const char*>(master->data() + t.offset),
-                t.numel * sizeof(float))});
-      }
-    }
-    for (StepEngine::StateKind kind : state_kinds) {
-      absl::StatusOr<std::vector<float>> full =
-          (*engine)->GatherState(u, kind, OpTimeout(deadline));
-      if (!full.ok()) return OnCollectiveError("ExportState", full.status());
-      if (rank != 0 || !admitted.status.ok()) continue;
-      for (const core::TensorView& t : config.units[u].tensors()) {
-        entries.push_back(SafetensorsEntry{
-            absl::StrCat(model.units[u].name, ".", t.name, ".",
-                         StateKindName(kind)),
-            "F32", t.shape,
-            std::string(reinterpret_cast<const char*>(full->data() + t.offset),
-                        t.numel * sizeof(float))});
-      }
-    }
-  }
-  if (!admitted.status.ok()) return admitted.status;  // Joined the gathers.
-  if (rank != 0) return response;
-  absl::StatusOr<v1::ExportedFile> file =
-      WriteSafetensors(request.path(), entries, metadata, request.overwrite());
-  if (!file.ok()) return file.status();
-  *response.add_files() = *file;
-  return response;
+  StateExport::Options options;
+  options.gather_timeout = OpTimeout(deadline);
+  options.progress = [this, epoch](const v1::ExportProgress& progress) {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    *event.mutable_export_progress() = progress;
+    events_.Append(std::move(event));
+  };
+  options.on_gather_error = [this](absl::Status status) {
+    return OnCollectiveError("ExportState", std::move(status));
+  };
+  options.cancelled = std::move(cancelled);
+  StateExport state_export(**engine, model, *options_.admission,
+                           std::move(options));
+  return state_export.Run(request, deadline);
 }
 
 absl::Status NodeManager::ServeShard(

@@ -169,8 +169,11 @@ class NodeManager {
                                         MonoTime deadline);
   absl::StatusOr<v1::WaitReadyResponse> WaitReady(
       const v1::WaitReadyRequest& request, MonoTime deadline);
+  // `cancelled` (may be null): the caller went away; the writing stops as
+  // at the deadline (StateExport).
   absl::StatusOr<v1::ExportStateResponse> ExportState(
-      const v1::ExportStateRequest& request, MonoTime deadline);
+      const v1::ExportStateRequest& request, MonoTime deadline,
+      std::function<bool()> cancelled = nullptr);
   // Peer.FetchShard, source side: streams this rank's shard (parameters,
   // optimizer state, step) to a replacement with the same shard index,
   // calling `send` per message (false: the receiver went away). Status

@@ -78,8 +78,11 @@ grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
 grpc::Status TrainerService::ExportState(grpc::ServerContext* context,
                                          const v1::ExportStateRequest* request,
                                          v1::ExportStateResponse* response) {
-  return Reply(*manager_, manager_->ExportState(*request, Deadline(context)),
-               response);
+  return Reply(
+      *manager_,
+      manager_->ExportState(*request, Deadline(context),
+                            [context] { return context->IsCancelled(); }),
+      response);
 }
 
 grpc::Status TrainerService::GetStatus(grpc::ServerContext*,

@@ -9,6 +9,9 @@
 #     ~1e-7 after 10 steps);
 #   * a second identical run gives bit-identical parameters;
 #   * shardctl reads the live daemon (status shows the committed step);
+#   * shardctl export: FULL refused on one of W daemons (F > 1), saying what
+#     it needs, or written by rank 0 alone (F = 1); driven on every rank
+#     with --sockets, with progress lines;
 #   * trainer crash and re-attach (W=2 FULL_SHARD): rank 0's trainer pauses
 #     after committing step KILL_AT (--pause_after_step), is SIGKILLed, and a
 #     new trainer process against the same daemon re-attaches (RegisterModel
@@ -129,6 +132,31 @@ run() {
   echo "$st" >"$d/status.txt"
   expect "$name: shardctl status shows step $STEPS" \
     "grep -q 'committed step  $STEPS' <<<\"\$st\""
+  if ((w > 1)); then
+    # A FULL export is collective: one daemon alone is refused with what it
+    # needs; --sockets drives every rank at once, with progress.
+    local ex ex_rc socks
+    ex=$("$shardctl" --socket="$d/s0.sock" export \
+      --path="$d/one.safetensors" 2>&1)
+    ex_rc=$?
+    if ((f > 1)); then
+      expect "$name: FULL export on one of $w daemons exits 1 saying why" \
+        "[[ $ex_rc -eq 1 ]] && grep -q 'a FULL export is collective' <<<\"\$ex\"" ||
+        echo "$ex"
+    else  # F = 1: rank 0 writes from its own copy, nothing gathered.
+      expect "$name: FULL export at F = 1 on rank 0 alone writes the file" \
+        "[[ $ex_rc -eq 0 && -s '$d/one.safetensors' ]]" || echo "$ex"
+    fi
+    socks=$(for r in $(seq 0 $((w - 1))); do printf '%s,' "$d/s$r.sock"; done)
+    ex=$("$shardctl" --sockets="${socks%,}" export --optimizer_state \
+      --path="$d/full.safetensors" 2>&1)
+    ex_rc=$?
+    expect "$name: shardctl export --sockets=<every rank> writes the file" \
+      "[[ $ex_rc -eq 0 && -s '$d/full.safetensors' ]] &&
+       grep -q 'exported step $STEPS' <<<\"\$ex\"" || echo "$ex"
+    expect "$name: shardctl export shows progress to 100%" \
+      "grep -q '^export 100%' <<<\"\$ex\"" || echo "$ex"
+  fi
   cleanup
   return $rc
 }

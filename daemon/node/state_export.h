@@ -1,0 +1,98 @@
+#ifndef SHARDD_DAEMON_NODE_STATE_EXPORT_H_
+#define SHARDD_DAEMON_NODE_STATE_EXPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/core/model_config.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/node/engine_admission.h"
+#include "daemon/node/step_engine.h"
+#include "daemon/state/safetensors_writer.h"
+#include "shardd/v1/trainer.pb.h"
+
+namespace shardd::node {
+
+// Runs one Trainer.ExportState on this rank (trainer.proto): admission of
+// its memory, the safetensors files' layout (names, metadata: the formats
+// of trainer.proto, unchanged), the gathers of a FULL export and the
+// streaming write (state::SafetensorsWriter), with progress reports.
+//
+// FULL streams unit by unit: each unit's parameters (then each optimizer
+// state kind) are gathered and appended to the file at once, so rank 0
+// holds one gathered unit of one kind at a time, never the model. A rank
+// whose writing fails (disk full, deadline passed) or whose staging was
+// refused still takes part in every gather (keeping nothing) and returns
+// its error at the end, so that its peers finish instead of waiting for
+// their collective timeout. A gather's failure ends the export at once
+// (through on_gather_error). The file appears only when complete.
+//
+// Not thread-safe: one export at a time, and the caller serialises it
+// against steps (NodeManager's op lock). Does not own the engine, the
+// model or the admission, which must outlive it.
+class StateExport {
+ public:
+  struct Options {
+    // Timeout of each gather (the daemon's collective timeout: gathers
+    // are matched across ranks, so they do not follow the caller's
+    // deadline).
+    absl::Duration gather_timeout = absl::Seconds(30);
+    // Receives the progress reports (WatchEvents' ExportProgress); may be
+    // null.
+    std::function<void(const v1::ExportProgress&)> progress;
+    // Turns a failed gather into what the export returns (NodeManager
+    // abandons the epoch); null: the status unchanged.
+    std::function<absl::Status(absl::Status)> on_gather_error;
+    // True once the caller went away (the RPC was cancelled): the writing
+    // stops as at the deadline (CANCELLED, no file); may be null.
+    std::function<bool()> cancelled;
+  };
+
+  StateExport(StepEngine& engine, const core::ModelConfig& model,
+              EngineAdmission& admission, Options options);
+
+  // The request's fields alone: INVALID_ARGUMENT naming path or layout.
+  static absl::Status CheckRequest(const v1::ExportStateRequest& request);
+
+  // Exports at the engine's committed step. `deadline` (and
+  // options.cancelled) bound the writing (see the class comment), not the
+  // gathers.
+  absl::StatusOr<v1::ExportStateResponse> Run(
+      const v1::ExportStateRequest& request, MonoTime deadline);
+
+ private:
+  using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+  absl::StatusOr<v1::ExportStateResponse> RunSharded(
+      const v1::ExportStateRequest& request, Metadata metadata,
+      const std::vector<StepEngine::StateKind>& state_kinds, int64_t step,
+      MonoTime deadline);
+  absl::StatusOr<v1::ExportStateResponse> RunFull(
+      const v1::ExportStateRequest& request, Metadata metadata,
+      const std::vector<StepEngine::StateKind>& state_kinds, int64_t step,
+      const ExportAdmission& admitted, MonoTime deadline);
+
+  // Reports progress: at most about every 1% of bytes_total, and always
+  // the first and the last (done) report.
+  void Report(const std::string& path, int64_t done, int64_t total,
+              bool finished, const absl::Status& status);
+  // DEADLINE_EXCEEDED or CANCELLED naming `path` when the writing must
+  // stop; OK otherwise.
+  absl::Status Interrupted(const std::string& path, MonoTime deadline) const;
+
+  StepEngine& engine_;
+  const core::ModelConfig& model_;
+  EngineAdmission& admission_;
+  const Options options_;
+  int64_t last_reported_ = -1;
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_STATE_EXPORT_H_
