@@ -548,6 +548,42 @@ bool CheckNccl(PreflightReport& report, int device, absl::Duration timeout,
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return fail_rest(CudaError("cudaSetDevice", e));
   }
+  // The stream and buffers first: their cleanups then run after the
+  // communicator's abort, never while a kernel of it may still run (cudaFree
+  // would wait for it).
+  constexpr int64_t kCount = int64_t{1} << 20;
+  cudaStream_t stream = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return fail_rest(CudaError("cudaStreamCreateWithFlags", e));
+  }
+  absl::Cleanup destroy_stream = [stream] { cudaStreamDestroy(stream); };
+  float* a = nullptr;
+  float* b = nullptr;
+  if (cudaError_t e = cudaMalloc(&a, kCount * 4); e != cudaSuccess) {
+    return fail_rest(CudaError("cudaMalloc", e));
+  }
+  absl::Cleanup free_a = [a] { cudaFree(a); };
+  if (cudaError_t e = cudaMalloc(&b, kCount * 4); e != cudaSuccess) {
+    return fail_rest(CudaError("cudaMalloc", e));
+  }
+  absl::Cleanup free_b = [b] { cudaFree(b); };
+  std::vector<float> host(kCount);
+  for (int64_t i = 0; i < kCount; ++i) {
+    host[i] = 0.25f * static_cast<float>(i % 4099) - 512.0f;
+  }
+  if (cudaError_t e =
+          cudaMemcpy(a, host.data(), kCount * 4, cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    return fail_rest(CudaError("cudaMemcpy", e));
+  }
+  if (cudaError_t e = cudaMemset(b, 0, kCount * 4); e != cudaSuccess) {
+    return fail_rest(CudaError("cudaMemset", e));
+  }
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    return fail_rest(CudaError("cudaDeviceSynchronize", e));
+  }
+
   ncclUniqueId id;
   if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
     return fail_rest(NcclError("ncclGetUniqueId", r));
@@ -561,52 +597,17 @@ bool CheckNccl(PreflightReport& report, int device, absl::Duration timeout,
     if (comm != nullptr) ncclCommAbort(comm);
     return fail_rest(NcclError("ncclCommInitRankConfig", r));
   }
-  bool healthy = true;
-  absl::Cleanup abort = [&] {
-    if (!healthy) ncclCommAbort(comm);
-  };
+  // Every way out but a clean finalize aborts (which stops the
+  // communicator's kernels without waiting on anything).
+  absl::Cleanup abort = [comm] { ncclCommAbort(comm); };
   r = AwaitComm(comm, r, init_deadline);
   if (r != ncclSuccess) {
-    healthy = false;
     return fail_rest(r == ncclInProgress
                          ? "not ready by the deadline"
                          : NcclError("ncclCommInitRankConfig (async)", r));
   }
   report.Ok(name(kNames[at++]),
             "size-1 non-blocking communicator (ncclCommInitRankConfig)");
-
-  constexpr int64_t kCount = int64_t{1} << 20;
-  cudaStream_t stream = nullptr;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      e != cudaSuccess) {
-    healthy = false;
-    return fail_rest(CudaError("cudaStreamCreateWithFlags", e));
-  }
-  absl::Cleanup destroy_stream = [stream] { cudaStreamDestroy(stream); };
-  float* a = nullptr;
-  float* b = nullptr;
-  if (cudaError_t e = cudaMalloc(&a, kCount * 4); e != cudaSuccess) {
-    healthy = false;
-    return fail_rest(CudaError("cudaMalloc", e));
-  }
-  absl::Cleanup free_a = [a] { cudaFree(a); };
-  if (cudaError_t e = cudaMalloc(&b, kCount * 4); e != cudaSuccess) {
-    healthy = false;
-    return fail_rest(CudaError("cudaMalloc", e));
-  }
-  absl::Cleanup free_b = [b] { cudaFree(b); };
-  std::vector<float> host(kCount);
-  for (int64_t i = 0; i < kCount; ++i) {
-    host[i] = 0.25f * static_cast<float>(i % 4099) - 512.0f;
-  }
-  if (cudaError_t e =
-          cudaMemcpy(a, host.data(), kCount * 4, cudaMemcpyHostToDevice);
-      e != cudaSuccess) {
-    healthy = false;
-    return fail_rest(CudaError("cudaMemcpy", e));
-  }
-  cudaMemset(b, 0, kCount * 4);
-  cudaDeviceSynchronize();
   // Runs `call` (an NCCL enqueue) and waits for the device to finish it;
   // then compares `check` (device) with `host`.
   auto run = [&](absl::string_view what, auto call,
@@ -614,14 +615,12 @@ bool CheckNccl(PreflightReport& report, int device, absl::Duration timeout,
     const MonoTime deadline = MonoNow() + timeout;
     ncclResult_t res = AwaitComm(comm, call(), deadline);
     if (res != ncclSuccess) {
-      healthy = false;
       return res == ncclInProgress ? absl::StrCat(what,
                                                   ": not enqueued by "
                                                   "the deadline")
                                    : NcclError(what, res);
     }
     if (absl::Status s = AwaitStream(stream, deadline); !s.ok()) {
-      healthy = false;
       return absl::StrCat(what, ": ", s.ToString());
     }
     std::vector<float> got(kCount);
@@ -660,7 +659,6 @@ bool CheckNccl(PreflightReport& report, int device, absl::Duration timeout,
   report.Ok(name(kNames[at++]), "4 MiB to itself in one group, bit for bit");
   r = AwaitComm(comm, ncclCommFinalize(comm), MonoNow() + timeout);
   if (r != ncclSuccess) {
-    healthy = false;
     return fail_rest(r == ncclInProgress ? "ncclCommFinalize: not done by the "
                                            "deadline"
                                          : NcclError("ncclCommFinalize", r));
