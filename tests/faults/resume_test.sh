@@ -82,10 +82,11 @@ resume_export() {
   fl_start_cluster "$run"
   fl_wait_trainers "$run"
   local pids=()
+  # Every rank's shardctl at once, as on W nodes (FULL is collective).
   for ((r = 0; r < FL_W; r++)); do
     "$FL_SHARDCTL" --socket="$FL_ROOT/$run/s$r.sock" export \
       --path="$FL_ROOT/$run.safetensors" --layout=full --optimizer_state \
-      >"$FL_ROOT/$run/export-$r.log" 2>&1 &
+      --other_ranks_join >"$FL_ROOT/$run/export-$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
