@@ -95,7 +95,8 @@ absl::StatusOr<v1::TensorInit> CudaIpcInit::Export(const void* base,
   }
   cudaIpcMemHandle_t handle;
   if (absl::Status s =
-          CudaStatus(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle");
+          CudaStatus(cudaIpcGetMemHandle(&handle, const_cast<void*>(base)),
+                     "cudaIpcGetMemHandle");
       !s.ok()) {
     return s;
   }
