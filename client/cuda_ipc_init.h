@@ -15,11 +15,12 @@ namespace shardd::client {
 //
 // `base` must be the start of a cudaMalloc allocation (cudaIpcGetMemHandle
 // exports whole allocations, and the daemon adds byte_offset to the start
-// of the allocation it opens): a pointer into the middle of one, or memory
-// from another allocator (cudaMallocAsync pools, PyTorch's caching
-// allocator blocks that are not a segment's start, cudaMallocManaged) is
-// INVALID_ARGUMENT. Give the tensor's place in it as byte_offset. The
-// allocation's size comes from the driver (cuMemGetAddressRange).
+// of the allocation it opens): a pointer into the middle of one or managed
+// memory is INVALID_ARGUMENT; memory cudaIpcGetMemHandle cannot export
+// (cudaMallocAsync pools) is INTERNAL. PyTorch's caching allocator hands
+// out blocks inside larger cudaMalloc segments: export the segment's start
+// and give the tensor's place in it as byte_offset.
+// The allocation's size comes from the driver (cuMemGetAddressRange).
 //
 // The caller must have finished writing the values (e.g.
 // cudaDeviceSynchronize) before RegisterModel, and must keep the allocation

@@ -188,7 +188,7 @@ TEST_F(CudaIpcInitReaderTest, ChecksumEqualsCrcOfTheHostBytes) {
   EXPECT_EQ(*part, core::Crc32c(host_->data() + kBf16Offset, kBf16Bytes));
 }
 
-TEST_F(CudaIpcInitReaderTest, ReadsAnFp32SliceAcrossWindows) {
+TEST_F(CudaIpcInitReaderTest, CopiesAnFp32SliceStraightIntoTheOutput) {
   const int64_t first = (3 << 20) + 1;
   const int64_t n = int64_t{5} << 20;  // 20 MiB.
   std::vector<float> out(n);
