@@ -11,6 +11,7 @@
 #include "daemon/core/checked_math.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
+#include "daemon/node/device_init_reader.h"
 #include "daemon/node/shared_memory_init_reader.h"
 
 namespace shardd::node {
@@ -207,7 +208,9 @@ absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {
   }
   if (bytes == 0) return absl::OkStatus();
   // The values are never copied whole: one window of the trainer's file is
-  // mapped at a time (issue #18).
+  // mapped (or of its device buffer staged) at a time (issue #18).
+  static_assert(SharedMemoryInitReader::kWindowBytes ==
+                DeviceInitReader::kWindowBytes);
   bytes = std::min(bytes, SharedMemoryInitReader::kWindowBytes);
   const absl::Status status = Decide(
       "RegisterModel (init values read from shared memory or a "
