@@ -362,7 +362,7 @@ TEST_F(ApiTest, OneofsHaveTheirAlternatives) {
           {"TensorInit",
            {"kind",
             {"zeros", "constant", "normal", "values", "shared_memory",
-             "uniform", "file"}}},
+             "uniform", "file", "cuda_ipc"}}},
           {"FetchShardResponse", {"item", {"header", "chunk", "trailer"}}},
       };
   for (const auto& [message, oneof] : expected) {

@@ -59,6 +59,8 @@ absl::string_view InitKindName(InitKind kind) {
       return "shared_memory";
     case InitKind::kUniform:
       return "uniform";
+    case InitKind::kCudaIpc:
+      return "cuda_ipc";
   }
   return "unknown";
 }
@@ -124,6 +126,21 @@ bool WalkInit(const std::string& path, const InitSpec& a, const InitSpec& b,
                       b.shared_memory.byte_offset) &&
              sink.Int(path + ".shared_memory.byte_length",
                       a.shared_memory.byte_length, b.shared_memory.byte_length);
+    case InitKind::kCudaIpc:
+      // As for shared memory: only the reference exists here.
+      return sink.Bytes(path + ".cuda_ipc.mem_handle", &a.cuda_ipc.mem_handle,
+                        &b.cuda_ipc.mem_handle) &&
+             sink.Int(path + ".cuda_ipc.device_ordinal",
+                      a.cuda_ipc.device_ordinal, b.cuda_ipc.device_ordinal) &&
+             sink.Text(path + ".cuda_ipc.pci_bus_id", a.cuda_ipc.pci_bus_id,
+                       b.cuda_ipc.pci_bus_id) &&
+             sink.Int(path + ".cuda_ipc.allocation_bytes",
+                      a.cuda_ipc.allocation_bytes,
+                      b.cuda_ipc.allocation_bytes) &&
+             sink.Int(path + ".cuda_ipc.byte_offset", a.cuda_ipc.byte_offset,
+                      b.cuda_ipc.byte_offset) &&
+             sink.Int(path + ".cuda_ipc.byte_length", a.cuda_ipc.byte_length,
+                      b.cuda_ipc.byte_length);
   }
   return true;
 }

@@ -177,6 +177,30 @@ absl::Status TensorInit::Validate(const InitSpec& spec, int64_t numel,
       }
       return absl::OkStatus();
     }
+    case InitKind::kCudaIpc: {
+      const CudaIpcSource& source = spec.cuda_ipc;
+      const int64_t want = numel * DTypeSize(dtype);
+      if (static_cast<int64_t>(source.mem_handle.size()) !=
+          CudaIpcSource::kCudaIpcHandleBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda_ipc.mem_handle: ", source.mem_handle.size(),
+            " bytes, expected ", CudaIpcSource::kCudaIpcHandleBytes,
+            " (a cudaIpcMemHandle_t)"));
+      }
+      if (source.byte_length != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda_ipc.byte_length: ", source.byte_length, " bytes, expected ",
+            want, " (", numel, " elements of ", DTypeName(dtype), ")"));
+      }
+      if (source.byte_offset < 0 || source.allocation_bytes < 0 ||
+          source.byte_offset > source.allocation_bytes - source.byte_length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda_ipc.byte_offset: range [", source.byte_offset, ", +",
+            source.byte_length, ") outside the allocation of ",
+            source.allocation_bytes, " bytes"));
+      }
+      return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("kind: unknown value ", static_cast<int>(spec.kind)));
@@ -196,6 +220,10 @@ absl::Status TensorInit::Fill(const InitSpec& spec, int64_t tensor_numel,
   if (spec.kind == InitKind::kSharedMemory) {
     return absl::FailedPreconditionError(
         "shared-memory init values must be read into values before filling");
+  }
+  if (spec.kind == InitKind::kCudaIpc) {
+    return absl::FailedPreconditionError(
+        "CUDA IPC init values are read by the daemon's DeviceInitReader");
   }
   const DType dtype =
       spec.kind == InitKind::kValues ? spec.values_dtype : DType::kFloat32;
@@ -229,6 +257,7 @@ absl::Status TensorInit::Fill(const InitSpec& spec, int64_t tensor_numel,
       }
       break;
     case InitKind::kSharedMemory:
+    case InitKind::kCudaIpc:
       break;
   }
   return absl::OkStatus();

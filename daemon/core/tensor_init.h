@@ -22,6 +22,9 @@ enum class InitKind : int {
   kSharedMemory = 5,
   // Uniform [low, high) values (proto UniformInit).
   kUniform = 6,
+  // Values in a CUDA allocation of the trainer (proto TensorInit.cuda_ipc).
+  // Read by the daemon (node::DeviceInitReader), so Fill refuses this kind.
+  kCudaIpc = 7,
 };
 
 // Where kSharedMemory values are: [byte_offset, byte_offset + byte_length)
@@ -29,6 +32,20 @@ enum class InitKind : int {
 struct SharedMemorySource {
   std::string path;
   int64_t segment_bytes = 0;
+  int64_t byte_offset = 0;
+  int64_t byte_length = 0;
+};
+
+// Where kCudaIpc values are: [byte_offset, byte_offset + byte_length) of
+// the CUDA allocation of `allocation_bytes` bytes that `mem_handle` (a
+// cudaIpcMemHandle_t, kCudaIpcHandleBytes) exports, on the GPU with
+// `pci_bus_id` (empty: the trainer's ordinal `device_ordinal`).
+struct CudaIpcSource {
+  static constexpr int64_t kCudaIpcHandleBytes = 64;
+  std::string mem_handle;
+  int device_ordinal = 0;
+  std::string pci_bus_id;
+  int64_t allocation_bytes = 0;
   int64_t byte_offset = 0;
   int64_t byte_length = 0;
 };
@@ -47,6 +64,7 @@ struct InitSpec {
   std::shared_ptr<const std::string> values;
   DType values_dtype = DType::kFloat32;
   SharedMemorySource shared_memory;  // kSharedMemory.
+  CudaIpcSource cuda_ipc;            // kCudaIpc.
 
   static InitSpec Zeros() { return InitSpec{}; }
   static InitSpec Constant(float value);
@@ -90,7 +108,7 @@ class TensorInit {
   // losslessly). INVALID_ARGUMENT for a range outside the tensor, values
   // whose byte count is not tensor_numel * dtype size, a negative or
   // non-finite std, a null `out` with n > 0; FAILED_PRECONDITION for
-  // kSharedMemory (not yet read into kValues).
+  // kSharedMemory and kCudaIpc (the daemon reads those).
   static absl::Status Fill(const InitSpec& spec, int64_t tensor_numel,
                            int64_t first_element, float* out, int64_t n);
 

@@ -11,6 +11,7 @@
 #include "daemon/core/checked_math.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
+#include "daemon/node/device_init_reader.h"
 #include "daemon/node/shared_memory_init_reader.h"
 
 namespace shardd::node {
@@ -191,8 +192,14 @@ absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {
   int64_t bytes = 0;
   for (const core::UnitConfig& unit : model.units) {
     for (const core::TensorConfig& tensor : unit.tensors) {
-      if (tensor.init.kind != core::InitKind::kSharedMemory) continue;
-      const int64_t length = tensor.init.shared_memory.byte_length;
+      // A device buffer is checksummed through host staging of the same
+      // bound (DeviceInitReader::kWindowBytes).
+      int64_t length = 0;
+      if (tensor.init.kind == core::InitKind::kSharedMemory) {
+        length = tensor.init.shared_memory.byte_length;
+      } else if (tensor.init.kind == core::InitKind::kCudaIpc) {
+        length = tensor.init.cuda_ipc.byte_length;
+      }
       if (length > 0) {
         bytes = core::CheckedAdd(bytes, length)
                     .value_or(std::numeric_limits<int64_t>::max());
@@ -201,13 +208,16 @@ absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {
   }
   if (bytes == 0) return absl::OkStatus();
   // The values are never copied whole: one window of the trainer's file is
-  // mapped at a time (issue #18).
+  // mapped (or of its device buffer staged) at a time (issue #18).
+  static_assert(SharedMemoryInitReader::kWindowBytes ==
+                DeviceInitReader::kWindowBytes);
   bytes = std::min(bytes, SharedMemoryInitReader::kWindowBytes);
-  const absl::Status status =
-      Decide("RegisterModel (init values read from shared memory)",
-             core::AdmissionPlan::ForGrowth("init values", bytes,
-                                            core::MemoryPlacement::kHost),
-             /*held_bytes=*/0, /*log_admitted=*/false);
+  const absl::Status status = Decide(
+      "RegisterModel (init values read from shared memory or a "
+      "trainer's device buffer)",
+      core::AdmissionPlan::ForGrowth("init values", bytes,
+                                     core::MemoryPlacement::kHost),
+      /*held_bytes=*/0, /*log_admitted=*/false);
   Note(labels::kAdmitInitValues, status);
   return status;
 }

@@ -118,8 +118,9 @@ class EngineAdmission {
                                  core::MemoryPlacement placement,
                                  int64_t held_bytes);
 
-  // The window of kSharedMemory init values RegisterModel maps at a time
-  // (at most SharedMemoryInitReader::kWindowBytes), before it reads them.
+  // The window of kSharedMemory (or kCudaIpc) init values RegisterModel
+  // maps (or stages) at a time (at most SharedMemoryInitReader::kWindowBytes,
+  // equal to DeviceInitReader::kWindowBytes), before it reads them.
   absl::Status AdmitInitCopy(const core::ModelConfig& model);
 
   // ExportState's staging for `engine` (core::AdmissionPlan::ForExport):

@@ -5,13 +5,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/tensor_init.h"
+#include "daemon/node/device_init_support.h"
 #include "daemon/node/shared_memory_init_reader.h"
 
 namespace shardd::node {
 
 InitMaterializer::InitMaterializer(const core::ModelConfig& model,
                                    const std::vector<core::UnitLayout>& layouts)
-    : model_(model), layouts_(layouts) {}
+    : InitMaterializer(model, layouts, DeviceInitSupport::OfThisBuild()) {}
+
+InitMaterializer::InitMaterializer(const core::ModelConfig& model,
+                                   const std::vector<core::UnitLayout>& layouts,
+                                   DeviceInitReader& device)
+    : model_(model), layouts_(layouts), device_(device) {}
 
 void InitMaterializer::Fill(int unit, int64_t offset, float* out, int64_t n) {
   std::fill(out, out + n, 0.0f);  // Padding stays zero.
@@ -37,6 +43,11 @@ void InitMaterializer::Fill(int unit, int64_t offset, float* out, int64_t n) {
           tensor.init.shared_memory, tensor.spec.dtype, first, hi - lo, dest,
           absl::StrCat("model.units[", unit, "].tensors[", t,
                        "].init.shared_memory"));
+    } else if (tensor.init.kind == core::InitKind::kCudaIpc) {
+      s = device_.Read(tensor.init.cuda_ipc, tensor.spec.dtype, first, hi - lo,
+                       dest,
+                       absl::StrCat("model.units[", unit, "].tensors[", t,
+                                    "].init.cuda_ipc"));
     } else {
       s = core::TensorInit::Fill(tensor.init, views[t].numel, first, dest,
                                  hi - lo);

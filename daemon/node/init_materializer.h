@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/unit_layout.h"
+#include "daemon/node/device_init_reader.h"
 
 namespace shardd::node {
 
@@ -15,9 +16,11 @@ namespace shardd::node {
 // asks only for this rank's shard (on a GPU, one host staging chunk of it
 // at a time). Each tensor's overlap with the range comes from its init:
 // computed (zeros, constant, normal, uniform), sliced from uploaded values,
-// or read from the trainer's shared-memory file through
+// read from the trainer's shared-memory file through
 // SharedMemoryInitReader, which maps only the slice asked for, a bounded
-// window at a time. Padding is zero. So a daemon never materialises more of
+// window at a time, or copied from the trainer's device buffer (cuda_ipc)
+// through a DeviceInitReader, which copies only the slice asked for.
+// Padding is zero. So a daemon never materialises more of
 // a model than its own shard (issue #18).
 //
 // Fill cannot fail through its signature (StepEngine's initializer returns
@@ -25,11 +28,16 @@ namespace shardd::node {
 // discards the engine when it is not OK.
 //
 // Not thread-safe (one engine creation uses it). Keeps references to the
-// model and layouts, which must outlive it.
+// model, layouts and device reader, which must outlive it.
 class InitMaterializer {
  public:
+  // Device buffers are read by DeviceInitSupport::OfThisBuild().
   InitMaterializer(const core::ModelConfig& model,
                    const std::vector<core::UnitLayout>& layouts);
+  // Device buffers are read by `device`.
+  InitMaterializer(const core::ModelConfig& model,
+                   const std::vector<core::UnitLayout>& layouts,
+                   DeviceInitReader& device);
 
   // Elements [offset, offset + n) of unit `unit`'s flat buffer into
   // out[0, n).
@@ -41,6 +49,7 @@ class InitMaterializer {
  private:
   const core::ModelConfig& model_;
   const std::vector<core::UnitLayout>& layouts_;
+  DeviceInitReader& device_;
   absl::Status status_;
 };
 

@@ -4,16 +4,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/core/dtype.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/tensor_init.h"
 #include "daemon/core/unit_layout.h"
 #include "daemon/node/proto_convert.h"
+#include "daemon/node/testing/host_device_init_reader.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/common.pb.h"
 
@@ -61,12 +64,16 @@ v1::ModelSpec UniformModel(v1::AlignmentMode mode, int64_t block) {
 
 // Every rank's shard materialised on its own, concatenated (padding
 // dropped): the unit's real elements in flat order.
-std::vector<std::vector<float>> Concatenated(const core::ModelConfig& model,
-                                             int64_t factor) {
+// Device buffers are read by `device`, else by this build's reader.
+std::vector<std::vector<float>> Concatenated(
+    const core::ModelConfig& model, int64_t factor,
+    DeviceInitReader* device = nullptr) {
   absl::StatusOr<std::vector<core::UnitLayout>> layouts =
       core::BuildLayouts(model, factor);
   EXPECT_TRUE(layouts.ok()) << layouts.status();
-  InitMaterializer materializer(model, *layouts);
+  InitMaterializer materializer =
+      device != nullptr ? InitMaterializer(model, *layouts, *device)
+                        : InitMaterializer(model, *layouts);
   std::vector<std::vector<float>> units;
   for (size_t u = 0; u < layouts->size(); ++u) {
     std::vector<float>& flat = units.emplace_back();
@@ -180,6 +187,128 @@ TEST_F(SharedMemoryInitTest, AVanishedSegmentIsAnErrorNamingTheTensor) {
                                 "units[0].tensors[0].init.shared_memory"))
       << materializer.status();
 }
+
+// A trainer's device buffer (cuda_ipc), read through a host-memory stand-in
+// for the CUDA reader: w (40 x 3, fp32) after 8 junk bytes, b (40, bf16).
+class CudaIpcInitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string bytes(8, 'j');
+    for (int i = 0; i < 120; ++i) {
+      const float v = 0.25f * static_cast<float>(i) - 7.0f;
+      bytes.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    for (int i = 0; i < 40; ++i) {
+      const uint16_t bits =
+          core::FloatToBFloat16(1.5f * static_cast<float>(i) - 20.0f);
+      bytes.append(reinterpret_cast<const char*>(&bits), 2);
+    }
+    allocation_bytes_ = static_cast<int64_t>(bytes.size());
+    handle_ = device_.Add(std::move(bytes));
+  }
+
+  v1::ModelSpec Spec() const {
+    v1::ModelSpec spec;
+    v1::UnitSpec* fp32 = spec.add_units();
+    fp32->set_name("fp32");
+    v1::CudaIpcRef* w =
+        AddTensor(fp32, "w", {40, 3})->mutable_init()->mutable_cuda_ipc();
+    w->set_mem_handle(handle_);
+    w->set_pci_bus_id("0000:3b:00.0");
+    w->set_allocation_bytes(allocation_bytes_);
+    w->set_byte_offset(8);
+    w->set_byte_length(120 * 4);
+    v1::UnitSpec* bf16 = spec.add_units();
+    bf16->set_name("bf16");
+    v1::TensorSpec* b = AddTensor(bf16, "b", {40});
+    b->set_dtype(v1::DTYPE_BF16);
+    *b->mutable_init()->mutable_cuda_ipc() = *w;
+    b->mutable_init()->mutable_cuda_ipc()->set_byte_offset(8 + 120 * 4);
+    b->mutable_init()->mutable_cuda_ipc()->set_byte_length(40 * 2);
+    spec.mutable_config()->mutable_optimizer()->mutable_sgd()->set_lr(0.1);
+    return spec;
+  }
+
+  testing::HostDeviceInitReader device_;
+  std::string handle_;
+  int64_t allocation_bytes_ = 0;
+};
+
+TEST_F(CudaIpcInitTest, EachShardReadsOnlyItsSliceOfTheDeviceBuffer) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(Spec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> w, b;
+  for (int i = 0; i < 120; ++i) w.push_back(0.25f * i - 7.0f);
+  for (int i = 0; i < 40; ++i) b.push_back(1.5f * i - 20.0f);
+  for (int64_t factor : {1, 2, 3, 7}) {
+    const std::vector<std::vector<float>> units =
+        Concatenated(*model, factor, &device_);
+    EXPECT_EQ(units[0], w) << "F = " << factor;
+    EXPECT_EQ(units[1], b) << "F = " << factor;
+  }
+  // One rank of F = 4 reads only the bytes of its shard of each unit.
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(*model, 4);
+  ASSERT_TRUE(layouts.ok());
+  testing::HostDeviceInitReader device;
+  std::string bytes(8 + 160 * 4, 'x');
+  const std::string handle = device.Add(bytes);
+  v1::ModelSpec spec = Spec();
+  spec.mutable_units(0)
+      ->mutable_tensors(0)
+      ->mutable_init()
+      ->mutable_cuda_ipc()
+      ->set_mem_handle(handle);
+  absl::StatusOr<core::ModelConfig> other = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(other.ok());
+  InitMaterializer materializer(*other, *layouts, device);
+  const core::ShardRange& shard = (*layouts)[0].shard(2);
+  std::vector<float> out(shard.numel);
+  materializer.Fill(0, shard.offset, out.data(), shard.numel);
+  ASSERT_TRUE(materializer.status().ok()) << materializer.status();
+  const int64_t end = std::min<int64_t>(shard.offset + shard.numel, 120);
+  ASSERT_EQ(device.reads().size(), 1u);
+  EXPECT_EQ(device.reads()[0].first, 8 + shard.offset * 4);
+  EXPECT_EQ(device.reads()[0].second, 8 + end * 4);
+}
+
+TEST_F(CudaIpcInitTest, AFreedBufferIsAnErrorNamingTheTensor) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(Spec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(*model, 2);
+  ASSERT_TRUE(layouts.ok());
+  device_.Remove(handle_);
+  InitMaterializer materializer(*model, *layouts, device_);
+  const core::ShardRange& shard = (*layouts)[1].shard(1);
+  std::vector<float> out(shard.numel);
+  materializer.Fill(1, shard.offset, out.data(), shard.numel);
+  EXPECT_EQ(materializer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(materializer.status().message(),
+                                "units[1].tensors[0].init.cuda_ipc"))
+      << materializer.status();
+}
+
+#ifndef SHARDD_WITH_CUDA
+TEST_F(CudaIpcInitTest, ABuildWithoutCudaRefusesDeviceInits) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(Spec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+      core::BuildLayouts(*model, 1);
+  ASSERT_TRUE(layouts.ok());
+  InitMaterializer materializer(*model, *layouts);
+  std::vector<float> out((*layouts)[0].shard(0).numel);
+  materializer.Fill(0, 0, out.data(), static_cast<int64_t>(out.size()));
+  EXPECT_EQ(materializer.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(
+      absl::StrContains(materializer.status().message(), "needs a CUDA build"))
+      << materializer.status();
+}
+#endif
 
 }  // namespace
 }  // namespace shardd::node

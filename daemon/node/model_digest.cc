@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/model_config.h"
+#include "daemon/node/device_init_support.h"
 #include "daemon/node/proto_convert.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -54,7 +55,8 @@ std::string DeterministicBytes(const v1::TensorInit& init) {
 
 bool IsValueInit(const v1::TensorInit& init) {
   return init.kind_case() == v1::TensorInit::kValues ||
-         init.kind_case() == v1::TensorInit::kSharedMemory;
+         init.kind_case() == v1::TensorInit::kSharedMemory ||
+         init.kind_case() == v1::TensorInit::kCudaIpc;
 }
 
 }  // namespace
@@ -98,6 +100,12 @@ v1::ModelSpec ModelDigest::Stripped(const v1::ModelSpec& model) {
 
 absl::StatusOr<v1::ModelAgreement> ModelDigest::Agreement(
     const v1::ModelSpec& model, const SharedMemoryChecksum& checksum) {
+  return Agreement(model, checksum, DeviceInitSupport::OfThisBuild());
+}
+
+absl::StatusOr<v1::ModelAgreement> ModelDigest::Agreement(
+    const v1::ModelSpec& model, const SharedMemoryChecksum& checksum,
+    DeviceInitReader& device) {
   v1::ModelAgreement agreement;
   for (int u = 0; u < model.units_size(); ++u) {
     const v1::UnitSpec& unit = model.units(u);
@@ -115,6 +123,14 @@ absl::StatusOr<v1::ModelAgreement> ModelDigest::Agreement(
                                                t, "].init.shared_memory"));
         if (!sum.ok()) return sum.status();
         bytes = init.shared_memory().byte_length();
+        crc = *sum;
+      } else if (init.kind_case() == v1::TensorInit::kCudaIpc) {
+        absl::StatusOr<uint32_t> sum = device.Checksum(
+            ProtoConvert::CudaIpcSourceFromProto(init.cuda_ipc()),
+            absl::StrCat("model.units[", u, "].tensors[", t,
+                         "].init.cuda_ipc"));
+        if (!sum.ok()) return sum.status();
+        bytes = init.cuda_ipc().byte_length();
         crc = *sum;
       }
       agreement.add_tensor_digests(TensorDigest(tensor, bytes, crc));

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/node/device_init_reader.h"
 #include "shardd/v1/common.pb.h"
 #include "shardd/v1/peer.pb.h"
 
@@ -19,15 +20,17 @@ namespace shardd::node {
 // every other rank's.
 //
 // A tensor's digest covers its shape, dtype and init. A value init
-// (InlineValues, SharedMemoryRef) counts by content: its byte length and the
-// CRC-32C of its bytes, so the same values uploaded inline on one rank and
-// in shared memory on another agree. Any other kind (zeros, constant,
-// normal, uniform, and kinds added later) counts by the deterministic
+// (InlineValues, SharedMemoryRef, a CudaIpcRef of the trainer's device
+// buffer) counts by content: its byte length and the CRC-32C of its bytes,
+// so the same values uploaded inline on one rank, in shared memory on
+// another and in a device buffer on a third agree. Any other kind (zeros,
+// constant, normal, uniform, and kinds added later) counts by the deterministic
 // serialization of its TensorInit message, so a kind this class has never
 // heard of still agrees by content. An unset init counts as zeros.
 //
 // Pure functions of their arguments (the checksum of shared-memory values
-// is computed by the caller's function, which does the I/O); thread-safe.
+// is computed by the caller's function, that of device values by a
+// DeviceInitReader, which do the I/O); thread-safe.
 class ModelDigest {
  public:
   // CRC-32C of a SharedMemoryRef init's bytes; `field` names the init for
@@ -35,10 +38,15 @@ class ModelDigest {
   using SharedMemoryChecksum = std::function<absl::StatusOr<uint32_t>(
       const v1::SharedMemoryRef& ref, const std::string& field)>;
 
-  // The agreement this rank publishes for `model`. Errors are the
-  // checksum's (the field named).
+  // The agreement this rank publishes for `model` (already converted and
+  // validated). Errors are the checksum's (the field named). Device values
+  // are read by DeviceInitSupport::OfThisBuild().
   static absl::StatusOr<v1::ModelAgreement> Agreement(
       const v1::ModelSpec& model, const SharedMemoryChecksum& checksum);
+  // The same, device values read by `device`.
+  static absl::StatusOr<v1::ModelAgreement> Agreement(
+      const v1::ModelSpec& model, const SharedMemoryChecksum& checksum,
+      DeviceInitReader& device);
 
   // `model` with value payloads stripped (ModelAgreement.model).
   static v1::ModelSpec Stripped(const v1::ModelSpec& model);

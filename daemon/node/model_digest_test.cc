@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/crc32c.h"
+#include "daemon/node/testing/host_device_init_reader.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -140,6 +141,68 @@ TEST_F(ModelDigestTest, InlineAndSharedMemoryValuesAgreeByContent) {
   const absl::Status s = ModelDigest::Compare(AgreementOf(Spec()), *theirs, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(s.message(), "tensor 'w'")) << s.message();
+}
+
+TEST_F(ModelDigestTest, SharedMemoryAndDeviceBufferValuesAgreeByContent) {
+  const std::string w = Fp32({1, 2, 3, 4, 5, 6, 7, 8});
+  // Rank 1 hands over w in shared memory, rank 2 in its device buffer.
+  v1::ModelSpec shm = Spec();
+  v1::SharedMemoryRef* ref = shm.mutable_units(0)
+                                 ->mutable_tensors(0)
+                                 ->mutable_init()
+                                 ->mutable_shared_memory();
+  ref->set_path("/dev/shm/rank1-init");
+  ref->set_segment_bytes(w.size());
+  ref->set_byte_length(w.size());
+  absl::StatusOr<v1::ModelAgreement> rank1 =
+      ModelDigest::Agreement(shm, FakeFiles({{"/dev/shm/rank1-init", w}}));
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  testing::HostDeviceInitReader device;
+  const std::string handle = device.Add(std::string(32, 'q') + w);
+  v1::ModelSpec gpu = Spec();
+  v1::CudaIpcRef* ipc = gpu.mutable_units(0)
+                            ->mutable_tensors(0)
+                            ->mutable_init()
+                            ->mutable_cuda_ipc();
+  ipc->set_mem_handle(handle);
+  ipc->set_allocation_bytes(32 + w.size());
+  ipc->set_byte_offset(32);
+  ipc->set_byte_length(w.size());
+  absl::StatusOr<v1::ModelAgreement> rank2 =
+      ModelDigest::Agreement(gpu, FakeFiles({}), device);
+  ASSERT_TRUE(rank2.ok()) << rank2.status();
+  EXPECT_TRUE(ModelDigest::Compare(*rank1, *rank2, 2).ok());
+  EXPECT_TRUE(ModelDigest::Compare(*rank2, AgreementOf(Spec()), 0).ok());
+  // The handle is not exchanged.
+  EXPECT_FALSE(rank2->model().units(0).tensors(0).init().has_cuda_ipc());
+  EXPECT_TRUE(
+      rank2->model().units(0).tensors(0).init().values().data().empty());
+  // Other bytes in the device buffer do not agree.
+  const std::string other = device.Add(std::string(32 + w.size(), 'q'));
+  ipc->set_mem_handle(other);
+  rank2 = ModelDigest::Agreement(gpu, FakeFiles({}), device);
+  ASSERT_TRUE(rank2.ok()) << rank2.status();
+  const absl::Status s = ModelDigest::Compare(*rank1, *rank2, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "tensor 'w'")) << s.message();
+}
+
+TEST_F(ModelDigestTest, ADeviceChecksumErrorNamesTheInit) {
+  testing::HostDeviceInitReader device;
+  v1::ModelSpec gpu = Spec();
+  v1::CudaIpcRef* ipc = gpu.mutable_units(1)
+                            ->mutable_tensors(0)
+                            ->mutable_init()
+                            ->mutable_cuda_ipc();
+  ipc->set_mem_handle(std::string(64, 'n'));  // No such allocation.
+  ipc->set_allocation_bytes(12);
+  ipc->set_byte_length(12);
+  const absl::StatusOr<v1::ModelAgreement> a =
+      ModelDigest::Agreement(gpu, FakeFiles({}), device);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(a.status().message(),
+                                "model.units[1].tensors[0].init.cuda_ipc"))
+      << a.status();
 }
 
 TEST_F(ModelDigestTest, AChecksumErrorNamesTheInit) {

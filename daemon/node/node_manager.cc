@@ -30,6 +30,7 @@
 #include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/cpu_engine_backend.h"
+#include "daemon/node/device_init_support.h"
 #include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/init_materializer.h"
@@ -879,6 +880,10 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   absl::StatusOr<core::ModelConfig> model =
       ProtoConvert::ModelFromProto(request.model());
   if (!model.ok()) return model.status();
+  if (absl::Status s = DeviceInitSupport::CheckBackend(*model, device_memory_);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = options_.admission->AdmitInitCopy(*model); !s.ok()) {
     return s;
   }

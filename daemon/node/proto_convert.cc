@@ -125,6 +125,63 @@ absl::StatusOr<core::InitSpec> InitFromProto(const v1::TensorInit& init,
                             ref.byte_length()};
       return spec;
     }
+    case v1::TensorInit::kCudaIpc: {
+      const v1::CudaIpcRef& ref = init.cuda_ipc();
+      const std::string field = path + ".cuda_ipc";
+      if (static_cast<int64_t>(ref.mem_handle().size()) !=
+          core::CudaIpcSource::kCudaIpcHandleBytes) {
+        return Invalid(field + ".mem_handle",
+                       absl::StrCat("must be the 64 bytes of a "
+                                    "cudaIpcMemHandle_t, got ",
+                                    ref.mem_handle().size()));
+      }
+      if (!ref.ready_event_handle().empty()) {
+        return Invalid(field + ".ready_event_handle",
+                       "must be empty for an init: finish the writes before "
+                       "RegisterModel");
+      }
+      if (ref.device_ordinal() < 0) {
+        return Invalid(
+            field + ".device_ordinal",
+            absl::StrCat("must be >= 0, got ", ref.device_ordinal()));
+      }
+      if (ref.allocation_bytes() < 0) {
+        return Invalid(
+            field + ".allocation_bytes",
+            absl::StrCat("must be >= 0, got ", ref.allocation_bytes()));
+      }
+      if (ref.byte_length() < 0 || ref.byte_length() > ref.allocation_bytes()) {
+        return Invalid(
+            field + ".byte_length",
+            absl::StrCat("must be in [0, allocation_bytes = ",
+                         ref.allocation_bytes(), "], got ", ref.byte_length()));
+      }
+      if (ref.byte_offset() < 0 ||
+          ref.byte_offset() > ref.allocation_bytes() - ref.byte_length()) {
+        return Invalid(
+            field + ".byte_offset",
+            absl::StrCat("range [", ref.byte_offset(), ", +", ref.byte_length(),
+                         ") outside the allocation of ", ref.allocation_bytes(),
+                         " bytes"));
+      }
+      const int64_t size = core::DTypeSize(dtype);
+      if (ref.byte_length() % size != 0) {
+        return Invalid(
+            field + ".byte_length",
+            absl::StrCat(ref.byte_length(), " bytes is not a whole number of ",
+                         core::DTypeName(dtype), " elements"));
+      }
+      if (ref.byte_offset() % size != 0) {
+        return Invalid(
+            field + ".byte_offset",
+            absl::StrCat("must be a multiple of ", size, " (",
+                         core::DTypeName(dtype), "), got ", ref.byte_offset()));
+      }
+      core::InitSpec spec;
+      spec.kind = core::InitKind::kCudaIpc;
+      spec.cuda_ipc = ProtoConvert::CudaIpcSourceFromProto(ref);
+      return spec;
+    }
   }
   return Invalid(
       path, absl::StrCat("unknown kind ", static_cast<int>(init.kind_case())));
@@ -158,6 +215,16 @@ void InitToProto(const core::InitSpec& init, v1::TensorInit* out) {
       ref->set_segment_bytes(init.shared_memory.segment_bytes);
       ref->set_byte_offset(init.shared_memory.byte_offset);
       ref->set_byte_length(init.shared_memory.byte_length);
+      break;
+    }
+    case core::InitKind::kCudaIpc: {
+      v1::CudaIpcRef* ref = out->mutable_cuda_ipc();
+      ref->set_mem_handle(init.cuda_ipc.mem_handle);
+      ref->set_device_ordinal(init.cuda_ipc.device_ordinal);
+      ref->set_pci_bus_id(init.cuda_ipc.pci_bus_id);
+      ref->set_allocation_bytes(init.cuda_ipc.allocation_bytes);
+      ref->set_byte_offset(init.cuda_ipc.byte_offset);
+      ref->set_byte_length(init.cuda_ipc.byte_length);
       break;
     }
   }
@@ -361,6 +428,18 @@ v1::ModelSpec ProtoConvert::ModelToProto(const core::ModelConfig& model) {
   out->set_max_grad_norm(config.max_grad_norm);
   out->set_max_gathered_units(static_cast<int32_t>(config.max_gathered_units));
   return spec;
+}
+
+core::CudaIpcSource ProtoConvert::CudaIpcSourceFromProto(
+    const v1::CudaIpcRef& ref) {
+  core::CudaIpcSource source;
+  source.mem_handle = ref.mem_handle();
+  source.device_ordinal = ref.device_ordinal();
+  source.pci_bus_id = ref.pci_bus_id();
+  source.allocation_bytes = ref.allocation_bytes();
+  source.byte_offset = ref.byte_offset();
+  source.byte_length = ref.byte_length();
+  return source;
 }
 
 v1::MemoryBreakdown ProtoConvert::MemoryToProto(

@@ -24,9 +24,12 @@ namespace shardd::node {
 // UNSPECIFIED (tensor dtype), enum values this build does not know, an unset
 // or unknown oneof (optimizer), negative numbers (sharding_factor,
 // max_gathered_units, max_grad_norm, block_elements, shared-memory
-// offsets), a block size that does not fit the mode. Everything else
-// (shapes, names, sizes, hyper-parameter ranges) is core::Validate's job;
-// its paths are relative to ModelSpec, so callers prefix "model.".
+// offsets), a block size that does not fit the mode, a CUDA IPC init whose
+// handle is not 64 bytes, whose range is outside its allocation or not a
+// whole number of the tensor's elements, or that names a ready event.
+// Everything else (shapes, names, sizes, hyper-parameter ranges) is
+// core::Validate's job; its paths are relative to ModelSpec, so callers prefix
+// "model.".
 //
 // Stateless functions; thread-safe.
 class ProtoConvert {
@@ -37,6 +40,10 @@ class ProtoConvert {
   // The inverse (every unit gets its alignment explicitly; unspecified
   // dtypes stay UNSPECIFIED). ModelFromProto(ModelToProto(m)) == m.
   static v1::ModelSpec ModelToProto(const core::ModelConfig& model);
+
+  // The fields of a TensorInit.cuda_ipc, unchecked (ModelFromProto checks
+  // them).
+  static core::CudaIpcSource CudaIpcSourceFromProto(const v1::CudaIpcRef& ref);
 
   static v1::MemoryBreakdown MemoryToProto(const core::MemoryBreakdown& memory);
 };

@@ -222,6 +222,98 @@ TEST_F(ProtoConvertTest, SharedMemoryInitIsKeptAsAReference) {
   EXPECT_TRUE(core::Validate(*model, 4).ok()) << core::Validate(*model, 4);
 }
 
+// Tensor "bias" (16 fp32) of ValidSpec in a trainer's device buffer.
+v1::ModelSpec CudaIpcSpec() {
+  v1::ModelSpec spec = ValidSpec();
+  v1::CudaIpcRef* ref = spec.mutable_units(0)
+                            ->mutable_tensors(1)
+                            ->mutable_init()
+                            ->mutable_cuda_ipc();
+  ref->set_mem_handle(std::string(64, '\7'));
+  ref->set_device_ordinal(1);
+  ref->set_pci_bus_id("0000:3b:00.0");
+  ref->set_allocation_bytes(4096);
+  ref->set_byte_offset(128);
+  ref->set_byte_length(64);
+  return spec;
+}
+
+v1::CudaIpcRef* BiasRef(v1::ModelSpec& spec) {
+  return spec.mutable_units(0)
+      ->mutable_tensors(1)
+      ->mutable_init()
+      ->mutable_cuda_ipc();
+}
+
+TEST_F(ProtoConvertTest, CudaIpcInitIsKeptAsAReferenceAndRoundTrips) {
+  absl::StatusOr<core::ModelConfig> model =
+      ProtoConvert::ModelFromProto(CudaIpcSpec());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const core::InitSpec& init = model->units[0].tensors[1].init;
+  EXPECT_EQ(init.kind, core::InitKind::kCudaIpc);
+  EXPECT_EQ(init.cuda_ipc.mem_handle, std::string(64, '\7'));
+  EXPECT_EQ(init.cuda_ipc.device_ordinal, 1);
+  EXPECT_EQ(init.cuda_ipc.pci_bus_id, "0000:3b:00.0");
+  EXPECT_EQ(init.cuda_ipc.allocation_bytes, 4096);
+  EXPECT_EQ(init.cuda_ipc.byte_offset, 128);
+  EXPECT_EQ(init.cuda_ipc.byte_length, 64);
+  EXPECT_TRUE(core::Validate(*model, 4).ok()) << core::Validate(*model, 4);
+  absl::StatusOr<core::ModelConfig> again =
+      ProtoConvert::ModelFromProto(ProtoConvert::ModelToProto(*model));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(core::CompareModels(*model, *again).ok());
+  // Another handle is another model (before the digest reads the values).
+  v1::ModelSpec other = CudaIpcSpec();
+  BiasRef(other)->set_mem_handle(std::string(64, '\6'));
+  absl::StatusOr<core::ModelConfig> changed =
+      ProtoConvert::ModelFromProto(other);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(core::CompareModels(*model, *changed).ok());
+}
+
+TEST_F(ProtoConvertTest, RejectsBadCudaIpcRefsNamingTheField) {
+  const std::string field = "model.units[0].tensors[1].init.cuda_ipc";
+  v1::ModelSpec spec = CudaIpcSpec();
+  BiasRef(spec)->set_mem_handle(std::string(63, '\7'));
+  ExpectInvalid(spec, field + ".mem_handle: must be the 64 bytes");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_ready_event_handle(std::string(64, '\1'));
+  ExpectInvalid(spec, field + ".ready_event_handle");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_device_ordinal(-1);
+  ExpectInvalid(spec, field + ".device_ordinal");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_allocation_bytes(-1);
+  ExpectInvalid(spec, field + ".allocation_bytes");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_length(8192);
+  ExpectInvalid(spec, field + ".byte_length");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_offset(4096 - 32);
+  ExpectInvalid(spec, field + ".byte_offset: range [4064, +64)");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_offset(-4);
+  ExpectInvalid(spec, field + ".byte_offset");
+  // Whole fp32 elements, aligned to them.
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_length(62);
+  ExpectInvalid(spec, field + ".byte_length: 62 bytes is not a whole number");
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_offset(130);
+  ExpectInvalid(spec, field + ".byte_offset: must be a multiple of 4");
+  // The tensor's size is core::Validate's: 16 fp32 elements are 64 bytes.
+  spec = CudaIpcSpec();
+  BiasRef(spec)->set_byte_length(60);
+  absl::StatusOr<core::ModelConfig> model = ProtoConvert::ModelFromProto(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const absl::Status s = core::Validate(*model, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("units[0].tensors[1].init.cuda_ipc.byte_length: "
+                             "60 bytes, expected 64"),
+            absl::string_view::npos)
+      << s.message();
+}
+
 TEST_F(ProtoConvertTest, MemoryBreakdownMapsEveryField) {
   core::MemoryBreakdown memory;
   memory.parameter_shard_bytes = 1;

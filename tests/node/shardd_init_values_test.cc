@@ -344,6 +344,39 @@ TEST_F(ShardInitValuesTest, MismatchedValuesAreRefusedNamingTheTensor) {
   }
 }
 
+TEST_F(ShardInitValuesTest, DeviceBufferValuesNeedADaemonOnAGpu) {
+  constexpr int64_t kRows = 8, kCols = 4;
+  SharedMemorySegment* values = MakeValues(
+      absl::StrCat("shardd-init-c-", getpid()), 2 * kRows * kCols * 4);
+  ASSERT_NE(values, nullptr);
+  pb::ModelSpec model = Model(*values, 2, kRows, kCols);
+  pb::CudaIpcRef* ref = model.mutable_units(1)
+                            ->mutable_tensors(0)
+                            ->mutable_init()
+                            ->mutable_cuda_ipc();
+  ref->set_mem_handle(std::string(64, '\1'));
+  ref->set_allocation_bytes(kRows * kCols * 4);
+  ref->set_byte_length(kRows * kCols * 4);
+  std::vector<pb::RegisterModelResponse> responses;
+  const std::vector<grpc::Status> statuses =
+      RegisterBoth({model, model}, &responses);
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_EQ(statuses[r].error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << "rank " << r << ": " << statuses[r].error_message();
+    EXPECT_TRUE(absl::StrContains(statuses[r].error_message(),
+                                  "model.units[1].tensors[0].init.cuda_ipc: "
+                                  "an init from a trainer's device buffer "
+                                  "needs a daemon on a GPU"))
+        << statuses[r].error_message();
+    pb::GetStatusResponse status;
+    ASSERT_TRUE(stubs_[r]
+                    ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                pb::GetStatusRequest(), &status)
+                    .ok());
+    EXPECT_FALSE(status.registered()) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace shardd::tests
 
