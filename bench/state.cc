@@ -32,10 +32,14 @@
 //                into a warm buffer. Repetitions alternate (3; --quick 2).
 //                Figures: register_gbps (initial-value bytes / wall time),
 //                memcpy_gbps, register_gbps_to_memcpy_ratio (target >=
-//                0.7; median of each registration's ratio to the memcpy
-//                right after it). The row also gives this machine's CRC-32C
-//                speed over the same bytes (each daemon checksums them
-//                all, which bounds registration).
+//                0.7; median of each registration's ratio to the best of
+//                three memcpys right after it). What bounds it, in the row:
+//                the busier daemon's CPU time, its memory plan, this
+//                machine's CRC-32C speed over the same bytes (each daemon
+//                checksums them all) and its first-touch speed of fresh
+//                memory (each daemon allocates and touches its whole plan),
+//                and register_plan_touch_share, the share of the wall time
+//                that touching the plan accounts for.
 //   load         RegisterModel with load_from = a FULL export (parameters,
 //                the same model and sizes as `register`, written once by
 //                that model's first job) at W = F = 2 through real daemons,
@@ -44,10 +48,11 @@
 //                Before each timed read, load or dd, the file's pages are
 //                dropped from the page cache (fsync + posix_fadvise
 //                DONTNEED; the row's `cached_before` says what mincore saw
-//                left, 0 when the drop worked), so both read the disk.
+//                left, 0 when the drop worked), so both read the disk (or
+//                whatever caches below this kernel, a VM's host, alike).
 //                Figures: load_gbps (file bytes / wall time), disk_read_gbps,
 //                load_to_disk_read_ratio (target >= 0.7, median of paired
-//                ratios as above).
+//                ratios as above), load_plan_touch_share as above.
 // A case is a function of the options and the report; add one to Cases().
 //
 // --dir=DIR (default $TMPDIR or /tmp): where the files go (the disk
@@ -558,6 +563,15 @@ double MemcpyGbps(const void* src, char* dst, int64_t bytes) {
   return bytes / s / 1e9;
 }
 
+// The share of a registration's wall time `wall_s` that first-touching a
+// daemon's memory plan of `plan_bytes` at `first_touch_gbps` accounts for
+// (each daemon allocates and touches its whole plan while registering).
+double PlanTouchShare(int64_t plan_bytes, double first_touch_gbps,
+                      double wall_s) {
+  if (first_touch_gbps <= 0 || wall_s <= 0) return 0;
+  return plan_bytes / first_touch_gbps / 1e9 / wall_s;
+}
+
 // Writes `bytes` of freshly mapped anonymous memory once (the page faults
 // and zeroing a daemon pays for its memory plan at registration): GB/s.
 double FirstTouchGbps(int64_t bytes) {
@@ -629,10 +643,14 @@ absl::Status Register(const Options& options, BenchReport& report) {
                  {"daemon_cpu_s", Median(cpu)},
                  {"plan_MiB", static_cast<double>(plan_bytes) / kMiB},
                  {"crc32c_GBps", crc_gbps},
-                 {"first_touch_GBps", first_touch_gbps}});
+                 {"first_touch_GBps", first_touch_gbps},
+                 {"plan_touch_share",
+                  PlanTouchShare(plan_bytes, first_touch_gbps, Median(wall))}});
   report.SetFigure("register_gbps", g);
   report.SetFigure("memcpy_gbps", m);
   report.SetFigure("register_gbps_to_memcpy_ratio", ratio);
+  report.SetFigure("register_plan_touch_share",
+                   PlanTouchShare(plan_bytes, first_touch_gbps, Median(wall)));
   return absl::OkStatus();
 }
 
@@ -711,7 +729,7 @@ absl::Status Load(const Options& options, BenchReport& report) {
   request.set_load_from(path);
   std::vector<double> load_gbps, read_gbps, ratios, wall, cpu;
   double cached_before = 0;
-  int64_t file_bytes = 0;
+  int64_t file_bytes = 0, plan_bytes = 0;
   for (int rep = 0; rep < reps; ++rep) {
     DaemonCluster cluster;
     if (absl::Status s = cluster.Start(options); !s.ok()) return s;
@@ -728,6 +746,7 @@ absl::Status Load(const Options& options, BenchReport& report) {
     load_gbps.push_back(file_bytes / done->seconds / 1e9);
     wall.push_back(done->seconds);
     cpu.push_back(done->cpu_seconds);
+    plan_bytes = done->plan_bytes;
     cached = DropFromPageCache(path);
     if (!cached.ok()) return cached.status();
     cached_before = std::max(cached_before, *cached);
@@ -737,6 +756,7 @@ absl::Status Load(const Options& options, BenchReport& report) {
     read_gbps.push_back(*disk);
     ratios.push_back(load_gbps.back() / *disk);
   }
+  const double first_touch_gbps = FirstTouchGbps(plan_bytes);
   const double l = Median(load_gbps), d = Median(read_gbps),
                ratio = Median(ratios);
   report.AddRow({{"case", std::string("load")},
@@ -750,10 +770,16 @@ absl::Status Load(const Options& options, BenchReport& report) {
                  {"ratio", ratio},
                  {"wall_s", Median(wall)},
                  {"daemon_cpu_s", Median(cpu)},
+                 {"plan_MiB", static_cast<double>(plan_bytes) / kMiB},
+                 {"first_touch_GBps", first_touch_gbps},
+                 {"plan_touch_share",
+                  PlanTouchShare(plan_bytes, first_touch_gbps, Median(wall))},
                  {"cached_before", cached_before}});
   report.SetFigure("load_gbps", l);
   report.SetFigure("disk_read_gbps", d);
   report.SetFigure("load_to_disk_read_ratio", ratio);
+  report.SetFigure("load_plan_touch_share",
+                   PlanTouchShare(plan_bytes, first_touch_gbps, Median(wall)));
   return absl::OkStatus();
 }
 
