@@ -82,6 +82,11 @@ TEST(GlooStoreAdapterTest, EveryKeyGlooWritesIsOwnedByItsWriter) {
     stores.push_back(std::make_unique<RecordingStore>(shared));
   }
   std::vector<std::string> errors(job_ranks.size());
+  // Kept until every rank has connected: a rank whose connectFullMesh
+  // returned first would otherwise close its pairs while a peer is still
+  // finishing the handshake with it ("Connection closed by peer").
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(
+      job_ranks.size());
   std::vector<std::thread> threads;
   for (int r = 0; r < static_cast<int>(job_ranks.size()); ++r) {
     threads.emplace_back([&, r] {
@@ -95,12 +100,14 @@ TEST(GlooStoreAdapterTest, EveryKeyGlooWritesIsOwnedByItsWriter) {
         GlooStoreAdapter adapter(*stores[r], 5, "shard/0", job_ranks,
                                  MonoNow() + absl::Seconds(20));
         context->connectFullMesh(adapter, device);
+        contexts[r] = std::move(context);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
     });
   }
   for (std::thread& t : threads) t.join();
+  contexts.clear();
   for (size_t r = 0; r < job_ranks.size(); ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     const std::vector<std::string> written = stores[r]->written();
