@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "daemon/core/mono_notification.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::client {
 namespace {
@@ -23,6 +26,9 @@ std::string HumanBytes(double bytes) {
 
 }  // namespace
 
+// How long a finished export waits for its done report.
+constexpr absl::Duration kDoneReportGrace = absl::Seconds(2);
+
 ExportDriver::ExportDriver(std::vector<TrainerClient*> clients)
     : clients_(std::move(clients)) {}
 
@@ -35,6 +41,7 @@ std::vector<absl::StatusOr<v1::ExportStateResponse>> ExportDriver::Run(
   // Subscribed (the snapshot read) before the export starts.
   std::unique_ptr<EventStream> events;
   std::thread watcher;
+  MonoNotification saw_done;
   if (on_progress) {
     events = clients_[0]->WatchEvents(v1::WatchEventsRequest(), deadline);
     v1::TrainerEvent snapshot;
@@ -47,7 +54,10 @@ std::vector<absl::StatusOr<v1::ExportStateResponse>> ExportDriver::Run(
             continue;
           }
           on_progress(event.export_progress());
-          if (event.export_progress().done()) break;
+          if (event.export_progress().done()) {
+            saw_done.Notify();
+            break;
+          }
         }
       });
     }
@@ -59,8 +69,12 @@ std::vector<absl::StatusOr<v1::ExportStateResponse>> ExportDriver::Run(
   }
   for (std::thread& t : calls) t.join();
   if (events != nullptr) {
-    // The exports returned: a done report still in flight is not waited
-    // for.
+    // The exports returned. The daemon publishes its done report before it
+    // replies, but the report travels on another stream: give it a moment
+    // (bounded) so that a finished export ends its progress at 100%.
+    if (watcher.joinable()) {
+      saw_done.WaitUntil(std::min(deadline, MonoNow() + kDoneReportGrace));
+    }
     events->Cancel();
     if (watcher.joinable()) watcher.join();
     (void)events->Finish();
