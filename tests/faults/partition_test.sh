@@ -9,7 +9,7 @@
 # daemons probe each other's peer service (~1 s) and report peers that
 # failed 3 probes in a row in their heartbeats; the coordinator removes the
 # node cut off from its peers and quarantines its peer address for
-# --partition_quarantine_ms (3 s here), refusing its re-join meanwhile.
+# --partition_quarantine_ms (8 s here), refusing its re-join meanwhile.
 # Once the removal is logged the link comes up again: the same process
 # re-joins with its shard and training completes.
 #
@@ -31,7 +31,9 @@ source "$(dirname "$0")/fault_lib.sh"
 source "$(dirname "$0")/netns_lib.sh"
 fl_init "$@"
 nl_setup
-NL_COORD_FLAGS=(--partition_quarantine_ms=3000)
+# Long enough that the removed daemon's first re-join attempt falls inside it
+# even on a loaded machine (with 3 s a CI run once saw it come later).
+NL_COORD_FLAGS=(--partition_quarantine_ms=8000)
 fl_reference
 
 RANK=2
