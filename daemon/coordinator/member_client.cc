@@ -4,6 +4,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/core/deadline_waker.h"
@@ -152,6 +153,15 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   if (options_.checkpoints)
     *request.mutable_checkpoints() = options_.checkpoints();
 
+  {
+    absl::MutexLock lock(&mu_);
+    ++joins_in_flight_;
+  }
+  // Dropped after the reply (and its token) is taken in, on every path.
+  absl::Cleanup join_done = [this] {
+    absl::MutexLock lock(&mu_);
+    --joins_in_flight_;
+  };
   grpc::ClientContext context;
   rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   if (!Register(&context)) {
@@ -366,6 +376,15 @@ int MemberClient::rank() const {
 
 std::string MemberClient::lease_token() const {
   absl::MutexLock lock(&mu_);
+  return lease_token_;
+}
+
+std::string MemberClient::SettledLeaseToken(MonoTime deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return joins_in_flight_ == 0;
+  };
+  AwaitUntil(&mu_, absl::Condition(&settled), deadline);
   return lease_token_;
 }
 

@@ -173,6 +173,13 @@ class MemberClient {
   // the calls it makes as that rank (e.g. the rendezvous store,
   // comm::CoordinatorStoreOptions::lease_token). Never log it.
   std::string lease_token() const;
+  // The lease token once no (re-)join is in flight, waiting until
+  // `deadline` at most (then the token it has). A re-join replaces the
+  // token, and the coordinator announces the epoch it starts on the watch
+  // stream before the Join reply reaches this client: a daemon that built
+  // that epoch's communicators with lease_token() could present the old
+  // token and be refused by the rendezvous store.
+  std::string SettledLeaseToken(MonoTime deadline) const;
 
   MembershipView view() const;
 
@@ -254,6 +261,8 @@ class MemberClient {
   bool left_ ABSL_GUARDED_BY(mu_) = false;
   shardd::v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);
   std::string lease_token_ ABSL_GUARDED_BY(mu_);
+  // Join RPCs in flight (SettledLeaseToken waits for none).
+  int joins_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int rank_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) =
       absl::Milliseconds(500);

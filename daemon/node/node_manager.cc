@@ -456,7 +456,8 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   const int rank = client_->rank();
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
-  so.lease_token = client_->lease_token();
+  so.lease_token =
+      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
@@ -780,7 +781,8 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
   }
   comm::CoordinatorStoreOptions so;
   so.rank = rank;
-  so.lease_token = client_->lease_token();
+  so.lease_token =
+      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
   so.credentials = options_.coordinator_credentials;
   std::unique_ptr<comm::CoordinatorStore> store =
       comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
