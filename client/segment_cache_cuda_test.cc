@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,17 +69,24 @@ bool ReadAll(int fd, void* p, size_t n) {
 
 // Runs the daemon child; `trainer` writes and flushes the slot named by the
 // ref it is given. Returns the child's exit status.
+//
+// The child is this binary executed afresh (main's --daemon_child), not a
+// bare fork: once an earlier test has used CUDA here, a forked child holds
+// a CUDA state it may not use (on an H200 the second test's child failed
+// its first CUDA call).
 template <typename Trainer>
 int WithDaemon(Trainer trainer) {
   int down[2], up[2];
   if (pipe(down) != 0 || pipe(up) != 0) return -1;
-  // Fork before this process touches CUDA: a child may not use a CUDA
-  // context it inherited.
+  const std::string to_trainer = std::to_string(down[1]);
+  const std::string from_trainer = std::to_string(up[0]);
   const pid_t pid = fork();
   if (pid == 0) {
     close(down[0]);
     close(up[1]);
-    Daemon(down[1], up[0]);
+    execl("/proc/self/exe", "segment_cache_cuda_test", "--daemon_child",
+          to_trainer.c_str(), from_trainer.c_str(), nullptr);
+    _exit(7);
   }
   close(down[1]);
   close(up[0]);
@@ -87,6 +96,7 @@ int WithDaemon(Trainer trainer) {
   } else {
     v1::DataRef ref;
     ref.set_dtype(v1::DTYPE_FP32);
+    ref.set_byte_length(kFloats * 4);  // As the daemon's refs say it.
     v1::CudaIpcRef* cuda = ref.mutable_cuda_ipc();
     cuda->set_mem_handle(std::string(handle, sizeof(handle)));
     cuda->set_device_ordinal(0);
@@ -140,3 +150,14 @@ TEST(SegmentCacheCudaTest, HostWrittenSlotIsUploadedByFlush) {
 
 }  // namespace
 }  // namespace shardd::client
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--daemon_child") == 0) {
+    shardd::client::Daemon(std::atoi(argv[2]), std::atoi(argv[3]));
+  }
+  // A child that died early closes its pipe: the write then fails (and the
+  // test says so) instead of SIGPIPE ending the whole test binary.
+  signal(SIGPIPE, SIG_IGN);
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -27,12 +27,13 @@ __global__ void UpcastBf16(const uint16_t* __restrict__ src,
   }
 }
 
-__global__ void UpcastFp16(const __half* __restrict__ src,
+// Through HalfBitsToFloat, not __half2float: NaNs keep the host's bits.
+__global__ void UpcastFp16(const uint16_t* __restrict__ src,
                            float* __restrict__ dst, int64_t n) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    dst[i] = __half2float(src[i]);
+    dst[i] = core::cuda::HalfBitsToFloat(src[i]);
   }
 }
 
@@ -84,7 +85,7 @@ int LaunchUpcast(const void* src, HalfType type, float* dst, int64_t n,
     UpcastBf16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src),
                                               dst, n);
   } else {
-    UpcastFp16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const __half*>(src),
+    UpcastFp16<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src),
                                               dst, n);
   }
   return core::cuda::LaunchResult();

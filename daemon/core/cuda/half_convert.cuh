@@ -38,7 +38,16 @@ __device__ __forceinline__ uint16_t FloatToHalfBits(float value) {
   return __half_as_ushort(__float2half_rn(value));
 }
 
+// The hardware conversion is exact for every fp16 that is not a NaN; a NaN
+// it quiets (an H200 returned other bits for signalling NaNs than
+// core::HalfToFloat, which keeps sign and payload as they are), so NaNs are
+// widened by hand.
 __device__ __forceinline__ float HalfBitsToFloat(uint16_t bits) {
+  if ((bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0) {
+    return __uint_as_float((static_cast<uint32_t>(bits & 0x8000u) << 16) |
+                           0x7f800000u |
+                           (static_cast<uint32_t>(bits & 0x3ffu) << 13));
+  }
   return __half2float(__ushort_as_half(bits));
 }
 
