@@ -177,6 +177,24 @@ absl::Status ModelDigest::Compare(const v1::ModelAgreement& mine,
           have_theirs ? theirs.tensor_digests(index) : 0));
     }
   }
+  const v1::StateSourceDigest& a_src = mine.state_source();
+  const v1::StateSourceDigest& b_src = theirs.state_source();
+  if (a_src.field() != b_src.field() || a_src.step() != b_src.step() ||
+      a_src.digest() != b_src.digest()) {
+    auto describe = [](const v1::StateSourceDigest& d) {
+      return d.field().empty()
+                 ? std::string("no saved state")
+                 : absl::StrFormat("%s '%s' (step %d, digest %016x)", d.field(),
+                                   d.path(), d.step(), d.digest());
+    };
+    const std::string& field =
+        a_src.field().empty() ? b_src.field() : a_src.field();
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": differs from rank ", their_rank,
+                     "'s: ", describe(a_src), " here, ", describe(b_src),
+                     " there; every rank must load the same "
+                     "saved state"));
+  }
   if (theirs.tensor_digests_size() != index) {
     return absl::FailedPreconditionError(
         absl::StrCat("model differs from rank ", their_rank,

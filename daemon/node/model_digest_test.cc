@@ -271,5 +271,53 @@ TEST_F(ModelDigestTest, ThousandsOfTensorsStayWellUnderTheStoreLimit) {
   EXPECT_TRUE(ModelDigest::Compare(agreement, AgreementOf(spec), 1).ok());
 }
 
+v1::StateSourceDigest Source(const std::string& field, const std::string& path,
+                             int64_t step, uint64_t digest) {
+  v1::StateSourceDigest d;
+  d.set_field(field);
+  d.set_path(path);
+  d.set_step(step);
+  d.set_digest(digest);
+  return d;
+}
+
+TEST_F(ModelDigestTest, SameSavedStateAtOtherPathsAgrees) {
+  v1::ModelAgreement a = AgreementOf(Spec());
+  v1::ModelAgreement b = AgreementOf(Spec());
+  *a.mutable_state_source() = Source("load_from", "/nvme0/m.safetensors", 6, 7);
+  *b.mutable_state_source() = Source("load_from", "/nvme1/m.safetensors", 6, 7);
+  EXPECT_TRUE(ModelDigest::Compare(a, b, 1).ok());
+}
+
+TEST_F(ModelDigestTest, OtherSavedStateIsAMismatchNamingTheField) {
+  const v1::ModelAgreement base = AgreementOf(Spec());
+  struct Case {
+    v1::StateSourceDigest mine, theirs;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {Source("load_from", "/a", 6, 7), Source("load_from", "/b", 6, 8),
+       "load_from"},
+      {Source("load_from", "/a", 6, 7), Source("load_from", "/a", 9, 7),
+       "load_from"},
+      {Source("resume_from", "/c", 6, 7), Source("load_from", "/c", 6, 7),
+       "resume_from"},
+      {Source("load_from", "/a", 6, 7), v1::StateSourceDigest(), "load_from"},
+      {v1::StateSourceDigest(), Source("resume_from", "/c", 3, 1),
+       "resume_from"},
+  };
+  for (const Case& c : cases) {
+    v1::ModelAgreement a = base, b = base;
+    *a.mutable_state_source() = c.mine;
+    *b.mutable_state_source() = c.theirs;
+    const absl::Status s = ModelDigest::Compare(a, b, 2);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition)
+        << c.mine.ShortDebugString() << " vs " << c.theirs.ShortDebugString();
+    EXPECT_TRUE(
+        absl::StartsWith(s.message(), c.field + ": differs from rank 2"))
+        << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace shardd::node

@@ -971,6 +971,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
             field);
       });
   if (!agreement.ok()) return agreement.status();
+  *agreement->mutable_state_source() = import->source_digest();
   if (absl::Status s = ExchangeModel(*epoch, *agreement, deadline); !s.ok()) {
     return s;
   }

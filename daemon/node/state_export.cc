@@ -318,6 +318,7 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
   std::vector<StepEngine::StateKind> kinds = {
       StepEngine::StateKind::kParameters};
   kinds.insert(kinds.end(), state_kinds.begin(), state_kinds.end());
+  std::vector<float> gathered;
   for (size_t u = 0; u < config.units.size(); ++u) {
     const std::vector<core::TensorView>& views = config.units[u].tensors();
     for (StepEngine::StateKind kind : kinds) {
@@ -330,11 +331,14 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
           }
         }
       } else {
-        // One gathered unit (of one kind) in memory at a time.
-        absl::StatusOr<std::vector<float>> gathered =
-            engine_.GatherState(u, kind, options_.gather_timeout);
-        if (!gathered.ok()) return gather_failed(u, gathered.status());
-        append(gathered->data(), views);
+        // One gathered unit (of one kind) in memory at a time, in one
+        // buffer reused for every unit.
+        if (absl::Status s = engine_.GatherStateInto(
+                u, kind, options_.gather_timeout, gathered);
+            !s.ok()) {
+          return gather_failed(u, s);
+        }
+        append(gathered.data(), views);
       }
       for (const core::TensorView& t : views) {
         done += t.numel * static_cast<int64_t>(sizeof(float));

@@ -375,6 +375,16 @@ std::vector<StepEngine::StateKind> StepEngine::OptimizerStateKinds() const {
 
 absl::StatusOr<std::vector<float>> StepEngine::GatherState(
     int unit, StateKind kind, absl::Duration timeout) {
+  std::vector<float> out;
+  if (absl::Status s = GatherStateInto(unit, kind, timeout, out); !s.ok()) {
+    return s;
+  }
+  return out;
+}
+
+absl::Status StepEngine::GatherStateInto(int unit, StateKind kind,
+                                         absl::Duration timeout,
+                                         std::vector<float>& out) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   // The shard's section, where StateSections says it is (the pointers stay
   // valid for the engine's life).
@@ -394,14 +404,9 @@ absl::StatusOr<std::vector<float>> StepEngine::GatherState(
   const std::vector<int64_t> counts = StoredCounts(unit);
   const int64_t total =
       std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  std::vector<float> out(static_cast<size_t>(total));
+  out.resize(static_cast<size_t>(total));
   if (f == 1) {
-    if (absl::Status s =
-            math_->Download(out.data(), mine, stored * int64_t{sizeof(float)});
-        !s.ok()) {
-      return s;
-    }
-    return out;
+    return math_->Download(out.data(), mine, stored * int64_t{sizeof(float)});
   }
   if (shard_group_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -424,11 +429,10 @@ absl::StatusOr<std::vector<float>> StepEngine::GatherState(
                        ->Wait();
   if (!s.ok()) return s;
   if (scratch != nullptr) {
-    s = math_->Download(out.data(), scratch->data(),
-                        total * int64_t{sizeof(float)});
-    if (!s.ok()) return s;
+    return math_->Download(out.data(), scratch->data(),
+                           total * int64_t{sizeof(float)});
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status StepEngine::InstallState(int64_t committed_step) {

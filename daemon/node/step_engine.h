@@ -269,6 +269,11 @@ class StepEngine {
   // in the same order). For exports.
   absl::StatusOr<std::vector<float>> GatherState(int unit, StateKind kind,
                                                  absl::Duration timeout);
+  // The same into `out`, resized to the unit: an export gathering unit
+  // after unit reuses one buffer (fresh memory for every unit costs page
+  // faults and zeroing that the write itself does not).
+  absl::Status GatherStateInto(int unit, StateKind kind, absl::Duration timeout,
+                               std::vector<float>& out);
 
   // After the sections were overwritten with another rank's or a
   // checkpoint's state at `committed_step`: adopts that step, refreshes the

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/crc32c.h"
 #include "daemon/core/dtype.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -80,6 +81,8 @@ SafetensorsReader::SafetensorsReader(SafetensorsReader&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
       file_bytes_(other.file_bytes_),
+      header_crc32c_(other.header_crc32c_),
+      data_begin_(other.data_begin_),
       metadata_(std::move(other.metadata_)),
       tensors_(std::move(other.tensors_)) {}
 
@@ -90,6 +93,8 @@ SafetensorsReader& SafetensorsReader::operator=(
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
     file_bytes_ = other.file_bytes_;
+    header_crc32c_ = other.header_crc32c_;
+    data_begin_ = other.data_begin_;
     metadata_ = std::move(other.metadata_);
     tensors_ = std::move(other.tensors_);
   }
@@ -149,6 +154,8 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(
   if (absl::Status s = reader.ParseHeader(header, 8 + header_bytes); !s.ok()) {
     return s;
   }
+  reader.header_crc32c_ = core::Crc32c(header.data(), header_bytes);
+  reader.data_begin_ = 8 + header_bytes;
   return reader;
 }
 
@@ -295,6 +302,40 @@ absl::StatusOr<const SafetensorsTensor*> SafetensorsReader::Expect(
                      "; F32, BF16, F16 or F64 can be loaded"));
   }
   return t;
+}
+
+absl::StatusOr<uint64_t> SafetensorsReader::SampledFingerprint() const {
+  // FNV-1a over the 8 bytes of each value folded in.
+  uint64_t digest = 0xcbf29ce484222325ull;
+  auto mix = [&digest](uint64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      digest ^= (value >> (8 * i)) & 0xffu;
+      digest *= 0x100000001b3ull;
+    }
+  };
+  mix(static_cast<uint64_t>(file_bytes_));
+  mix(header_crc32c_);
+  const int64_t data = file_bytes_ - data_begin_;
+  if (data <= 0) return digest;
+  std::vector<char> block(kFingerprintBlockBytes);
+  const int64_t blocks = std::min<int64_t>(
+      kFingerprintSamples,
+      (data + kFingerprintBlockBytes - 1) / kFingerprintBlockBytes);
+  for (int64_t i = 0; i < blocks; ++i) {
+    // Evenly spread; the last block ends at the file's end.
+    const int64_t span = data - kFingerprintBlockBytes;
+    const int64_t at =
+        span <= 0 ? 0 : (blocks == 1 ? 0 : span * i / (blocks - 1));
+    const int64_t n = std::min(kFingerprintBlockBytes, data - at);
+    if (absl::Status s =
+            PreadFully(fd_, block.data(), n, data_begin_ + at, path_);
+        !s.ok()) {
+      return s;
+    }
+    mix(static_cast<uint64_t>(at));
+    mix(core::Crc32c(block.data(), n));
+  }
+  return digest;
 }
 
 absl::Status SafetensorsReader::ReadFloats(const SafetensorsTensor& tensor,

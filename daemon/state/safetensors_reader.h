@@ -56,6 +56,22 @@ class SafetensorsReader {
 
   const std::string& path() const { return path_; }
   int64_t file_bytes() const { return file_bytes_; }
+  // CRC-32C of the JSON header's bytes: with file_bytes(), what tells two
+  // files apart without reading their data (our exports' headers name the
+  // step and the layout).
+  uint32_t header_crc32c() const { return header_crc32c_; }
+
+  // A fingerprint of the file without reading all of it: its size, its
+  // header's CRC-32C and the CRC-32C of kFingerprintSamples blocks of
+  // kFingerprintBlockBytes spread evenly over the data (the first and the
+  // last included). Two files with the same header and different values
+  // (two fine-tunes of one architecture) differ in it unless every sampled
+  // block is equal; ranks compare it before loading (ModelAgreement
+  // .state_source), reading at most 256 KiB each. DATA_LOSS or the read's
+  // errno status naming the file when a read fails.
+  static constexpr int kFingerprintSamples = 64;
+  static constexpr int64_t kFingerprintBlockBytes = 4096;
+  absl::StatusOr<uint64_t> SampledFingerprint() const;
   // "__metadata__" (empty when absent).
   const std::map<std::string, std::string>& metadata() const {
     return metadata_;
@@ -88,6 +104,8 @@ class SafetensorsReader {
   std::string path_;
   int fd_ = -1;
   int64_t file_bytes_ = 0;
+  uint32_t header_crc32c_ = 0;
+  int64_t data_begin_ = 0;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, SafetensorsTensor, std::less<>> tensors_;
 };

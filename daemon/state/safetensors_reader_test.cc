@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -206,6 +207,92 @@ TEST_F(SafetensorsReaderTest, RejectsReadOutsideTensorAndShrunkFile) {
   absl::Status s = r->ReadFloats(a, 0, 4, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr(path));
+}
+
+// A file of `n` fp32 values v(i), one tensor "w" [n].
+std::string OneTensor(int64_t n, float (*v)(int64_t)) {
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = v(i);
+  return std::string(reinterpret_cast<const char*>(values.data()), n * 4);
+}
+
+std::string OneTensorHeader(int64_t n) {
+  return absl::StrCat(R"({"w":{"dtype":"F32","shape":[)", n,
+                      R"(],"data_offsets":[0,)", n * 4, "]}}");
+}
+
+TEST_F(SafetensorsReaderTest, FingerprintIsTheContentsNotThePath) {
+  constexpr int64_t kN = 1000;
+  auto ramp = [](int64_t i) { return static_cast<float>(i); };
+  const std::string a = Write("fp_a", OneTensorHeader(kN), OneTensor(kN, ramp));
+  const std::string copy =
+      Write("fp_copy", OneTensorHeader(kN), OneTensor(kN, ramp));
+  auto ra = SafetensorsReader::Open(a);
+  auto rc = SafetensorsReader::Open(copy);
+  ASSERT_TRUE(ra.ok() && rc.ok());
+  auto fa = ra->SampledFingerprint();
+  auto fc = rc->SampledFingerprint();
+  ASSERT_TRUE(fa.ok() && fc.ok());
+  EXPECT_EQ(*fa, *fc) << "a byte-identical copy elsewhere";
+}
+
+TEST_F(SafetensorsReaderTest, FingerprintOfASmallFileSeesEveryValue) {
+  // Up to kFingerprintSamples blocks the samples cover the whole data: one
+  // changed element anywhere changes the fingerprint.
+  constexpr int64_t kN = 40000;  // 160,000 bytes: 40 blocks.
+  static_assert(kN * 4 <= SafetensorsReader::kFingerprintSamples *
+                              SafetensorsReader::kFingerprintBlockBytes);
+  auto ramp = [](int64_t i) { return static_cast<float>(i); };
+  const std::string base =
+      Write("fp_base", OneTensorHeader(kN), OneTensor(kN, ramp));
+  auto rb = SafetensorsReader::Open(base);
+  ASSERT_TRUE(rb.ok());
+  auto fb = rb->SampledFingerprint();
+  ASSERT_TRUE(fb.ok());
+  for (int64_t changed : {int64_t{0}, int64_t{12345}, int64_t{20000}, kN - 1}) {
+    std::string data = OneTensor(kN, ramp);
+    float x = -1.0f;
+    std::memcpy(data.data() + changed * 4, &x, 4);
+    const std::string path =
+        Write(absl::StrCat("fp_", changed), OneTensorHeader(kN), data);
+    auto r = SafetensorsReader::Open(path);
+    ASSERT_TRUE(r.ok());
+    auto f = r->SampledFingerprint();
+    ASSERT_TRUE(f.ok());
+    EXPECT_NE(*f, *fb) << "element " << changed;
+  }
+}
+
+TEST_F(SafetensorsReaderTest, FingerprintOfALargeFileTellsOtherValuesApart) {
+  // Two fine-tunes of one architecture: same header, other values.
+  constexpr int64_t kN = 1 << 20;  // 4 MiB: 1024 blocks, 64 sampled.
+  const std::string a =
+      Write("fp_large_a", OneTensorHeader(kN),
+            OneTensor(kN, [](int64_t i) { return static_cast<float>(i); }));
+  const std::string b = Write(
+      "fp_large_b", OneTensorHeader(kN),
+      OneTensor(kN, [](int64_t i) { return static_cast<float>(i) + 0.5f; }));
+  auto ra = SafetensorsReader::Open(a);
+  auto rb = SafetensorsReader::Open(b);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->header_crc32c(), rb->header_crc32c());
+  auto fa = ra->SampledFingerprint();
+  auto fb = rb->SampledFingerprint();
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  EXPECT_NE(*fa, *fb);
+}
+
+TEST_F(SafetensorsReaderTest, FingerprintOfAFileCutAfterOpeningIsDataLoss) {
+  constexpr int64_t kN = 4096;
+  const std::string path =
+      Write("fp_cut", OneTensorHeader(kN),
+            OneTensor(kN, [](int64_t i) { return static_cast<float>(i); }));
+  auto r = SafetensorsReader::Open(path);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(truncate(path.c_str(), 100), 0);
+  auto f = r->SampledFingerprint();
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kDataLoss) << f.status();
+  EXPECT_THAT(f.status().message(), HasSubstr(path));
 }
 
 }  // namespace

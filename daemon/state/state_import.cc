@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/crc32c.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/unit_layout.h"
@@ -25,6 +26,7 @@
 #include "daemon/state/reshard_map.h"
 #include "daemon/state/resume_point.h"
 #include "daemon/state/safetensors_reader.h"
+#include "daemon/state/shard_filler.h"
 
 namespace shardd::state {
 namespace {
@@ -88,6 +90,8 @@ struct SavedShards {
 
 struct SavedState {
   int64_t step = 0;
+  // The files' sizes and headers, hashed (StateImport::SourceDigest).
+  uint64_t digest = 0;
   // The optimizer kinds present (kParameters always is).
   std::set<Kind> kinds = {Kind::kParameters};
   std::map<std::pair<int, Kind>, SavedShards> shards;
@@ -99,6 +103,23 @@ struct Target {
   std::vector<core::UnitLayout> units;
   core::OptimizerKind optimizer = core::OptimizerKind::kSgd;
 };
+
+// Folds `value` into a running 64-bit digest (FNV-1a over its bytes).
+uint64_t Mix(uint64_t digest, uint64_t value) {
+  if (digest == 0) digest = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 8; ++i) {
+    digest ^= (value >> (8 * i)) & 0xffu;
+    digest *= 0x100000001b3ull;
+  }
+  return digest;
+}
+
+absl::StatusOr<uint64_t> MixFile(uint64_t digest,
+                                 const SafetensorsReader& reader) {
+  absl::StatusOr<uint64_t> fingerprint = reader.SampledFingerprint();
+  if (!fingerprint.ok()) return fingerprint.status();
+  return Mix(digest, *fingerprint);
+}
 
 // As StepEngine::OptimizerStateKinds.
 std::vector<Kind> OptimizerKinds(core::OptimizerKind optimizer) {
@@ -180,6 +201,9 @@ absl::StatusOr<SavedState> FromNamedFile(const std::string& path,
   if (!opened.ok()) return opened.status();
   auto reader = std::make_shared<SafetensorsReader>(*std::move(opened));
   SavedState saved;
+  absl::StatusOr<uint64_t> digest = MixFile(0, *reader);
+  if (!digest.ok()) return digest.status();
+  saved.digest = *digest;
   if (absl::Status s = AddOptimizerKinds(*reader, target, saved); !s.ok()) {
     return s;
   }
@@ -246,6 +270,11 @@ absl::StatusOr<SavedState> FromShardedExport(const std::string& dir,
   }
   saved.step = *step;
   if (saved.kinds.size() == 1) saved.step = 0;  // Parameters only.
+  for (const auto& reader : readers) {
+    absl::StatusOr<uint64_t> digest = MixFile(saved.digest, *reader);
+    if (!digest.ok()) return digest.status();
+    saved.digest = *digest;
+  }
   const std::vector<core::UnitLayout>& units = target.units;
   for (size_t u = 0; u < units.size(); ++u) {
     const std::string& name = units[u].name();
@@ -388,6 +417,11 @@ absl::StatusOr<SavedState> FromCheckpoints(const std::string& dir,
   }
   SavedState saved;
   saved.step = headers[0].step();
+  for (const v1::ShardHeader& h : headers) {
+    const std::string bytes = h.SerializeAsString();
+    saved.digest = Mix(saved.digest, bytes.size());
+    saved.digest = Mix(saved.digest, core::Crc32c(bytes.data(), bytes.size()));
+  }
   for (int64_t i = 0; i < factor; ++i) {
     const std::string path =
         recovery::ShardCheckpointPath(dir, static_cast<int>(i), point->step);
@@ -437,7 +471,8 @@ absl::StatusOr<SavedState> FromCheckpoints(const std::string& dir,
   return saved;
 }
 
-absl::Status Overwrite(const SavedState& saved, node::StepEngine& engine) {
+absl::Status Overwrite(const SavedState& saved, node::StepEngine& engine,
+                       ShardFiller& filler) {
   const node::EngineConfig& config = engine.config();
   const int64_t index = config.rank % config.plan.sharding_factor();
   for (const node::StepEngine::StateSection& section : engine.StateSections()) {
@@ -456,17 +491,22 @@ absl::Status Overwrite(const SavedState& saved, node::StepEngine& engine) {
           it->second.source, ": unit '", config.units[section.unit].name(),
           "' ", KindName(section.kind), ": ", pieces.status().message()));
     }
-    // One unit's shard of staging; padding stays zero.
-    std::vector<float> host(section.numel, 0.0f);
+    // Straight into the section on the host; through one bounded staging
+    // buffer, reused, on a device. What no piece covers (padding) is
+    // zeroed.
+    std::vector<ShardFiller::Piece> fill;
+    fill.reserve(pieces->size());
     for (const RangePiece& p : *pieces) {
-      if (absl::Status s = it->second.readers[p.source_shard](
-              p.source_offset, p.numel, host.data() + p.dest_offset);
-          !s.ok()) {
-        return s;
-      }
+      const ShardReader& read = it->second.readers[p.source_shard];
+      fill.push_back(
+          ShardFiller::Piece{p.dest_offset, p.numel,
+                             [&read, from = p.source_offset](
+                                 int64_t done, int64_t count, float* out) {
+                               return read(from + done, count, out);
+                             }});
     }
-    if (absl::Status s =
-            engine.math().Upload(section.data, host.data(), section.bytes);
+    if (absl::Status s = filler.Fill(section.data, section.numel,
+                                     std::move(fill), /*zero_rest=*/true);
         !s.ok()) {
       return s;
     }
@@ -485,7 +525,7 @@ struct TensorFromFile {
 // The tensors' elements in this rank's shard, over the parameters their
 // init values put there.
 absl::Status OverwriteTensors(const std::vector<TensorFromFile>& files,
-                              node::StepEngine& engine) {
+                              node::StepEngine& engine, ShardFiller& filler) {
   const node::EngineConfig& config = engine.config();
   const int64_t index = config.rank % config.plan.sharding_factor();
   const std::vector<node::StepEngine::StateSection> sections =
@@ -499,15 +539,16 @@ absl::Status OverwriteTensors(const std::vector<TensorFromFile>& files,
     if (lo >= hi) continue;
     for (const node::StepEngine::StateSection& section : sections) {
       if (section.unit != f.unit || section.kind != Kind::kParameters) continue;
-      std::vector<float> host(hi - lo);
-      if (absl::Status s = f.reader->ReadFloats(*f.entry, lo - view.offset,
-                                                hi - lo, host.data());
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = engine.math().Upload(
-              section.data + (lo - dest.offset) * sizeof(float), host.data(),
-              (hi - lo) * sizeof(float));
+      // Only this tensor's elements: the rest of the shard keeps what the
+      // other tensors' inits put there.
+      std::vector<ShardFiller::Piece> fill = {ShardFiller::Piece{
+          lo - dest.offset, hi - lo,
+          [&f, from = lo - view.offset](int64_t done, int64_t count,
+                                        float* out) {
+            return f.reader->ReadFloats(*f.entry, from + done, count, out);
+          }}};
+      if (absl::Status s = filler.Fill(section.data, section.numel,
+                                       std::move(fill), /*zero_rest=*/false);
           !s.ok()) {
         return s;
       }
@@ -562,6 +603,7 @@ absl::StatusOr<ImportSources> ImportSources::FromRequest(
 
 struct StateImport::Saved {
   SavedState state;
+  v1::StateSourceDigest source;
 };
 
 struct StateImport::Tensors {
@@ -601,7 +643,13 @@ absl::StatusOr<StateImport> StateImport::Plan(const ImportSources& sources,
     if (absl::Status s = CheckOptimizer(*saved, target, source); !s.ok()) {
       return s;
     }
-    plan.saved_ = std::make_shared<Saved>(Saved{*std::move(saved)});
+    v1::StateSourceDigest digest;
+    digest.set_field(sources.resume_from.empty() ? "load_from" : "resume_from");
+    digest.set_path(source);
+    digest.set_step(saved->step);
+    digest.set_digest(saved->digest);
+    plan.saved_ =
+        std::make_shared<Saved>(Saved{*std::move(saved), std::move(digest)});
   }
   if (!sources.tensor_files.empty()) {
     auto tensors = std::make_shared<Tensors>();
@@ -629,15 +677,24 @@ absl::StatusOr<StateImport> StateImport::Plan(const ImportSources& sources,
   return plan;
 }
 
+const v1::StateSourceDigest& StateImport::source_digest() const {
+  return saved_ == nullptr ? v1::StateSourceDigest::default_instance()
+                           : saved_->source;
+}
+
 absl::StatusOr<int64_t> StateImport::Apply(node::StepEngine& engine) const {
   if (empty()) return engine.committed_step();
   int64_t step = 0;
+  ShardFiller filler(engine.math());
   if (saved_ != nullptr) {
-    if (absl::Status s = Overwrite(saved_->state, engine); !s.ok()) return s;
+    if (absl::Status s = Overwrite(saved_->state, engine, filler); !s.ok()) {
+      return s;
+    }
     step = saved_->state.step;
   }
   if (tensors_ != nullptr) {
-    if (absl::Status s = OverwriteTensors(tensors_->files, engine); !s.ok()) {
+    if (absl::Status s = OverwriteTensors(tensors_->files, engine, filler);
+        !s.ok()) {
       return s;
     }
   }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/core/model_config.h"
 #include "daemon/node/step_engine.h"
+#include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
 namespace shardd::state {
@@ -47,8 +48,9 @@ struct ImportSources {
 // files hold them, whatever W and F wrote them (ReshardMap over the saved
 // layout). Sources: a safetensors file by tensor name, our SHARDED export,
 // our sharded checkpoints (the latest step every old rank holds intact,
-// ResumePointChooser), single tensors' TensorInit.file. Staging memory is
-// one unit's shard at a time.
+// ResumePointChooser), single tensors' TensorInit.file. Host shards are
+// read into in place (no staging); device shards through one staging
+// buffer of at most ShardFiller::kDefaultStagingBytes.
 //
 // Two phases, so that a bad source fails registration before this rank
 // agrees on the model with the others (then no rank registers): Plan opens
@@ -78,6 +80,12 @@ class StateImport {
                                           int64_t sharding_factor);
 
   bool empty() const { return saved_ == nullptr && tensors_ == nullptr; }
+
+  // What the ranks compare before any registers (ModelAgreement
+  // .state_source): the saved state's field, path, step and a digest of
+  // its files' sizes and headers. Empty (no field) when there is none;
+  // TensorInit.file paths are part of the model's own digest.
+  const v1::StateSourceDigest& source_digest() const;
 
   // Overwrites the engine's state sections (its rank's ranges) and, unless
   // empty(), installs the saved step (engine.InstallState: 0 when only

@@ -12,6 +12,8 @@
 //   MismatchedValuesAreRefusedNamingTheTensor: the trainers' values differ
 //     in one element: FAILED_PRECONDITION on both ranks naming the unit and
 //     tensor, nothing registered.
+//   RanksLoadingOtherFilesAreRefusedNamingLoadFrom: the same for load_from
+//     files of other contents; the same contents at two paths load.
 //
 //   shardd_init_values_test COORDINATOR_BINARY SHARDD_BINARY
 
@@ -200,7 +202,8 @@ class ShardInitValuesTest : public ::testing::Test {
   // RegisterModel on both ranks at once, each with its own model.
   std::vector<grpc::Status> RegisterBoth(
       const std::vector<pb::ModelSpec>& models,
-      std::vector<pb::RegisterModelResponse>* responses) {
+      std::vector<pb::RegisterModelResponse>* responses,
+      const std::vector<std::string>& load_from = {}) {
     responses->assign(kW, pb::RegisterModelResponse());
     std::vector<grpc::Status> statuses(kW);
     std::vector<std::thread> threads;
@@ -209,6 +212,7 @@ class ShardInitValuesTest : public ::testing::Test {
         pb::RegisterModelRequest request;
         *request.mutable_model() = models[r];
         request.set_transport(pb::TRANSPORT_SHARED_MEMORY);
+        if (!load_from.empty()) request.set_load_from(load_from[r]);
         statuses[r] = stubs_[r]->RegisterModel(Ctx(absl::Seconds(240)).get(),
                                                request, &(*responses)[r]);
       });
@@ -341,6 +345,75 @@ TEST_F(ShardInitValuesTest, MismatchedValuesAreRefusedNamingTheTensor) {
                                 pb::GetStatusRequest(), &status)
                     .ok());
     EXPECT_FALSE(status.registered()) << "rank " << r;
+  }
+}
+
+// A safetensors file as Python's struct/json would write it: tensors
+// "layer<u>.w" [rows, cols] fp32 holding Value(i) + shift.
+std::string WriteSafetensors(const std::string& path, int units, int64_t rows,
+                             int64_t cols, float shift) {
+  const int64_t bytes = rows * cols * 4;
+  std::string header = "{";
+  for (int u = 0; u < units; ++u) {
+    absl::StrAppend(&header, u == 0 ? "" : ",", "\"layer", u,
+                    ".w\":{\"dtype\":\"F32\",\"shape\":[", rows, ",", cols,
+                    "],\"data_offsets\":[", u * bytes, ",", (u + 1) * bytes,
+                    "]}");
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) {
+    file[i] =
+        static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  }
+  file += header;
+  for (int64_t i = 0; i < units * rows * cols; ++i) {
+    const float v = Value(i) + shift;
+    file.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  std::ofstream(path, std::ios::binary) << file;
+  return path;
+}
+
+// load_from is agreed on like the init values: ranks naming files of other
+// contents are both refused, naming the field, before anything registers;
+// the same contents at two paths (node-local copies) load.
+TEST_F(ShardInitValuesTest, RanksLoadingOtherFilesAreRefusedNamingLoadFrom) {
+  constexpr int kUnits = 2;
+  constexpr int64_t kRows = 64, kCols = 32;
+  SharedMemorySegment* values = MakeValues(
+      absl::StrCat("shardd-init-d-", getpid()), kUnits * kRows * kCols * 4);
+  ASSERT_NE(values, nullptr);
+  const std::string a =
+      WriteSafetensors(dir_ + "/a.safetensors", kUnits, kRows, kCols, 0.0f);
+  const std::string b =
+      WriteSafetensors(dir_ + "/b.safetensors", kUnits, kRows, kCols, 0.25f);
+  const std::string a_copy = WriteSafetensors(dir_ + "/a-copy.safetensors",
+                                              kUnits, kRows, kCols, 0.0f);
+  const pb::ModelSpec model = Model(*values, kUnits, kRows, kCols);
+  std::vector<pb::RegisterModelResponse> responses;
+  std::vector<grpc::Status> statuses =
+      RegisterBoth({model, model}, &responses, {a, b});
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_EQ(statuses[r].error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << "rank " << r << ": " << statuses[r].error_message();
+    EXPECT_TRUE(absl::StartsWith(statuses[r].error_message(),
+                                 "load_from: differs from rank"))
+        << statuses[r].error_message();
+    EXPECT_TRUE(absl::StrContains(statuses[r].error_message(), a))
+        << statuses[r].error_message();
+    pb::GetStatusResponse status;
+    ASSERT_TRUE(stubs_[r]
+                    ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                pb::GetStatusRequest(), &status)
+                    .ok());
+    EXPECT_FALSE(status.registered()) << "rank " << r;
+  }
+  statuses = RegisterBoth({model, model}, &responses, {a, a_copy});
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_TRUE(statuses[r].ok())
+        << "rank " << r << ": " << statuses[r].error_message();
   }
 }
 
