@@ -359,8 +359,9 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
         "ranks' daemons must export at the same time, and %zu %s named. "
         "Pass --sockets=<the socket of every rank> to drive them all from "
         "here, or run `shardctl export --other_ranks_join ...` on every "
-        "node at once (within the daemons' collective timeout: a rank that "
-        "does not join makes the export fail and is reported failed).\n",
+        "node at once (within the daemons' collective timeout: if a rank "
+        "does not join, the export fails on every rank before anything is "
+        "gathered, and nobody is reported failed).\n",
         world, clients.size(), clients.size() == 1 ? "is" : "are");
     return 1;
   }

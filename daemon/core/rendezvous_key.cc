@@ -7,7 +7,7 @@ namespace {
 
 constexpr char kGrammar[] =
     "rendezvous keys are <keyspace>/<owner rank>[/<rest>] with keyspace "
-    "model, gloo or nccl";
+    "model, gloo, nccl or export";
 
 bool SegmentChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -22,7 +22,8 @@ bool KnownKeyspace(absl::string_view keyspace, Rest* rest) {
     *rest = Rest::kNone;
     return true;
   }
-  if (keyspace == kGlooKeyspace || keyspace == kNcclKeyspace) {
+  if (keyspace == kGlooKeyspace || keyspace == kNcclKeyspace ||
+      keyspace == kExportKeyspace) {
     *rest = Rest::kRequired;
     return true;
   }
@@ -99,7 +100,8 @@ absl::StatusOr<RendezvousKey> ParseRendezvousKey(absl::string_view key) {
                                        " needs a name after the rank"));
   }
   return RendezvousKey{std::string(keyspace), value, std::string(rest),
-                       /*replaceable=*/keyspace == kModelKeyspace};
+                       /*replaceable=*/keyspace == kModelKeyspace ||
+                           keyspace == kExportKeyspace};
 }
 
 absl::StatusOr<int> RendezvousKeyOwner(absl::string_view key) {
@@ -110,6 +112,10 @@ absl::StatusOr<int> RendezvousKeyOwner(absl::string_view key) {
 
 std::string ModelKey(int rank) {
   return absl::StrCat(kModelKeyspace, "/", rank);
+}
+
+std::string ExportKey(int rank, absl::string_view name) {
+  return absl::StrCat(kExportKeyspace, "/", rank, "/", name);
 }
 
 std::string GlooKeyPrefix(int owner, int64_t epoch, absl::string_view group) {

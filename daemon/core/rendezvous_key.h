@@ -12,7 +12,7 @@
 // own keys only (Coordinator.RendezvousSet) and refuse every other write.
 //
 //   key       = namespace "/" owner [ "/" rest ]
-//   namespace = "model" | "gloo" | "nccl"
+//   namespace = "model" | "gloo" | "nccl" | "export"
 //   owner     = the owner's job rank: decimal, no sign, no leading zero
 //   rest      = segment *( "/" segment ), segment = 1*[A-Za-z0-9_.-]
 //
@@ -34,6 +34,13 @@
 //                                           written by the group's rank 0,
 //                                           whose job rank owns it; a rest
 //                                           is required.
+//   export/<rank>/<name>                    a FULL export's join protocol
+//                                           (node::ExportRendezvous: rank
+//                                           0's "offer" and "decision", each
+//                                           rank's "join"); a rest is
+//                                           required, and its owner may
+//                                           replace it (one key per role
+//                                           however many exports).
 // Gloo and NCCL keys are write-once per epoch: peers connect to what they
 // read, so a value must not change under them.
 //
@@ -45,14 +52,15 @@ inline constexpr size_t kMaxRendezvousKeyBytes = 1024;
 inline constexpr char kModelKeyspace[] = "model";
 inline constexpr char kGlooKeyspace[] = "gloo";
 inline constexpr char kNcclKeyspace[] = "nccl";
+inline constexpr char kExportKeyspace[] = "export";
 
 // A key taken apart.
 struct RendezvousKey {
-  std::string keyspace;  // "model", "gloo" or "nccl".
+  std::string keyspace;  // "model", "gloo", "nccl" or "export".
   int owner = 0;         // The job rank that may write it.
   std::string rest;      // After "<keyspace>/<owner>/"; empty for model.
-  // The owner may replace the value within the epoch (model keys); else
-  // the key is write-once per epoch.
+  // The owner may replace the value within the epoch (model and export
+  // keys); else the key is write-once per epoch.
   bool replaceable = false;
 };
 
@@ -67,6 +75,9 @@ absl::StatusOr<int> RendezvousKeyOwner(absl::string_view key);
 
 // "model/<rank>".
 std::string ModelKey(int rank);
+
+// "export/<rank>/<name>".
+std::string ExportKey(int rank, absl::string_view name);
 
 // "gloo/<owner>/epoch/<epoch>/<group>/": followed by Gloo's own key.
 std::string GlooKeyPrefix(int owner, int64_t epoch, absl::string_view group);

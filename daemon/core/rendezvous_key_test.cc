@@ -11,6 +11,7 @@ TEST(RendezvousKeyTest, BuildersSpellTheOwnerAfterTheKeyspace) {
   EXPECT_EQ(ModelKey(3), "model/3");
   EXPECT_EQ(GlooKeyPrefix(5, 7, "shard/1"), "gloo/5/epoch/7/shard/1/");
   EXPECT_EQ(NcclIdKey(2, 9, "replica.0"), "nccl/2/epoch/9/replica.0/id");
+  EXPECT_EQ(ExportKey(4, "join"), "export/4/join");
 }
 
 TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
@@ -35,6 +36,13 @@ TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
   ASSERT_TRUE(nccl.ok()) << nccl.status();
   EXPECT_EQ(nccl->owner, 0);
   EXPECT_FALSE(nccl->replaceable);
+
+  auto join = ParseRendezvousKey(ExportKey(7, "join"));
+  ASSERT_TRUE(join.ok()) << join.status();
+  EXPECT_EQ(join->keyspace, "export");
+  EXPECT_EQ(join->owner, 7);
+  EXPECT_EQ(join->rest, "join");
+  EXPECT_TRUE(join->replaceable) << "one key per role for every export";
 }
 
 TEST(RendezvousKeyTest, KeysOutsideTheGrammarAreInvalidArgumentNamingWhy) {
@@ -57,6 +65,7 @@ TEST(RendezvousKeyTest, KeysOutsideTheGrammarAreInvalidArgumentNamingWhy) {
       {"model/0/extra", "takes nothing after the rank"},
       {"gloo/0", "needs a name after the rank"},
       {"nccl/3", "needs a name after the rank"},
+      {"export/3", "needs a name after the rank"},
       {"model/0 ", "outside [A-Za-z0-9_.-/]"},
       {std::string("model/\0", 7), "outside [A-Za-z0-9_.-/]"},
   };

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,7 @@
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/device_init_support.h"
 #include "daemon/node/engine_shard_memory.h"
+#include "daemon/node/export_rendezvous.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/init_materializer.h"
 #include "daemon/node/model_digest.h"
@@ -770,6 +772,21 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
   return ref;
 }
 
+// Prefixes a rank's model key after its exchange failed (a serialized
+// ModelAgreement never starts with it: 'f' is no field tag of it).
+constexpr char kFailedModel[] = "failed:";
+
+std::unique_ptr<comm::CoordinatorStore> NodeManager::StoreOfEpoch(
+    int64_t epoch) {
+  comm::CoordinatorStoreOptions so;
+  so.rank = client_->rank();
+  so.lease_token =
+      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
+  so.credentials = options_.coordinator_credentials;
+  return comm::CoordinatorStore::Connect(options_.coordinator_address, epoch,
+                                         so);
+}
+
 absl::Status NodeManager::ExchangeModel(int64_t epoch,
                                         const v1::ModelAgreement& agreement,
                                         MonoTime deadline) {
@@ -779,41 +796,73 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
     absl::MutexLock lock(&mu_);
     world = world_size_;
   }
-  comm::CoordinatorStoreOptions so;
-  so.rank = rank;
-  so.lease_token =
-      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
-  so.credentials = options_.coordinator_credentials;
-  std::unique_ptr<comm::CoordinatorStore> store =
-      comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
+  std::unique_ptr<comm::CoordinatorStore> store = StoreOfEpoch(epoch);
+  // The others' keys as this attempt begins (see below).
+  std::vector<std::string> before(world);
+  for (int r = 0; r < world; ++r) {
+    if (r == rank) continue;
+    absl::StatusOr<std::string> v = store->Get(core::ModelKey(r));
+    if (v.ok()) {
+      before[r] = *std::move(v);
+    } else if (!absl::IsNotFound(v.status())) {
+      return v.status();
+    }
+  }
   if (absl::Status s =
           store->Set(core::ModelKey(rank), agreement.SerializeAsString());
       !s.ok()) {
     return s;
   }
-  std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back(core::ModelKey(r));
-  absl::Status waited =
-      store->Wait(keys, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
-  if (absl::IsDeadlineExceeded(waited)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "waiting for every rank to register the model: ", waited.message()));
-  }
-  if (!waited.ok()) return waited;
+  // A failed exchange marks this rank's key failed (keeping its model), so
+  // that a rank registering again in this epoch does not take it for a
+  // current registration: a failed key that was there before this attempt
+  // began is waited past; a failed key written during it still counts as a
+  // mismatch when its model differs (the two ranks' attempts met), and is
+  // waited past when it agrees (that rank failed against a third). Only an
+  // unmarked, agreeing key is agreement.
+  const std::string mine = agreement.SerializeAsString();
+  auto mark_failed = absl::MakeCleanup([&store, rank, &mine] {
+    (void)store->Set(core::ModelKey(rank), absl::StrCat(kFailedModel, mine));
+  });
   for (int r = 0; r < world; ++r) {
     if (r == rank) continue;
-    absl::StatusOr<std::string> theirs = store->Get(keys[r]);
-    if (!theirs.ok()) return theirs.status();
-    v1::ModelAgreement other;
-    if (!other.ParseFromString(*theirs)) {
-      return absl::InternalError(
-          absl::StrCat("rank ", r, "'s model is corrupt"));
-    }
-    if (absl::Status same = ModelDigest::Compare(agreement, other, r);
-        !same.ok()) {
-      return same;
+    const std::string key = core::ModelKey(r);
+    std::string seen = before[r];  // Waited past when failed.
+    while (true) {
+      absl::Status waited = store->Wait(
+          {key}, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
+      if (absl::IsDeadlineExceeded(waited)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("waiting for every rank to register the model: ",
+                         waited.message()));
+      }
+      if (!waited.ok()) return waited;
+      absl::StatusOr<std::string> theirs = store->Get(key);
+      if (!theirs.ok()) return theirs.status();
+      const bool failed = absl::StartsWith(*theirs, kFailedModel);
+      if (!failed || *theirs != seen) {
+        v1::ModelAgreement other;
+        if (!other.ParseFromString(
+                failed ? theirs->substr(sizeof(kFailedModel) - 1) : *theirs)) {
+          return absl::InternalError(
+              absl::StrCat("rank ", r, "'s model is corrupt"));
+        }
+        if (absl::Status same = ModelDigest::Compare(agreement, other, r);
+            !same.ok()) {
+          return same;
+        }
+        if (!failed) break;  // Agreed.
+        seen = *theirs;      // Agrees but failed: wait for its next attempt.
+      }
+      if (MonoNow() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "waiting for every rank to register the model: rank ", r,
+            "'s last registration failed and it has not registered again"));
+      }
+      SleepUntil(MonoNow() + absl::Milliseconds(5));
     }
   }
+  std::move(mark_failed).Cancel();
   return absl::OkStatus();
 }
 
@@ -1475,6 +1524,23 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       op_epoch_ = comm_epoch_;
     }
     epoch = comm_epoch_;
+  }
+  // Every rank agrees before the first gather that all take part: a rank
+  // that never calls ExportState fails the export on every rank cleanly,
+  // instead of a gather timeout that reads as a failed peer.
+  const EngineConfig& config = (*engine)->config();
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL &&
+      config.plan.sharding_factor() > 1) {
+    std::unique_ptr<comm::CoordinatorStore> store = StoreOfEpoch(epoch);
+    ExportRendezvous rendezvous(
+        *store, {.rank = config.rank,
+                 .world_size = static_cast<int>(config.plan.world_size()),
+                 .window = options_.collective_timeout,
+                 .attempt_id = nullptr});
+    if (absl::Status s = rendezvous.Agree((*engine)->committed_step());
+        !s.ok()) {
+      return s;
+    }
   }
   StateExport::Options options;
   options.gather_timeout = OpTimeout(deadline);

@@ -36,6 +36,10 @@ namespace grpc {
 class ChannelCredentials;
 }  // namespace grpc
 
+namespace shardd::comm {
+class CoordinatorStore;
+}  // namespace shardd::comm
+
 namespace shardd::coordinator {
 class MemberClient;
 struct MembershipView;
@@ -230,6 +234,8 @@ class NodeManager {
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::DataRef MakeRef(const UnitData& data, int unit) const;
+  // A rendezvous store client for `epoch`, with this rank's lease token.
+  std::unique_ptr<comm::CoordinatorStore> StoreOfEpoch(int64_t epoch);
   absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
                              MonoTime deadline);
   // A StepEngine for `model` on this rank (layouts for F, optimizer, K).

@@ -324,8 +324,11 @@ TEST_F(StateExportTest, FullExportWithoutItsPeerSaysWhatItRequires) {
   StartAndRegister(Model(2, 16), /*collective_timeout=*/absl::Seconds(2));
   const auto exported = Export(FullRequest("alone.safetensors"), {0});
   ASSERT_FALSE(exported[0].ok());
+  // Refused before any gather (ExportRendezvous), naming the missing rank.
+  EXPECT_EQ(exported[0].status().code(), absl::StatusCode::kFailedPrecondition)
+      << exported[0].status();
   EXPECT_TRUE(absl::StrContains(exported[0].status().message(),
-                                "every rank's daemon must call ExportState"))
+                                "rank 1 did not call ExportState"))
       << exported[0].status();
   for (const std::string& e : Entries(dir_)) {
     EXPECT_FALSE(absl::StartsWith(e, "alone.safetensors")) << e;

@@ -14,8 +14,12 @@
 //     tensor, nothing registered.
 //   RanksLoadingOtherFilesAreRefusedNamingLoadFrom: the same for load_from
 //     files of other contents; the same contents at two paths load.
+//   AFullExportOneRankNeverJoinsFailsCleanly: a FULL export on one rank
+//     alone fails on it within the collective timeout (the third
+//     argument), no epoch changes, and the export on both then works.
 //
 //   shardd_init_values_test COORDINATOR_BINARY SHARDD_BINARY
+//       [COLLECTIVE_TIMEOUT_MS]
 
 #include <signal.h>
 #include <stdlib.h>
@@ -53,6 +57,9 @@ using memory::SharedMemorySegment;
 
 std::string g_coordinator_binary;
 std::string g_shardd_binary;
+// The daemons' --collective_timeout_ms (the third argument; also the
+// window in which every rank must join a FULL export).
+std::string g_collective_timeout_ms = "60000";
 
 constexpr int kW = 2;
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -112,7 +119,7 @@ class ShardInitValuesTest : public ::testing::Test {
            absl::StrCat("--identity=node-", r), absl::StrCat("--rank=", r),
            absl::StrCat("--shm_dir=", shm_dir_),
            absl::StrCat("--listen_unix=", socket), "--peer_listen=127.0.0.1:0",
-           "--collective_timeout_ms=60000"},
+           absl::StrCat("--collective_timeout_ms=", g_collective_timeout_ms)},
           absl::StrCat("shardd-", r));
       ASSERT_TRUE(d.ok()) << d.status();
       daemons_.push_back(std::move(*d));
@@ -417,6 +424,77 @@ TEST_F(ShardInitValuesTest, RanksLoadingOtherFilesAreRefusedNamingLoadFrom) {
   }
 }
 
+// A FULL export is collective: one that a rank never joins fails on every
+// rank that called it, with what was missing, within the daemons'
+// collective timeout, before any gather; nobody is reported failed (the
+// epoch stays), and the export on both ranks then works.
+TEST_F(ShardInitValuesTest, AFullExportOneRankNeverJoinsFailsCleanly) {
+  constexpr int kUnits = 2;
+  constexpr int64_t kRows = 64, kCols = 32;
+  SharedMemorySegment* values = MakeValues(
+      absl::StrCat("shardd-init-e-", getpid()), kUnits * kRows * kCols * 4);
+  ASSERT_NE(values, nullptr);
+  const pb::ModelSpec model = Model(*values, kUnits, kRows, kCols);
+  std::vector<pb::RegisterModelResponse> responses;
+  std::vector<grpc::Status> statuses = RegisterBoth({model, model}, &responses);
+  for (int r = 0; r < kW; ++r) ASSERT_TRUE(statuses[r].ok()) << r;
+  ASSERT_TRUE(WaitUntilReady(absl::Now() + absl::Seconds(60)));
+  auto epochs = [&] {
+    std::vector<int64_t> out;
+    for (int r = 0; r < kW; ++r) {
+      pb::GetStatusResponse status;
+      EXPECT_TRUE(stubs_[r]
+                      ->GetStatus(Ctx(absl::Seconds(5)).get(),
+                                  pb::GetStatusRequest(), &status)
+                      .ok());
+      EXPECT_TRUE(status.ready() && status.registered()) << "rank " << r;
+      out.push_back(status.epoch());
+    }
+    return out;
+  };
+  const std::vector<int64_t> before = epochs();
+  auto export_on = [&](const std::vector<int>& ranks, const std::string& path) {
+    std::vector<grpc::Status> out(kW);
+    std::vector<std::thread> threads;
+    for (int r : ranks) {
+      threads.emplace_back([&, r] {
+        pb::ExportStateRequest request;
+        request.set_path(path);
+        request.set_layout(pb::EXPORT_LAYOUT_FULL);
+        request.set_include_optimizer_state(true);
+        pb::ExportStateResponse response;
+        out[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(120)).get(), request,
+                                        &response);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  const std::string alone = dir_ + "/alone.safetensors";
+  statuses = export_on({0}, alone);
+  EXPECT_EQ(statuses[0].error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << statuses[0].error_message();
+  EXPECT_TRUE(absl::StrContains(statuses[0].error_message(),
+                                "rank 1 did not call ExportState"))
+      << statuses[0].error_message();
+  statuses = export_on({1}, alone);
+  EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << statuses[1].error_message();
+  EXPECT_TRUE(absl::StrContains(statuses[1].error_message(),
+                                "rank 0 did not start one"))
+      << statuses[1].error_message();
+  struct stat st;
+  EXPECT_NE(stat(alone.c_str(), &st), 0) << "no file from a refused export";
+  EXPECT_EQ(epochs(), before) << "nobody was reported failed";
+  const std::string both = dir_ + "/both.safetensors";
+  statuses = export_on({0, 1}, both);
+  for (int r = 0; r < kW; ++r) {
+    EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].error_message();
+  }
+  EXPECT_EQ(stat(both.c_str(), &st), 0);
+  EXPECT_EQ(epochs(), before);
+}
+
 TEST_F(ShardInitValuesTest, DeviceBufferValuesNeedADaemonOnAGpu) {
   constexpr int64_t kRows = 8, kCols = 4;
   SharedMemorySegment* values = MakeValues(
@@ -462,5 +540,6 @@ int main(int argc, char** argv) {
   }
   shardd::tests::g_coordinator_binary = argv[1];
   shardd::tests::g_shardd_binary = argv[2];
+  if (argc > 3) shardd::tests::g_collective_timeout_ms = argv[3];
   return RUN_ALL_TESTS();
 }
