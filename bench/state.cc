@@ -576,6 +576,40 @@ double MemcpyGbps(const void* src, char* dst, int64_t bytes) {
   return bytes / s / 1e9;
 }
 
+// Writes `bytes` from `src` into a new file under /dev/shm with write(2) in
+// 8 MiB pieces, then removes it: `cp` (or `dd of=/dev/shm/...`) into
+// memory that did not exist before, as a registration's bytes must land:
+// GB/s, 0 if it fails. `src` may be null: then from a warm 8 MiB buffer
+// (the bytes come from `read_fd` when it is >= 0: dd from a file).
+double FreshShmWriteGbps(const char* src, int64_t bytes, int read_fd = -1) {
+  const std::string path =
+      absl::StrCat("/dev/shm/shardd-bench-fresh-", getpid());
+  std::vector<char> piece(8 * kMiB);
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return 0;
+  absl::Cleanup remover = [fd, &path] {
+    close(fd);
+    unlink(path.c_str());
+  };
+  int64_t done = 0;
+  while (done < bytes) {
+    const int64_t n = std::min<int64_t>(piece.size(), bytes - done);
+    const char* from = src != nullptr ? src + done : piece.data();
+    if (read_fd >= 0) {
+      const ssize_t r = read(read_fd, piece.data(), n);
+      if (r <= 0) return 0;
+      from = piece.data();
+      if (write(fd, from, r) != r) return 0;
+      done += r;
+      continue;
+    }
+    if (write(fd, from, n) != n) return 0;
+    done += n;
+  }
+  return bytes / Seconds(std::chrono::steady_clock::now() - start) / 1e9;
+}
+
 // The share of a registration's wall time `wall_s` that creating a
 // daemon's memory plan of `plan_bytes` at `first_touch_gbps` accounts for
 // (each daemon creates and touches its plan's segments while registering).
@@ -615,7 +649,7 @@ absl::Status Register(const Options& options, BenchReport& report) {
 
   std::vector<char> dst(bytes, 1);  // Touched: memcpy's bandwidth alone.
   std::vector<double> register_gbps, memcpy_gbps, ratios, wall, cpu, touch,
-      touch_share;
+      touch_share, fresh_gbps, fresh_ratios;
   int64_t plan_bytes = 0;
   for (int rep = 0; rep < reps; ++rep) {
     DaemonCluster cluster;
@@ -637,6 +671,10 @@ absl::Status Register(const Options& options, BenchReport& report) {
     }
     memcpy_gbps.push_back(best);
     ratios.push_back(register_gbps.back() / memcpy_gbps.back());
+    fresh_gbps.push_back(
+        FreshShmWriteGbps(static_cast<const char*>(values->data()), bytes));
+    fresh_ratios.push_back(
+        fresh_gbps.back() > 0 ? register_gbps.back() / fresh_gbps.back() : 0);
     touch.push_back(SegmentCreateGbps(std::min(plan_bytes, kTouchSampleBytes)));
     touch_share.push_back(
         PlanTouchShare(plan_bytes, touch.back(), done->seconds));
@@ -659,6 +697,8 @@ absl::Status Register(const Options& options, BenchReport& report) {
                  {"register_GBps", g},
                  {"memcpy_GBps", m},
                  {"ratio", ratio},
+                 {"fresh_copy_GBps", Median(fresh_gbps)},
+                 {"fresh_ratio", Median(fresh_ratios)},
                  {"wall_s", Median(wall)},
                  {"daemon_cpu_s", Median(cpu)},
                  {"plan_MiB", static_cast<double>(plan_bytes) / kMiB},
@@ -668,6 +708,8 @@ absl::Status Register(const Options& options, BenchReport& report) {
   report.SetFigure("register_gbps", g);
   report.SetFigure("memcpy_gbps", m);
   report.SetFigure("register_gbps_to_memcpy_ratio", ratio);
+  report.SetFigure("fresh_copy_gbps", Median(fresh_gbps));
+  report.SetFigure("register_gbps_to_fresh_copy_ratio", Median(fresh_ratios));
   report.SetFigure("register_plan_touch_share", Median(touch_share));
   return absl::OkStatus();
 }
@@ -746,7 +788,7 @@ absl::Status Load(const Options& options, BenchReport& report) {
   *request.mutable_model() = InitModel(size.units, size.rows, nullptr);
   request.set_load_from(path);
   std::vector<double> load_gbps, read_gbps, ratios, wall, cpu, touch,
-      touch_share;
+      touch_share, fresh_gbps, fresh_ratios;
   double cached_before = 0;
   int64_t file_bytes = 0, plan_bytes = 0;
   for (int rep = 0; rep < reps; ++rep) {
@@ -774,6 +816,19 @@ absl::Status Load(const Options& options, BenchReport& report) {
     if (!disk.ok()) return disk.status();
     read_gbps.push_back(*disk);
     ratios.push_back(load_gbps.back() / *disk);
+    // dd of the file into memory that did not exist before (the page
+    // cache dropped again first).
+    cached = DropFromPageCache(path);
+    if (!cached.ok()) return cached.status();
+    cached_before = std::max(cached_before, *cached);
+    {
+      const int in = open(path.c_str(), O_RDONLY);
+      if (in < 0) return absl::ErrnoToStatus(errno, path);
+      fresh_gbps.push_back(FreshShmWriteGbps(nullptr, file_bytes, in));
+      close(in);
+    }
+    fresh_ratios.push_back(
+        fresh_gbps.back() > 0 ? load_gbps.back() / fresh_gbps.back() : 0);
     touch.push_back(SegmentCreateGbps(std::min(plan_bytes, kTouchSampleBytes)));
     touch_share.push_back(
         PlanTouchShare(plan_bytes, touch.back(), done->seconds));
@@ -789,6 +844,8 @@ absl::Status Load(const Options& options, BenchReport& report) {
                  {"load_GBps", l},
                  {"disk_read_GBps", d},
                  {"ratio", ratio},
+                 {"fresh_read_GBps", Median(fresh_gbps)},
+                 {"fresh_ratio", Median(fresh_ratios)},
                  {"wall_s", Median(wall)},
                  {"daemon_cpu_s", Median(cpu)},
                  {"plan_MiB", static_cast<double>(plan_bytes) / kMiB},
@@ -798,6 +855,8 @@ absl::Status Load(const Options& options, BenchReport& report) {
   report.SetFigure("load_gbps", l);
   report.SetFigure("disk_read_gbps", d);
   report.SetFigure("load_to_disk_read_ratio", ratio);
+  report.SetFigure("fresh_read_gbps", Median(fresh_gbps));
+  report.SetFigure("load_to_fresh_read_ratio", Median(fresh_ratios));
   report.SetFigure("load_plan_touch_share", Median(touch_share));
   return absl::OkStatus();
 }

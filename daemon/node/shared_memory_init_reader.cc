@@ -15,9 +15,38 @@
 
 namespace shardd::node {
 
-absl::Status SharedMemoryInitReader::ForEachWindow(
+namespace {
+
+// A window buffer of `bytes`, advised onto huge pages: a fresh 4 KiB page
+// costs a fault each, and on some VMs (shadow paging) a fault costs
+// microseconds. Unmapped on destruction.
+class WindowBuffer {
+ public:
+  explicit WindowBuffer(int64_t bytes) : bytes_(static_cast<size_t>(bytes)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      data_ = static_cast<char*>(p);
+      (void)madvise(p, bytes_, MADV_HUGEPAGE);  // Advice only.
+    }
+  }
+  ~WindowBuffer() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  WindowBuffer(const WindowBuffer&) = delete;
+  WindowBuffer& operator=(const WindowBuffer&) = delete;
+  char* data() const { return data_; }
+
+ private:
+  const size_t bytes_;
+  char* data_ = nullptr;
+};
+
+}  // namespace
+
+absl::Status SharedMemoryInitReader::ReadBytes(
     const core::SharedMemorySource& source, int64_t begin, int64_t end,
-    absl::string_view field,
+    absl::string_view field, const std::function<char*(int64_t length)>& into,
     const std::function<void(const char* bytes, int64_t length)>& visit) {
   if (begin < 0 || end < begin || end > source.byte_length ||
       source.byte_offset < 0) {
@@ -49,23 +78,31 @@ absl::Status SharedMemoryInitReader::ForEachWindow(
                      " bytes, fewer than byte_offset + byte_length = ",
                      source.byte_offset + source.byte_length));
   }
-  const int64_t page = sysconf(_SC_PAGESIZE);
+  // Positioned reads, not a mapping: the kernel copies from the file's
+  // pages, so neither the source's pages nor (for a destination already in
+  // memory) ours are faulted in one by one; and a file that shrinks under
+  // us is a status, not a SIGBUS.
   for (int64_t at = begin; at < end; at += kWindowBytes) {
     const int64_t length = std::min(kWindowBytes, end - at);
-    const int64_t file_offset = source.byte_offset + at;
-    const int64_t lead = file_offset % page;
-    const size_t mapped = static_cast<size_t>(lead + length);
-    // MAP_POPULATE: the window is read once, front to back; faulting it in
-    // one call is cheaper than a fault per page.
-    void* p = mmap(nullptr, mapped, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
-                   file_offset - lead);
-    if (p == MAP_FAILED) {
-      return absl::ErrnoToStatus(
-          errno, absl::StrCat(field, ": cannot map ", length, " bytes of ",
-                              source.path, " at ", file_offset));
+    char* out = into(length);
+    for (int64_t done = 0; done < length;) {
+      const ssize_t n =
+          pread(fd, out + done, static_cast<size_t>(length - done),
+                source.byte_offset + at + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return absl::ErrnoToStatus(
+            errno, absl::StrCat(field, ": cannot read ", source.path, " at ",
+                                source.byte_offset + at + done));
+      }
+      if (n == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            field, ": ", source.path, " shrank while it was read (at byte ",
+            source.byte_offset + at + done, ")"));
+      }
+      done += n;
     }
-    absl::Cleanup unmap = [p, mapped] { munmap(p, mapped); };
-    visit(static_cast<const char*>(p) + lead, length);
+    visit(out, length);
   }
   return absl::OkStatus();
 }
@@ -73,8 +110,15 @@ absl::Status SharedMemoryInitReader::ForEachWindow(
 absl::StatusOr<uint32_t> SharedMemoryInitReader::Checksum(
     const core::SharedMemorySource& source, absl::string_view field) {
   uint32_t crc = 0;
-  absl::Status status = ForEachWindow(
+  WindowBuffer window(
+      std::max<int64_t>(1, std::min(kWindowBytes, source.byte_length)));
+  if (window.data() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(field, ": cannot map a read window"));
+  }
+  absl::Status status = ReadBytes(
       source, 0, source.byte_length, field,
+      [&window](int64_t) { return window.data(); },
       [&crc](const char* bytes, int64_t length) {
         crc = core::Crc32cExtend(crc, bytes, static_cast<size_t>(length));
       });
@@ -94,23 +138,37 @@ absl::Status SharedMemoryInitReader::Read(
                      " elements of ", core::DTypeName(dtype)));
   }
   if (n == 0) return absl::OkStatus();
+  if (dtype == core::DType::kFloat32) {
+    // Straight into the destination.
+    char* next = reinterpret_cast<char*>(out);
+    return ReadBytes(
+        source, first_element * size, (first_element + n) * size, field,
+        [&next](int64_t length) {
+          char* at = next;
+          next += length;
+          return at;
+        },
+        [](const char*, int64_t) {});
+  }
   // Windows start at multiples of kWindowBytes past the first element, so
   // none splits an element.
+  WindowBuffer window(std::min(kWindowBytes, n * size));
+  if (window.data() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(field, ": cannot map a read window"));
+  }
   float* next = out;
-  return ForEachWindow(
+  return ReadBytes(
       source, first_element * size, (first_element + n) * size, field,
-      [&next, dtype, size](const char* bytes, int64_t length) {
-        const int64_t count = length / size;
-        if (dtype == core::DType::kFloat32) {
-          std::memcpy(next, bytes, static_cast<size_t>(length));
-        } else {
-          for (int64_t i = 0; i < count; ++i) {
-            uint16_t bits;
-            std::memcpy(&bits, bytes + i * 2, 2);
-            next[i] = dtype == core::DType::kBFloat16
-                          ? core::BFloat16ToFloat(bits)
-                          : core::HalfToFloat(bits);
-          }
+      [&window](int64_t) { return window.data(); },
+      [&next, dtype](const char* bytes, int64_t length) {
+        const int64_t count = length / 2;
+        for (int64_t i = 0; i < count; ++i) {
+          uint16_t bits;
+          std::memcpy(&bits, bytes + i * 2, 2);
+          next[i] = dtype == core::DType::kBFloat16
+                        ? core::BFloat16ToFloat(bits)
+                        : core::HalfToFloat(bits);
         }
         next += count;
       });

@@ -13,15 +13,18 @@
 namespace shardd::node {
 
 // Reads the initial values a trainer left in a shared-memory file (proto
-// SharedMemoryRef init) without ever holding them whole: the file is mapped
-// read-only one window of at most kWindowBytes at a time, and each window is
-// unmapped before the next is mapped, so the daemon's resident memory grows
-// by at most one window however large the values are (issue #18). A
+// SharedMemoryRef init) without ever holding them whole: positioned reads
+// of at most kWindowBytes at a time into one window buffer (fp32 values go
+// straight into the caller's destination), so the daemon's resident memory
+// grows by at most one window however large the values are (issue #18). A
 // registration checksums the whole range once (ranks agree on a digest,
 // never on the values) and then decodes only its own shard's elements.
+// Reads rather than mappings: mapping the trainer's pages costs a page
+// fault per 4 KiB, which on VMs with shadow paging is the most expensive
+// part of a registration.
 //
-// Stateless; thread-safe. Keeps nothing it is given. The trainer must not
-// truncate the file while it is read (a shrunk mapping faults).
+// Stateless; thread-safe. Keeps nothing it is given. A file truncated while
+// it is read is FAILED_PRECONDITION.
 class SharedMemoryInitReader {
  public:
   // Largest range mapped at a time: the bound on the daemon's extra
@@ -46,12 +49,13 @@ class SharedMemoryInitReader {
                            float* out, absl::string_view field);
 
  private:
-  // Calls visit(bytes, length) on consecutive windows covering
-  // [begin, end) of the source's range (offsets relative to byte_offset);
-  // every window starts at begin + a multiple of kWindowBytes.
-  static absl::Status ForEachWindow(
+  // Reads consecutive windows covering [begin, end) of the source's range
+  // (offsets relative to byte_offset; every window starts at begin + a
+  // multiple of kWindowBytes) into into(length), then calls
+  // visit(that, length).
+  static absl::Status ReadBytes(
       const core::SharedMemorySource& source, int64_t begin, int64_t end,
-      absl::string_view field,
+      absl::string_view field, const std::function<char*(int64_t length)>& into,
       const std::function<void(const char* bytes, int64_t length)>& visit);
 };
 
