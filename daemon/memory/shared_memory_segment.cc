@@ -16,37 +16,12 @@
 namespace shardd::memory {
 namespace {
 
-std::string ErrnoText(int err) {
-  char buffer[256];
-  // GNU strerror_r returns the message, not necessarily in `buffer`.
-  return strerror_r(err, buffer, sizeof(buffer));
-}
-
+// errno through absl::ErrnoToStatus (the one errno table: ENOENT is
+// NOT_FOUND, EACCES/EPERM/EROFS PERMISSION_DENIED, ENOSPC/ENOMEM/EDQUOT/
+// EMFILE/ENFILE RESOURCE_EXHAUSTED, ...), with what failed in the message.
 absl::Status ErrnoStatus(int err, absl::string_view what,
                          absl::string_view path, absl::string_view call) {
-  const std::string message =
-      absl::StrCat(what, " '", path, "': ", call, ": ", ErrnoText(err),
-                   " (errno ", err, ")");
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EEXIST:
-      return absl::AlreadyExistsError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case ENOMEM:
-    case EDQUOT:
-    case EMFILE:
-    case ENFILE:
-    case EFBIG:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "': ", call));
 }
 
 // Closes a descriptor on every return path.

@@ -1407,7 +1407,10 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   // either all apply the step or none does.
   // Only an answer that says "do not commit" is final; a vote that got no
   // answer leaves the prepared step in doubt (ResolvePendingStep).
+  // Why the vote failed, as the abort metric's reason: known here, so
+  // never read back from the message.
   bool decided_no = false;
+  bool vote_unanswered = false;
   const auto vote = [&](const StepResult& prepared) -> absl::Status {
     SHARDD_FAILPOINT("vote.before");
     absl::StatusOr<v1::ShouldCommitResponse> decision =
@@ -1419,6 +1422,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
           "the answer was lost (fail point vote.answer)");
     }
     if (!decision.ok()) {
+      vote_unanswered = true;
       return absl::AbortedError(absl::StrCat("commit vote on step ",
                                              prepared.step, ": ",
                                              decision.status().ToString()));
@@ -1449,12 +1453,9 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
       std::fflush(stdout);
     }
     if (IsCollectiveFailure(result.status())) {
-      const absl::string_view message = result.status().message();
-      CountAbort(absl::StrContains(message, "rejected by the commit vote")
-                     ? metrics::node_labels::kVoteRejected
-                 : absl::StrContains(message, "commit vote on step")
-                     ? metrics::node_labels::kEpochChanged
-                     : metrics::node_labels::kPeerFailure);
+      CountAbort(decided_no        ? metrics::node_labels::kVoteRejected
+                 : vote_unanswered ? metrics::node_labels::kEpochChanged
+                                   : metrics::node_labels::kPeerFailure);
     }
     return OnCollectiveError("Step", result.status());
   }
