@@ -1526,6 +1526,25 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     }
     epoch = comm_epoch_;
   }
+  StateExport::Options options;
+  options.gather_timeout = OpTimeout(deadline);
+  options.progress = [this, epoch](const v1::ExportProgress& progress) {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    *event.mutable_export_progress() = progress;
+    events_.Append(std::move(event));
+  };
+  options.on_gather_error = [this](absl::Status status) {
+    return OnCollectiveError("ExportState", std::move(status));
+  };
+  options.cancelled = std::move(cancelled);
+  StateExport state_export(**engine, model, *options_.admission,
+                           std::move(options));
+  // What would end this rank's export before its gathers (the step, its
+  // memory) is decided before it joins: after "go" its peers would wait in
+  // the gathers.
+  absl::StatusOr<ExportAdmission> admitted = state_export.Admit(request);
+  if (!admitted.ok()) return admitted.status();
   // Every rank agrees before the first gather that all take part: a rank
   // that never calls ExportState fails the export on every rank cleanly,
   // instead of a gather timeout that reads as a failed peer.
@@ -1543,21 +1562,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       return s;
     }
   }
-  StateExport::Options options;
-  options.gather_timeout = OpTimeout(deadline);
-  options.progress = [this, epoch](const v1::ExportProgress& progress) {
-    v1::TrainerEvent event;
-    event.set_epoch(epoch);
-    *event.mutable_export_progress() = progress;
-    events_.Append(std::move(event));
-  };
-  options.on_gather_error = [this](absl::Status status) {
-    return OnCollectiveError("ExportState", std::move(status));
-  };
-  options.cancelled = std::move(cancelled);
-  StateExport state_export(**engine, model, *options_.admission,
-                           std::move(options));
-  return state_export.Run(request, deadline);
+  return state_export.Run(request, deadline, *admitted);
 }
 
 absl::Status NodeManager::ServeShard(

@@ -93,15 +93,37 @@ absl::Status StateExport::Interrupted(const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::ExportStateResponse> StateExport::Run(
-    const v1::ExportStateRequest& request, MonoTime deadline) {
+absl::StatusOr<ExportAdmission> StateExport::Admit(
+    const v1::ExportStateRequest& request) {
   if (absl::Status s = CheckRequest(request); !s.ok()) return s;
-  const EngineConfig& config = engine_.config();
   const int64_t step = engine_.committed_step();
   if (request.has_step() && request.step() != step) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step: ", request.step(), " is not the committed step ", step));
   }
+  const int64_t state_kinds =
+      request.include_optimizer_state()
+          ? static_cast<int64_t>(engine_.OptimizerStateKinds().size())
+          : 0;
+  ExportAdmission admitted = admission_.AdmitExport(
+      engine_, request.layout() == v1::EXPORT_LAYOUT_FULL, state_kinds);
+  if (!admitted.status.ok() && !admitted.join_gathers) return admitted.status;
+  return admitted;
+}
+
+absl::StatusOr<v1::ExportStateResponse> StateExport::Run(
+    const v1::ExportStateRequest& request, MonoTime deadline) {
+  absl::StatusOr<ExportAdmission> admitted = Admit(request);
+  if (!admitted.ok()) return admitted.status();
+  return Run(request, deadline, *admitted);
+}
+
+absl::StatusOr<v1::ExportStateResponse> StateExport::Run(
+    const v1::ExportStateRequest& request, MonoTime deadline,
+    const ExportAdmission& admitted) {
+  if (absl::Status s = CheckRequest(request); !s.ok()) return s;
+  const EngineConfig& config = engine_.config();
+  const int64_t step = engine_.committed_step();
   Metadata metadata = {
       {"format", "shardd"},
       {"step", absl::StrCat(step)},
@@ -123,9 +145,6 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::Run(
         {"learning_rate", absl::StrCat(engine_.learning_rate())});
   }
   const bool full = request.layout() == v1::EXPORT_LAYOUT_FULL;
-  const ExportAdmission admitted = admission_.AdmitExport(
-      engine_, full, static_cast<int64_t>(state_kinds.size()));
-  if (!admitted.status.ok() && !admitted.join_gathers) return admitted.status;
   last_reported_ = -1;
   absl::StatusOr<v1::ExportStateResponse> result =
       full ? RunFull(request, std::move(metadata), state_kinds, step, admitted,

@@ -60,9 +60,22 @@ class StateExport {
   // The request's fields alone: INVALID_ARGUMENT naming path or layout.
   static absl::Status CheckRequest(const v1::ExportStateRequest& request);
 
+  // The request checked against the engine (the step it names) and its
+  // memory admitted: FAILED_PRECONDITION or INVALID_ARGUMENT, or the
+  // refusal when this rank may not even take part in a FULL export's
+  // gathers; else the admission Run goes on with (a refused one with
+  // join_gathers set: this rank gathers, keeps nothing, returns the
+  // refusal). Decided before a FULL export's ranks agree to start, so that
+  // none stops after the others began gathering.
+  absl::StatusOr<ExportAdmission> Admit(const v1::ExportStateRequest& request);
+
   // Exports at the engine's committed step. `deadline` (and
   // options.cancelled) bound the writing (see the class comment), not the
-  // gathers.
+  // gathers. `admitted` is Admit's answer for this request.
+  absl::StatusOr<v1::ExportStateResponse> Run(
+      const v1::ExportStateRequest& request, MonoTime deadline,
+      const ExportAdmission& admitted);
+  // Admit, then Run.
   absl::StatusOr<v1::ExportStateResponse> Run(
       const v1::ExportStateRequest& request, MonoTime deadline);
 

@@ -453,7 +453,9 @@ TEST_F(ShardInitValuesTest, AFullExportOneRankNeverJoinsFailsCleanly) {
     return out;
   };
   const std::vector<int64_t> before = epochs();
-  auto export_on = [&](const std::vector<int>& ranks, const std::string& path) {
+  // `wrong_step_on`: that rank's request names a step it does not hold.
+  auto export_on = [&](const std::vector<int>& ranks, const std::string& path,
+                       int wrong_step_on = -1) {
     std::vector<grpc::Status> out(kW);
     std::vector<std::thread> threads;
     for (int r : ranks) {
@@ -462,6 +464,7 @@ TEST_F(ShardInitValuesTest, AFullExportOneRankNeverJoinsFailsCleanly) {
         request.set_path(path);
         request.set_layout(pb::EXPORT_LAYOUT_FULL);
         request.set_include_optimizer_state(true);
+        if (r == wrong_step_on) request.set_step(99);
         pb::ExportStateResponse response;
         out[r] = stubs_[r]->ExportState(Ctx(absl::Seconds(120)).get(), request,
                                         &response);
@@ -483,6 +486,17 @@ TEST_F(ShardInitValuesTest, AFullExportOneRankNeverJoinsFailsCleanly) {
   EXPECT_TRUE(absl::StrContains(statuses[1].error_message(),
                                 "rank 0 did not start one"))
       << statuses[1].error_message();
+  // A rank whose request cannot go on (another step) says so at once and
+  // never joins: the other fails as if it had not called.
+  statuses = export_on({0, 1}, alone, /*wrong_step_on=*/1);
+  EXPECT_EQ(statuses[1].error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << statuses[1].error_message();
+  EXPECT_TRUE(absl::StrContains(statuses[1].error_message(),
+                                "99 is not the committed step"))
+      << statuses[1].error_message();
+  EXPECT_TRUE(absl::StrContains(statuses[0].error_message(),
+                                "rank 1 did not call ExportState"))
+      << statuses[0].error_message();
   struct stat st;
   EXPECT_NE(stat(alone.c_str(), &st), 0) << "no file from a refused export";
   EXPECT_EQ(epochs(), before) << "nobody was reported failed";
