@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from conftest import PYTHON_DIR
 
 
@@ -61,3 +63,21 @@ except ImportError:
                          text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "no torch, as expected" in out.stdout
+
+
+def test_bazel_stubs_equal_the_scripts():
+    # //client/python:stubs and gen_stubs.sh run the same protoc: a user of
+    # either gets the same modules. Only once Bazel has built them.
+    import glob  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+
+    from conftest import REPO  # pylint: disable=import-outside-toplevel
+
+    built = sorted(glob.glob(os.path.join(
+        REPO, "bazel-bin/client/python/shardd/v1/*_pb2*.py")))
+    if not built:
+        pytest.skip("bazel build //client/python:stubs has not run")
+    for path in built:
+        ours = os.path.join(PYTHON_DIR, "shardd/v1", os.path.basename(path))
+        with open(path, "rb") as a, open(ours, "rb") as b:
+            assert a.read() == b.read(), path
