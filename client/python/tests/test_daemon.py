@@ -4,12 +4,16 @@ W = 1 (F = 1): a model of two fp32 units with SGD, registered from Python
 with its initial values inline; one step driven the way a trainer drives it
 (forward gathers, backward gathers with gradients written into the daemon's
 slot through torch views, ReduceGrad, Step), then the parameters gathered
-again must be p - lr * g exactly.
+again must be p - lr * g exactly. Once with fp32 gathered parameters, and
+once each with bf16 and fp16 ones (param_dtype; fp32 masters), where the
+views are 16-bit, the gradient is written in 16 bits, and the expected
+values are the fp32 update rounded to the 16-bit type.
 
 Why exactly: lr = 0.5 is a power of two, so lr * g is exact in fp32 and
 p - lr * g is a single rounding however the daemon's kernel groups it (with
 or without a fused multiply-add); W = 1 averages over one rank (a factor of
-1) and clipping is off.
+1) and clipping is off; fp32 -> 16-bit conversions round to nearest even on
+both sides.
 
 The binaries come from Bazel (bazel build //daemon/coordinator:coordinator
 //daemon/node:shardd): $SHARDD_BIN_DIR, else the workspace's bazel-bin.
@@ -125,7 +129,7 @@ def cluster(tmp_path):
         c.stop()
 
 
-def model_spec(values):
+def model_spec(values, param_dtype):
     """The ModelSpec of MODEL with `values` ({(unit, tensor): fp32}) inline."""
     spec = common_pb2.ModelSpec()
     for unit_name, tensors in MODEL.items():
@@ -138,10 +142,21 @@ def model_spec(values):
     config = spec.config
     config.strategy = common_pb2.SHARDING_STRATEGY_FULL_SHARD
     config.optimizer.sgd.lr = LR
+    config.param_dtype = param_dtype
     return spec
 
 
-def test_one_sgd_step_through_the_python_client(cluster):
+PARAM_DTYPES = {
+    common_pb2.DTYPE_FP32: torch.float32,
+    common_pb2.DTYPE_BF16: torch.bfloat16,
+    common_pb2.DTYPE_FP16: torch.float16,
+}
+
+
+@pytest.mark.parametrize("param_dtype", list(PARAM_DTYPES),
+                         ids=lambda d: common_pb2.DType.Name(d))
+def test_one_sgd_step_through_the_python_client(cluster, param_dtype):
+    low = PARAM_DTYPES[param_dtype]
     generator = torch.Generator().manual_seed(19)
     params = {(u, n): torch.randn(shape, generator=generator)
               for u, tensors in MODEL.items() for n, shape in tensors}
@@ -153,7 +168,7 @@ def test_one_sgd_step_through_the_python_client(cluster):
                                      default_timeout=RPC_SECONDS) as client:
         client.wait_connected(timeout=START_SECONDS)
         request = trainer_pb2.RegisterModelRequest(
-            model=model_spec(params),
+            model=model_spec(params, param_dtype),
             transport=common_pb2.TRANSPORT_SHARED_MEMORY)
         registered = client.register_model(request, timeout=60)
         assert registered.committed_step == 0 and not registered.reattached
@@ -164,10 +179,10 @@ def test_one_sgd_step_through_the_python_client(cluster):
             gathered = client.gather(i, shardd_client.FORWARD)
             assert gathered.grad is None
             assert not gathered.params.writable
-            assert gathered.params.flat.dtype == torch.float32
+            assert gathered.params.flat.dtype == low
             for name, _ in MODEL[unit]:
                 assert torch.equal(gathered.params.tensor(name),
-                                   params[unit, name]), (unit, name)
+                                   params[unit, name].to(low)), (unit, name)
             client.release(i, shardd_client.FORWARD)
 
         # Backward, last unit first: write each gradient into the slot.
@@ -175,8 +190,9 @@ def test_one_sgd_step_through_the_python_client(cluster):
             unit = units[i]
             gathered = client.gather(i, shardd_client.BACKWARD)
             assert gathered.grad is not None and gathered.grad.writable
+            assert gathered.grad.flat.dtype == low
             for name, _ in MODEL[unit]:
-                gathered.grad.tensor(name).copy_(grads[unit, name])
+                gathered.grad.tensor(name).copy_(grads[unit, name].to(low))
             reduced = client.reduce_grad(i, gathered.grad)
             assert reduced.reduce_started
             client.release(i, shardd_client.BACKWARD)
@@ -189,7 +205,9 @@ def test_one_sgd_step_through_the_python_client(cluster):
             gathered = client.gather(i, shardd_client.FORWARD)
             assert gathered.response.committed_step == 1
             for name, _ in MODEL[unit]:
-                expected = params[unit, name] - LR * grads[unit, name]
+                # The daemon reduces and applies what the slot held.
+                grad = grads[unit, name].to(low).float()
+                expected = (params[unit, name] - LR * grad).to(low)
                 assert torch.equal(gathered.params.tensor(name),
                                    expected), (unit, name)
             client.release(i, shardd_client.FORWARD)

@@ -70,6 +70,11 @@ class _FailingTrainer(trainer_pb2_grpc.TrainerServicer):
     def GetStatus(self, request, context):
         return trainer_pb2.GetStatusResponse(rank=7)
 
+    def WatchEvents(self, request, context):
+        yield trainer_pb2.TrainerEvent(sequence=request.after_sequence + 1)
+        # Then nothing until the client's deadline ends the stream.
+        self.release.wait(timeout=30)
+
     def Gather(self, request, context):
         # Outlives the client's deadline; bounded so the server can stop.
         self.release.wait(timeout=30)
@@ -130,3 +135,16 @@ def test_no_daemon_at_the_socket_is_daemon_unavailable(tmp_path):
         assert raised.value.code == grpc.StatusCode.UNAVAILABLE
         with pytest.raises(errors.DaemonUnavailable):
             client.wait_connected(timeout=0.2)
+
+
+def test_an_event_stream_ends_at_its_deadline(fake_daemon):
+    socket, _ = fake_daemon
+    with TrainerClient(socket, default_timeout=10) as client:
+        events = []
+        start = time.monotonic()
+        with pytest.raises(errors.ShardError) as raised:
+            for event in client.watch_events(after_sequence=4, timeout=0.5):
+                events.append(event.sequence)
+        assert events == [5]
+        assert raised.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - start < 5
