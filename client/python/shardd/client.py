@@ -18,7 +18,7 @@ and the segment cache are thread-safe).
 import grpc
 
 from shardd import errors
-from shardd.segments import SegmentCache
+from shardd.segments import BufferView, SegmentCache
 from shardd.v1 import common_pb2
 from shardd.v1 import trainer_pb2
 from shardd.v1 import trainer_pb2_grpc
@@ -110,9 +110,11 @@ class TrainerClient:
     def wait_connected(self, timeout=None):
         """Blocks until the channel is connected; DaemonUnavailable if not."""
         timeout = self.default_timeout if timeout is None else timeout
+        ready = grpc.channel_ready_future(self._channel)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+            ready.result(timeout=timeout)
         except grpc.FutureTimeoutError:
+            ready.cancel()  # Stops watching the channel's state.
             raise errors.DaemonUnavailable(
                 grpc.StatusCode.UNAVAILABLE,
                 f"no shardd daemon at {self.target} (not connected within "
@@ -164,7 +166,7 @@ class TrainerClient:
         `grad` is the BufferView of a BACKWARD gather's slot (after writing
         it), or any DataRef (a trainer-owned segment, inline bytes).
         """
-        ref = grad.ref if hasattr(grad, "ref") else grad
+        ref = grad.ref if isinstance(grad, BufferView) else grad
         request = trainer_pb2.ReduceGradRequest(
             unit=unit, grad=ref, accumulate_only=accumulate_only)
         return self._call(self._stub.ReduceGrad, request, timeout)
