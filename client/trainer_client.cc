@@ -103,11 +103,16 @@ void TrainerClient::SetDeadline(grpc::ClientContext& context,
   rpc::SetDeadline(&context, when);
 }
 
-absl::Status TrainerClient::Convert(const grpc::Status& status) const {
+absl::Status TrainerClient::Convert(const grpc::Status& status,
+                                    const grpc::ClientContext& context) const {
   absl::Status converted = rpc::FromGrpc(status);
   if (absl::IsDataLoss(converted)) {
-    // Only the daemon's: the job has failed (trainer.proto).
-    converted.SetPayload(kJobFailedPayload, absl::Cord("1"));
+    // The job has failed only when the daemon marks it so (trainer.proto);
+    // another DATA_LOSS (a corrupt load_from file) is the call's own.
+    const auto& trailers = context.GetServerTrailingMetadata();
+    if (trailers.find(rpc::kJobFailedTrailer) != trailers.end()) {
+      converted.SetPayload(kJobFailedPayload, absl::Cord("1"));
+    }
     return converted;
   }
   if (!absl::IsUnavailable(converted)) return converted;
@@ -155,7 +160,7 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
               deadline.value_or(MonoNow() + options_.register_timeout));
   v1::RegisterModelResponse response;
   grpc::Status status = stub_->RegisterModel(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -170,7 +175,7 @@ absl::StatusOr<GatheredUnit> TrainerClient::Gather(
   SetDeadline(context, deadline);
   v1::GatherResponse response;
   grpc::Status status = stub_->Gather(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
 
   GatheredUnit gathered;
   gathered.unit = unit;
@@ -216,7 +221,7 @@ absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
   SetDeadline(context, deadline);
   v1::ReleaseResponse response;
   grpc::Status status = stub_->Release(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -231,7 +236,7 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
   SetDeadline(context, deadline);
   v1::ReduceGradResponse response;
   grpc::Status status = stub_->ReduceGrad(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -245,7 +250,7 @@ absl::StatusOr<v1::StepResponse> TrainerClient::Step(
   SetDeadline(context, deadline);
   v1::StepResponse response;
   grpc::Status status = stub_->Step(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -257,7 +262,7 @@ absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
   SetDeadline(context, deadline);
   v1::WaitReadyResponse response;
   grpc::Status status = stub_->WaitReady(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -267,7 +272,7 @@ absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
   SetDeadline(context, deadline);
   v1::ExportStateResponse response;
   grpc::Status status = stub_->ExportState(&context, request, &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 
@@ -288,7 +293,7 @@ absl::StatusOr<v1::GetStatusResponse> TrainerClient::GetStatus(
   v1::GetStatusResponse response;
   grpc::Status status =
       stub_->GetStatus(&context, v1::GetStatusRequest(), &response);
-  if (!status.ok()) return Convert(status);
+  if (!status.ok()) return Convert(status, context);
   return response;
 }
 

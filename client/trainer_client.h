@@ -169,10 +169,11 @@ class TrainerClient {
 
   // True for the UNAVAILABLE that means nothing answers at the target.
   static bool IsDaemonUnreachable(const absl::Status& status);
-  // True for the daemon's DATA_LOSS: the job has FAILED for good (terminal;
-  // the message names the reason). A trainer stops, does not retry, and
-  // exits non-zero. A DATA_LOSS of this client's own (a reply that does
-  // not fit its segment) is not this.
+  // True for the daemon's DATA_LOSS marked as the job's (the trailer
+  // rpc::kJobFailedTrailer): the job has FAILED for good (terminal; the
+  // message names the reason). A trainer stops, does not retry, and exits
+  // non-zero. Another DATA_LOSS (a corrupt load_from file, or this client's
+  // own: a reply that does not fit its segment) is not this.
   static bool IsJobFailed(const absl::Status& status);
 
   // "unix:/a/b" for "/a/b"; anything else unchanged.
@@ -186,7 +187,8 @@ class TrainerClient {
                    std::optional<MonoTime> deadline) const;
   // gRPC status -> absl::Status (same code), rewriting connection failures
   // into the "no shardd daemon" message.
-  absl::Status Convert(const grpc::Status& status) const;
+  absl::Status Convert(const grpc::Status& status,
+                       const grpc::ClientContext& context) const;
 
   TrainerClientOptions options_;
   std::string target_;

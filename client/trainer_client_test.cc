@@ -15,6 +15,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/rpc/grpc_deadline.h"
+#include "daemon/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.grpc.pb.h"
@@ -61,6 +62,19 @@ class FakeTrainer final : public v1::Trainer::Service {
   grpc::Status Step(grpc::ServerContext*, const v1::StepRequest*,
                     v1::StepResponse*) override {
     return grpc::Status(grpc::StatusCode::ABORTED, "peer 3 failed");
+  }
+  // DATA_LOSS: the job's (marked as the daemon marks it) when the request
+  // names a load_from of "job", else a corrupt file's.
+  grpc::Status RegisterModel(grpc::ServerContext* context,
+                             const v1::RegisterModelRequest* request,
+                             v1::RegisterModelResponse*) override {
+    if (request->load_from() == "job") {
+      context->AddTrailingMetadata(rpc::kJobFailedTrailer, "1");
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          "shard 0 at step 4 is lost");
+    }
+    return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                        "/ckpt/m.safetensors: truncated");
   }
   grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override {
@@ -167,6 +181,20 @@ TEST_F(TrainerClientTest, DaemonStatusKeepsItsCodeAndMessage) {
   EXPECT_EQ(step.status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(step.status().message(), "peer 3 failed");
   EXPECT_FALSE(TrainerClient::IsDaemonUnreachable(step.status()));
+}
+
+TEST_F(TrainerClientTest, OnlyTheMarkedDataLossIsTheJobFailing) {
+  auto client = Client(StartFakeDaemon());
+  v1::RegisterModelRequest request;
+  request.set_load_from("/ckpt/m.safetensors");
+  auto corrupt = client->RegisterModel(request);
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(TrainerClient::IsJobFailed(corrupt.status()))
+      << "a corrupt input file is the call's own DATA_LOSS";
+  request.set_load_from("job");
+  auto failed = client->RegisterModel(request);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(TrainerClient::IsJobFailed(failed.status())) << failed.status();
 }
 
 TEST_F(TrainerClientTest, BlockingCallEndsAtItsDeadline) {

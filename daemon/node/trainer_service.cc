@@ -16,14 +16,16 @@ MonoTime Deadline(const grpc::ServerContext* context) {
   return rpc::DeadlineOf(*context);
 }
 
-// A failed call of a job that has failed says so (DATA_LOSS, terminal)
-// instead of the retryable ABORTED or UNAVAILABLE its collective saw.
+// A failed call of a job that has failed says so (DATA_LOSS, terminal,
+// marked with rpc::kJobFailedTrailer) instead of the retryable ABORTED or
+// UNAVAILABLE its collective saw.
 template <typename Response>
-grpc::Status Reply(NodeManager& manager, absl::StatusOr<Response> result,
-                   Response* response) {
+grpc::Status Reply(NodeManager& manager, grpc::ServerContext* context,
+                   absl::StatusOr<Response> result, Response* response) {
   if (!result.ok()) {
     if (absl::Status failed = manager.JobFailure(); !failed.ok()) {
       manager.NoteJobFailureReplied();
+      context->AddTrailingMetadata(rpc::kJobFailedTrailer, "1");
       return rpc::ToGrpc(failed);
     }
     return rpc::ToGrpc(result.status());
@@ -37,49 +39,49 @@ grpc::Status Reply(NodeManager& manager, absl::StatusOr<Response> result,
 grpc::Status TrainerService::RegisterModel(
     grpc::ServerContext* context, const v1::RegisterModelRequest* request,
     v1::RegisterModelResponse* response) {
-  return Reply(*manager_, manager_->RegisterModel(*request, Deadline(context)),
-               response);
+  return Reply(*manager_, context,
+               manager_->RegisterModel(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::Gather(grpc::ServerContext* context,
                                     const v1::GatherRequest* request,
                                     v1::GatherResponse* response) {
-  return Reply(*manager_, manager_->Gather(*request, Deadline(context)),
-               response);
+  return Reply(*manager_, context,
+               manager_->Gather(*request, Deadline(context)), response);
 }
 
-grpc::Status TrainerService::Release(grpc::ServerContext*,
+grpc::Status TrainerService::Release(grpc::ServerContext* context,
                                      const v1::ReleaseRequest* request,
                                      v1::ReleaseResponse* response) {
-  return Reply(*manager_, manager_->Release(*request), response);
+  return Reply(*manager_, context, manager_->Release(*request), response);
 }
 
 grpc::Status TrainerService::ReduceGrad(grpc::ServerContext* context,
                                         const v1::ReduceGradRequest* request,
                                         v1::ReduceGradResponse* response) {
-  return Reply(*manager_, manager_->ReduceGrad(*request, Deadline(context)),
-               response);
+  return Reply(*manager_, context,
+               manager_->ReduceGrad(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::Step(grpc::ServerContext* context,
                                   const v1::StepRequest* request,
                                   v1::StepResponse* response) {
-  return Reply(*manager_, manager_->Step(*request, Deadline(context)),
+  return Reply(*manager_, context, manager_->Step(*request, Deadline(context)),
                response);
 }
 
 grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
                                        const v1::WaitReadyRequest* request,
                                        v1::WaitReadyResponse* response) {
-  return Reply(*manager_, manager_->WaitReady(*request, Deadline(context)),
-               response);
+  return Reply(*manager_, context,
+               manager_->WaitReady(*request, Deadline(context)), response);
 }
 
 grpc::Status TrainerService::ExportState(grpc::ServerContext* context,
                                          const v1::ExportStateRequest* request,
                                          v1::ExportStateResponse* response) {
   return Reply(
-      *manager_,
+      *manager_, context,
       manager_->ExportState(*request, Deadline(context),
                             [context] { return context->IsCancelled(); }),
       response);

@@ -6,6 +6,12 @@
 
 namespace shardd::rpc {
 
+// The trailing metadata key (value "1") a daemon adds to a call's DATA_LOSS
+// when the job has FAILED for good (trainer.proto), so that clients tell
+// the terminal status from another DATA_LOSS (a corrupt load_from file) by
+// a typed mark, never by the message.
+inline constexpr char kJobFailedTrailer[] = "shardd-job-failed";
+
 // absl::Status -> grpc::Status with the same code and message: the managers
 // choose codes by how the caller should react, and the wire keeps them.
 grpc::Status ToGrpc(const absl::Status& status);

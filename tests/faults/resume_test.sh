@@ -23,6 +23,7 @@
 #    write a state_dict (F32, BF16, F16) loaded by name: the parameters
 #    are its values.
 # 7. A load_from naming a truncated file fails registration with DATA_LOSS
+#    (the trainer exits 1: not the job's terminal DATA_LOSS)
 #    naming the file.
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
@@ -176,9 +177,11 @@ for ((r = 0; r < FL_W; r++)); do
 done
 fl_wait_trainers cut
 for ((r = 0; r < FL_W; r++)); do
-  fl_expect "cut: trainer $r's registration fails naming the truncated file" \
-    "[[ ${FL_TRAINER_RC[$r]} -ne 0 ]] &&
-     grep -q '$FL_ROOT/cut.safetensors: truncated' '$(fl_trainer_log cut "$r")'"
+  # DATA_LOSS of the input, not of the job: exit 1 with the code, never
+  # the job-failed exit 3 (the daemon marks only that DATA_LOSS).
+  fl_expect "cut: trainer $r's registration fails naming the truncated file (exit 1, not 3)" \
+    "[[ ${FL_TRAINER_RC[$r]} -eq 1 ]] &&
+     grep -q 'DATA_LOSS: .*$FL_ROOT/cut.safetensors: truncated' '$(fl_trainer_log cut "$r")'"
 done
 fl_expect "cut: the daemons registered no model" \
   "! grep -q 'registered rank' '$(fl_trainer_log cut 0)'"

@@ -12,8 +12,11 @@ messages:
                      died or is being replaced), or the daemon could not reach
                      the coordinator. Re-attach (RegisterModel with the same
                      model): it is idempotent, so it is right in both cases.
-  JobFailed          DATA_LOSS from the daemon: the job has failed for good
-                     (terminal). Do not retry; exit non-zero with the reason.
+  JobFailed          DATA_LOSS that the daemon marks as the job's (trailing
+                     metadata "shardd-job-failed"): the job has failed for
+                     good (terminal). Do not retry; exit non-zero with the
+                     reason. A DATA_LOSS without the mark (a corrupt
+                     load_from file) is a plain ShardError.
   ShardError         everything else (the base class of all of them), with
                      the code and the message.
 
@@ -58,16 +61,24 @@ class SegmentError(ShardError):
 
 
 # The daemon's codes that call for their own reaction; any other is a
-# ShardError.
+# ShardError (DATA_LOSS is JobFailed only with the daemon's mark).
 _CLASS_BY_CODE = {
     grpc.StatusCode.ABORTED: StepAborted,
     grpc.StatusCode.UNAVAILABLE: DaemonUnavailable,
-    grpc.StatusCode.DATA_LOSS: JobFailed,
 }
 
+# The trailing metadata key the daemon adds to the job's terminal DATA_LOSS
+# (daemon/rpc/grpc_status.h kJobFailedTrailer).
+JOB_FAILED_TRAILER = "shardd-job-failed"
 
-def from_status(code, message):
-    """The exception for a status the daemon (or the channel) returned."""
+
+def from_status(code, message, job_failed=False):
+    """The exception for a status the daemon (or the channel) returned.
+
+    `job_failed`: the daemon marked it as the job's terminal status.
+    """
+    if code == grpc.StatusCode.DATA_LOSS and job_failed:
+        return JobFailed(code, message)
     return _CLASS_BY_CODE.get(code, ShardError)(code, message)
 
 
@@ -77,4 +88,7 @@ def from_rpc_error(error):
     # with code() and details(); anything else is a bug of ours.
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else str(error)
-    return from_status(code, details or "")
+    trailers = (error.trailing_metadata() or ()) if hasattr(
+        error, "trailing_metadata") else ()
+    job_failed = any(key == JOB_FAILED_TRAILER for key, _ in trailers)
+    return from_status(code, details or "", job_failed=job_failed)

@@ -20,7 +20,6 @@ from shardd.v1 import trainer_pb2, trainer_pb2_grpc
 SPECIAL = {
     grpc.StatusCode.ABORTED: errors.StepAborted,
     grpc.StatusCode.UNAVAILABLE: errors.DaemonUnavailable,
-    grpc.StatusCode.DATA_LOSS: errors.JobFailed,
 }
 
 
@@ -35,8 +34,19 @@ def test_each_code_maps_to_its_class(code):
     assert error.message == "why"
 
 
+def test_only_the_marked_data_loss_is_a_job_failure():
+    assert type(errors.from_status(  # pylint: disable=unidiomatic-typecheck
+        grpc.StatusCode.DATA_LOSS, "lost", job_failed=True)) is errors.JobFailed
+    # A corrupt load_from file: DATA_LOSS, but the call's own.
+    assert type(errors.from_status(  # pylint: disable=unidiomatic-typecheck
+        grpc.StatusCode.DATA_LOSS, "cut")) is errors.ShardError
+    # The mark means nothing on another code.
+    assert type(errors.from_status(  # pylint: disable=unidiomatic-typecheck
+        grpc.StatusCode.ABORTED, "x", job_failed=True)) is errors.StepAborted
+
+
 def test_the_classes_are_distinct():
-    classes = set(SPECIAL.values())
+    classes = set(SPECIAL.values()) | {errors.JobFailed}
     assert len(classes) == 3
     for cls in classes:
         assert issubclass(cls, errors.ShardError)
@@ -62,9 +72,12 @@ class _FailingTrainer(trainer_pb2_grpc.TrainerServicer):
 
     def __init__(self):
         self.code = grpc.StatusCode.ABORTED
+        self.job_failed = False
         self.release = threading.Event()
 
     def Step(self, request, context):
+        if self.job_failed:
+            context.set_trailing_metadata(((errors.JOB_FAILED_TRAILER, "1"),))
         context.abort(self.code, f"step {request.step}: {self.code.name}")
 
     def GetStatus(self, request, context):
@@ -109,6 +122,11 @@ def test_a_server_status_reaches_the_caller_as_its_class(fake_daemon):
                 code, errors.ShardError)
             assert raised.value.code == code
             assert raised.value.message == f"step 3: {code.name}"
+        # The job's terminal DATA_LOSS carries the daemon's mark.
+        servicer.code = grpc.StatusCode.DATA_LOSS
+        servicer.job_failed = True
+        with pytest.raises(errors.JobFailed):
+            client.step(3)
 
 
 def test_every_call_has_a_deadline(fake_daemon):
