@@ -1,0 +1,527 @@
+"""shardd.torch: train a torch nn.Module with its state sharded in shardd.
+
+One call wraps the model, one runs backward, one steps:
+
+    import shardd.torch as st
+    from shardd.client import TrainerClient
+
+    client = TrainerClient("/run/shardd.sock")
+    model = st.wrap(net, client, units=["0", "2"],
+                    optimizer=st.AdamW(lr=1e-3), max_grad_norm=1.0)
+    for step in range(model.next_step, steps + 1):   # data indexed by step
+        loss = loss_fn(model(x[step]), y[step])        # forward: gathers
+        model.backward(loss)                           # gradients -> daemon
+        model.step()                                   # optimizer, in shardd
+
+What wrap does:
+  - Units: one per named submodule (or per module a policy picks), the
+    remaining parameters in a root unit. Tensors keep their fully qualified
+    names: a unit named after its module prefix holds the tensors by their
+    suffix, so the daemon's FULL export names them "<unit>.<tensor>" = the
+    parameter's own name (load_export maps the root unit's back too).
+  - Initial values: the module's current parameters, written once into a
+    file under /dev/shm that the daemons read (TensorInit.shared_memory, any
+    size; removed when RegisterModel has returned). A daemon that already
+    holds the model (a restarted trainer) re-attaches and keeps its state.
+  - Optimizer: runs in the daemon (AdamW or SGD, torch's hyper-parameters
+    and semantics), with max_grad_norm (clip_grad_norm_) and weight-decay
+    exclusions.
+
+How a step runs (the first slice, simplest correct design):
+  - Forward: a forward pre-hook on each unit's module gathers the unit
+    (FORWARD, with a prefetch hint for the next unit), copies the daemon's
+    read-only views into the module's own parameter tensors, and releases
+    the unit at once. Autograd then works on ordinary tensors: saved
+    activations stay valid until backward whatever the daemon does with its
+    buffer. A unit is gathered once per committed step (a second forward
+    before the next step, e.g. evaluation, reuses the copy).
+    Trade-off: the trainer process holds a full copy of the parameters (as
+    DDP does), so the sharding saves memory in the daemons (masters,
+    gradients, optimizer state: 16 of every 16 + 4 bytes per parameter with
+    AdamW) but not the trainer's 4 bytes per parameter; freeing each unit's
+    copy after its backward and re-gathering is the next step.
+  - Backward: backward(loss) runs loss.backward(), then for each unit in
+    reverse order gathers it BACKWARD (which names the daemon's gradient
+    slot), copies the unit's .grad into the slot, ReduceGrad, Release, and
+    sets the .grad to None. Gradients are averaged over the W ranks by the
+    daemon, so each rank's loss is the mean over its own part of the batch.
+  - step(lr=None): Step(committed + 1) in the daemon; the next forward
+    gathers the new parameters.
+
+Failures: a StepAborted (a peer failed) from any of these calls means the
+step was not applied: call recover() and run the step again with the same
+data (model.next_step says which); JobFailed is terminal.
+
+Not yet: prefetch/overlap of backward with the reduction, bf16 parameters,
+gradient accumulation, re-attach on DaemonUnavailable, a shared parameter
+(rejected with a clear error), buffers (kept by each trainer, not synced).
+"""
+
+import itertools
+import json
+import os
+import struct
+
+import torch
+from torch import nn
+
+from shardd import client as _client
+from shardd.v1 import common_pb2
+from shardd.v1 import trainer_pb2
+
+__all__ = [
+    "AdamW", "SGD", "ShardedModule", "wrap", "load_export", "read_safetensors"
+]
+
+_DTYPES = {
+    torch.float32: common_pb2.DTYPE_FP32,
+    torch.bfloat16: common_pb2.DTYPE_BF16,
+    torch.float16: common_pb2.DTYPE_FP16,
+}
+
+_STRATEGIES = {
+    "FULL_SHARD": common_pb2.SHARDING_STRATEGY_FULL_SHARD,
+    "SHARD_GRAD_OP": common_pb2.SHARDING_STRATEGY_SHARD_GRAD_OP,
+    "NO_SHARD": common_pb2.SHARDING_STRATEGY_NO_SHARD,
+    "HYBRID_SHARD": common_pb2.SHARDING_STRATEGY_HYBRID_SHARD,
+}
+
+ROOT_UNIT = "root"
+
+
+class AdamW:
+    """torch.optim.AdamW's hyper-parameters (and defaults), run by the daemon."""
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=1e-2):
+        self.lr, self.betas, self.eps = lr, tuple(betas), eps
+        self.weight_decay = weight_decay
+
+    def to_proto(self, config):
+        adamw = config.adamw
+        adamw.lr, adamw.eps, adamw.weight_decay = (self.lr, self.eps,
+                                                   self.weight_decay)
+        adamw.beta1, adamw.beta2 = self.betas
+
+
+class SGD:
+    """torch.optim.SGD's hyper-parameters (and defaults), run by the daemon."""
+
+    def __init__(self, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                 nesterov=False):
+        self.lr, self.momentum, self.dampening = lr, momentum, dampening
+        self.weight_decay, self.nesterov = weight_decay, nesterov
+
+    def to_proto(self, config):
+        sgd = config.sgd
+        sgd.lr, sgd.momentum, sgd.dampening = (self.lr, self.momentum,
+                                               self.dampening)
+        sgd.weight_decay, sgd.nesterov = self.weight_decay, self.nesterov
+
+
+class _Unit:
+    """One unit: its module, name, and (tensor name, fqn, parameter) list."""
+
+    def __init__(self, name, module, prefix):
+        self.name = name
+        self.module = module
+        self.prefix = prefix  # Stripped from fqns to name tensors.
+        self.tensors = []
+
+    def tensor_name(self, fqn):
+        return fqn[len(self.prefix):] if self.prefix else fqn
+
+
+def _unit_modules(module, units):
+    """[(prefix, submodule)] of the units, in module order."""
+    named = list(module.named_modules())
+    if callable(units) and not isinstance(units, type):
+        chosen = [n for n, m in named if n and units(n, m)]
+    elif isinstance(units, type) or (isinstance(units, tuple) and units and
+                                     all(isinstance(u, type) for u in units)):
+        chosen = [n for n, m in named if n and isinstance(m, units)]
+    else:
+        chosen = list(units or ())
+        for n in chosen:
+            if not isinstance(n, str) or not n:
+                raise ValueError(f"units: {n!r} is not a submodule name")
+        known = dict(named)
+        missing = [n for n in chosen if n not in known]
+        if missing:
+            raise ValueError(f"units: no submodule named {missing[0]!r}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError("units: a submodule is named twice")
+        order = {n: i for i, (n, _) in enumerate(named)}
+        chosen.sort(key=order.__getitem__)
+    modules = dict(named)
+    return [(n, modules[n]) for n in chosen]
+
+
+def _build_units(module, units):
+    """The units, root first, each with its trainable parameters."""
+    holders = {}  # id(param) -> fqn, to reject a parameter in two places.
+    params = []
+    for mname, m in module.named_modules(remove_duplicate=False):
+        for pname, p in m._parameters.items():  # pylint: disable=protected-access
+            if p is None:
+                continue
+            fqn = f"{mname}.{pname}" if mname else pname
+            if id(p) in holders:
+                if holders[id(p)] != fqn:
+                    raise NotImplementedError(
+                        f"parameter {fqn!r} is the same tensor as "
+                        f"{holders[id(p)]!r}: shared (tied) parameters are "
+                        "not supported by shardd.torch yet")
+                continue
+            holders[id(p)] = fqn
+            params.append((fqn, p))
+    named_units = _unit_modules(module, units)
+    taken = {n for n, _ in named_units}
+    root = _Unit(ROOT_UNIT if ROOT_UNIT not in taken else "__root__", module,
+                 "")
+    result = [_Unit(n, m, n + ".") for n, m in named_units]
+    for fqn, p in params:
+        if not p.requires_grad:
+            continue  # Frozen: stays in the module, not sharded.
+        if p.dtype not in _DTYPES:
+            raise NotImplementedError(
+                f"parameter {fqn!r}: dtype {p.dtype} (shardd holds fp32, bf16 "
+                "and fp16)")
+        owner = root
+        for unit in result:  # The deepest unit whose prefix holds fqn.
+            if fqn.startswith(unit.prefix) and len(unit.prefix) > len(
+                    owner.prefix):
+                owner = unit
+        owner.tensors.append((owner.tensor_name(fqn), fqn, p))
+    result = [u for u in result if u.tensors]
+    if root.tensors:
+        result.insert(0, root)
+    if not result:
+        raise ValueError("the module has no trainable parameters")
+    for unit in result:
+        dtypes = {p.dtype for _, _, p in unit.tensors}
+        if len(dtypes) > 1:
+            raise NotImplementedError(
+                f"unit {unit.name!r} mixes dtypes {sorted(map(str, dtypes))}: "
+                "a unit's flat buffer has one dtype")
+    return result
+
+
+class _InitValuesFile:
+    """The parameters' values, one after another, in a new file (O_EXCL).
+
+    For TensorInit.shared_memory (the Python twin of client/init_values_file):
+    each daemon maps only its shard's slice, so the model may have any size.
+    Removed by close(), once RegisterModel has returned.
+    """
+
+    _counter = itertools.count()
+
+    def __init__(self, directory, tensors):
+        self.path = os.path.join(
+            directory, f"shardd-init-{os.getpid()}-{next(self._counter)}")
+        self.ranges = []
+        fd = os.open(self.path,
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            offset = 0
+            for t in tensors:
+                data = t.detach().contiguous().view(-1)
+                raw = data.view(torch.uint8) if data.element_size() != 1 else data
+                view = memoryview(raw.numpy())
+                written = 0
+                while written < len(view):
+                    written += os.write(fd, view[written:])
+                self.ranges.append((offset, len(view)))
+                offset += len(view)
+            self.bytes = offset
+        except BaseException:
+            os.close(fd)
+            self.close()
+            raise
+        os.close(fd)
+
+    def ref(self, i, out):
+        out.path = self.path
+        out.segment_bytes = self.bytes
+        out.byte_offset, out.byte_length = self.ranges[i]
+
+    def close(self):
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class ShardedModule(nn.Module):
+    """A module whose parameters live in shardd (made by wrap()).
+
+    Calling it runs the module's forward (the hooks gather what it needs).
+    Attributes: module (the wrapped module), client, units (names, in
+    order), committed_step, next_step, registered (RegisterModelResponse).
+    """
+
+    def __init__(self, module, client, units, spec, register_timeout,
+                 shm_dir):
+        super().__init__()
+        self.module = module
+        self.client = client
+        self._units = units
+        self._spec = spec
+        self._fresh = set()  # Units whose module copy is current.
+        self._hooks = []
+        self.registered = self._register(register_timeout, shm_dir)
+        self.committed_step = self.registered.committed_step
+        for index, unit in enumerate(units):
+            self._hooks.append(
+                unit.module.register_forward_pre_hook(
+                    lambda _m, _args, i=index: self._gather_forward(i)))
+
+    # -- registration --------------------------------------------------
+    def _register(self, timeout, shm_dir):
+        values = _InitValuesFile(
+            shm_dir, [p for u in self._units for _, _, p in u.tensors])
+        try:
+            i = 0
+            for unit_spec in self._spec.units:
+                for tensor in unit_spec.tensors:
+                    values.ref(i, tensor.init.shared_memory)
+                    i += 1
+            request = trainer_pb2.RegisterModelRequest(
+                model=self._spec,
+                transport=common_pb2.TRANSPORT_SHARED_MEMORY)
+            response = self.client.register_model(request, timeout=timeout)
+        finally:
+            values.close()
+        # The init refs named a file that is gone now; a re-attaching
+        # registration ignores init, so keep the spec without them.
+        for unit_spec in self._spec.units:
+            for tensor in unit_spec.tensors:
+                tensor.ClearField("init")
+        self.client.wait_ready(timeout=timeout)
+        return response
+
+    # -- the step ------------------------------------------------------
+    @property
+    def units(self):
+        return [u.name for u in self._units]
+
+    @property
+    def next_step(self):
+        """The step to run now: committed_step + 1."""
+        return self.committed_step + 1
+
+    def forward(self, *args, **kwargs):  # pylint: disable=arguments-differ
+        return self.module(*args, **kwargs)
+
+    def _gather_forward(self, index):
+        if index in self._fresh:
+            return
+        hint = [index + 1] if (index + 1 < len(self._units) and
+                               index + 1 not in self._fresh) else []
+        unit = self._units[index]
+        gathered = self.client.gather(index, _client.FORWARD, prefetch=hint)
+        try:
+            views = gathered.params.tensors
+            with torch.no_grad():
+                for name, _, p in unit.tensors:
+                    p.copy_(views[name])
+        finally:
+            del gathered
+            self.client.release(index, _client.FORWARD)
+        self._fresh.add(index)
+
+    def backward(self, loss, **kwargs):
+        """loss.backward(**kwargs), then every unit's gradient to shardd.
+
+        For each unit, last first: Gather(BACKWARD) names the gradient slot;
+        the unit's .grad (zeros where a parameter got none) is copied into
+        it and handed to ReduceGrad; the .grad is reset to None.
+        """
+        loss.backward(**kwargs)
+        self.reduce_gradients()
+
+    def reduce_gradients(self):
+        """Hands the .grad of every unit's parameters to the daemon."""
+        for index in reversed(range(len(self._units))):
+            unit = self._units[index]
+            hint = [index - 1] if index > 0 else []
+            gathered = self.client.gather(index, _client.BACKWARD,
+                                          prefetch=hint)
+            slots = gathered.grad.tensors
+            for name, _, p in unit.tensors:
+                if p.grad is None:
+                    slots[name].zero_()
+                else:
+                    slots[name].copy_(p.grad)
+            self.client.reduce_grad(index, gathered.grad)
+            del gathered, slots
+            self.client.release(index, _client.BACKWARD)
+            for _, _, p in unit.tensors:
+                p.grad = None
+
+    def step(self, lr=None):
+        """Commits the step in the daemon (its optimizer); the StepResponse.
+
+        `lr`: this step's learning rate (same on every rank); None: the
+        configured one.
+        """
+        response = self.client.step(self.next_step, learning_rate=lr)
+        self.committed_step = response.committed_step
+        self._fresh.clear()
+        return response
+
+    def recover(self, timeout=None):
+        """After StepAborted: drops the step's state and waits for readiness.
+
+        Then run next_step again with the same data.
+        """
+        for index in range(len(self._units)):
+            for pass_ in (_client.FORWARD, _client.BACKWARD):
+                self.client.release(index, pass_)
+        for unit in self._units:
+            for _, _, p in unit.tensors:
+                p.grad = None
+        self._fresh.clear()
+        ready = self.client.wait_ready(timeout=timeout)
+        self.committed_step = ready.committed_step
+        return ready
+
+    # -- state ---------------------------------------------------------
+    def full_state_dict(self):
+        """{fqn: tensor} of the committed parameters (a copy).
+
+        Collective: every rank of the shard group must call it between
+        steps (each unit is gathered FORWARD and released).
+        """
+        state = {}
+        for index, unit in enumerate(self._units):
+            gathered = self.client.gather(index, _client.FORWARD)
+            try:
+                views = gathered.params.tensors
+                for name, fqn, _ in unit.tensors:
+                    state[fqn] = views[name].clone()
+            finally:
+                del gathered
+                self.client.release(index, _client.FORWARD)
+        return state
+
+    def export(self, path, include_optimizer_state=False, overwrite=True,
+               timeout=None):
+        """FULL export (ExportState) to the safetensors file `path`.
+
+        Collective: every rank calls it between steps; rank 0's daemon
+        writes the file. load_export(path, self) reads it back by fqn.
+        """
+        request = trainer_pb2.ExportStateRequest(
+            path=os.path.abspath(path), layout=trainer_pb2.EXPORT_LAYOUT_FULL,
+            include_optimizer_state=include_optimizer_state,
+            overwrite=overwrite, step=self.committed_step)
+        return self.client.export_state(request, timeout=timeout)
+
+    def export_names(self):
+        """{name in a FULL export: fqn} of every sharded parameter."""
+        return {f"{u.name}.{name}": fqn
+                for u in self._units for name, fqn, _ in u.tensors}
+
+    def remove_hooks(self):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+
+def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
+         no_weight_decay=None, strategy="FULL_SHARD", sharding_factor=0,
+         register_timeout=None, shm_dir="/dev/shm"):
+    """Registers `module` with the daemon behind `client`; a ShardedModule.
+
+    Args:
+      module: the nn.Module; its current parameters are the initial values
+        (same on every rank: seed the model identically).
+      client: a shardd.client.TrainerClient of this node's daemon.
+      units: submodule names (["0", "2"], or "layers.3"), a tuple of module
+        classes (every instance is a unit, like FSDP's auto-wrap), or a
+        callable (name, module) -> bool. Parameters outside them form the
+        root unit (named "root"), gathered first.
+      optimizer: AdamW(...) or SGD(...) (torch's hyper-parameters).
+      max_grad_norm: clip the global gradient norm to it (0: no clipping),
+        as torch.nn.utils.clip_grad_norm_.
+      no_weight_decay: parameters without weight decay: an iterable of fqns,
+        or a callable (fqn, param) -> bool (e.g. lambda n, p: p.ndim == 1).
+      strategy: "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD" or
+        "HYBRID_SHARD" (then sharding_factor F is required).
+      register_timeout: seconds for RegisterModel and the first WaitReady
+        (None: the client's register_timeout).
+      shm_dir: where the initial values file goes (a tmpfs).
+    """
+    if optimizer is None:
+        raise ValueError("optimizer: AdamW(...) or SGD(...) is required")
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"strategy: one of {sorted(_STRATEGIES)}, got "
+                         f"{strategy!r}")
+    if callable(no_weight_decay):
+        excluded = no_weight_decay
+    else:
+        names = set(no_weight_decay or ())
+        excluded = lambda fqn, _p: fqn in names  # pylint: disable=unnecessary-lambda-assignment
+    built = _build_units(module, units)
+    if not callable(no_weight_decay):
+        unknown = names - {fqn for u in built for _, fqn, _ in u.tensors}
+        if unknown:
+            raise ValueError(
+                f"no_weight_decay: no sharded parameter {sorted(unknown)[0]!r}")
+    spec = common_pb2.ModelSpec()
+    for unit in built:
+        unit_spec = spec.units.add(name=unit.name)
+        for name, fqn, p in unit.tensors:
+            unit_spec.tensors.add(name=name, shape=list(p.shape),
+                                  dtype=_DTYPES[p.dtype],
+                                  exclude_from_weight_decay=bool(
+                                      excluded(fqn, p)))
+    config = spec.config
+    config.strategy = _STRATEGIES[strategy]
+    config.sharding_factor = sharding_factor
+    config.max_grad_norm = max_grad_norm
+    optimizer.to_proto(config.optimizer)
+    if register_timeout is None:
+        register_timeout = client.register_timeout
+    return ShardedModule(module, client, built, spec, register_timeout,
+                         shm_dir)
+
+
+_SAFETENSORS_DTYPES = {
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F64": torch.float64,
+}
+
+
+def read_safetensors(path):
+    """({name: tensor}, metadata) of a safetensors file (copies)."""
+    with open(path, "rb") as f:
+        (header_bytes,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_bytes))
+        data = f.read()
+    metadata = header.pop("__metadata__", {})
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+        raw = bytearray(data[begin:end])
+        flat = (torch.frombuffer(raw, dtype=dtype)
+                if raw else torch.empty(0, dtype=dtype))
+        tensors[name] = flat.view(info["shape"]) if info["shape"] else (
+            flat.view(()))
+    return tensors, metadata
+
+
+def load_export(path, sharded):
+    """A FULL export's parameters as a state dict keyed by fqn.
+
+    `sharded`: the ShardedModule (for the root unit's names). Optimizer
+    state in the file is left out; load it with read_safetensors.
+    """
+    tensors, _ = read_safetensors(path)
+    names = sharded.export_names()
+    return {fqn: tensors[name] for name, fqn in names.items()}

@@ -1,0 +1,183 @@
+"""shardd.torch against real processes: a coordinator, W shardd, W trainers.
+
+Each test starts a coordinator and W daemons, then W torch trainer
+processes (torch_trainer.py) that build the same seeded nn.Sequential
+(Linear-ReLU-Linear), wrap it with shardd.torch (AdamW, clip norm, biases
+without weight decay) and train it for STEPS steps, rank R on its 1/W of
+each global batch. The committed parameters (gathered from the daemons by
+every rank) are compared with a single-process torch reference that uses
+torch.optim.AdamW and clip_grad_norm_ on the same global batches, and a
+second run on a fresh cluster must end bit-identical to the first.
+
+Why the tolerance (TOLERANCE = 1e-5 on parameters of magnitude ~0.5): the
+reference computes each rank's gradient on that rank's rows with the same
+ops and one thread, as the trainers do, so the per-rank gradients are the
+same bits; it then averages them in a fixed order ((g0 + g1) / 2 for W = 2
+is exact up to one rounding and commutative, so it equals the daemon's
+sum-then-scale; for W = 4 the daemon's ReduceScatter-then-AllReduce groups
+the four sums as it likes: a rounding of 2^-24 relative per addition). The
+rest differs by rounding only: the daemon computes the global norm exactly
+(fixed point) and rounds once, clip_grad_norm_ takes a norm of per-tensor
+fp32 norms (a few ulps), so the clip scale differs by ~1e-7 relative; AdamW's
+update m / (sqrt(v) + eps) is invariant to a common scale of the gradient
+up to eps, so such a difference moves a parameter by far less than lr * 1e-5
+per step. Over STEPS = 6 steps with lr = 1e-2 the expected difference is
+~1e-8; 1e-5 leaves room while still catching any real error (a missing
+clip, a wrong weight decay, a wrong average or a skipped step is >= 1e-4).
+"""
+
+import os
+import re
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import torch_trainer as tt
+from test_daemon import COORDINATOR, SHARDD, START_SECONDS, Cluster, poll
+
+STEPS = 6
+TOLERANCE = 1e-5
+RUN_SECONDS = 240  # Deadline for the trainers of one run.
+TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "torch_trainer.py")
+
+
+def need_binaries():
+    if not (os.access(COORDINATOR, os.X_OK) and os.access(SHARDD, os.X_OK)):
+        message = (f"no daemon binaries ({COORDINATOR}; bazel build "
+                   "//daemon/coordinator:coordinator //daemon/node:shardd)")
+        if os.environ.get("SHARDD_REQUIRE_DAEMON") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def train(directory, world_size, sharding_factor, strategy, units,
+          export=False):
+    """Runs one cluster and its trainers; rank 0's results (and export)."""
+    os.makedirs(directory)
+    c = Cluster(directory)
+    try:
+        coord = c.start("coordinator", [
+            COORDINATOR, "--listen=127.0.0.1:0",
+            f"--world_size={world_size}",
+            f"--sharding_factor={sharding_factor}"
+        ])
+        match = poll(
+            lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
+                              c.log("coordinator")), START_SECONDS,
+            "coordinator port", [("coordinator", coord)])
+        sockets = []
+        for rank in range(world_size):
+            socket = os.path.join(directory, f"s{rank}.sock")
+            shm = os.path.join(directory, f"shm{rank}")
+            os.makedirs(shm)
+            c.start(f"shardd{rank}", [
+                SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
+                f"--identity=node-{rank}", f"--rank={rank}",
+                f"--listen_unix={socket}", f"--shm_dir={shm}"
+            ])
+            sockets.append(socket)
+        poll(lambda: all(os.path.exists(s) for s in sockets), START_SECONDS,
+             "shardd sockets", c.procs)
+        export_path = os.path.join(directory, "full.safetensors")
+        trainers = []
+        for rank in range(world_size):
+            argv = [
+                sys.executable, TRAINER, f"--socket={sockets[rank]}",
+                f"--rank={rank}", f"--world_size={world_size}",
+                f"--steps={STEPS}", f"--strategy={strategy}",
+                f"--sharding_factor={sharding_factor}",
+                f"--units={','.join(units)}",
+                f"--out={os.path.join(directory, f'out{rank}.pt')}"
+            ]
+            if export:
+                argv.append(f"--export={export_path}")
+            trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
+                                                       argv)))
+        daemons = [p for p in c.procs if p not in trainers]
+        poll(lambda: all(p.poll() is not None for _, p in trainers),
+             RUN_SECONDS, "end of the trainers", daemons)
+        for name, proc in trainers:
+            assert proc.returncode == 0, (
+                f"{name} exited with {proc.returncode}:\n{c.log(name)[-3000:]}")
+        results = [
+            torch.load(os.path.join(directory, f"out{r}.pt"))
+            for r in range(world_size)
+        ]
+        return results, (export_path if export else None)
+    finally:
+        c.stop()
+
+
+def reference(world_size):
+    """The parameters after STEPS steps of plain torch on one process."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = tt.make_model()
+        named = list(model.named_parameters())
+        decay = [p for n, p in named if not tt.no_weight_decay(n, p)]
+        no_decay = [p for n, p in named if tt.no_weight_decay(n, p)]
+        optimizer = torch.optim.AdamW([{
+            "params": decay
+        }, {
+            "params": no_decay,
+            "weight_decay": 0.0
+        }], lr=tt.LR, betas=tt.BETAS, weight_decay=tt.WEIGHT_DECAY)
+        for step in range(1, STEPS + 1):
+            per_rank = []
+            for rank in range(world_size):
+                model.zero_grad(set_to_none=True)
+                x, y = tt.local_batch(step, rank, world_size)
+                nn.functional.mse_loss(model(x), y).backward()
+                per_rank.append([p.grad.clone() for _, p in named])
+            for i, (_, p) in enumerate(named):
+                total = per_rank[0][i]
+                for grads in per_rank[1:]:
+                    total = total + grads[i]
+                p.grad = total / world_size
+            norm = nn.utils.clip_grad_norm_(model.parameters(),
+                                            tt.MAX_GRAD_NORM)
+            assert norm > tt.MAX_GRAD_NORM  # The clip is exercised.
+            optimizer.step()
+        return {n: p.detach().clone() for n, p in named}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_against_reference(results, expected):
+    for rank, result in enumerate(results):
+        params = result["params"]
+        assert sorted(params) == sorted(expected), rank
+        for name, value in expected.items():
+            diff = (params[name] - value).abs().max().item()
+            assert diff <= TOLERANCE, (rank, name, diff)
+        # Every rank gathered the same committed parameters.
+        for name in expected:
+            assert torch.equal(params[name], results[0]["params"][name])
+
+
+def check_bit_identical(first, second):
+    for a, b in zip(first, second):
+        assert a["losses"] == b["losses"]
+        assert a["norms"] == b["norms"]
+        for name, value in a["params"].items():
+            assert torch.equal(value, b["params"][name]), name
+
+
+def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
+    need_binaries()
+    runs = [
+        train(str(tmp_path / f"run{i}"), 2, 2, "FULL_SHARD", ["0", "2"])[0]
+        for i in range(2)
+    ]
+    assert runs[0][0]["units"] == ["0", "2"]
+    expected = reference(2)
+    check_against_reference(runs[0], expected)
+    check_bit_identical(runs[0], runs[1])
+    # The parameters moved: the comparison is not vacuous.
+    initial = dict(tt.make_model().named_parameters())
+    for name, value in expected.items():
+        assert (value - initial[name]).abs().max().item() > 1e-3, name

@@ -1,0 +1,95 @@
+"""A torch trainer process of test_torch.py, and what the test shares with it.
+
+Run as a script, it trains the model below through shardd.torch against one
+daemon for a number of steps (rank R of W takes rows [R*B/W, (R+1)*B/W) of
+each global batch), then writes the committed parameters, gathered from the
+daemon, to --out (torch.save) and, with --export, makes a FULL export.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+from torch import nn
+
+SEED = 1913
+IN, HIDDEN, OUT = 8, 32, 4
+GLOBAL_BATCH = 16
+LR = 1e-2
+BETAS = (0.9, 0.99)
+WEIGHT_DECAY = 0.05
+MAX_GRAD_NORM = 0.5  # Small enough that every step is clipped.
+
+
+def make_model():
+    torch.manual_seed(SEED)
+    return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(),
+                         nn.Linear(HIDDEN, OUT))
+
+
+def no_weight_decay(fqn, _param):
+    return fqn.endswith("bias")
+
+
+def global_batch(step):
+    """(inputs, targets) of step `step`: a function of the step alone."""
+    generator = torch.Generator().manual_seed(SEED * 1000 + step)
+    x = torch.randn(GLOBAL_BATCH, IN, generator=generator)
+    y = torch.randn(GLOBAL_BATCH, OUT, generator=generator)
+    return x, y
+
+
+def local_batch(step, rank, world_size):
+    x, y = global_batch(step)
+    rows = GLOBAL_BATCH // world_size
+    return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world_size", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--strategy", default="FULL_SHARD")
+    parser.add_argument("--sharding_factor", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--export", default="")
+    parser.add_argument("--units", default="0,2")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    # pylint: disable=import-outside-toplevel
+    import shardd.torch as st
+    from shardd.client import TrainerClient
+
+    with TrainerClient(args.socket, default_timeout=60,
+                       register_timeout=60) as client:
+        client.wait_connected(timeout=30)
+        model = st.wrap(make_model(), client, units=args.units.split(","),
+                        optimizer=st.AdamW(lr=LR, betas=BETAS,
+                                           weight_decay=WEIGHT_DECAY),
+                        max_grad_norm=MAX_GRAD_NORM,
+                        no_weight_decay=no_weight_decay,
+                        strategy=args.strategy,
+                        sharding_factor=args.sharding_factor)
+        losses, norms = [], []
+        while model.next_step <= args.steps:
+            x, y = local_batch(model.next_step, args.rank, args.world_size)
+            loss = nn.functional.mse_loss(model(x), y)
+            model.backward(loss)
+            response = model.step()
+            losses.append(loss.item())
+            norms.append(response.grad_norm)
+        params = model.full_state_dict()
+        if args.export:
+            model.export(args.export)
+        torch.save({"params": params, "losses": losses, "norms": norms,
+                    "units": model.units,
+                    "export_names": model.export_names()}, args.out)
+
+
+if __name__ == "__main__":
+    main()
