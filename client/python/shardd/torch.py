@@ -519,9 +519,16 @@ def read_safetensors(path):
 def load_export(path, sharded):
     """A FULL export's parameters as a state dict keyed by fqn.
 
-    `sharded`: the ShardedModule (for the root unit's names). Optimizer
-    state in the file is left out; load it with read_safetensors.
+    `sharded`: the ShardedModule that exported it, or its export_names()
+    (the root unit's tensors are exported as "root.<fqn>"). Optimizer state
+    in the file is left out; read it with read_safetensors. The result
+    loads into a fresh module with load_state_dict (strict=False when the
+    module has buffers or frozen parameters, which are not sharded).
     """
     tensors, _ = read_safetensors(path)
-    names = sharded.export_names()
+    names = (sharded.export_names()
+             if isinstance(sharded, ShardedModule) else dict(sharded))
+    missing = [name for name in names if name not in tensors]
+    if missing:
+        raise KeyError(f"{path}: no tensor {missing[0]!r} in the export")
     return {fqn: tensors[name] for name, fqn in names.items()}

@@ -34,6 +34,7 @@ import pytest
 import torch
 from torch import nn
 
+import shardd.torch as st
 import torch_trainer as tt
 from test_daemon import COORDINATOR, SHARDD, START_SECONDS, Cluster, poll
 
@@ -181,3 +182,28 @@ def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
     initial = dict(tt.make_model().named_parameters())
     for name, value in expected.items():
         assert (value - initial[name]).abs().max().item() > 1e-3, name
+
+
+def test_hybrid_shard_w4_f2_matches_torch_repeats_and_exports(tmp_path):
+    need_binaries()
+    # "2" is a unit; "0.weight" and "0.bias" fall into the root unit.
+    runs = [
+        train(str(tmp_path / f"run{i}"), 4, 2, "HYBRID_SHARD", ["2"],
+              export=(i == 0)) for i in range(2)
+    ]
+    (first, export_path), (second, _) = runs
+    assert first[0]["units"] == ["root", "2"]
+    check_against_reference(first, reference(4))
+    check_bit_identical(first, second)
+
+    # The FULL export, read back by fully qualified name, loads into a
+    # fresh module and equals the trained parameters bit for bit.
+    names = first[0]["export_names"]
+    assert names == {"root.0.weight": "0.weight", "root.0.bias": "0.bias",
+                     "2.weight": "2.weight", "2.bias": "2.bias"}
+    state = st.load_export(export_path, names)
+    fresh = nn.Sequential(nn.Linear(tt.IN, tt.HIDDEN), nn.ReLU(),
+                          nn.Linear(tt.HIDDEN, tt.OUT))
+    fresh.load_state_dict(state)
+    for name, value in fresh.named_parameters():
+        assert torch.equal(value, first[0]["params"][name]), name
