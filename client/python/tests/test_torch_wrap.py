@@ -1,0 +1,201 @@
+"""shardd.torch.wrap without a daemon: the ModelSpec it registers.
+
+A fake client records the RegisterModelRequest and reads the initial
+values file while RegisterModel "runs" (the file is removed afterwards).
+"""
+
+import json
+import os
+import struct
+
+import pytest
+import torch
+from torch import nn
+
+import shardd.torch as st
+from shardd.v1 import common_pb2, trainer_pb2
+
+
+class FakeClient:
+    register_timeout = 5.0
+
+    def __init__(self):
+        self.request = None
+        self.init_files = {}
+
+    def register_model(self, request, timeout=None):
+        assert timeout == self.register_timeout
+        self.request = request
+        for unit in request.model.units:
+            for tensor in unit.tensors:
+                ref = tensor.init.shared_memory
+                if ref.path not in self.init_files:
+                    assert os.path.getsize(ref.path) == ref.segment_bytes
+                    with open(ref.path, "rb") as f:
+                        self.init_files[ref.path] = f.read()
+        return trainer_pb2.RegisterModelResponse(committed_step=3)
+
+    def wait_ready(self, timeout=None):
+        return trainer_pb2.WaitReadyResponse(committed_step=3)
+
+
+def nested_model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(3, 4),
+        nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 4)),
+        nn.Linear(4, 2))
+
+
+def spec_layout(spec):
+    return [(u.name, [t.name for t in u.tensors]) for u in spec.units]
+
+
+def test_named_units_nest_and_the_rest_is_the_root_unit(shm_dir):
+    client = FakeClient()
+    model = st.wrap(nested_model(), client, units=["1.0", "1"],
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    spec = client.request.model
+    # Root first, then the named units in module order; a unit holds what
+    # no deeper unit holds, its tensors named relative to its module.
+    assert spec_layout(spec) == [
+        ("root", ["0.weight", "0.bias", "2.weight", "2.bias"]),
+        ("1", ["2.weight", "2.bias"]),
+        ("1.0", ["weight", "bias"]),
+    ]
+    assert model.units == ["root", "1", "1.0"]
+    assert model.export_names() == {
+        "root.0.weight": "0.weight", "root.0.bias": "0.bias",
+        "root.2.weight": "2.weight", "root.2.bias": "2.bias",
+        "1.2.weight": "1.2.weight", "1.2.bias": "1.2.bias",
+        "1.0.weight": "1.0.weight", "1.0.bias": "1.0.bias",
+    }
+    assert model.committed_step == 3 and model.next_step == 4
+    assert client.request.transport == common_pb2.TRANSPORT_SHARED_MEMORY
+    # The init refs are dropped from the kept spec (their file is gone).
+    assert all(not t.HasField("init") for u in model._spec.units  # pylint: disable=protected-access
+               for t in u.tensors)
+
+
+def test_initial_values_are_the_modules_in_a_removed_shm_file(shm_dir):
+    client = FakeClient()
+    module = nested_model()
+    st.wrap(module, client, units=(nn.Linear,), optimizer=st.SGD(lr=0.1),
+            shm_dir=shm_dir)
+    spec = client.request.model
+    assert [u.name for u in spec.units] == ["0", "1.0", "1.2", "2"]
+    params = dict(module.named_parameters())
+    (path,) = client.init_files
+    data = client.init_files[path]
+    for unit in spec.units:
+        for tensor in unit.tensors:
+            ref = tensor.init.shared_memory
+            assert ref.path == path and path.startswith(shm_dir)
+            assert tensor.dtype == common_pb2.DTYPE_FP32
+            value = params[f"{unit.name}.{tensor.name}"]
+            assert list(tensor.shape) == list(value.shape)
+            raw = data[ref.byte_offset:ref.byte_offset + ref.byte_length]
+            assert raw == value.detach().numpy().tobytes()
+    assert not os.path.exists(path)
+    assert os.listdir(shm_dir) == []
+
+
+def test_policy_callable_optimizer_clip_and_weight_decay(shm_dir):
+    client = FakeClient()
+    st.wrap(nested_model(), client,
+            units=lambda name, m: isinstance(m, nn.Sequential) and name,
+            optimizer=st.AdamW(), max_grad_norm=1.5,
+            no_weight_decay=lambda fqn, p: p.ndim == 1,
+            strategy="HYBRID_SHARD", sharding_factor=2, shm_dir=shm_dir)
+    spec = client.request.model
+    assert [u.name for u in spec.units] == ["root", "1"]
+    for unit in spec.units:
+        for tensor in unit.tensors:
+            assert tensor.exclude_from_weight_decay == (tensor.name.endswith(
+                "bias")), tensor.name
+    config = spec.config
+    assert config.strategy == common_pb2.SHARDING_STRATEGY_HYBRID_SHARD
+    assert config.sharding_factor == 2
+    assert config.max_grad_norm == 1.5
+    # torch.optim.AdamW's defaults, taken literally by the daemon.
+    defaults = torch.optim.AdamW([torch.zeros(1)]).defaults
+    adamw = config.optimizer.adamw
+    assert (adamw.lr, (adamw.beta1, adamw.beta2), adamw.eps,
+            adamw.weight_decay) == (defaults["lr"], defaults["betas"],
+                                    defaults["eps"],
+                                    defaults["weight_decay"])
+
+
+def test_sgd_and_weight_decay_by_name(shm_dir):
+    client = FakeClient()
+    st.wrap(nested_model(), client, units=["1"],
+            optimizer=st.SGD(lr=0.5, momentum=0.9, weight_decay=0.1,
+                             nesterov=True),
+            no_weight_decay=["0.bias"], strategy="NO_SHARD", shm_dir=shm_dir)
+    config = client.request.model.config
+    sgd = config.optimizer.sgd
+    assert (sgd.lr, sgd.momentum, sgd.dampening, sgd.weight_decay,
+            sgd.nesterov) == (0.5, 0.9, 0.0, 0.1, True)
+    assert config.strategy == common_pb2.SHARDING_STRATEGY_NO_SHARD
+    excluded = [(u.name, t.name) for u in client.request.model.units
+                for t in u.tensors if t.exclude_from_weight_decay]
+    assert excluded == [("root", "0.bias")]
+
+
+def test_frozen_parameters_stay_out(shm_dir):
+    client = FakeClient()
+    module = nested_model()
+    module[0].weight.requires_grad_(False)
+    st.wrap(module, client, optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    (unit,) = client.request.model.units
+    assert "0.weight" not in [t.name for t in unit.tensors]
+    assert len(unit.tensors) == 7  # 4 Linear layers, 8 parameters, 1 frozen.
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(units=["nope"]), ValueError, "no submodule named 'nope'"),
+    (dict(units=["1", "1"]), ValueError, "named twice"),
+    (dict(units=[""]), ValueError, "not a submodule name"),
+    (dict(strategy="ZERO3"), ValueError, "strategy"),
+    (dict(optimizer=None), ValueError, "optimizer"),
+    (dict(no_weight_decay=["0.b"]), ValueError, "no sharded parameter '0.b'"),
+])
+def test_bad_arguments_are_refused_before_registering(shm_dir, kwargs, error,
+                                                      match):
+    client = FakeClient()
+    args = dict(optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        st.wrap(nested_model(), client, **args)
+    assert client.request is None
+    assert os.listdir(shm_dir) == []
+
+
+def test_a_shared_parameter_is_refused_clearly(shm_dir):
+    module = nested_model()
+    module[2].weight = module[1][0].weight  # Tied (shapes do not matter).
+    with pytest.raises(NotImplementedError, match="shared"):
+        st.wrap(module, FakeClient(), optimizer=st.SGD(lr=0.1),
+                shm_dir=shm_dir)
+
+
+def test_read_safetensors(tmp_path):
+    a = torch.arange(6, dtype=torch.float32).view(2, 3)
+    b = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    header = {
+        "__metadata__": {"optimizer": "adamw"},
+        "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "BF16", "shape": [2], "data_offsets": [24, 28]},
+    }
+    raw = json.dumps(header).encode()
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(
+        struct.pack("<Q", len(raw)) + raw + a.numpy().tobytes() +
+        b.view(torch.int16).numpy().tobytes())
+    tensors, metadata = st.read_safetensors(str(path))
+    assert metadata == {"optimizer": "adamw"}
+    assert torch.equal(tensors["a"], a) and torch.equal(tensors["b"], b)
+    state = st.load_export(str(path), {"a": "layer.weight"})
+    assert list(state) == ["layer.weight"]
+    with pytest.raises(KeyError, match="no tensor 'c'"):
+        st.load_export(str(path), {"c": "x"})
