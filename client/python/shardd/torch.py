@@ -48,24 +48,40 @@ How a step runs (the first slice, simplest correct design):
   - step(lr=None): Step(committed + 1) in the daemon; the next forward
     gathers the new parameters.
 
-Failures: a StepAborted (a peer failed) from any of these calls means the
-step was not applied: call recover() and run the step again with the same
-data (model.next_step says which); JobFailed is terminal.
+Failures: StepAborted (a peer failed) or DaemonUnavailable (this node's
+daemon died; a replacement takes its socket) from any of these calls means
+the step was not applied: call recover() (it re-attaches when needed and
+waits until the daemon is ready) and run the step again with the same data
+(model.next_step says which):
 
-Not yet: prefetch/overlap of backward with the reduction, bf16 parameters,
-gradient accumulation, re-attach on DaemonUnavailable, a shared parameter
-(rejected with a clear error), buffers (kept by each trainer, not synced).
+    while model.next_step <= steps:
+        try:
+            model.backward(loss_fn(model(x[model.next_step]), ...))
+            model.step()
+        except (StepAborted, DaemonUnavailable):
+            model.recover()
+
+JobFailed is terminal: exit non-zero with its message.
+
+Not yet: overlap of backward with the reduction, bf16 parameters with fp32
+masters (the module's dtype is the daemon's), gradient accumulation, an
+optimizer object for torch LR schedulers (pass lr to step()), a shared
+parameter (rejected with a clear error), buffers (kept by each trainer, not
+synced).
 """
 
 import itertools
 import json
 import os
 import struct
+import time
 
+import grpc
 import torch
 from torch import nn
 
 from shardd import client as _client
+from shardd import errors
 from shardd.v1 import common_pb2
 from shardd.v1 import trainer_pb2
 
@@ -372,20 +388,56 @@ class ShardedModule(nn.Module):
         return response
 
     def recover(self, timeout=None):
-        """After StepAborted: drops the step's state and waits for readiness.
+        """After StepAborted or DaemonUnavailable: back to a ready daemon.
 
-        Then run next_step again with the same data.
+        Drops what the failed step left (gathered units, .grad, the module
+        copies), re-attaches when the daemon is unavailable (RegisterModel
+        with the same model, retried until a daemon, e.g. the replacement
+        at the same socket, answers; it recovers the state from a replica
+        and ignores initial values), then waits until the daemon is ready.
+        Run next_step again afterwards, with the same data. `timeout`:
+        seconds in all (None: the client's register_timeout). Raises
+        DaemonUnavailable when no daemon answered in time, JobFailed when
+        the job has failed.
         """
-        for index in range(len(self._units)):
-            for pass_ in (_client.FORWARD, _client.BACKWARD):
-                self.client.release(index, pass_)
+        timeout = self.client.register_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         for unit in self._units:
             for _, _, p in unit.tensors:
                 p.grad = None
         self._fresh.clear()
-        ready = self.client.wait_ready(timeout=timeout)
-        self.committed_step = ready.committed_step
-        return ready
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise errors.DaemonUnavailable(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"recover: no ready daemon within {timeout} s")
+                for index in range(len(self._units)):
+                    for pass_ in (_client.FORWARD, _client.BACKWARD):
+                        self.client.release(index, pass_, timeout=remaining)
+                ready = self.client.wait_ready(timeout=remaining)
+                self.committed_step = ready.committed_step
+                return ready
+            except errors.DaemonUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                self._reattach(deadline)
+
+    def _reattach(self, deadline):
+        """RegisterModel again once a daemon listens (until `deadline`)."""
+        try:
+            # Blocks until the channel connects (the replacement listens).
+            self.client.wait_connected(
+                timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+            request = trainer_pb2.RegisterModelRequest(
+                model=self._spec,
+                transport=common_pb2.TRANSPORT_SHARED_MEMORY)
+            self.registered = self.client.register_model(
+                request, timeout=max(0.05, deadline - time.monotonic()))
+            self.committed_step = self.registered.committed_step
+        except (errors.DaemonUnavailable, errors.StepAborted):
+            pass  # Not there yet, or its epoch changed: the caller retries.
 
     # -- state ---------------------------------------------------------
     def full_state_dict(self):

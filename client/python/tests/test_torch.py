@@ -55,8 +55,12 @@ def need_binaries():
 
 
 def train(directory, world_size, sharding_factor, strategy, units,
-          export=False):
-    """Runs one cluster and its trainers; rank 0's results (and export)."""
+          export=False, kill_rank=None, failpoint=None):
+    """Runs one cluster and its trainers: every rank's results (and export).
+
+    kill_rank: that rank's daemon runs with --failpoint=`failpoint` (a
+    kill); once it is dead a replacement takes its slot and socket.
+    """
     os.makedirs(directory)
     c = Cluster(directory)
     try:
@@ -69,16 +73,20 @@ def train(directory, world_size, sharding_factor, strategy, units,
             lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
                               c.log("coordinator")), START_SECONDS,
             "coordinator port", [("coordinator", coord)])
-        sockets = []
+        sockets, daemon_argv = [], []
         for rank in range(world_size):
             socket = os.path.join(directory, f"s{rank}.sock")
             shm = os.path.join(directory, f"shm{rank}")
             os.makedirs(shm)
-            c.start(f"shardd{rank}", [
+            argv = [
                 SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
                 f"--identity=node-{rank}", f"--rank={rank}",
                 f"--listen_unix={socket}", f"--shm_dir={shm}"
-            ])
+            ]
+            daemon_argv.append(argv)
+            if rank == kill_rank:
+                argv = argv + [f"--failpoint={failpoint}"]
+            c.start(f"shardd{rank}", argv)
             sockets.append(socket)
         poll(lambda: all(os.path.exists(s) for s in sockets), START_SECONDS,
              "shardd sockets", c.procs)
@@ -98,6 +106,16 @@ def train(directory, world_size, sharding_factor, strategy, units,
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
+        if kill_rank is not None:
+            doomed = dict(daemons).pop(f"shardd{kill_rank}")
+            daemons = [d for d in daemons if d[1] is not doomed]
+            poll(lambda: doomed.poll() is not None, RUN_SECONDS,
+                 f"death of daemon {kill_rank} by its fail point",
+                 daemons + trainers)
+            assert doomed.returncode == -9, doomed.returncode  # SIGKILL.
+            daemons.append((f"shardd{kill_rank}-2",
+                            c.start(f"shardd{kill_rank}-2",
+                                    daemon_argv[kill_rank])))
         poll(lambda: all(p.poll() is not None for _, p in trainers),
              RUN_SECONDS, "end of the trainers", daemons)
         for name, proc in trainers:
@@ -184,21 +202,32 @@ def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
         assert (value - initial[name]).abs().max().item() > 1e-3, name
 
 
-def test_hybrid_shard_w4_f2_matches_torch_repeats_and_exports(tmp_path):
+HYBRID = dict(world_size=4, sharding_factor=2, strategy="HYBRID_SHARD",
+              units=["2"])
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(tmp_path_factory):
+    """The no-fault W = 4 HYBRID_SHARD (F = 2) run, with a FULL export."""
     need_binaries()
     # "2" is a unit; "0.weight" and "0.bias" fall into the root unit.
-    runs = [
-        train(str(tmp_path / f"run{i}"), 4, 2, "HYBRID_SHARD", ["2"],
-              export=(i == 0)) for i in range(2)
-    ]
-    (first, export_path), (second, _) = runs
+    return train(str(tmp_path_factory.mktemp("hybrid") / "run"), export=True,
+                 **HYBRID)
+
+
+def test_hybrid_shard_w4_f2_matches_torch_and_repeats(tmp_path, hybrid_run):
+    first, _ = hybrid_run
+    second, _ = train(str(tmp_path / "again"), **HYBRID)
     assert first[0]["units"] == ["root", "2"]
     check_against_reference(first, reference(4))
     check_bit_identical(first, second)
 
+
+def test_full_export_loads_into_a_fresh_module(hybrid_run):
+    results, export_path = hybrid_run
     # The FULL export, read back by fully qualified name, loads into a
     # fresh module and equals the trained parameters bit for bit.
-    names = first[0]["export_names"]
+    names = results[0]["export_names"]
     assert names == {"root.0.weight": "0.weight", "root.0.bias": "0.bias",
                      "2.weight": "2.weight", "2.bias": "2.bias"}
     state = st.load_export(export_path, names)
@@ -206,4 +235,26 @@ def test_hybrid_shard_w4_f2_matches_torch_repeats_and_exports(tmp_path):
                           nn.Linear(tt.HIDDEN, tt.OUT))
     fresh.load_state_dict(state)
     for name, value in fresh.named_parameters():
-        assert torch.equal(value, first[0]["params"][name]), name
+        assert torch.equal(value, results[0]["params"][name]), name
+
+
+def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
+        tmp_path, hybrid_run):
+    """SIGKILL rank 1's daemon inside an AllGather (W = 4, F = 2).
+
+    Its fail point fires in its 4th AllGather, in the middle of training;
+    a replacement takes its socket and recovers shard 1 from rank 3. The
+    torch trainers see StepAborted or DaemonUnavailable, recover()
+    (trainer 1 re-attaches to the replacement) and redo the step with the
+    same data: the parameters end bit-equal to the no-fault run.
+    """
+    clean, _ = hybrid_run
+    faulty, _ = train(str(tmp_path / "fault"), kill_rank=1,
+                      failpoint="allgather.mid:kill@4", **HYBRID)
+    assert faulty[1]["aborted"], "trainer 1 never saw its daemon die"
+    assert all(r["aborted"] for r in faulty), "a step was not redone"
+    for a, b in zip(clean, faulty):
+        for name, value in a["params"].items():
+            assert torch.equal(value, b["params"][name]), name
+        # Every step's loss was computed on the same parameters.
+        assert a["losses"] == b["losses"]

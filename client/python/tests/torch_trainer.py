@@ -64,6 +64,7 @@ def main():
     # pylint: disable=import-outside-toplevel
     import shardd.torch as st
     from shardd.client import TrainerClient
+    from shardd.errors import DaemonUnavailable, StepAborted
 
     with TrainerClient(args.socket, default_timeout=60,
                        register_timeout=60) as client:
@@ -75,18 +76,31 @@ def main():
                         no_weight_decay=no_weight_decay,
                         strategy=args.strategy,
                         sharding_factor=args.sharding_factor)
-        losses, norms = [], []
+        losses, norms, aborted = {}, {}, []
         while model.next_step <= args.steps:
-            x, y = local_batch(model.next_step, args.rank, args.world_size)
-            loss = nn.functional.mse_loss(model(x), y)
-            model.backward(loss)
-            response = model.step()
-            losses.append(loss.item())
-            norms.append(response.grad_norm)
+            step = model.next_step
+            try:
+                x, y = local_batch(step, args.rank, args.world_size)
+                loss = nn.functional.mse_loss(model(x), y)
+                model.backward(loss)
+                response = model.step()
+            except (StepAborted, DaemonUnavailable) as e:
+                print(f"step {step} aborted ({type(e).__name__}: {e}); "
+                      "recovering", flush=True)
+                aborted.append(step)
+                model.recover(timeout=120)
+                print(f"recovered at committed step {model.committed_step}",
+                      flush=True)
+                continue
+            print(f"step {step} committed, loss {loss.item():.6f}",
+                  flush=True)
+            losses[step] = loss.item()
+            norms[step] = response.grad_norm
         params = model.full_state_dict()
         if args.export:
             model.export(args.export)
         torch.save({"params": params, "losses": losses, "norms": norms,
+                    "aborted": aborted,
                     "units": model.units,
                     "export_names": model.export_names()}, args.out)
 
