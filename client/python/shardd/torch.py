@@ -63,11 +63,17 @@ waits until the daemon is ready) and run the step again with the same data
 
 JobFailed is terminal: exit non-zero with its message.
 
+LR schedules: model.optimizer is a torch Optimizer whose lr goes into each
+Step, so torch.optim.lr_scheduler works with it (ShardedOptimizer).
+
+Gradient accumulation over micro-batches: gradients accumulate in .grad as
+in plain torch, so run (loss_i / n).backward() for all but the last micro-
+batch and model.backward(loss_n / n) for the last (one ReduceGrad per unit).
+
 Not yet: overlap of backward with the reduction, bf16 parameters with fp32
-masters (the module's dtype is the daemon's), gradient accumulation, an
-optimizer object for torch LR schedulers (pass lr to step()), a shared
-parameter (rejected with a clear error), buffers (kept by each trainer, not
-synced).
+masters (the module's dtype is the daemon's), accumulation in the daemon
+(ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
+error), buffers (kept by each trainer, not synced).
 """
 
 import itertools
@@ -86,7 +92,8 @@ from shardd.v1 import common_pb2
 from shardd.v1 import trainer_pb2
 
 __all__ = [
-    "AdamW", "SGD", "ShardedModule", "wrap", "load_export", "read_safetensors"
+    "AdamW", "SGD", "ShardedModule", "ShardedOptimizer", "wrap",
+    "load_export", "read_safetensors"
 ]
 
 _DTYPES = {
@@ -133,6 +140,32 @@ class SGD:
         sgd.lr, sgd.momentum, sgd.dampening = (self.lr, self.momentum,
                                                self.dampening)
         sgd.weight_decay, sgd.nesterov = self.weight_decay, self.nesterov
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """The daemon's optimizer as torch sees it: for LR schedulers.
+
+    Its one param group's "lr" is the learning rate the next step() sends
+    to the daemon, so torch.optim.lr_scheduler drives it as usual:
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(model.optimizer, f)
+        ...; model.step(); scheduler.step()
+
+    step() commits the step (ShardedModule.step); zero_grad() clears the
+    module's .grad (backward() already does). It holds no state: the
+    moments live in the daemon (export them with include_optimizer_state).
+    """
+
+    def __init__(self, sharded, lr):
+        self._sharded = sharded
+        params = [p for u in sharded._units for _, _, p in u.tensors]  # pylint: disable=protected-access
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):  # pylint: disable=arguments-differ
+        if closure is not None:
+            raise NotImplementedError("ShardedOptimizer.step: no closures")
+        return self._sharded._commit(self.param_groups[0]["lr"])  # pylint: disable=protected-access
 
 
 class _Unit:
@@ -274,10 +307,11 @@ class ShardedModule(nn.Module):
 
     Calling it runs the module's forward (the hooks gather what it needs).
     Attributes: module (the wrapped module), client, units (names, in
-    order), committed_step, next_step, registered (RegisterModelResponse).
+    order), committed_step, next_step, registered (RegisterModelResponse),
+    optimizer (a ShardedOptimizer, for LR schedulers).
     """
 
-    def __init__(self, module, client, units, spec, register_timeout,
+    def __init__(self, module, client, units, spec, lr, register_timeout,
                  shm_dir):
         super().__init__()
         self.module = module
@@ -288,6 +322,7 @@ class ShardedModule(nn.Module):
         self._hooks = []
         self.registered = self._register(register_timeout, shm_dir)
         self.committed_step = self.registered.committed_step
+        self.optimizer = ShardedOptimizer(self, lr)
         for index, unit in enumerate(units):
             self._hooks.append(
                 unit.module.register_forward_pre_hook(
@@ -379,9 +414,15 @@ class ShardedModule(nn.Module):
     def step(self, lr=None):
         """Commits the step in the daemon (its optimizer); the StepResponse.
 
-        `lr`: this step's learning rate (same on every rank); None: the
-        configured one.
+        `lr`: this step's learning rate (the same on every rank); None: the
+        optimizer object's (self.optimizer.param_groups[0]["lr"]: what an
+        LR scheduler set, else the configured one).
         """
+        if lr is not None:
+            return self._commit(lr)
+        return self.optimizer.step()  # Counted by a scheduler's wrapper.
+
+    def _commit(self, lr):
         response = self.client.step(self.next_step, learning_rate=lr)
         self.committed_step = response.committed_step
         self._fresh.clear()
@@ -537,8 +578,8 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
     optimizer.to_proto(config.optimizer)
     if register_timeout is None:
         register_timeout = client.register_timeout
-    return ShardedModule(module, client, built, spec, register_timeout,
-                         shm_dir)
+    return ShardedModule(module, client, built, spec, optimizer.lr,
+                         register_timeout, shm_dir)
 
 
 _SAFETENSORS_DTYPES = {

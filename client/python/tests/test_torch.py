@@ -55,7 +55,7 @@ def need_binaries():
 
 
 def train(directory, world_size, sharding_factor, strategy, units,
-          export=False, kill_rank=None, failpoint=None):
+          export=False, kill_rank=None, failpoint=None, schedule=False):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint` (a
@@ -103,6 +103,8 @@ def train(directory, world_size, sharding_factor, strategy, units,
             ]
             if export:
                 argv.append(f"--export={export_path}")
+            if schedule:
+                argv.append("--schedule")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -130,7 +132,7 @@ def train(directory, world_size, sharding_factor, strategy, units,
         c.stop()
 
 
-def reference(world_size):
+def reference(world_size, schedule=False):
     """The parameters after STEPS steps of plain torch on one process."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -145,6 +147,8 @@ def reference(world_size):
             "params": no_decay,
             "weight_decay": 0.0
         }], lr=tt.LR, betas=tt.BETAS, weight_decay=tt.WEIGHT_DECAY)
+        scheduler = (torch.optim.lr_scheduler.LambdaLR(optimizer, tt.schedule)
+                     if schedule else None)
         for step in range(1, STEPS + 1):
             per_rank = []
             for rank in range(world_size):
@@ -161,6 +165,8 @@ def reference(world_size):
                                             tt.MAX_GRAD_NORM)
             assert norm > tt.MAX_GRAD_NORM  # The clip is exercised.
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
         return {n: p.detach().clone() for n, p in named}
     finally:
         torch.set_num_threads(threads)
@@ -187,13 +193,22 @@ def check_bit_identical(first, second):
 
 
 def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
+    """W = 2 FULL_SHARD, with a LambdaLR schedule driving the daemon's lr."""
     need_binaries()
     runs = [
-        train(str(tmp_path / f"run{i}"), 2, 2, "FULL_SHARD", ["0", "2"])[0]
-        for i in range(2)
+        train(str(tmp_path / f"run{i}"), 2, 2, "FULL_SHARD", ["0", "2"],
+              schedule=True)[0] for i in range(2)
     ]
     assert runs[0][0]["units"] == ["0", "2"]
-    expected = reference(2)
+    # The daemon stepped with the scheduler's learning rates.
+    assert runs[0][0]["lrs"] == {
+        s: tt.LR * tt.schedule(s - 1) for s in range(1, STEPS + 1)
+    }
+    expected = reference(2, schedule=True)
+    # The schedule is exercised: a run without it ends elsewhere.
+    plain = reference(2)
+    assert any((plain[n] - v).abs().max().item() > 1e-4
+               for n, v in expected.items())
     check_against_reference(runs[0], expected)
     check_bit_identical(runs[0], runs[1])
     # The parameters moved: the comparison is not vacuous.

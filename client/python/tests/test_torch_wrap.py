@@ -22,6 +22,7 @@ class FakeClient:
     def __init__(self):
         self.request = None
         self.init_files = {}
+        self.steps = []
 
     def register_model(self, request, timeout=None):
         assert timeout == self.register_timeout
@@ -37,6 +38,11 @@ class FakeClient:
 
     def wait_ready(self, timeout=None):
         return trainer_pb2.WaitReadyResponse(committed_step=3)
+
+    def step(self, step, learning_rate=None, timeout=None):
+        self.steps.append((step, learning_rate))
+        return trainer_pb2.StepResponse(committed_step=step,
+                                        learning_rate=learning_rate)
 
 
 def nested_model():
@@ -199,3 +205,19 @@ def test_read_safetensors(tmp_path):
     assert list(state) == ["layer.weight"]
     with pytest.raises(KeyError, match="no tensor 'c'"):
         st.load_export(str(path), {"c": "x"})
+
+
+def test_an_lr_scheduler_drives_the_learning_rate_of_each_step(shm_dir):
+    client = FakeClient()
+    model = st.wrap(nested_model(), client, optimizer=st.AdamW(lr=0.5),
+                    shm_dir=shm_dir)
+    assert isinstance(model.optimizer, torch.optim.Optimizer)
+    scheduler = torch.optim.lr_scheduler.StepLR(model.optimizer, 1, gamma=0.5)
+    for _ in range(3):
+        model.step()
+        scheduler.step()
+    model.step(lr=0.01)  # An explicit lr wins for this step only.
+    model.optimizer.step()
+    assert client.steps == [(4, 0.5), (5, 0.25), (6, 0.125), (7, 0.01),
+                            (8, 0.0625)]
+    assert model.committed_step == 8

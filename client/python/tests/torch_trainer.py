@@ -28,6 +28,11 @@ def make_model():
                          nn.Linear(HIDDEN, OUT))
 
 
+def schedule(epoch):
+    """LambdaLR's factor: warm up over 2 steps, then decay."""
+    return (epoch + 1) / 2 if epoch < 2 else 1.0 / (epoch - 0.5)
+
+
 def no_weight_decay(fqn, _param):
     return fqn.endswith("bias")
 
@@ -57,6 +62,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--export", default="")
     parser.add_argument("--units", default="0,2")
+    parser.add_argument("--schedule", action="store_true")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -76,7 +82,11 @@ def main():
                         no_weight_decay=no_weight_decay,
                         strategy=args.strategy,
                         sharding_factor=args.sharding_factor)
-        losses, norms, aborted = {}, {}, []
+        scheduler = None
+        if args.schedule:
+            scheduler = torch.optim.lr_scheduler.LambdaLR(
+                model.optimizer, schedule)
+        losses, norms, lrs, aborted = {}, {}, {}, []
         while model.next_step <= args.steps:
             step = model.next_step
             try:
@@ -94,13 +104,16 @@ def main():
                 continue
             print(f"step {step} committed, loss {loss.item():.6f}",
                   flush=True)
+            if scheduler is not None:
+                scheduler.step()
             losses[step] = loss.item()
             norms[step] = response.grad_norm
+            lrs[step] = response.learning_rate
         params = model.full_state_dict()
         if args.export:
             model.export(args.export)
         torch.save({"params": params, "losses": losses, "norms": norms,
-                    "aborted": aborted,
+                    "aborted": aborted, "lrs": lrs,
                     "units": model.units,
                     "export_names": model.export_names()}, args.out)
 
