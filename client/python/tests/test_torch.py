@@ -28,6 +28,7 @@ clip, a wrong weight decay, a wrong average or a skipped step is >= 1e-4).
 
 import os
 import re
+import signal
 import sys
 
 import pytest
@@ -55,11 +56,15 @@ def need_binaries():
 
 
 def train(directory, world_size, sharding_factor, strategy, units,
-          export=False, kill_rank=None, failpoint=None, schedule=False):
+          export=False, kill_rank=None, failpoint=None, schedule=False,
+          kill_trainer=False):
     """Runs one cluster and its trainers: every rank's results (and export).
 
-    kill_rank: that rank's daemon runs with --failpoint=`failpoint` (a
-    kill); once it is dead a replacement takes its slot and socket.
+    kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
+    point: once the daemon is dead a replacement takes its slot and socket.
+    With kill_trainer, a stop point: once the daemon has stopped itself
+    (SIGSTOP, in the middle of a step) its trainer is SIGKILLed, the daemon
+    continued (SIGCONT) and a new trainer started against it.
     """
     os.makedirs(directory)
     c = Cluster(directory)
@@ -108,7 +113,19 @@ def train(directory, world_size, sharding_factor, strategy, units,
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
-        if kill_rank is not None:
+        if kill_rank is not None and kill_trainer:
+            daemon = dict(daemons)[f"shardd{kill_rank}"]
+            poll(lambda: stopped(daemon.pid), RUN_SECONDS,
+                 f"daemon {kill_rank} stopped at its fail point",
+                 daemons + trainers)
+            trainer = trainers[kill_rank][1]
+            trainer.send_signal(signal.SIGKILL)
+            trainer.wait(timeout=30)
+            daemon.send_signal(signal.SIGCONT)
+            argv = list(trainer.args)
+            trainers[kill_rank] = (f"trainer{kill_rank}-2",
+                                   c.start(f"trainer{kill_rank}-2", argv))
+        elif kill_rank is not None:
             doomed = dict(daemons).pop(f"shardd{kill_rank}")
             daemons = [d for d in daemons if d[1] is not doomed]
             poll(lambda: doomed.poll() is not None, RUN_SECONDS,
@@ -130,6 +147,13 @@ def train(directory, world_size, sharding_factor, strategy, units,
         return results, (export_path if export else None)
     finally:
         c.stop()
+
+
+def stopped(pid):
+    """The process is stopped (SIGSTOP): state T in /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        # The state follows the command name, which is in parentheses.
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def reference(world_size, schedule=False):
@@ -273,3 +297,29 @@ def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
             assert torch.equal(value, b["params"][name]), name
         # Every step's loss was computed on the same parameters.
         assert a["losses"] == b["losses"]
+
+
+def test_trainer_killed_mid_step_restarts_and_reattaches(tmp_path,
+                                                        hybrid_run):
+    """SIGKILL rank 2's torch trainer inside step 4's ReduceGrad (W = 4).
+
+    Its daemon stops itself (SIGSTOP) in its 7th reduce-scatter (2 per
+    step: step 4's first); the trainer is killed, the daemon continued and
+    a new trainer process started: it re-attaches at step 3 (the daemon
+    keeps every shard), the daemon abandons the epoch so that every rank
+    redoes step 4, and the parameters end bit-equal to the no-fault run.
+    """
+    clean, _ = hybrid_run
+    faulty, _ = train(str(tmp_path / "fault"), kill_rank=2,
+                      failpoint="reducescatter.mid:stop@7",
+                      kill_trainer=True, **HYBRID)
+    restarted = faulty[2]
+    assert restarted["reattached"] and restarted["registered_step"] == 3
+    assert sorted(restarted["losses"]) == list(range(4, STEPS + 1))
+    for rank in (0, 1, 3):
+        assert 4 in faulty[rank]["aborted"], rank
+    for a, b in zip(clean, faulty):
+        for name, value in a["params"].items():
+            assert torch.equal(value, b["params"][name]), name
+        for step, loss in b["losses"].items():
+            assert loss == a["losses"][step], step

@@ -82,6 +82,9 @@ def main():
                         no_weight_decay=no_weight_decay,
                         strategy=args.strategy,
                         sharding_factor=args.sharding_factor)
+        print(f"registered at committed step {model.committed_step}"
+              f"{' (re-attached)' if model.registered.reattached else ''}",
+              flush=True)
         scheduler = None
         if args.schedule:
             scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -114,6 +117,8 @@ def main():
             model.export(args.export)
         torch.save({"params": params, "losses": losses, "norms": norms,
                     "aborted": aborted, "lrs": lrs,
+                    "reattached": model.registered.reattached,
+                    "registered_step": model.registered.committed_step,
                     "units": model.units,
                     "export_names": model.export_names()}, args.out)
 
