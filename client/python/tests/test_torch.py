@@ -57,7 +57,7 @@ def need_binaries():
 
 def train(directory, world_size, sharding_factor, strategy, units,
           export=False, kill_rank=None, failpoint=None, schedule=False,
-          kill_trainer=False):
+          kill_trainer=False, optimizer="adamw", deep=False):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -110,6 +110,9 @@ def train(directory, world_size, sharding_factor, strategy, units,
                 argv.append(f"--export={export_path}")
             if schedule:
                 argv.append("--schedule")
+            if deep:
+                argv.append("--deep")
+            argv.append(f"--optimizer={optimizer}")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -156,23 +159,24 @@ def stopped(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def reference(world_size, schedule=False):
+def reference(world_size, schedule=False, optimizer="adamw", deep=False):
     """The parameters after STEPS steps of plain torch on one process."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = tt.make_model()
+        model = tt.make_model(deep)
         named = list(model.named_parameters())
         decay = [p for n, p in named if not tt.no_weight_decay(n, p)]
         no_decay = [p for n, p in named if tt.no_weight_decay(n, p)]
-        optimizer = torch.optim.AdamW([{
+        torch_optimizer = tt.make_optimizer(optimizer, [{
             "params": decay
         }, {
             "params": no_decay,
             "weight_decay": 0.0
-        }], lr=tt.LR, betas=tt.BETAS, weight_decay=tt.WEIGHT_DECAY)
-        scheduler = (torch.optim.lr_scheduler.LambdaLR(optimizer, tt.schedule)
-                     if schedule else None)
+        }])
+        scheduler = (torch.optim.lr_scheduler.LambdaLR(
+            torch_optimizer, tt.schedule) if schedule else None)
+        clipped = 0
         for step in range(1, STEPS + 1):
             per_rank = []
             for rank in range(world_size):
@@ -187,10 +191,11 @@ def reference(world_size, schedule=False):
                 p.grad = total / world_size
             norm = nn.utils.clip_grad_norm_(model.parameters(),
                                             tt.MAX_GRAD_NORM)
-            assert norm > tt.MAX_GRAD_NORM  # The clip is exercised.
-            optimizer.step()
+            clipped += int(norm > tt.MAX_GRAD_NORM)
+            torch_optimizer.step()
             if scheduler is not None:
                 scheduler.step()
+        assert clipped >= 1, clipped  # The clip is exercised.
         return {n: p.detach().clone() for n, p in named}
     finally:
         torch.set_num_threads(threads)
@@ -239,6 +244,25 @@ def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
     initial = dict(tt.make_model().named_parameters())
     for name, value in expected.items():
         assert (value - initial[name]).abs().max().item() > 1e-3, name
+
+
+@pytest.mark.parametrize("strategy, sharding_factor",
+                         [("NO_SHARD", 1), ("SHARD_GRAD_OP", 2)])
+def test_sgd_nesterov_w2_no_shard_and_shard_grad_op(tmp_path, strategy,
+                                                    sharding_factor):
+    """Three units (more than the default K = 2 gathered units; under
+    SHARD_GRAD_OP each unit stays gathered from its forward to its backward
+    Release, in a slot of its own), SGD with Nesterov momentum and weight
+    decay against torch.optim.SGD: gradients are the same bits (W = 2) and
+    SGD is linear in them, so only the clip scale's rounding differs."""
+    need_binaries()
+    (results, _), = [
+        train(str(tmp_path / "run"), 2, sharding_factor, strategy,
+              ["0", "2", "4"], optimizer="sgd", deep=True)
+    ]
+    assert results[0]["units"] == ["0", "2", "4"]
+    check_against_reference(results,
+                            reference(2, optimizer="sgd", deep=True))
 
 
 HYBRID = dict(world_size=4, sharding_factor=2, strategy="HYBRID_SHARD",

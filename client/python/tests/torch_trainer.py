@@ -22,10 +22,27 @@ WEIGHT_DECAY = 0.05
 MAX_GRAD_NORM = 0.5  # Small enough that every step is clipped.
 
 
-def make_model():
+MOMENTUM = 0.9
+
+
+def make_model(deep=False):
+    """Linear-ReLU-Linear; deep: Linear-ReLU-Linear-ReLU-Linear."""
     torch.manual_seed(SEED)
+    if deep:
+        return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(),
+                             nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
+                             nn.Linear(HIDDEN, OUT))
     return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(),
                          nn.Linear(HIDDEN, OUT))
+
+
+def make_optimizer(name, param_groups):
+    """The torch optimizer the daemon's must match (reference side)."""
+    if name == "sgd":
+        return torch.optim.SGD(param_groups, lr=LR, momentum=MOMENTUM,
+                               weight_decay=WEIGHT_DECAY, nesterov=True)
+    return torch.optim.AdamW(param_groups, lr=LR, betas=BETAS,
+                             weight_decay=WEIGHT_DECAY)
 
 
 def schedule(epoch):
@@ -63,6 +80,8 @@ def main():
     parser.add_argument("--export", default="")
     parser.add_argument("--units", default="0,2")
     parser.add_argument("--schedule", action="store_true")
+    parser.add_argument("--deep", action="store_true")
+    parser.add_argument("--optimizer", default="adamw")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -75,9 +94,12 @@ def main():
     with TrainerClient(args.socket, default_timeout=60,
                        register_timeout=60) as client:
         client.wait_connected(timeout=30)
-        model = st.wrap(make_model(), client, units=args.units.split(","),
-                        optimizer=st.AdamW(lr=LR, betas=BETAS,
-                                           weight_decay=WEIGHT_DECAY),
+        optimizer = (st.SGD(lr=LR, momentum=MOMENTUM,
+                            weight_decay=WEIGHT_DECAY, nesterov=True)
+                     if args.optimizer == "sgd" else
+                     st.AdamW(lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY))
+        model = st.wrap(make_model(args.deep), client,
+                        units=args.units.split(","), optimizer=optimizer,
                         max_grad_norm=MAX_GRAD_NORM,
                         no_weight_decay=no_weight_decay,
                         strategy=args.strategy,
