@@ -40,11 +40,16 @@ How a step runs (the first slice, simplest correct design):
     gradients, optimizer state: 16 of every 16 + 4 bytes per parameter with
     AdamW) but not the trainer's 4 bytes per parameter; freeing each unit's
     copy after its backward and re-gathering is the next step.
-  - Backward: backward(loss) runs loss.backward(), then for each unit in
-    reverse order gathers it BACKWARD (which names the daemon's gradient
-    slot), copies the unit's .grad into the slot, ReduceGrad, Release, and
-    sets the .grad to None. Gradients are averaged over the W ranks by the
-    daemon, so each rank's loss is the mean over its own part of the batch.
+  - Backward: backward(loss) runs loss.backward(); a hook on each
+    parameter's AccumulateGrad node notes its gradient complete, and as
+    soon as a unit's gradients are all complete (and every later unit's
+    are handed over: the reduction order is the reverse unit order on every
+    rank), the unit is gathered BACKWARD (which names the daemon's gradient
+    slot), its .grad copied into the slot, ReduceGrad, Release, and its
+    .grad reset to None: the daemon's reduce-scatter of a unit overlaps the
+    backward of the units before it. Gradients are averaged over the W
+    ranks by the daemon, so each rank's loss is the mean over its own part
+    of the batch.
   - step(lr=None): Step(committed + 1) in the daemon; the next forward
     gathers the new parameters.
 
@@ -70,7 +75,7 @@ Gradient accumulation over micro-batches: gradients accumulate in .grad as
 in plain torch, so run (loss_i / n).backward() for all but the last micro-
 batch and model.backward(loss_n / n) for the last (one ReduceGrad per unit).
 
-Not yet: overlap of backward with the reduction, bf16 parameters with fp32
+Not yet: bf16 parameters with fp32
 masters (the module's dtype is the daemon's), accumulation in the daemon
 (ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
 error), buffers (kept by each trainer, not synced).
@@ -323,6 +328,8 @@ class ShardedModule(nn.Module):
         self.registered = self._register(register_timeout, shm_dir)
         self.committed_step = self.registered.committed_step
         self.optimizer = ShardedOptimizer(self, lr)
+        self._armed = False
+        self._install_grad_hooks()
         for index, unit in enumerate(units):
             self._hooks.append(
                 unit.module.register_forward_pre_hook(
@@ -382,34 +389,85 @@ class ShardedModule(nn.Module):
             self.client.release(index, _client.FORWARD)
         self._fresh.add(index)
 
-    def backward(self, loss, **kwargs):
-        """loss.backward(**kwargs), then every unit's gradient to shardd.
+    def _install_grad_hooks(self):
+        """A hook on each parameter's AccumulateGrad node (torch 1.13 has no
+        register_post_accumulate_grad_hook): it runs once the parameter's
+        .grad holds this backward's gradient. The nodes are kept alive
+        here, as DDP does, so that every graph reuses them."""
+        self._accumulators = []
+        with torch.enable_grad():
+            for index, unit in enumerate(self._units):
+                for k, (_, _, p) in enumerate(unit.tensors):
+                    node = p.expand_as(p).grad_fn.next_functions[0][0]
+                    node.register_hook(
+                        lambda *_, i=index, k=k: self._grad_ready(i, k))
+                    self._accumulators.append(node)
 
-        For each unit, last first: Gather(BACKWARD) names the gradient slot;
-        the unit's .grad (zeros where a parameter got none) is copied into
-        it and handed to ReduceGrad; the .grad is reset to None.
+    def backward(self, loss, **kwargs):
+        """loss.backward(**kwargs), handing each unit's gradient to shardd
+        as soon as it is complete.
+
+        Units are reduced last first, the same order on every rank whatever
+        the order their gradients complete in: unit u goes when its
+        parameters' gradients are all accumulated and every unit after it
+        has gone, so its ReduceGrad (Gather BACKWARD for the slot, copy,
+        ReduceGrad, Release) overlaps the backward of the units before it.
+        Units whose parameters got no gradient go after loss.backward()
+        returns (as zeros). The .grad of a reduced parameter is reset to
+        None. A StepAborted or DaemonUnavailable met in the middle is raised
+        once loss.backward() has returned.
         """
-        loss.backward(**kwargs)
-        self.reduce_gradients()
+        count = len(self._units)
+        self._waiting = [set(range(len(u.tensors))) for u in self._units]
+        self._cursor = count - 1
+        self._hook_error = None
+        self._armed = True
+        try:
+            loss.backward(**kwargs)
+        finally:
+            self._armed = False
+        if self._hook_error is not None:
+            error, self._hook_error = self._hook_error, None
+            raise error
+        self._reduce_from_cursor(final=True)
+
+    def _grad_ready(self, index, k):
+        if not self._armed or self._hook_error is not None:
+            return  # A plain loss.backward() (accumulation), or failed.
+        self._waiting[index].discard(k)
+        try:
+            self._reduce_from_cursor(final=False)
+        except Exception as e:  # pylint: disable=broad-except
+            # Raised from backward() in the caller's thread, with its type.
+            self._hook_error = e
+
+    def _reduce_from_cursor(self, final):
+        while self._cursor >= 0 and (final or
+                                     not self._waiting[self._cursor]):
+            self._reduce_unit(self._cursor)
+            self._cursor -= 1
 
     def reduce_gradients(self):
-        """Hands the .grad of every unit's parameters to the daemon."""
-        for index in reversed(range(len(self._units))):
-            unit = self._units[index]
-            hint = [index - 1] if index > 0 else []
-            gathered = self.client.gather(index, _client.BACKWARD,
-                                          prefetch=hint)
-            slots = gathered.grad.tensors
-            for name, _, p in unit.tensors:
-                if p.grad is None:
-                    slots[name].zero_()
-                else:
-                    slots[name].copy_(p.grad)
-            self.client.reduce_grad(index, gathered.grad)
-            del gathered, slots
-            self.client.release(index, _client.BACKWARD)
-            for _, _, p in unit.tensors:
-                p.grad = None
+        """Hands the .grad of every unit's parameters to the daemon, last
+        unit first (after your own loss.backward() calls)."""
+        self._cursor = len(self._units) - 1
+        self._reduce_from_cursor(final=True)
+
+    def _reduce_unit(self, index):
+        unit = self._units[index]
+        hint = [index - 1] if index > 0 else []
+        gathered = self.client.gather(index, _client.BACKWARD, prefetch=hint)
+        slots = gathered.grad.tensors
+        for name, _, p in unit.tensors:
+            if p.grad is None:
+                slots[name].zero_()
+            else:
+                slots[name].copy_(p.grad)
+        self.client.reduce_grad(index, gathered.grad)
+        del gathered, slots
+        self.client.release(index, _client.BACKWARD)
+        for _, _, p in unit.tensors:
+            p.grad = None
 
     def step(self, lr=None):
         """Commits the step in the daemon (its optimizer); the StepResponse.

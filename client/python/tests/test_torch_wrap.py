@@ -1,4 +1,5 @@
-"""shardd.torch.wrap without a daemon: the ModelSpec it registers.
+"""shardd.torch without a daemon: the ModelSpec wrap registers, and the
+order and content of the reductions backward() makes (a fake client).
 
 A fake client records the RegisterModelRequest and reads the initial
 values file while RegisterModel "runs" (the file is removed afterwards).
@@ -8,11 +9,13 @@ import json
 import os
 import struct
 
+import grpc
 import pytest
 import torch
 from torch import nn
 
 import shardd.torch as st
+from shardd import errors
 from shardd.v1 import common_pb2, trainer_pb2
 
 
@@ -221,3 +224,105 @@ def test_an_lr_scheduler_drives_the_learning_rate_of_each_step(shm_dir):
     assert client.steps == [(4, 0.5), (5, 0.25), (6, 0.125), (7, 0.01),
                             (8, 0.0625)]
     assert model.committed_step == 8
+
+
+class _View:
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+
+class _Gathered:
+    def __init__(self, params, grad):
+        self.params = _View(params)
+        self.grad = None if grad is None else _View(grad)
+
+
+class StepClient(FakeClient):
+    """Serves gathers from the initial values; records the reductions."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+        self.values = {n: p.detach().clone()
+                       for n, p in module.named_parameters()}
+        self.reduced = []  # (unit, {tensor: grad}, 0.weight's grad then)
+        self.fail_unit = None
+
+    def _unit_tensors(self, unit):
+        spec = self.request.model.units[unit]
+        return [(t.name, f"{spec.name}.{t.name}") for t in spec.tensors]
+
+    def gather(self, unit, pass_, prefetch=(), timeout=None):
+        params = {n: self.values[fqn] for n, fqn in self._unit_tensors(unit)}
+        grad = None
+        if pass_ == 2:  # BACKWARD
+            grad = {n: torch.full_like(v, float("nan"))
+                    for n, v in params.items()}
+        return _Gathered(params, grad)
+
+    def release(self, unit, pass_=1, reshard=False, timeout=None):
+        pass
+
+    def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None):
+        if unit == self.fail_unit:
+            raise errors.StepAborted(grpc.StatusCode.ABORTED, "peer")
+        first = self.module[0].weight.grad
+        self.reduced.append((unit, {n: t.clone()
+                                    for n, t in grad.tensors.items()},
+                             None if first is None else first.clone()))
+
+
+def three_layers():
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4),
+                         nn.ReLU(), nn.Linear(4, 2))
+
+
+def expected_grads(x):
+    reference = three_layers()
+    reference(x).square().sum().backward()
+    return {n: p.grad for n, p in reference.named_parameters()}
+
+
+def test_backward_reduces_each_unit_as_its_gradients_complete(shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    model.backward(model(x).square().sum())
+    assert [unit for unit, _, _ in client.reduced] == [2, 1, 0]
+    # Units 2 and 1 went while backward had not reached layer 0 yet.
+    assert client.reduced[0][2] is None and client.reduced[1][2] is None
+    expected = expected_grads(x)
+    names = ["0", "2", "4"]
+    for unit, grads, _ in client.reduced:
+        for tensor, value in grads.items():
+            assert torch.equal(value, expected[f"{names[unit]}.{tensor}"])
+    assert all(p.grad is None for p in module.parameters())
+
+
+def test_accumulated_micro_batches_are_reduced_once(shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(2))
+    model(x[:3]).square().sum().backward()  # No reduction: plain backward.
+    assert client.reduced == []
+    model.backward(model(x[3:]).square().sum())
+    assert [unit for unit, _, _ in client.reduced] == [2, 1, 0]
+    expected = expected_grads(x)
+    for tensor, value in client.reduced[2][1].items():
+        assert torch.allclose(value, expected[f"0.{tensor}"], atol=1e-6)
+
+
+def test_a_failure_inside_backward_is_raised_with_its_type(shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    client.fail_unit = 1
+    with pytest.raises(errors.StepAborted):
+        model.backward(model(torch.ones(2, 3)).sum())
+    assert [unit for unit, _, _ in client.reduced] == [2]
