@@ -75,8 +75,10 @@ Gradient accumulation over micro-batches: gradients accumulate in .grad as
 in plain torch, so run (loss_i / n).backward() for all but the last micro-
 batch and model.backward(loss_n / n) for the last (one ReduceGrad per unit).
 
-Not yet: bf16 parameters with fp32
-masters (the module's dtype is the daemon's), accumulation in the daemon
+Mixed precision: wrap(..., param_dtype=torch.bfloat16) gathers bf16
+parameters and reduces bf16 gradients around fp32 masters in the daemon.
+
+Not yet: accumulation in the daemon
 (ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
 error), buffers (kept by each trainer, not synced).
 """
@@ -583,7 +585,7 @@ class ShardedModule(nn.Module):
 
 def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
          no_weight_decay=None, strategy="FULL_SHARD", sharding_factor=0,
-         register_timeout=None, shm_dir="/dev/shm"):
+         param_dtype=None, register_timeout=None, shm_dir="/dev/shm"):
     """Registers `module` with the daemon behind `client`; a ShardedModule.
 
     Args:
@@ -601,6 +603,11 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
         or a callable (fqn, param) -> bool (e.g. lambda n, p: p.ndim == 1).
       strategy: "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD" or
         "HYBRID_SHARD" (then sharding_factor F is required).
+      param_dtype: torch.bfloat16 or torch.float16: the daemon hands out
+        (gathers) parameters in that dtype and takes and reduces gradients
+        in it, while its masters and optimizer state stay fp32 (mixed
+        precision). The module computes in its own dtype, on the gathered
+        values converted to it. None: the module's dtype.
       register_timeout: seconds for RegisterModel and the first WaitReady
         (None: the client's register_timeout).
       shm_dir: where the initial values file goes (a tmpfs).
@@ -633,6 +640,11 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
     config.strategy = _STRATEGIES[strategy]
     config.sharding_factor = sharding_factor
     config.max_grad_norm = max_grad_norm
+    if param_dtype is not None:
+        if param_dtype not in _DTYPES:
+            raise ValueError(f"param_dtype: one of {list(_DTYPES)}, got "
+                             f"{param_dtype}")
+        config.param_dtype = _DTYPES[param_dtype]
     optimizer.to_proto(config.optimizer)
     if register_timeout is None:
         register_timeout = client.register_timeout

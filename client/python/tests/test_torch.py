@@ -41,6 +41,7 @@ from test_daemon import COORDINATOR, SHARDD, START_SECONDS, Cluster, poll
 
 STEPS = 6
 TOLERANCE = 1e-5
+BF16_TOLERANCE = 1e-8  # test_bf16_parameters_with_fp32_masters_w2 says why.
 RUN_SECONDS = 240  # Deadline for the trainers of one run.
 TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "torch_trainer.py")
@@ -57,7 +58,8 @@ def need_binaries():
 
 def train(directory, world_size, sharding_factor, strategy, units,
           export=False, kill_rank=None, failpoint=None, schedule=False,
-          kill_trainer=False, optimizer="adamw", deep=False):
+          kill_trainer=False, optimizer="adamw", deep=False, param_dtype="",
+          lr=tt.LR):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -112,7 +114,9 @@ def train(directory, world_size, sharding_factor, strategy, units,
                 argv.append("--schedule")
             if deep:
                 argv.append("--deep")
-            argv.append(f"--optimizer={optimizer}")
+            argv += [f"--optimizer={optimizer}", f"--lr={lr!r}"]
+            if param_dtype:
+                argv.append(f"--param_dtype={param_dtype}")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -159,8 +163,15 @@ def stopped(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def reference(world_size, schedule=False, optimizer="adamw", deep=False):
-    """The parameters after STEPS steps of plain torch on one process."""
+def reference(world_size, schedule=False, optimizer="adamw", deep=False,
+              low=None, lr=tt.LR):
+    """The parameters after STEPS steps of plain torch on one process.
+
+    low (a 16-bit dtype): mixed precision as the daemon does it: the
+    forward and backward run on the fp32 masters rounded to `low`, each
+    rank's gradient is rounded to `low`, their sum is rounded to `low`
+    once, then averaged, clipped and applied to the fp32 masters.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -173,21 +184,34 @@ def reference(world_size, schedule=False, optimizer="adamw", deep=False):
         }, {
             "params": no_decay,
             "weight_decay": 0.0
-        }])
+        }], lr=lr)
         scheduler = (torch.optim.lr_scheduler.LambdaLR(
             torch_optimizer, tt.schedule) if schedule else None)
         clipped = 0
         for step in range(1, STEPS + 1):
             per_rank = []
+            masters = [p.detach().clone() for _, p in named]
+            if low is not None:
+                with torch.no_grad():
+                    for _, p in named:
+                        p.copy_(p.to(low))
             for rank in range(world_size):
                 model.zero_grad(set_to_none=True)
                 x, y = tt.local_batch(step, rank, world_size)
                 nn.functional.mse_loss(model(x), y).backward()
-                per_rank.append([p.grad.clone() for _, p in named])
+                per_rank.append([
+                    p.grad.clone() if low is None else p.grad.to(low).float()
+                    for _, p in named
+                ])
+            with torch.no_grad():
+                for (_, p), master in zip(named, masters):
+                    p.copy_(master)
             for i, (_, p) in enumerate(named):
                 total = per_rank[0][i]
                 for grads in per_rank[1:]:
                     total = total + grads[i]
+                if low is not None:
+                    total = total.to(low).float()
                 p.grad = total / world_size
             norm = nn.utils.clip_grad_norm_(model.parameters(),
                                             tt.MAX_GRAD_NORM)
@@ -263,6 +287,45 @@ def test_sgd_nesterov_w2_no_shard_and_shard_grad_op(tmp_path, strategy,
     assert results[0]["units"] == ["0", "2", "4"]
     check_against_reference(results,
                             reference(2, optimizer="sgd", deep=True))
+
+
+def test_bf16_parameters_with_fp32_masters_w2(tmp_path):
+    """param_dtype = bf16 (W = 2 FULL_SHARD, AdamW, lr = 1e-4).
+
+    The FULL export holds the fp32 masters. The reference emulates the
+    daemon's mixed precision (reference(low=...): the forward on the
+    masters rounded to bf16, each rank's gradient rounded to bf16, their
+    sum rounded once), so what is left is the clip scale's rounding (~1e-7
+    relative of updates <= lr = 1e-4); 2e-10 is seen. BF16_TOLERANCE = 1e-8
+    still catches a gradient rounded otherwise: one bf16 ulp (2^-8
+    relative) moves an AdamW update after step 1 by ~lr * 2^-9 = 2e-7.
+    Also: the gathered parameters are the masters rounded to bf16, and the
+    masters are fp32 (they keep steps below half a bf16 ulp).
+    """
+    need_binaries()
+    lr = 1e-4
+    results, export_path = train(str(tmp_path / "run"), 2, 2, "FULL_SHARD",
+                                 ["0", "2"], export=True,
+                                 param_dtype="bfloat16", lr=lr)
+    masters = st.load_export(export_path, results[0]["export_names"])
+    expected = reference(2, low=torch.bfloat16, lr=lr)
+    initial = dict(tt.make_model().named_parameters())
+    for name, value in expected.items():
+        diff = (masters[name] - value).abs().max().item()
+        assert diff <= BF16_TOLERANCE, (name, diff)
+        # The gathered parameters are the masters rounded to bf16.
+        gathered = results[0]["params"][name]
+        assert gathered.dtype == torch.bfloat16
+        assert torch.equal(gathered, masters[name].to(torch.bfloat16))
+        # fp32 masters: most steps are below half a bf16 ulp of the weight,
+        # so bf16 masters would have lost them.
+        moved = (masters[name] - initial[name]).abs()
+        assert moved.max().item() > 1e-4, name
+    # The steps made are smaller than the bf16 rounding of most weights.
+    weight = initial["0.weight"]
+    ulp = torch.finfo(torch.bfloat16).eps * weight.abs()
+    moved = (masters["0.weight"] - weight).abs()
+    assert (moved < ulp / 2).float().mean().item() > 0.5
 
 
 HYBRID = dict(world_size=4, sharding_factor=2, strategy="HYBRID_SHARD",

@@ -115,7 +115,8 @@ def test_policy_callable_optimizer_clip_and_weight_decay(shm_dir):
             units=lambda name, m: isinstance(m, nn.Sequential) and name,
             optimizer=st.AdamW(), max_grad_norm=1.5,
             no_weight_decay=lambda fqn, p: p.ndim == 1,
-            strategy="HYBRID_SHARD", sharding_factor=2, shm_dir=shm_dir)
+            strategy="HYBRID_SHARD", sharding_factor=2,
+            param_dtype=torch.bfloat16, shm_dir=shm_dir)
     spec = client.request.model
     assert [u.name for u in spec.units] == ["root", "1"]
     for unit in spec.units:
@@ -126,6 +127,10 @@ def test_policy_callable_optimizer_clip_and_weight_decay(shm_dir):
     assert config.strategy == common_pb2.SHARDING_STRATEGY_HYBRID_SHARD
     assert config.sharding_factor == 2
     assert config.max_grad_norm == 1.5
+    assert config.param_dtype == common_pb2.DTYPE_BF16
+    # The model's tensors (and init values) stay fp32: the masters' dtype.
+    assert {t.dtype for u in spec.units for t in u.tensors
+           } == {common_pb2.DTYPE_FP32}
     # torch.optim.AdamW's defaults, taken literally by the daemon.
     defaults = torch.optim.AdamW([torch.zeros(1)]).defaults
     adamw = config.optimizer.adamw
@@ -142,6 +147,7 @@ def test_sgd_and_weight_decay_by_name(shm_dir):
                              nesterov=True),
             no_weight_decay=["0.bias"], strategy="NO_SHARD", shm_dir=shm_dir)
     config = client.request.model.config
+    assert config.param_dtype == common_pb2.DTYPE_UNSPECIFIED
     sgd = config.optimizer.sgd
     assert (sgd.lr, sgd.momentum, sgd.dampening, sgd.weight_decay,
             sgd.nesterov) == (0.5, 0.9, 0.0, 0.1, True)
@@ -168,6 +174,7 @@ def test_frozen_parameters_stay_out(shm_dir):
     (dict(strategy="ZERO3"), ValueError, "strategy"),
     (dict(optimizer=None), ValueError, "optimizer"),
     (dict(no_weight_decay=["0.b"]), ValueError, "no sharded parameter '0.b'"),
+    (dict(param_dtype=torch.float64), ValueError, "param_dtype"),
 ])
 def test_bad_arguments_are_refused_before_registering(shm_dir, kwargs, error,
                                                       match):

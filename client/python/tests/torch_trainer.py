@@ -36,12 +36,12 @@ def make_model(deep=False):
                          nn.Linear(HIDDEN, OUT))
 
 
-def make_optimizer(name, param_groups):
+def make_optimizer(name, param_groups, lr=LR):
     """The torch optimizer the daemon's must match (reference side)."""
     if name == "sgd":
-        return torch.optim.SGD(param_groups, lr=LR, momentum=MOMENTUM,
+        return torch.optim.SGD(param_groups, lr=lr, momentum=MOMENTUM,
                                weight_decay=WEIGHT_DECAY, nesterov=True)
-    return torch.optim.AdamW(param_groups, lr=LR, betas=BETAS,
+    return torch.optim.AdamW(param_groups, lr=lr, betas=BETAS,
                              weight_decay=WEIGHT_DECAY)
 
 
@@ -82,6 +82,8 @@ def main():
     parser.add_argument("--schedule", action="store_true")
     parser.add_argument("--deep", action="store_true")
     parser.add_argument("--optimizer", default="adamw")
+    parser.add_argument("--param_dtype", default="")
+    parser.add_argument("--lr", type=float, default=LR)
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -94,16 +96,19 @@ def main():
     with TrainerClient(args.socket, default_timeout=60,
                        register_timeout=60) as client:
         client.wait_connected(timeout=30)
-        optimizer = (st.SGD(lr=LR, momentum=MOMENTUM,
+        optimizer = (st.SGD(lr=args.lr, momentum=MOMENTUM,
                             weight_decay=WEIGHT_DECAY, nesterov=True)
                      if args.optimizer == "sgd" else
-                     st.AdamW(lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY))
+                     st.AdamW(lr=args.lr, betas=BETAS,
+                              weight_decay=WEIGHT_DECAY))
         model = st.wrap(make_model(args.deep), client,
                         units=args.units.split(","), optimizer=optimizer,
                         max_grad_norm=MAX_GRAD_NORM,
                         no_weight_decay=no_weight_decay,
                         strategy=args.strategy,
-                        sharding_factor=args.sharding_factor)
+                        sharding_factor=args.sharding_factor,
+                        param_dtype=(getattr(torch, args.param_dtype)
+                                     if args.param_dtype else None))
         print(f"registered at committed step {model.committed_step}"
               f"{' (re-attached)' if model.registered.reattached else ''}",
               flush=True)
