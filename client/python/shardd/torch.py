@@ -35,11 +35,13 @@ How a step runs (the first slice, simplest correct design):
     activations stay valid until backward whatever the daemon does with its
     buffer. A unit is gathered once per committed step (a second forward
     before the next step, e.g. evaluation, reuses the copy).
-    Trade-off: the trainer process holds a full copy of the parameters (as
-    DDP does), so the sharding saves memory in the daemons (masters,
-    gradients, optimizer state: 16 of every 16 + 4 bytes per parameter with
-    AdamW) but not the trainer's 4 bytes per parameter; freeing each unit's
-    copy after its backward and re-gathering is the next step.
+    Trade-off: the trainer process holds a full, unsharded copy of the
+    parameters (and their .grad during backward), as DDP does; what is
+    sharded is the daemons' state (fp32 masters, reduced gradients and
+    AdamW's two moments: 16 bytes per parameter, divided by F). Freeing
+    each unit's copy after its backward and gathering it again (with
+    saved_tensors_hooks for the activations that reference it) is the next
+    step.
   - Backward: backward(loss) runs loss.backward(); a hook on each
     parameter's AccumulateGrad node notes its gradient complete, and as
     soon as a unit's gradients are all complete (and every later unit's
@@ -78,7 +80,7 @@ batch and model.backward(loss_n / n) for the last (one ReduceGrad per unit).
 Mixed precision: wrap(..., param_dtype=torch.bfloat16) gathers bf16
 parameters and reduces bf16 gradients around fp32 masters in the daemon.
 
-Not yet: accumulation in the daemon
+Not yet: a sharded trainer-side copy (above), accumulation in the daemon
 (ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
 error), buffers (kept by each trainer, not synced).
 """
@@ -100,7 +102,7 @@ from shardd.v1 import trainer_pb2
 
 __all__ = [
     "AdamW", "SGD", "ShardedModule", "ShardedOptimizer", "wrap",
-    "load_export", "read_safetensors"
+    "load_export", "read_safetensors", "save_safetensors"
 ]
 
 _DTYPES = {
@@ -319,7 +321,7 @@ class ShardedModule(nn.Module):
     """
 
     def __init__(self, module, client, units, spec, lr, register_timeout,
-                 shm_dir):
+                 shm_dir, init=None):
         super().__init__()
         self.module = module
         self.client = client
@@ -327,7 +329,7 @@ class ShardedModule(nn.Module):
         self._spec = spec
         self._fresh = set()  # Units whose module copy is current.
         self._hooks = []
-        self.registered = self._register(register_timeout, shm_dir)
+        self.registered = self._register(register_timeout, shm_dir, init)
         self.committed_step = self.registered.committed_step
         self.optimizer = ShardedOptimizer(self, lr)
         self._armed = False
@@ -338,22 +340,41 @@ class ShardedModule(nn.Module):
                     lambda _m, _args, i=index: self._gather_forward(i)))
 
     # -- registration --------------------------------------------------
-    def _register(self, timeout, shm_dir):
-        values = _InitValuesFile(
-            shm_dir, [p for u in self._units for _, _, p in u.tensors])
-        try:
+    def _register(self, timeout, shm_dir, init):
+        values = None
+        if isinstance(init, (str, os.PathLike)):
+            # Each daemon reads its shard's elements from the file itself.
+            path = os.path.abspath(os.fspath(init))
+            for unit, unit_spec in zip(self._units, self._spec.units):
+                for (_, fqn, _), tensor in zip(unit.tensors,
+                                               unit_spec.tensors):
+                    tensor.init.file.path = path
+                    tensor.init.file.tensor = fqn
+        else:
+            tensors = []
+            for unit in self._units:
+                for _, fqn, p in unit.tensors:
+                    value = p if init is None else init.get(fqn)
+                    if value is None or tuple(value.shape) != tuple(p.shape):
+                        raise ValueError(
+                            f"init: {fqn!r} is missing or not of shape "
+                            f"{tuple(p.shape)}")
+                    tensors.append(value.detach().to(p.dtype))
+            values = _InitValuesFile(shm_dir, tensors)
             i = 0
             for unit_spec in self._spec.units:
                 for tensor in unit_spec.tensors:
                     values.ref(i, tensor.init.shared_memory)
                     i += 1
+        try:
             request = trainer_pb2.RegisterModelRequest(
                 model=self._spec,
                 transport=common_pb2.TRANSPORT_SHARED_MEMORY)
             response = self.client.register_model(request, timeout=timeout)
         finally:
-            values.close()
-        # The init refs named a file that is gone now; a re-attaching
+            if values is not None:
+                values.close()
+        # The init refs name a file that is gone now; a re-attaching
         # registration ignores init, so keep the spec without them.
         for unit_spec in self._spec.units:
             for tensor in unit_spec.tensors:
@@ -585,7 +606,8 @@ class ShardedModule(nn.Module):
 
 def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
          no_weight_decay=None, strategy="FULL_SHARD", sharding_factor=0,
-         param_dtype=None, register_timeout=None, shm_dir="/dev/shm"):
+         param_dtype=None, init=None, register_timeout=None,
+         shm_dir="/dev/shm"):
     """Registers `module` with the daemon behind `client`; a ShardedModule.
 
     Args:
@@ -608,6 +630,12 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
         in it, while its masters and optimizer state stay fp32 (mixed
         precision). The module computes in its own dtype, on the gathered
         values converted to it. None: the module's dtype.
+      init: the initial values. None: the module's parameters now. A state
+        dict ({fqn: tensor}): those values. A path: a safetensors file with
+        a tensor per fqn (save_safetensors(module.state_dict(), path), or
+        safetensors' save_file), which each daemon reads itself (its
+        shard's elements only; the path must be the same on every rank).
+        Ignored when the daemon already holds the model (re-attach).
       register_timeout: seconds for RegisterModel and the first WaitReady
         (None: the client's register_timeout).
       shm_dir: where the initial values file goes (a tmpfs).
@@ -649,7 +677,7 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
     if register_timeout is None:
         register_timeout = client.register_timeout
     return ShardedModule(module, client, built, spec, optimizer.lr,
-                         register_timeout, shm_dir)
+                         register_timeout, shm_dir, init)
 
 
 _SAFETENSORS_DTYPES = {
@@ -658,6 +686,37 @@ _SAFETENSORS_DTYPES = {
     "F16": torch.float16,
     "F64": torch.float64,
 }
+
+
+_SAFETENSORS_NAMES = {dtype: name for name, dtype in _SAFETENSORS_DTYPES.items()}
+
+
+def save_safetensors(tensors, path, metadata=None):
+    """Writes {name: tensor} to a safetensors file (torch 1.13 has no writer).
+
+    E.g. save_safetensors(module.state_dict(), path) for wrap(init=path).
+    """
+    header, offset, blobs = {}, 0, []
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().contiguous().cpu()
+        if tensor.dtype not in _SAFETENSORS_NAMES:
+            raise ValueError(f"{name}: dtype {tensor.dtype} not supported")
+        raw = tensor.view(-1).view(torch.uint8).numpy().tobytes() if (
+            tensor.numel()) else b""
+        header[name] = {"dtype": _SAFETENSORS_NAMES[tensor.dtype],
+                        "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)  # The data starts 8-aligned.
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for raw in blobs:
+            f.write(raw)
 
 
 def read_safetensors(path):

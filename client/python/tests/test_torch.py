@@ -59,7 +59,7 @@ def need_binaries():
 def train(directory, world_size, sharding_factor, strategy, units,
           export=False, kill_rank=None, failpoint=None, schedule=False,
           kill_trainer=False, optimizer="adamw", deep=False, param_dtype="",
-          lr=tt.LR):
+          lr=tt.LR, steps=STEPS, init=""):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -103,7 +103,7 @@ def train(directory, world_size, sharding_factor, strategy, units,
             argv = [
                 sys.executable, TRAINER, f"--socket={sockets[rank]}",
                 f"--rank={rank}", f"--world_size={world_size}",
-                f"--steps={STEPS}", f"--strategy={strategy}",
+                f"--steps={steps}", f"--strategy={strategy}",
                 f"--sharding_factor={sharding_factor}",
                 f"--units={','.join(units)}",
                 f"--out={os.path.join(directory, f'out{rank}.pt')}"
@@ -117,6 +117,8 @@ def train(directory, world_size, sharding_factor, strategy, units,
             argv += [f"--optimizer={optimizer}", f"--lr={lr!r}"]
             if param_dtype:
                 argv.append(f"--param_dtype={param_dtype}")
+            if init:
+                argv.append(f"--init={init}")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -326,6 +328,25 @@ def test_bf16_parameters_with_fp32_masters_w2(tmp_path):
     ulp = torch.finfo(torch.bfloat16).eps * weight.abs()
     moved = (masters["0.weight"] - weight).abs()
     assert (moved < ulp / 2).float().mean().item() > 0.5
+
+
+def test_initial_values_from_a_safetensors_file(tmp_path):
+    """wrap(init=path): each daemon reads its shard from a torch state dict
+    saved as safetensors (fqn names, the root unit's too), not the module's
+    own values; at step 0 the gathered parameters are the file's."""
+    need_binaries()
+    torch.manual_seed(7)
+    other = nn.Sequential(nn.Linear(tt.IN, tt.HIDDEN), nn.ReLU(),
+                          nn.Linear(tt.HIDDEN, tt.OUT))
+    path = str(tmp_path / "init.safetensors")
+    st.save_safetensors(other.state_dict(), path)
+    results, _ = train(str(tmp_path / "run"), 2, 2, "FULL_SHARD", ["2"],
+                       steps=0, init=path)
+    assert results[0]["units"] == ["root", "2"]
+    own = dict(tt.make_model().named_parameters())
+    for name, value in other.named_parameters():
+        assert torch.equal(results[0]["params"][name], value), name
+        assert not torch.equal(own[name], value), name
 
 
 HYBRID = dict(world_size=4, sharding_factor=2, strategy="HYBRID_SHARD",

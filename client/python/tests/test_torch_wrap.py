@@ -33,7 +33,8 @@ class FakeClient:
         for unit in request.model.units:
             for tensor in unit.tensors:
                 ref = tensor.init.shared_memory
-                if ref.path not in self.init_files:
+                if (tensor.init.HasField("shared_memory") and
+                        ref.path not in self.init_files):
                     assert os.path.getsize(ref.path) == ref.segment_bytes
                     with open(ref.path, "rb") as f:
                         self.init_files[ref.path] = f.read()
@@ -333,3 +334,42 @@ def test_a_failure_inside_backward_is_raised_with_its_type(shm_dir):
     with pytest.raises(errors.StepAborted):
         model.backward(model(torch.ones(2, 3)).sum())
     assert [unit for unit, _, _ in client.reduced] == [2]
+
+
+def test_init_from_a_state_dict_or_a_safetensors_file(shm_dir, tmp_path):
+    source = nested_model()
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(1.0)
+    state = source.state_dict()
+    client = FakeClient()
+    st.wrap(nested_model(), client, units=["1"], optimizer=st.SGD(lr=0.1),
+            init=state, shm_dir=shm_dir)
+    ((path, data),) = client.init_files.items()
+    for unit in client.request.model.units:
+        for tensor in unit.tensors:
+            ref = tensor.init.shared_memory
+            fqn = (tensor.name if unit.name == "root" else
+                   f"{unit.name}.{tensor.name}")
+            assert data[ref.byte_offset:ref.byte_offset + ref.byte_length] == (
+                state[fqn].numpy().tobytes()), fqn
+    assert not os.path.exists(path)
+
+    file = str(tmp_path / "init.safetensors")
+    st.save_safetensors(state, file)
+    tensors, _ = st.read_safetensors(file)
+    assert all(torch.equal(tensors[n], v) for n, v in state.items())
+    client = FakeClient()
+    st.wrap(nested_model(), client, units=["1"], optimizer=st.SGD(lr=0.1),
+            init=file, shm_dir=shm_dir)
+    inits = [(t.init.file.path, t.init.file.tensor)
+             for u in client.request.model.units for t in u.tensors]
+    assert inits == [(file, n) for n in ["0.weight", "0.bias", "2.weight",
+                                         "2.bias", "1.0.weight", "1.0.bias",
+                                         "1.2.weight", "1.2.bias"]]
+    assert client.init_files == {} and os.listdir(shm_dir) == []
+
+    del state["2.bias"]
+    with pytest.raises(ValueError, match="'2.bias' is missing"):
+        st.wrap(nested_model(), FakeClient(), optimizer=st.SGD(lr=0.1),
+                init=state, shm_dir=shm_dir)

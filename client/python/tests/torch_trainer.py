@@ -84,6 +84,7 @@ def main():
     parser.add_argument("--optimizer", default="adamw")
     parser.add_argument("--param_dtype", default="")
     parser.add_argument("--lr", type=float, default=LR)
+    parser.add_argument("--init", default="", help="a safetensors file")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -108,7 +109,8 @@ def main():
                         strategy=args.strategy,
                         sharding_factor=args.sharding_factor,
                         param_dtype=(getattr(torch, args.param_dtype)
-                                     if args.param_dtype else None))
+                                     if args.param_dtype else None),
+                        init=args.init or None)
         print(f"registered at committed step {model.committed_step}"
               f"{' (re-attached)' if model.registered.reattached else ''}",
               flush=True)
