@@ -321,7 +321,7 @@ class ShardedModule(nn.Module):
     """
 
     def __init__(self, module, client, units, spec, lr, register_timeout,
-                 shm_dir, init=None):
+                 shm_dir, init=None, load_from=None):
         super().__init__()
         self.module = module
         self.client = client
@@ -329,7 +329,8 @@ class ShardedModule(nn.Module):
         self._spec = spec
         self._fresh = set()  # Units whose module copy is current.
         self._hooks = []
-        self.registered = self._register(register_timeout, shm_dir, init)
+        self.registered = self._register(register_timeout, shm_dir, init,
+                                         load_from)
         self.committed_step = self.registered.committed_step
         self.optimizer = ShardedOptimizer(self, lr)
         self._armed = False
@@ -340,9 +341,11 @@ class ShardedModule(nn.Module):
                     lambda _m, _args, i=index: self._gather_forward(i)))
 
     # -- registration --------------------------------------------------
-    def _register(self, timeout, shm_dir, init):
+    def _register(self, timeout, shm_dir, init, load_from):
         values = None
-        if isinstance(init, (str, os.PathLike)):
+        if load_from:
+            pass  # The file's state replaces any initial values.
+        elif isinstance(init, (str, os.PathLike)):
             # Each daemon reads its shard's elements from the file itself.
             path = os.path.abspath(os.fspath(init))
             for unit, unit_spec in zip(self._units, self._spec.units):
@@ -369,7 +372,9 @@ class ShardedModule(nn.Module):
         try:
             request = trainer_pb2.RegisterModelRequest(
                 model=self._spec,
-                transport=common_pb2.TRANSPORT_SHARED_MEMORY)
+                transport=common_pb2.TRANSPORT_SHARED_MEMORY,
+                load_from=(os.path.abspath(os.fspath(load_from))
+                           if load_from else ""))
             response = self.client.register_model(request, timeout=timeout)
         finally:
             if values is not None:
@@ -580,6 +585,27 @@ class ShardedModule(nn.Module):
                 self.client.release(index, _client.FORWARD)
         return state
 
+    def state_dict(self, destination=None, prefix="", keep_vars=False):  # pylint: disable=arguments-differ
+        """The module's state dict with the committed parameters, by fqn.
+
+        Collective (every rank of the shard group, between steps), like
+        FSDP's full state dict: the parameters come from full_state_dict()
+        (in param_dtype; the fp32 masters: export()); buffers and frozen
+        parameters from the module. Keys are the module's own ("0.weight"),
+        so it loads into an unwrapped module.
+        """
+        state = self.module.state_dict(destination=destination, prefix=prefix,
+                                       keep_vars=keep_vars)
+        for fqn, value in self.full_state_dict().items():
+            state[prefix + fqn] = value
+        return state
+
+    def load_state_dict(self, state_dict, strict=True):
+        raise NotImplementedError(
+            "shardd.torch: the parameters live in the daemons; give initial "
+            "values to wrap(init=...), or continue from an export with "
+            "wrap(load_from=...)")
+
     def export(self, path, include_optimizer_state=False, overwrite=True,
                timeout=None):
         """FULL export (ExportState) to the safetensors file `path`.
@@ -606,7 +632,7 @@ class ShardedModule(nn.Module):
 
 def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
          no_weight_decay=None, strategy="FULL_SHARD", sharding_factor=0,
-         param_dtype=None, init=None, register_timeout=None,
+         param_dtype=None, init=None, load_from=None, register_timeout=None,
          shm_dir="/dev/shm"):
     """Registers `module` with the daemon behind `client`; a ShardedModule.
 
@@ -636,6 +662,11 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
         safetensors' save_file), which each daemon reads itself (its
         shard's elements only; the path must be the same on every rank).
         Ignored when the daemon already holds the model (re-attach).
+      load_from: continue a job: a FULL export made with
+        include_optimizer_state=True (parameters, optimizer state and step)
+        or a directory of a SHARDED export, at any W and F
+        (RegisterModelRequest.load_from); names are the export's
+        ("<unit>.<tensor>"). Replaces init.
       register_timeout: seconds for RegisterModel and the first WaitReady
         (None: the client's register_timeout).
       shm_dir: where the initial values file goes (a tmpfs).
@@ -677,7 +708,7 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
     if register_timeout is None:
         register_timeout = client.register_timeout
     return ShardedModule(module, client, built, spec, optimizer.lr,
-                         register_timeout, shm_dir, init)
+                         register_timeout, shm_dir, init, load_from)
 
 
 _SAFETENSORS_DTYPES = {

@@ -59,7 +59,8 @@ def need_binaries():
 def train(directory, world_size, sharding_factor, strategy, units,
           export=False, kill_rank=None, failpoint=None, schedule=False,
           kill_trainer=False, optimizer="adamw", deep=False, param_dtype="",
-          lr=tt.LR, steps=STEPS, init=""):
+          lr=tt.LR, steps=STEPS, init="", load_from="",
+          export_optimizer=False):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -119,6 +120,10 @@ def train(directory, world_size, sharding_factor, strategy, units,
                 argv.append(f"--param_dtype={param_dtype}")
             if init:
                 argv.append(f"--init={init}")
+            if load_from:
+                argv.append(f"--load_from={load_from}")
+            if export_optimizer:
+                argv.append("--export_optimizer")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -347,6 +352,27 @@ def test_initial_values_from_a_safetensors_file(tmp_path):
     for name, value in other.named_parameters():
         assert torch.equal(results[0]["params"][name], value), name
         assert not torch.equal(own[name], value), name
+
+
+def test_a_job_continues_from_a_full_export_bit_for_bit(tmp_path):
+    """3 steps, a FULL export with optimizer state; a new cluster (W = 2,
+    a new job) wraps the model with load_from=that export and runs steps
+    4..6: its parameters equal those of 6 steps in one job, bit for bit."""
+    need_binaries()
+    common = dict(world_size=2, sharding_factor=2, strategy="FULL_SHARD",
+                  units=["2"])
+    _, export_path = train(str(tmp_path / "first"), steps=3, export=True,
+                           export_optimizer=True, **common)
+    tensors, metadata = st.read_safetensors(export_path)
+    assert metadata["optimizer_step"] == "3"
+    assert "root.0.weight.exp_avg_sq" in tensors
+    resumed, _ = train(str(tmp_path / "resumed"), load_from=export_path,
+                       **common)
+    whole, _ = train(str(tmp_path / "whole"), **common)
+    for a, b in zip(whole, resumed):
+        assert b["registered_step"] == 3 and sorted(b["losses"]) == [4, 5, 6]
+        for name, value in a["params"].items():
+            assert torch.equal(value, b["params"][name]), name
 
 
 HYBRID = dict(world_size=4, sharding_factor=2, strategy="HYBRID_SHARD",

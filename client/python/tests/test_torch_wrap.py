@@ -373,3 +373,16 @@ def test_init_from_a_state_dict_or_a_safetensors_file(shm_dir, tmp_path):
     with pytest.raises(ValueError, match="'2.bias' is missing"):
         st.wrap(nested_model(), FakeClient(), optimizer=st.SGD(lr=0.1),
                 init=state, shm_dir=shm_dir)
+
+
+def test_load_from_names_the_export_and_writes_no_values(shm_dir, tmp_path):
+    client = FakeClient()
+    model = st.wrap(nested_model(), client, optimizer=st.AdamW(),
+                    load_from=str(tmp_path / "x.safetensors"),
+                    shm_dir=shm_dir)
+    assert client.request.load_from == str(tmp_path / "x.safetensors")
+    assert all(not t.HasField("init") for u in client.request.model.units
+               for t in u.tensors)
+    assert os.listdir(shm_dir) == []
+    with pytest.raises(NotImplementedError, match="live in the daemons"):
+        model.load_state_dict({})

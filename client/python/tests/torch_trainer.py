@@ -85,6 +85,8 @@ def main():
     parser.add_argument("--param_dtype", default="")
     parser.add_argument("--lr", type=float, default=LR)
     parser.add_argument("--init", default="", help="a safetensors file")
+    parser.add_argument("--load_from", default="")
+    parser.add_argument("--export_optimizer", action="store_true")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -110,7 +112,8 @@ def main():
                         sharding_factor=args.sharding_factor,
                         param_dtype=(getattr(torch, args.param_dtype)
                                      if args.param_dtype else None),
-                        init=args.init or None)
+                        init=args.init or None,
+                        load_from=args.load_from or None)
         print(f"registered at committed step {model.committed_step}"
               f"{' (re-attached)' if model.registered.reattached else ''}",
               flush=True)
@@ -141,9 +144,10 @@ def main():
             losses[step] = loss.item()
             norms[step] = response.grad_norm
             lrs[step] = response.learning_rate
-        params = model.full_state_dict()
+        params = model.state_dict()  # Collective: the committed values.
         if args.export:
-            model.export(args.export)
+            model.export(args.export,
+                         include_optimizer_state=args.export_optimizer)
         torch.save({"params": params, "losses": losses, "norms": norms,
                     "aborted": aborted, "lrs": lrs,
                     "reattached": model.registered.reattached,
