@@ -540,6 +540,10 @@ class ShardedModule(nn.Module):
                     raise errors.DaemonUnavailable(
                         grpc.StatusCode.UNAVAILABLE,
                         f"recover: no ready daemon within {timeout} s")
+                if not self.client.get_status(timeout=remaining).registered:
+                    # A replacement daemon that already listens.
+                    self._reattach(deadline)
+                    continue
                 for index in range(len(self._units)):
                     for pass_ in (_client.FORWARD, _client.BACKWARD):
                         self.client.release(index, pass_, timeout=remaining)

@@ -386,3 +386,56 @@ def test_load_from_names_the_export_and_writes_no_values(shm_dir, tmp_path):
     assert os.listdir(shm_dir) == []
     with pytest.raises(NotImplementedError, match="live in the daemons"):
         model.load_state_dict({})
+
+
+class RecoveringClient(FakeClient):
+    """A daemon replaced under the trainer: first gone, then unregistered."""
+
+    def __init__(self):
+        super().__init__()
+        self.script = ["gone", "unregistered", "registered"]
+        self.calls = []
+
+    def get_status(self, timeout=None):
+        state = self.script[0]
+        self.calls.append(("status", state))
+        if state == "gone":
+            self.script.pop(0)
+            raise errors.DaemonUnavailable(grpc.StatusCode.UNAVAILABLE, "gone")
+        return trainer_pb2.GetStatusResponse(
+            registered=state == "registered")
+
+    def wait_connected(self, timeout=None):
+        self.calls.append(("connect",))
+
+    def register_model(self, request, timeout=None):
+        if self.request is not None:  # A re-attach.
+            self.calls.append(("register",))
+            self.script = ["registered"]
+            assert all(not t.HasField("init") for u in request.model.units
+                       for t in u.tensors)
+            return trainer_pb2.RegisterModelResponse(committed_step=5)
+        return super().register_model(request, timeout=self.register_timeout)
+
+    def release(self, unit, pass_=1, reshard=False, timeout=None):
+        self.calls.append(("release", unit, pass_))
+
+    def wait_ready(self, timeout=None):
+        return trainer_pb2.WaitReadyResponse(committed_step=5)
+
+
+@pytest.mark.parametrize("first", ["gone", "unregistered"])
+def test_recover_reattaches_to_a_replacement_daemon(shm_dir, first):
+    """The daemon is gone (UNAVAILABLE), or its replacement already listens
+    but holds no model: either way recover() registers again, and never
+    sends the replacement a Release before that."""
+    client = RecoveringClient()
+    model = st.wrap(nested_model(), client, units=["1"],
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    client.calls.clear()
+    client.script = [first]
+    ready = model.recover(timeout=10)
+    assert ready.committed_step == 5 and model.next_step == 6
+    kinds = [c[0] for c in client.calls]
+    assert kinds[:3] == ["status", "connect", "register"], kinds
+    assert kinds[3:] == ["status"] + ["release"] * 4, kinds
