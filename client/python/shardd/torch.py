@@ -38,10 +38,19 @@ How a step runs (the first slice, simplest correct design):
     Trade-off: the trainer process holds a full, unsharded copy of the
     parameters (and their .grad during backward), as DDP does; what is
     sharded is the daemons' state (fp32 masters, reduced gradients and
-    AdamW's two moments: 16 bytes per parameter, divided by F). Freeing
-    each unit's copy after its backward and gathering it again (with
-    saved_tensors_hooks for the activations that reference it) is the next
-    step.
+    AdamW's two moments: 16 bytes per parameter, divided by F).
+  - Forward with wrap(..., zero_copy=True), ZeRO-3 in the trainer too: the
+    pre-hook points the unit's parameters at the daemon's read-only
+    gathered views (param.data, so autograd and AccumulateGrad work as
+    usual), the post-hook releases the unit and leaves placeholders that
+    hold no memory. A tensor autograd saves that is a view of a gathered
+    buffer (a weight kept for the input's gradient) is packed as (unit,
+    offset, shape, stride) by saved_tensors_hooks and unpacked in backward
+    from the unit gathered again (BACKWARD): valid whatever the buffer held
+    in between. Costs: a BACKWARD gather per unit whose views were saved
+    (the daemon answers from the buffer when it still holds the unit), and
+    the module's parameters may only be read inside their unit's forward.
+    Bit-equal to the copying mode (tested).
   - Backward: backward(loss) runs loss.backward(); a hook on each
     parameter's AccumulateGrad node notes its gradient complete, and as
     soon as a unit's gradients are all complete (and every later unit's
@@ -80,7 +89,9 @@ batch and model.backward(loss_n / n) for the last (one ReduceGrad per unit).
 Mixed precision: wrap(..., param_dtype=torch.bfloat16) gathers bf16
 parameters and reduces bf16 gradients around fp32 masters in the daemon.
 
-Not yet: a sharded trainer-side copy (above), accumulation in the daemon
+Not yet: zero_copy as the default (it needs more mileage: parameters read
+outside their unit, in-place writes), a failure inside a zero_copy
+backward's re-gather surfaces as torch's error, accumulation in the daemon
 (ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
 error), buffers (kept by each trainer, not synced).
 """
@@ -175,6 +186,25 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise NotImplementedError("ShardedOptimizer.step: no closures")
         return self._sharded._commit(self.param_groups[0]["lr"])  # pylint: disable=protected-access
+
+
+class _Live:
+    """zero_copy: a unit gathered for its forward, and its buffer's range."""
+
+    def __init__(self, gathered, flat):
+        self.gathered = gathered
+        self.begin = flat.data_ptr()
+        self.end = self.begin + flat.numel() * flat.element_size()
+        self.dtype = flat.dtype
+        self.depth = 0
+
+
+class _SavedView:
+    """zero_copy: a saved tensor that is a view of a unit's parameters."""
+
+    def __init__(self, unit, offset, shape, stride):
+        self.unit, self.offset = unit, offset
+        self.shape, self.stride = shape, stride
 
 
 class _Unit:
@@ -321,13 +351,19 @@ class ShardedModule(nn.Module):
     """
 
     def __init__(self, module, client, units, spec, lr, register_timeout,
-                 shm_dir, init=None, load_from=None):
+                 shm_dir, init=None, load_from=None, zero_copy=False):
         super().__init__()
         self.module = module
         self.client = client
+        self.zero_copy = zero_copy
         self._units = units
         self._spec = spec
         self._fresh = set()  # Units whose module copy is current.
+        self._live = {}  # zero_copy: unit -> _Live, gathered for forward.
+        self._backward_gathered = {}  # zero_copy: unit -> GatheredUnit.
+        # zero_copy: saved tensors kept as views of a unit, and the units
+        # gathered again for backward because of them (cumulative).
+        self.stats = {"saved_views": 0, "backward_regathers": 0}
         self._hooks = []
         self.registered = self._register(register_timeout, shm_dir, init,
                                          load_from)
@@ -336,9 +372,19 @@ class ShardedModule(nn.Module):
         self._armed = False
         self._install_grad_hooks()
         for index, unit in enumerate(units):
-            self._hooks.append(
-                unit.module.register_forward_pre_hook(
-                    lambda _m, _args, i=index: self._gather_forward(i)))
+            if zero_copy:
+                self._hooks.append(
+                    unit.module.register_forward_pre_hook(
+                        lambda _m, _args, i=index: self._enter_unit(i)))
+                self._hooks.append(
+                    unit.module.register_forward_hook(
+                        lambda _m, _args, _out, i=index: self._leave_unit(i)))
+            else:
+                self._hooks.append(
+                    unit.module.register_forward_pre_hook(
+                        lambda _m, _args, i=index: self._gather_forward(i)))
+        if zero_copy:
+            self._free_module_parameters()
 
     # -- registration --------------------------------------------------
     def _register(self, timeout, shm_dir, init, load_from):
@@ -398,7 +444,76 @@ class ShardedModule(nn.Module):
         return self.committed_step + 1
 
     def forward(self, *args, **kwargs):  # pylint: disable=arguments-differ
-        return self.module(*args, **kwargs)
+        if not self.zero_copy:
+            return self.module(*args, **kwargs)
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+            return self.module(*args, **kwargs)
+
+    # -- zero_copy: the module computes on the daemon's buffers ----------
+    def _free_module_parameters(self):
+        """Each parameter's data becomes a placeholder of its shape that
+        holds no memory (a broadcast scalar), until its unit is gathered."""
+        for unit in self._units:
+            for _, _, p in unit.tensors:
+                p.data = torch.zeros((), dtype=p.dtype).expand(p.shape)
+
+    def _enter_unit(self, index):
+        live = self._live.get(index)
+        if live is not None:  # Called again inside its own forward.
+            live.depth += 1
+            return
+        hint = [index + 1] if index + 1 < len(self._units) else []
+        gathered = self.client.gather(index, _client.FORWARD, prefetch=hint)
+        views = gathered.params.tensors
+        for name, _, p in self._units[index].tensors:
+            view = views[name]
+            # Another dtype (param_dtype): a converted copy, saved as usual.
+            p.data = view if view.dtype == p.dtype else view.to(p.dtype)
+        flat = gathered.params.flat
+        self._live[index] = _Live(gathered, flat)
+
+    def _leave_unit(self, index):
+        live = self._live[index]
+        if live.depth > 0:
+            live.depth -= 1
+            return
+        del self._live[index]
+        for _, _, p in self._units[index].tensors:
+            p.data = torch.zeros((), dtype=p.dtype).expand(p.shape)
+        self.client.release(index, _client.FORWARD)
+
+    def _pack(self, tensor):
+        """A tensor autograd saves that lies in a gathered buffer is kept
+        as (unit, layout): the buffer is released after the unit's forward
+        and may then hold another unit."""
+        if self._live and tensor.device.type == "cpu":
+            address = tensor.data_ptr()
+            for index, live in self._live.items():
+                if live.begin <= address < live.end and (
+                        tensor.dtype == live.dtype):
+                    self.stats["saved_views"] += 1
+                    return _SavedView(index, (address - live.begin) //
+                                      tensor.element_size(),
+                                      tuple(tensor.shape), tensor.stride())
+        return tensor
+
+    def _unpack(self, saved):
+        """Backward needs a saved parameter view: gather its unit again
+        (BACKWARD; released once the unit's gradient is reduced)."""
+        if not isinstance(saved, _SavedView):
+            return saved
+        gathered = self._backward_gathered.get(saved.unit)
+        if gathered is None:
+            gathered = self.client.gather(saved.unit, _client.BACKWARD)
+            self._backward_gathered[saved.unit] = gathered
+            self.stats["backward_regathers"] += 1
+        return gathered.params.flat.as_strided(saved.shape, saved.stride,
+                                               saved.offset)
+
+    def _release_backward_leftovers(self):
+        for index in sorted(self._backward_gathered, reverse=True):
+            self.client.release(index, _client.BACKWARD)
+        self._backward_gathered.clear()
 
     def _gather_forward(self, index):
         if index in self._fresh:
@@ -457,6 +572,7 @@ class ShardedModule(nn.Module):
         if self._hook_error is not None:
             error, self._hook_error = self._hook_error, None
             raise error
+        self._release_backward_leftovers()
         self._reduce_from_cursor(final=True)
 
     def _grad_ready(self, index, k):
@@ -494,6 +610,7 @@ class ShardedModule(nn.Module):
         self.client.reduce_grad(index, gathered.grad)
         del gathered, slots
         self.client.release(index, _client.BACKWARD)
+        self._backward_gathered.pop(index, None)
         for _, _, p in unit.tensors:
             p.grad = None
 
@@ -533,6 +650,10 @@ class ShardedModule(nn.Module):
             for _, _, p in unit.tensors:
                 p.grad = None
         self._fresh.clear()
+        self._backward_gathered.clear()
+        self._live.clear()
+        if self.zero_copy:
+            self._free_module_parameters()
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -636,8 +757,8 @@ class ShardedModule(nn.Module):
 
 def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
          no_weight_decay=None, strategy="FULL_SHARD", sharding_factor=0,
-         param_dtype=None, init=None, load_from=None, register_timeout=None,
-         shm_dir="/dev/shm"):
+         param_dtype=None, init=None, load_from=None, zero_copy=False,
+         register_timeout=None, shm_dir="/dev/shm"):
     """Registers `module` with the daemon behind `client`; a ShardedModule.
 
     Args:
@@ -671,6 +792,14 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
         or a directory of a SHARDED export, at any W and F
         (RegisterModelRequest.load_from); names are the export's
         ("<unit>.<tensor>"). Replaces init.
+      zero_copy: the module computes on the daemon's gathered buffers
+        themselves (read-only mappings), and holds no parameter memory
+        outside its units' forward and backward: ZeRO-3 in the trainer
+        too. Saved activations that are views of a unit's parameters are
+        kept as (unit, layout) and the unit is gathered again when backward
+        needs them (saved_tensors_hooks). False: the module keeps its own
+        copy (see the module docstring). Requires that the parameters are
+        only read inside their unit's forward, and never written.
       register_timeout: seconds for RegisterModel and the first WaitReady
         (None: the client's register_timeout).
       shm_dir: where the initial values file goes (a tmpfs).
@@ -711,8 +840,15 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
     optimizer.to_proto(config.optimizer)
     if register_timeout is None:
         register_timeout = client.register_timeout
+    if zero_copy:
+        # The units live at once in a forward (a unit and those nesting
+        # it), plus one for the prefetch of the next.
+        nesting = max(sum(1 for o in built if o.prefix == "" or
+                          u.prefix.startswith(o.prefix)) for u in built)
+        config.max_gathered_units = max(2, nesting + 1)
     return ShardedModule(module, client, built, spec, optimizer.lr,
-                         register_timeout, shm_dir, init, load_from)
+                         register_timeout, shm_dir, init, load_from,
+                         zero_copy)
 
 
 _SAFETENSORS_DTYPES = {

@@ -60,7 +60,7 @@ def train(directory, world_size, sharding_factor, strategy, units,
           export=False, kill_rank=None, failpoint=None, schedule=False,
           kill_trainer=False, optimizer="adamw", deep=False, param_dtype="",
           lr=tt.LR, steps=STEPS, init="", load_from="",
-          export_optimizer=False):
+          export_optimizer=False, zero_copy=False):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -124,6 +124,8 @@ def train(directory, world_size, sharding_factor, strategy, units,
                 argv.append(f"--load_from={load_from}")
             if export_optimizer:
                 argv.append("--export_optimizer")
+            if zero_copy:
+                argv.append("--zero_copy")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
@@ -277,20 +279,26 @@ def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
         assert (value - initial[name]).abs().max().item() > 1e-3, name
 
 
-@pytest.mark.parametrize("strategy, sharding_factor",
-                         [("NO_SHARD", 1), ("SHARD_GRAD_OP", 2)])
-def test_sgd_nesterov_w2_no_shard_and_shard_grad_op(tmp_path, strategy,
-                                                    sharding_factor):
+@pytest.mark.parametrize("strategy, sharding_factor, zero_copy",
+                         [("NO_SHARD", 1, False), ("SHARD_GRAD_OP", 2, False),
+                          ("FULL_SHARD", 2, True)])
+def test_sgd_nesterov_w2_strategies(tmp_path, strategy, sharding_factor,
+                                    zero_copy):
     """Three units (more than the default K = 2 gathered units; under
     SHARD_GRAD_OP each unit stays gathered from its forward to its backward
     Release, in a slot of its own), SGD with Nesterov momentum and weight
     decay against torch.optim.SGD: gradients are the same bits (W = 2) and
-    SGD is linear in them, so only the clip scale's rounding differs."""
+    SGD is linear in them, so only the clip scale's rounding differs.
+    FULL_SHARD runs zero_copy (the two last Linear layers save views of
+    their weights)."""
     need_binaries()
     (results, _), = [
         train(str(tmp_path / "run"), 2, sharding_factor, strategy,
-              ["0", "2", "4"], optimizer="sgd", deep=True)
+              ["0", "2", "4"], optimizer="sgd", deep=True,
+              zero_copy=zero_copy)
     ]
+    if zero_copy:
+        assert results[0]["stats"]["saved_views"] == 2 * STEPS
     assert results[0]["units"] == ["0", "2", "4"]
     check_against_reference(results,
                             reference(2, optimizer="sgd", deep=True))
@@ -457,3 +465,24 @@ def test_trainer_killed_mid_step_restarts_and_reattaches(tmp_path,
             assert torch.equal(value, b["params"][name]), name
         for step, loss in b["losses"].items():
             assert loss == a["losses"][step], step
+
+
+def test_zero_copy_trainers_equal_the_copying_ones_bit_for_bit(
+        tmp_path, hybrid_run):
+    """zero_copy (W = 4, F = 2, a root unit around unit "2"): the module
+    computes on the daemon's read-only buffers, its saved views of them are
+    re-gathered in backward; same values, same ops: bit-equal results."""
+    clean, _ = hybrid_run
+    zero_copy, _ = train(str(tmp_path / "zero_copy"), zero_copy=True,
+                         **HYBRID)
+    check_bit_identical(clean, zero_copy)
+    params = sum(v.numel() for v in clean[0]["params"].values())
+    assert clean[0]["module_bytes"] == 4 * params  # A full copy...
+    for result in zero_copy:
+        assert result["module_bytes"] == 4 * 4  # ...or 4 placeholders.
+        # In each step's forward the last Linear saves (a view of) its
+        # weight, for the input's gradient, and backward gathers unit "2"
+        # again for it; the first Linear's input needs no gradient, so it
+        # saves no weight.
+        assert result["stats"] == {"saved_views": STEPS,
+                                   "backward_regathers": STEPS}

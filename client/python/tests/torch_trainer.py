@@ -87,6 +87,7 @@ def main():
     parser.add_argument("--init", default="", help="a safetensors file")
     parser.add_argument("--load_from", default="")
     parser.add_argument("--export_optimizer", action="store_true")
+    parser.add_argument("--zero_copy", action="store_true")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -113,7 +114,8 @@ def main():
                         param_dtype=(getattr(torch, args.param_dtype)
                                      if args.param_dtype else None),
                         init=args.init or None,
-                        load_from=args.load_from or None)
+                        load_from=args.load_from or None,
+                        zero_copy=args.zero_copy)
         print(f"registered at committed step {model.committed_step}"
               f"{' (re-attached)' if model.registered.reattached else ''}",
               flush=True)
@@ -144,6 +146,9 @@ def main():
             losses[step] = loss.item()
             norms[step] = response.grad_norm
             lrs[step] = response.learning_rate
+        # Parameter memory the module holds between steps.
+        module_bytes = sum(p.data.storage().nbytes()
+                           for p in model.module.parameters())
         params = model.state_dict()  # Collective: the committed values.
         if args.export:
             model.export(args.export,
@@ -151,6 +156,7 @@ def main():
         torch.save({"params": params, "losses": losses, "norms": norms,
                     "aborted": aborted, "lrs": lrs,
                     "reattached": model.registered.reattached,
+                    "stats": dict(model.stats), "module_bytes": module_bytes,
                     "registered_step": model.registered.committed_step,
                     "units": model.units,
                     "export_names": model.export_names()}, args.out)
