@@ -90,8 +90,7 @@ Mixed precision: wrap(..., param_dtype=torch.bfloat16) gathers bf16
 parameters and reduces bf16 gradients around fp32 masters in the daemon.
 
 Not yet: zero_copy as the default (it needs more mileage: parameters read
-outside their unit, in-place writes), a failure inside a zero_copy
-backward's re-gather surfaces as torch's error, accumulation in the daemon
+outside their unit, in-place writes), accumulation in the daemon
 (ReduceGrad.accumulate_only), a shared parameter (rejected with a clear
 error), buffers (kept by each trainer, not synced).
 """
@@ -504,7 +503,14 @@ class ShardedModule(nn.Module):
             return saved
         gathered = self._backward_gathered.get(saved.unit)
         if gathered is None:
-            gathered = self.client.gather(saved.unit, _client.BACKWARD)
+            try:
+                gathered = self.client.gather(saved.unit, _client.BACKWARD)
+            except errors.ShardError as e:
+                # torch turns it into a RuntimeError: backward() re-raises
+                # this one instead.
+                if self._hook_error is None:
+                    self._hook_error = e
+                raise
             self._backward_gathered[saved.unit] = gathered
             self.stats["backward_regathers"] += 1
         return gathered.params.flat.as_strided(saved.shape, saved.stride,
@@ -567,6 +573,9 @@ class ShardedModule(nn.Module):
         self._armed = True
         try:
             loss.backward(**kwargs)
+        except RuntimeError:
+            if self._hook_error is None:
+                raise  # torch's own, not a failed call of ours.
         finally:
             self._armed = False
         if self._hook_error is not None:

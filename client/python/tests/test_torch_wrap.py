@@ -236,7 +236,13 @@ def test_an_lr_scheduler_drives_the_learning_rate_of_each_step(shm_dir):
 
 class _View:
     def __init__(self, tensors):
-        self.tensors = tensors
+        # One flat buffer that the tensors are views of, as the daemon's.
+        self.flat = torch.cat([t.reshape(-1) for t in tensors.values()])
+        self.tensors, offset = {}, 0
+        for name, t in tensors.items():
+            self.tensors[name] = self.flat[offset:offset + t.numel()].view(
+                t.shape)
+            offset += t.numel()
 
 
 class _Gathered:
@@ -255,12 +261,17 @@ class StepClient(FakeClient):
                        for n, p in module.named_parameters()}
         self.reduced = []  # (unit, {tensor: grad}, 0.weight's grad then)
         self.fail_unit = None
+        self.fail_gather = None
+        self.gathers = []
 
     def _unit_tensors(self, unit):
         spec = self.request.model.units[unit]
         return [(t.name, f"{spec.name}.{t.name}") for t in spec.tensors]
 
     def gather(self, unit, pass_, prefetch=(), timeout=None):
+        self.gathers.append((unit, pass_))
+        if (unit, pass_) == self.fail_gather:
+            raise errors.StepAborted(grpc.StatusCode.ABORTED, "peer")
         params = {n: self.values[fqn] for n, fqn in self._unit_tensors(unit)}
         grad = None
         if pass_ == 2:  # BACKWARD
@@ -439,3 +450,35 @@ def test_recover_reattaches_to_a_replacement_daemon(shm_dir, first):
     kinds = [c[0] for c in client.calls]
     assert kinds[:3] == ["status", "connect", "register"], kinds
     assert kinds[3:] == ["status"] + ["release"] * 4, kinds
+
+
+def test_zero_copy_computes_on_gathered_views_and_regathers_saved_ones(
+        shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), zero_copy=True, shm_dir=shm_dir)
+    assert client.request.model.config.max_gathered_units == 2
+    assert all(p.data.stride() == (0,) * p.ndim for p in module.parameters())
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    model.backward(model(x).square().sum())
+    # Layers 1 and 2 saved their weights (layer 0's input needs no grad).
+    assert model.stats == {"saved_views": 2, "backward_regathers": 2}
+    assert [unit for unit, _, _ in client.reduced] == [2, 1, 0]
+    expected = expected_grads(x)
+    names = ["0", "2", "4"]
+    for unit, grads, _ in client.reduced:
+        for tensor, value in grads.items():
+            assert torch.equal(value, expected[f"{names[unit]}.{tensor}"])
+    # No parameter memory left in the module.
+    assert all(p.data.stride() == (0,) * p.ndim for p in module.parameters())
+
+
+def test_zero_copy_failure_in_a_backward_regather_keeps_its_type(shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), zero_copy=True, shm_dir=shm_dir)
+    client.fail_gather = (1, 2)  # Unit 1, BACKWARD: the saved weight's.
+    with pytest.raises(errors.StepAborted):
+        model.backward(model(torch.ones(2, 3)).sum())
