@@ -360,6 +360,7 @@ class ShardedModule(nn.Module):
         self._fresh = set()  # Units whose module copy is current.
         self._live = {}  # zero_copy: unit -> _Live, gathered for forward.
         self._backward_gathered = {}  # zero_copy: unit -> GatheredUnit.
+        self._release_queued = False
         # zero_copy: saved tensors kept as views of a unit, and the units
         # gathered again for backward because of them (cumulative).
         self.stats = {"saved_views": 0, "backward_regathers": 0}
@@ -368,7 +369,9 @@ class ShardedModule(nn.Module):
                                          load_from)
         self.committed_step = self.registered.committed_step
         self.optimizer = ShardedOptimizer(self, lr)
-        self._armed = False
+        self._armed = False  # Inside backward(): the hooks reduce.
+        self._hook_error = None
+        self._waiting, self._cursor = [], -1
         self._install_grad_hooks()
         for index, unit in enumerate(units):
             if zero_copy:
@@ -513,13 +516,27 @@ class ShardedModule(nn.Module):
                 raise
             self._backward_gathered[saved.unit] = gathered
             self.stats["backward_regathers"] += 1
+            if not self._release_queued:
+                # Released when this backward ends, even a plain
+                # loss.backward() (a micro-batch) outside backward().
+                torch.autograd.Variable._execution_engine.queue_callback(  # pylint: disable=protected-access
+                    self._release_backward_leftovers)
+                self._release_queued = True
         return gathered.params.flat.as_strided(saved.shape, saved.stride,
                                                saved.offset)
 
     def _release_backward_leftovers(self):
-        for index in sorted(self._backward_gathered, reverse=True):
-            self.client.release(index, _client.BACKWARD)
-        self._backward_gathered.clear()
+        """The units gathered for saved views that no reduction released."""
+        self._release_queued = False
+        try:
+            for index in sorted(self._backward_gathered, reverse=True):
+                self.client.release(index, _client.BACKWARD)
+        except errors.ShardError as e:
+            if self._hook_error is None:
+                self._hook_error = e
+            raise
+        finally:
+            self._backward_gathered.clear()
 
     def _gather_forward(self, index):
         if index in self._fresh:
@@ -581,7 +598,6 @@ class ShardedModule(nn.Module):
         if self._hook_error is not None:
             error, self._hook_error = self._hook_error, None
             raise error
-        self._release_backward_leftovers()
         self._reduce_from_cursor(final=True)
 
     def _grad_ready(self, index, k):
@@ -660,6 +676,7 @@ class ShardedModule(nn.Module):
                 p.grad = None
         self._fresh.clear()
         self._backward_gathered.clear()
+        self._release_queued = False
         self._live.clear()
         if self.zero_copy:
             self._free_module_parameters()

@@ -280,7 +280,17 @@ class StepClient(FakeClient):
         return _Gathered(params, grad)
 
     def release(self, unit, pass_=1, reshard=False, timeout=None):
-        pass
+        self.gathers.append((unit, -pass_))
+
+    def held(self):
+        """Units gathered BACKWARD and not released since."""
+        held = set()
+        for unit, pass_ in self.gathers:
+            if pass_ == 2:
+                held.add(unit)
+            elif pass_ == -2:
+                held.discard(unit)
+        return held
 
     def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None):
         if unit == self.fail_unit:
@@ -470,8 +480,26 @@ def test_zero_copy_computes_on_gathered_views_and_regathers_saved_ones(
     for unit, grads, _ in client.reduced:
         for tensor, value in grads.items():
             assert torch.equal(value, expected[f"{names[unit]}.{tensor}"])
-    # No parameter memory left in the module.
+    # No parameter memory left in the module, no unit left gathered.
     assert all(p.data.stride() == (0,) * p.ndim for p in module.parameters())
+    assert client.held() == set()
+
+
+def test_zero_copy_plain_backward_of_a_micro_batch_releases_its_gathers(
+        shm_dir):
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), zero_copy=True, shm_dir=shm_dir)
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(2))
+    model(x[:3]).square().sum().backward()
+    assert model.stats["backward_regathers"] == 2 and client.held() == set()
+    assert client.reduced == []
+    model.backward(model(x[3:]).square().sum())
+    assert client.held() == set()
+    expected = expected_grads(x)
+    for tensor, value in client.reduced[2][1].items():
+        assert torch.allclose(value, expected[f"0.{tensor}"], atol=1e-6)
 
 
 def test_zero_copy_failure_in_a_backward_regather_keeps_its_type(shm_dir):
