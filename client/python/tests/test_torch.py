@@ -419,8 +419,10 @@ def test_full_export_loads_into_a_fresh_module(hybrid_run):
         assert torch.equal(value, results[0]["params"][name]), name
 
 
+@pytest.mark.parametrize("zero_copy", [False, True],
+                         ids=["copy", "zero_copy"])
 def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
-        tmp_path, hybrid_run):
+        tmp_path, hybrid_run, zero_copy):
     """SIGKILL rank 1's daemon inside an AllGather (W = 4, F = 2).
 
     Its fail point fires in its 4th AllGather, in the middle of training;
@@ -431,7 +433,8 @@ def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
     """
     clean, _ = hybrid_run
     faulty, _ = train(str(tmp_path / "fault"), kill_rank=1,
-                      failpoint="allgather.mid:kill@4", **HYBRID)
+                      failpoint="allgather.mid:kill@4", zero_copy=zero_copy,
+                      **HYBRID)
     assert faulty[1]["aborted"], "trainer 1 never saw its daemon die"
     assert all(r["aborted"] for r in faulty), "a step was not redone"
     for a, b in zip(clean, faulty):
