@@ -228,7 +228,7 @@ def _unit_modules(module, units):
                                      all(isinstance(u, type) for u in units)):
         chosen = [n for n, m in named if n and isinstance(m, units)]
     else:
-        chosen = list(units or ())
+        chosen = [units] if isinstance(units, str) else list(units or ())
         for n in chosen:
             if not isinstance(n, str) or not n:
                 raise ValueError(f"units: {n!r} is not a submodule name")
@@ -346,7 +346,10 @@ class ShardedModule(nn.Module):
     Calling it runs the module's forward (the hooks gather what it needs).
     Attributes: module (the wrapped module), client, units (names, in
     order), committed_step, next_step, registered (RegisterModelResponse),
-    optimizer (a ShardedOptimizer, for LR schedulers).
+    optimizer (a ShardedOptimizer, for LR schedulers), zero_copy, stats.
+    The module's own parameters are not the committed ones between steps
+    (the last forward's copy, or placeholders with zero_copy): read those
+    with state_dict(), full_state_dict() or export().
     """
 
     def __init__(self, module, client, units, spec, lr, register_timeout,
@@ -791,10 +794,13 @@ def wrap(module, client, units=(), optimizer=None, max_grad_norm=0.0,
       module: the nn.Module; its current parameters are the initial values
         (same on every rank: seed the model identically).
       client: a shardd.client.TrainerClient of this node's daemon.
-      units: submodule names (["0", "2"], or "layers.3"), a tuple of module
-        classes (every instance is a unit, like FSDP's auto-wrap), or a
-        callable (name, module) -> bool. Parameters outside them form the
-        root unit (named "root"), gathered first.
+      units: submodule names (["0", "2"]; one name alone: "layers"), a
+        tuple of module classes (every instance is a unit, like FSDP's
+        auto-wrap), or a callable (name, module) -> bool. A unit holds the
+        parameters under its module that no deeper unit holds; the rest
+        form the root unit (named "root"), gathered first. Units are
+        ordered as their modules are (named_modules); the prefetch hints
+        assume that forward runs them in that order.
       optimizer: AdamW(...) or SGD(...) (torch's hyper-parameters).
       max_grad_norm: clip the global gradient norm to it (0: no clipping),
         as torch.nn.utils.clip_grad_norm_.

@@ -158,6 +158,13 @@ def test_sgd_and_weight_decay_by_name(shm_dir):
     assert excluded == [("root", "0.bias")]
 
 
+def test_one_unit_named_alone(shm_dir):
+    client = FakeClient()
+    st.wrap(nested_model(), client, units="1", optimizer=st.SGD(lr=0.1),
+            shm_dir=shm_dir)
+    assert [u.name for u in client.request.model.units] == ["root", "1"]
+
+
 def test_frozen_parameters_stay_out(shm_dir):
     client = FakeClient()
     module = nested_model()
