@@ -273,7 +273,9 @@ class StepClient(FakeClient):
 
     def _unit_tensors(self, unit):
         spec = self.request.model.units[unit]
-        return [(t.name, f"{spec.name}.{t.name}") for t in spec.tensors]
+        return [(t.name,
+                 t.name if spec.name == "root" else f"{spec.name}.{t.name}")
+                for t in spec.tensors]
 
     def gather(self, unit, pass_, prefetch=(), timeout=None):
         self.gathers.append((unit, pass_))
@@ -517,3 +519,51 @@ def test_zero_copy_failure_in_a_backward_regather_keeps_its_type(shm_dir):
     client.fail_gather = (1, 2)  # Unit 1, BACKWARD: the saved weight's.
     with pytest.raises(errors.StepAborted):
         model.backward(model(torch.ones(2, 3)).sum())
+
+
+def small_transformer():
+    torch.manual_seed(3)
+    return nn.Sequential(
+        nn.Embedding(16, 8),
+        nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16,
+                                   dropout=0.0, batch_first=True),
+        nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16,
+                                   dropout=0.0, batch_first=True),
+        nn.LayerNorm(8), nn.Linear(8, 16))
+
+
+@pytest.mark.parametrize("zero_copy", [False, True], ids=["copy", "zero_copy"])
+def test_a_small_transformer_gets_torchs_gradients_bit_for_bit(shm_dir,
+                                                                zero_copy):
+    """Attention, LayerNorm, an embedding: the gradients handed to
+    ReduceGrad are torch's own, bit for bit, with or without zero_copy
+    (which computes on gathered views and re-gathers the saved ones)."""
+    module = small_transformer()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.TransformerEncoderLayer,),
+                    optimizer=st.AdamW(), zero_copy=zero_copy,
+                    shm_dir=shm_dir)
+    assert model.units == ["root", "1", "2"]
+    tokens = torch.randint(0, 16, (2, 5),
+                           generator=torch.Generator().manual_seed(4))
+
+    def loss_of(net):
+        logits = net(tokens[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, 16),
+                                           tokens[:, 1:].reshape(-1))
+
+    model.backward(loss_of(model))
+    reference = small_transformer()
+    loss_of(reference).backward()
+    expected = {n: p.grad for n, p in reference.named_parameters()}
+    names = {0: "", 1: "1.", 2: "2."}
+    seen = set()
+    for unit, grads, _ in client.reduced:
+        for tensor, value in grads.items():
+            fqn = names[unit] + tensor
+            assert torch.equal(value, expected[fqn]), fqn
+            seen.add(fqn)
+    assert seen == set(expected)
+    assert client.held() == set()
+    if zero_copy:
+        assert model.stats["saved_views"] > 0
