@@ -16,7 +16,7 @@ blocks (causal self-attention, GELU MLP), a final LayerNorm and an untied
 head (shardd rejects a parameter shared between two units). Units: one per
 block ("blocks.0", ...), the rest (embeddings, final norm, head) in the root
 unit. AdamW with weight decay on matrices only, clipping at --max_grad_norm,
-in the daemons.
+in the daemons; warm-up then cosine decay, the rate a function of the step.
 
 StepAborted / DaemonUnavailable (a peer or this node's daemon died): the
 step is redone after model.recover(); JobFailed: exit 2 with the reason.
@@ -25,8 +25,8 @@ step is redone after model.recover(); JobFailed: exit 2 with the reason.
         --socket=/run/shardd.sock --rank=0 --world_size=4 --steps=100 \
         --strategy=HYBRID_SHARD --sharding_factor=2
 
-Prints "step N loss L" every --log_every steps (this rank's batch, before
-the update), and at the end "final params sha256 H" of the committed
+Prints "step N loss L" every --log_every steps (L: the mean of this rank's
+losses, before each update, over the steps since the previous line), and at the end "final params sha256 H" of the committed
 parameters (state_dict(), a collective): equal runs print equal hashes.
 """
 
@@ -127,6 +127,17 @@ def global_batch(text, step, seed, batch, context):
     return rows[:, :-1], rows[:, 1:]
 
 
+def learning_rate(step, args):
+    """Linear warm-up over --warmup steps, then cosine decay to lr / 10.
+
+    A function of the step (passed to model.step), so a redone step uses
+    the same rate."""
+    if step <= args.warmup:
+        return args.lr * step / args.warmup
+    done = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return args.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, done))))
+
+
 def local_batch(text, step, args):
     x, y = global_batch(text, step, args.seed, args.batch, args.context)
     rows = args.batch // args.world_size
@@ -147,12 +158,13 @@ def main():
     p.add_argument("--d_model", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--context", type=int, default=64)
-    p.add_argument("--batch", type=int, default=32, help="global batch")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch", type=int, default=64, help="global batch")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak")
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--weight_decay", type=float, default=0.1)
     p.add_argument("--max_grad_norm", type=float, default=1.0)
     p.add_argument("--data_bytes", type=int, default=2_000_000)
-    p.add_argument("--log_every", type=int, default=5)
+    p.add_argument("--log_every", type=int, default=20)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (1: bit-reproducible)")
     p.add_argument("--timeout", type=float, default=120,
@@ -186,6 +198,7 @@ def main():
         print(f"rank {args.rank}: registered, committed step "
               f"{model.committed_step}", flush=True)
         start = time.monotonic()
+        window = []
         while model.next_step <= args.steps:
             step = model.next_step
             try:
@@ -193,7 +206,7 @@ def main():
                 logits = model(x)
                 loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
                 model.backward(loss)
-                response = model.step()
+                response = model.step(lr=learning_rate(step, args))
             except (StepAborted, DaemonUnavailable) as e:
                 print(f"rank {args.rank}: step {step} aborted "
                       f"({type(e).__name__}); recovering", flush=True)
@@ -205,10 +218,16 @@ def main():
                 print(f"rank {args.rank}: job failed: {e}", file=sys.stderr,
                       flush=True)
                 return 2
+            window.append(loss.item())
             if step % args.log_every == 0 or step in (1, args.steps):
-                print(f"step {step} loss {loss.item():.4f} grad_norm "
+                # The mean over the steps since the last line: this rank's
+                # batches are small, so one step's loss is noisy.
+                print(f"step {step} loss {sum(window) / len(window):.4f} "
+                      f"(last {loss.item():.4f}) lr {response.learning_rate:.2e}"
+                      f" grad_norm "
                       f"{response.grad_norm:.3f} "
                       f"({time.monotonic() - start:.1f} s)", flush=True)
+                window = []
         try:
             params = model.state_dict()  # Collective: the committed values.
         except JobFailed as e:
