@@ -242,4 +242,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except JobFailed as failure:  # E.g. at registration or in recover().
+        print(f"job failed: {failure}", file=sys.stderr)
+        sys.exit(2)
