@@ -478,8 +478,8 @@ def main():
         ddp_trainer(args)
         return
     args.warmup = args.warmup or (2 if args.quick else 5)
-    args.steps = args.steps or (6 if args.quick else 30)
-    args.row_seconds = 60 if args.quick else 120
+    args.steps = args.steps or (6 if args.quick else 60)
+    args.row_seconds = 60 if args.quick else 150
 
     def terminate(signum, _frame):
         raise SystemExit(128 + signum)  # Through the finally blocks.
