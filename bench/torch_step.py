@@ -180,15 +180,24 @@ def ddp_trainer(args):
 
 
 # -- the driver -------------------------------------------------------------
+def _die_with_parent():
+    """In the child: SIGKILL when the driver dies, even by SIGKILL."""
+    import ctypes  # pylint: disable=import-outside-toplevel
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # SET_PDEATHSIG
+
+
 class Procs:
-    """Child processes and their logs; stop() kills whatever still runs."""
+    """Child processes and their logs; stop() kills whatever still runs
+    (and each child dies with the driver: PR_SET_PDEATHSIG)."""
 
     def __init__(self, directory):
         self.dir, self.procs = directory, []
 
     def start(self, name, argv):
         with open(os.path.join(self.dir, f"{name}.log"), "wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
+            proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                argv, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent)
         self.procs.append((name, proc))
         return proc
 
