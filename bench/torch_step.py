@@ -20,7 +20,9 @@ reduce_scatter and _allgather_base, which FSDP's sharded strategies need).
 
 Step time: forward + backward + optimizer step, measured inside every
 trainer; a step's time is the slowest rank's; the row's figure is the median
-over the measured steps after the warm-up steps. Client overhead (shardd
+over the measured steps after the warm-up steps of all its runs: the rows run
+in rounds (3, --quick 2), each round every row once, so that a slow spell of
+this shared machine does not fall on one row only. Client overhead (shardd
 rows): the time a trainer spends inside shardd.torch's hooks and step (the
 forward gather hooks, the per-unit gradient hand-over, the Step call),
 RPC waits included, as a share of that trainer's step (median over steps,
@@ -324,27 +326,28 @@ def load_ranks(directory):
     return ranks
 
 
-def summarize(ranks, warmup):
-    """Median over measured steps of the slowest rank's step time (ms), and
-    the client shares (median over steps, mean over ranks)."""
-    measured = [[s for s in r if s["step"] > warmup] for r in ranks]
-    per_step = [max(r[i]["seconds"] for r in measured)
-                for i in range(len(measured[0]))]
+def summarize(runs, warmup):
+    """Over the measured steps of every round (`runs`: one list of ranks per
+    round): the median of each step's slowest rank's time (ms), and the
+    client shares (median over steps per rank, mean over ranks)."""
+    per_step, by_rank = [], [[] for _ in range(W)]
+    for ranks in runs:
+        measured = [[s for s in r if s["step"] > warmup] for r in ranks]
+        per_step += [max(r[i]["seconds"] for r in measured)
+                     for i in range(len(measured[0]))]
+        for rank, r in enumerate(measured):
+            by_rank[rank] += r
     out = {"step_ms": 1e3 * statistics.median(per_step),
-           "loss": statistics.mean(r[-1]["loss"] for r in ranks)}
-    if "hooks" in measured[0][0]:
-        out["client_share"] = statistics.mean(
-            statistics.median(s["hooks"] / s["seconds"] for s in r)
-            for r in measured)
-        out["rpc_share"] = statistics.mean(
-            statistics.median(s["rpc"] / s["seconds"] for s in r)
-            for r in measured)
-        out["python_share"] = statistics.mean(
-            statistics.median((s["hooks"] - s["rpc"]) / s["seconds"]
-                              for s in r)
-            for r in measured)
-        out["client_ms"] = 1e3 * statistics.mean(
-            statistics.median(s["hooks"] for s in r) for r in measured)
+           "loss": statistics.mean(r[-1]["loss"] for r in runs[-1])}
+    if "hooks" in by_rank[0][0]:
+        def share(f):
+            return statistics.mean(statistics.median(f(s) for s in r)
+                                   for r in by_rank)
+        out["client_share"] = share(lambda s: s["hooks"] / s["seconds"])
+        out["rpc_share"] = share(lambda s: s["rpc"] / s["seconds"])
+        out["python_share"] = share(
+            lambda s: (s["hooks"] - s["rpc"]) / s["seconds"])
+        out["client_ms"] = 1e3 * share(lambda s: s["hooks"])
     return out
 
 
@@ -407,8 +410,9 @@ def main_driver(args):
     params = sum(p.numel() for p in make_model().parameters())
     print(f"torch_step: W = {W}, MLP {IN}-{HIDDEN}-{HIDDEN}-{HIDDEN}-{OUT} "
           f"({params / 1e6:.2f} M fp32 parameters, {len(UNITS)} units), "
-          f"global batch {GLOBAL_BATCH}, AdamW + clip, {args.warmup} warm-up "
-          f"+ {args.steps} measured steps, 1 torch thread per trainer, "
+          f"global batch {GLOBAL_BATCH}, AdamW + clip, {args.rounds} rounds "
+          f"of every row, each {args.warmup} warm-up + {args.steps} measured "
+          "steps, 1 torch thread per trainer, "
           f"{os.cpu_count()} cores", flush=True)
     print(FSDP_NOTE, flush=True)
     rows, results = [], {}
@@ -418,14 +422,22 @@ def main_driver(args):
                 ("full_shard", "shardd FULL_SHARD", "FULL_SHARD", W),
                 ("hybrid_shard", "shardd HYBRID_SHARD F=2", "HYBRID_SHARD",
                  2)]
+        # Rounds of all the rows, so that a slow spell of this shared
+        # machine falls on every row rather than on one.
+        runs = {key: [] for key, _, _, _ in plan}
+        for round_ in range(args.rounds):
+            for key, label, strategy, factor in plan:
+                t0 = time.monotonic()
+                directory = os.path.join(tmp, f"{key}.{round_}")
+                ranks = (run_ddp(directory, args) if strategy is None else
+                         run_shardd(directory, strategy, factor, args))
+                runs[key].append(ranks)
+                step_ms = summarize([ranks], args.warmup)["step_ms"]
+                print(f"  round {round_ + 1}/{args.rounds} {label}: "
+                      f"{step_ms:.1f} ms/step "
+                      f"({time.monotonic() - t0:.0f} s)", flush=True)
         for key, label, strategy, factor in plan:
-            t0 = time.monotonic()
-            directory = os.path.join(tmp, key)
-            ranks = (run_ddp(directory, args) if strategy is None else
-                     run_shardd(directory, strategy, factor, args))
-            results[key] = summarize(ranks, args.warmup)
-            print(f"  {label}: {results[key]['step_ms']:.1f} ms/step "
-                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            results[key] = summarize(runs[key], args.warmup)
             row = {"row": label, "F": factor or W,
                    "step_ms": results[key]["step_ms"]}
             row["ratio_to_ddp"] = (results[key]["step_ms"] /
@@ -486,8 +498,9 @@ def main():
     if args.role == "ddp":
         ddp_trainer(args)
         return
-    args.warmup = args.warmup or (2 if args.quick else 5)
-    args.steps = args.steps or (6 if args.quick else 60)
+    args.warmup = args.warmup or (3 if args.quick else 5)
+    args.steps = args.steps or (6 if args.quick else 20)
+    args.rounds = 2 if args.quick else 3
     args.row_seconds = 60 if args.quick else 150
 
     def terminate(signum, _frame):
