@@ -37,6 +37,7 @@ and SIGINT exit through it too).
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -354,13 +355,13 @@ def summarize(runs, warmup):
 def fmt(value):
     if isinstance(value, str):
         return value
-    if value == int(value) and abs(value) < 1e15:
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return f"{value:.0f}"
     return f"{value:.4g}"
 
 
 def json_number(value):
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         return "null"
     if value == int(value) and abs(value) < 9007199254740992.0:
         return f"{value:.0f}"
