@@ -45,6 +45,65 @@ def make_optimizer(name, param_groups, lr=LR):
                              weight_decay=WEIGHT_DECAY)
 
 
+# The GPT example's model (examples/train_gpt.py), tiny: 2 blocks, d_model
+# 32, context 16 (~42k parameters); its data is the example's (stdlib text).
+GPT_CONFIG = {"layers": 2, "d_model": 32, "heads": 2, "context": 16}
+GPT_GLOBAL_BATCH = 8
+GPT_DATA_BYTES = 100_000
+GPT_UNITS = "blocks.0,blocks.1"
+
+
+def gpt_example():
+    """The example's module (imported from examples/, not copied)."""
+    examples = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    import train_gpt  # pylint: disable=import-outside-toplevel
+    return train_gpt
+
+
+class Task:
+    """What a trainer and the reference share for one kind of model: the
+    seeded module, the batches (a function of the step), the loss and the
+    parameters without weight decay."""
+
+    def __init__(self, kind):
+        if kind not in ("mlp", "deep", "gpt"):
+            raise ValueError(f"unknown model {kind!r}")
+        self.kind = kind
+        self._text = None
+
+    def make_model(self):
+        if self.kind != "gpt":
+            return make_model(self.kind == "deep")
+        torch.manual_seed(SEED)
+        return gpt_example().GPT(**GPT_CONFIG)
+
+    def local_batch(self, step, rank, world_size):
+        if self.kind != "gpt":
+            return local_batch(step, rank, world_size)
+        example = gpt_example()
+        if self._text is None:
+            self._text = example.load_text(GPT_DATA_BYTES)
+        x, y = example.global_batch(self._text, step, SEED, GPT_GLOBAL_BATCH,
+                                    GPT_CONFIG["context"])
+        rows = GPT_GLOBAL_BATCH // world_size
+        return (x[rank * rows:(rank + 1) * rows],
+                y[rank * rows:(rank + 1) * rows])
+
+    def loss(self, output, target):
+        if self.kind != "gpt":
+            return nn.functional.mse_loss(output, target)
+        return nn.functional.cross_entropy(output.reshape(-1, output.shape[-1]),
+                                           target.reshape(-1))
+
+    def no_weight_decay(self, fqn, param):
+        if self.kind != "gpt":
+            return no_weight_decay(fqn, param)
+        return param.ndim < 2  # As the example: matrices only.
+
+
 def schedule(epoch):
     """LambdaLR's factor: warm up over 2 steps, then decay."""
     return (epoch + 1) / 2 if epoch < 2 else 1.0 / (epoch - 0.5)
@@ -88,7 +147,11 @@ def main():
     parser.add_argument("--load_from", default="")
     parser.add_argument("--export_optimizer", action="store_true")
     parser.add_argument("--zero_copy", action="store_true")
+    parser.add_argument("--model", default="", help="mlp, deep or gpt")
+    parser.add_argument("--micro_batches", type=int, default=1,
+                        help="each rank's batch in this many micro-batches")
     args = parser.parse_args()
+    task = Task(args.model or ("deep" if args.deep else "mlp"))
 
     torch.set_num_threads(1)
     sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
@@ -105,10 +168,10 @@ def main():
                      if args.optimizer == "sgd" else
                      st.AdamW(lr=args.lr, betas=BETAS,
                               weight_decay=WEIGHT_DECAY))
-        model = st.wrap(make_model(args.deep), client,
+        model = st.wrap(task.make_model(), client,
                         units=args.units.split(","), optimizer=optimizer,
                         max_grad_norm=MAX_GRAD_NORM,
-                        no_weight_decay=no_weight_decay,
+                        no_weight_decay=task.no_weight_decay,
                         strategy=args.strategy,
                         sharding_factor=args.sharding_factor,
                         param_dtype=(getattr(torch, args.param_dtype)
@@ -127,8 +190,14 @@ def main():
         while model.next_step <= args.steps:
             step = model.next_step
             try:
-                x, y = local_batch(step, args.rank, args.world_size)
-                loss = nn.functional.mse_loss(model(x), y)
+                x, y = task.local_batch(step, args.rank, args.world_size)
+                xs = x.chunk(args.micro_batches)
+                ys = y.chunk(args.micro_batches)
+                # Gradient accumulation: plain backward for all micro-
+                # batches but the last, whose model.backward reduces.
+                for xi, yi in zip(xs[:-1], ys[:-1]):
+                    (task.loss(model(xi), yi) / len(xs)).backward()
+                loss = task.loss(model(xs[-1]), ys[-1]) / len(xs)
                 model.backward(loss)
                 response = model.step()
             except (StepAborted, DaemonUnavailable) as e:
