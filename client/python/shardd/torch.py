@@ -559,14 +559,19 @@ class ShardedModule(nn.Module):
         self._fresh.add(index)
 
     def _install_grad_hooks(self):
-        """A hook on each parameter's AccumulateGrad node (torch 1.13 has no
-        register_post_accumulate_grad_hook): it runs once the parameter's
-        .grad holds this backward's gradient. The nodes are kept alive
-        here, as DDP does, so that every graph reuses them."""
+        """A hook that runs once a parameter's .grad holds this backward's
+        gradient: torch >= 2.1's register_post_accumulate_grad_hook where
+        present, else (torch 1.13) a hook on the parameter's AccumulateGrad
+        node. The nodes are kept alive here, as DDP does, so that every
+        graph reuses them."""
         self._accumulators = []
         with torch.enable_grad():
             for index, unit in enumerate(self._units):
                 for k, (_, _, p) in enumerate(unit.tensors):
+                    if hasattr(p, "register_post_accumulate_grad_hook"):
+                        p.register_post_accumulate_grad_hook(
+                            lambda _p, i=index, k=k: self._grad_ready(i, k))
+                        continue
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
                     node.register_hook(
                         lambda *_, i=index, k=k: self._grad_ready(i, k))
