@@ -15,21 +15,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/coordinator/membership_view.h"
 #include "daemon/core/mono_time.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardd::coordinator {
-
-// What a member holds, asked for at every (re-)join so that a restarted
-// coordinator can rebuild membership from the members.
-struct MemberShardStatus {
-  bool holds_shard = false;
-  int64_t committed_step = 0;
-  uint64_t model_fingerprint = 0;
-  // An in-doubt step held prepared (0: none).
-  int64_t pending_step = 0;
-};
 
 struct MemberClientOptions {
   // host:port of the coordinator. Ignored when `channel` is set.
@@ -73,50 +64,6 @@ struct MemberClientOptions {
   // Longest a watch stream stays open before it is reopened (the first
   // message of a new stream is the current state, so nothing is lost).
   absl::Duration watch_stream_lifetime = absl::Seconds(60);
-};
-
-// The member's picture of the cluster, from the WatchMembership stream.
-struct MembershipView {
-  // Never decreases: updates of an older epoch (e.g. the empty state of a
-  // just-restarted coordinator before anyone re-joined) are not applied.
-  int64_t epoch = 0;
-  bool ready = false;
-  int world_size = 0;
-  int sharding_factor = 0;
-  int64_t committed_step = 0;
-  // Live members of `epoch`, by rank.
-  std::vector<shardd::v1::MemberInfo> members;
-  // Why the last change happened.
-  std::string reason;
-  // Watch messages applied that were not keepalives.
-  int64_t updates = 0;
-  // The coordinator's plan for `epoch` (kind WAIT until every slot is
-  // claimed): a copy or a checkpoint restore this member performs before
-  // it reports READY.
-  shardd::v1::RecoveryPlan plan;
-
-  // This member: its slot, how often it joined (1 + re-joins), when it last
-  // heard from the coordinator.
-  int rank = -1;
-  int64_t joins = 0;
-  MonoTime last_contact = MonoTime::InfinitePast();
-  // Set when the member can no longer take part (a re-join was rejected,
-  // or it left): the status that ended it. DATA_LOSS: the job has failed
-  // (terminal; the message says why).
-  absl::Status error;
-
-  // True when every one of the W slots is held by a live member.
-  bool AllLive() const {
-    return world_size > 0 && static_cast<int>(members.size()) == world_size;
-  }
-  // True when `rank` is held in this view by the process `incarnation`
-  // (not by a successor that took the slot).
-  bool HeldBy(int rank, const std::string& incarnation) const {
-    for (const shardd::v1::MemberInfo& m : members) {
-      if (m.rank() == rank) return m.incarnation() == incarnation;
-    }
-    return false;
-  }
 };
 
 // The daemon side of the Coordinator protocol, without decisions of its

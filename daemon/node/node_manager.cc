@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/comm/coordinator_store/coordinator_store.h"
-#include "daemon/coordinator/member_client.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/deadline_waker.h"
 #include "daemon/core/memory_plan.h"
@@ -36,9 +36,9 @@
 #include "daemon/node/export_rendezvous.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/init_materializer.h"
+#include "daemon/node/member_client_membership.h"
 #include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
-#include "daemon/node/plan_action.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/node/state_export.h"
@@ -214,17 +214,20 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       return out;
     };
   }
-  absl::StatusOr<std::unique_ptr<coordinator::MemberClient>> client =
-      coordinator::MemberClient::Join(mo);
+  absl::StatusOr<std::unique_ptr<MemberClientMembership>> client =
+      MemberClientMembership::Join(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
   if (m->reachability_ != nullptr) m->reachability_->Start();
-  m->epoch_thread_ = std::thread([self] { self->EpochLoop(); });
+  m->epoch_driver_ = std::make_unique<EpochDriver>(
+      m->client_.get(), static_cast<EpochActions*>(self), Clock::Real());
+  m->epoch_thread_ = std::thread([self] { self->epoch_driver_->Run(); });
   return m;
 }
 
 NodeManager::~NodeManager() {
   stop_ = true;
+  if (epoch_driver_ != nullptr) epoch_driver_->Stop();
   if (reachability_ != nullptr) reachability_->Stop();
   if (epoch_thread_.joinable()) epoch_thread_.join();
   // Probe (the only place that starts it) no longer runs: the peer server
@@ -237,10 +240,13 @@ NodeManager::~NodeManager() {
   replica_group_.reset();
 }
 
-void NodeManager::BeginShutdown() { stop_ = true; }
+void NodeManager::BeginShutdown() {
+  stop_ = true;
+  if (epoch_driver_ != nullptr) epoch_driver_->Stop();
+}
 
 absl::Status NodeManager::Shutdown(absl::string_view reason) {
-  stop_ = true;
+  BeginShutdown();
   if (reachability_ != nullptr) reachability_->Stop();
   events_.Close();
   if (epoch_thread_.joinable()) epoch_thread_.join();
@@ -254,197 +260,106 @@ absl::Status NodeManager::Shutdown(absl::string_view reason) {
 
 int NodeManager::rank() const { return client_->rank(); }
 
-void NodeManager::EpochLoop() {
-  int64_t handled = 0;
-  int64_t seen = 0;
-  bool job_failed = false;
-  while (!stop_.load()) {
-    absl::StatusOr<coordinator::MembershipView> view = client_->WaitFor(
-        [handled, seen](const coordinator::MembershipView& v) {
-          return v.epoch > handled && (v.AllLive() || v.epoch > seen);
-        },
-        MonoNow() + absl::Milliseconds(100));
-    if (absl::IsDeadlineExceeded(view.status())) continue;
-    if (absl::IsDataLoss(view.status()) && !job_failed) {
-      // Terminal: no epoch follows. Collectives in flight return now, and
-      // trainers hear why (WatchEvents, and DATA_LOSS from every call).
-      job_failed = true;
-      NoteJobFailed(view.status());
-    }
-    if (!view.ok()) {
-      absl::SleepFor(absl::Milliseconds(100));
-      continue;
-    }
-    if (view->epoch > seen) {
-      seen = view->epoch;
-      // The communicators belong to an older epoch: they are dead (a
-      // member left, died or hung). Abort them at once so that a trainer
-      // operation blocked in a collective with a hung peer returns now,
-      // not at the collective timeout.
-      {
-        v1::TrainerEvent event;
-        event.set_epoch(view->epoch);
-        v1::EpochChanged* changed = event.mutable_epoch_changed();
-        {
-          absl::MutexLock lock(&mu_);
-          changed->set_previous_epoch(comm_epoch_);
-        }
-        changed->set_epoch(view->epoch);
-        changed->set_reason(view->reason);
-        for (const v1::MemberInfo& m : view->members) {
-          *changed->add_members() = m;
-        }
-        events_.Append(std::move(event));
-      }
-      absl::MutexLock lock(&mu_);
-      if (comm_epoch_ < view->epoch) {
-        const std::string why =
-            absl::StrCat("epoch ", comm_epoch_, " superseded by ", view->epoch,
-                         ": ", view->reason);
-        if (!comm_failed_) {
-          comm_failed_ = true;
-          comm_error_ = why;
-        }
-        if (shard_group_ != nullptr) shard_group_->Abort(why);
-        if (replica_group_ != nullptr) replica_group_->Abort(why);
-      }
-    }
-    if (!view->AllLive()) continue;
-    // Only the process that holds this rank's slot in the epoch builds its
-    // communicators: one removed (cut off, or replaced while it hung) still
-    // sees the epochs of its successor, and must not publish itself in
-    // their rendezvous as that rank.
-    if (!view->HeldBy(client_->rank(), client_->incarnation())) {
-      handled = view->epoch;
-      continue;
-    }
-    handled = view->epoch;
-    {
-      absl::MutexLock lock(&mu_);
-      world_size_ = view->world_size;
-      sharding_factor_ = view->sharding_factor;
-    }
-    // The coordinator's plan for this epoch, decided from the steps the
-    // members hold: a copy from a replica, or a rollback to a checkpoint
-    // every rank holds (verified), or nothing to do.
-    const int rank = client_->rank();
-    const PlanAction plan = PlanActionFor(view->plan, view->epoch, rank);
-    if (!plan.issued) continue;  // No plan for every slot yet (or failed).
-    // Before anything else of this epoch (communicators, serving a copy,
-    // READY): a step left in doubt becomes applied or dropped, so that every
-    // member is at the same step again. A rollback to the step this member
-    // holds has it drop the in-doubt step instead (the plan counted on it).
-    if (!plan.rollback || !DropPendingAt(plan.step, view->epoch)) {
-      ResolvePendingStep(*view);
-    }
-    const std::optional<v1::ShardTransfer>& copy = plan.copy;
-    if (plan.rollback) catalog_->AbandonAbove(rank, plan.step);
-    if (plan.restore) {
-      // Before the communicators: a fresh daemon creates its engine from
-      // the checkpoint's model, and peers wait in the rendezvous meanwhile.
-      SHARDD_FAILPOINT("recovery.before_install");
-      absl::StatusOr<int64_t> restored =
-          RestoreCheckpoint(plan.step, view->epoch);
-      if (!restored.ok()) {
-        const std::string why = absl::StrCat(
-            "epoch ", view->epoch, ": rollback to the checkpoint of step ",
-            plan.step, " failed: ", restored.status().ToString());
-        {
-          absl::MutexLock lock(&mu_);
-          recovery_error_ = why;
-        }
-        std::fprintf(stderr, "shardd: %s\n", why.c_str());
-        // The coordinator plans again without that checkpoint: it must
-        // hear of it (the heartbeat) before the next epoch is planned.
-        catalog_->NoteBad(plan.step, restored.status().ToString());
-        (void)client_->SendHeartbeat();
-        if (client_->view().epoch == view->epoch) {
-          (void)client_->ReportFailure(-1, v1::FAILURE_KIND_TRANSFER_FAILED,
-                                       why, view->epoch);
-        }
-        continue;
-      }
-      absl::MutexLock lock(&mu_);
-      recovery_done_ = true;
-    }
-    // A replacement about to copy its shard builds its engine while the
-    // communicators form.
-    std::thread prepare;
-    bool needs_copy = false;
-    {
-      absl::MutexLock lock(&mu_);
-      needs_copy = copy.has_value() && engine_ == nullptr;
-      if (copy.has_value() && engine_ != nullptr) {
-        // The plan has this daemon copy although it holds an engine at
-        // another step: it reports its real step and the coordinator plans
-        // again from it.
-        std::fprintf(stderr,
-                     "shardd rank %d: epoch %lld plans a copy of step %lld "
-                     "but this daemon holds step %lld\n",
-                     rank, static_cast<long long>(view->epoch),
-                     static_cast<long long>(plan.step),
-                     static_cast<long long>(engine_->committed_step()));
-      }
-      if (needs_copy && !prepared_.has_value() &&
-          copy->source_ranks_size() > 0) {
-        prepare = std::thread([this, plan = *copy, world = view->world_size,
-                               factor = view->sharding_factor] {
-          PrepareEngine(plan, world, factor);
-        });
-      }
-    }
-    absl::Status built = BuildCommunicators(view->epoch, view->world_size,
-                                            view->sharding_factor);
-    if (prepare.joinable()) prepare.join();
-    if (!built.ok()) {
-      const std::string why = absl::StrCat(
-          "epoch ", view->epoch, ": communicators: ", built.ToString());
-      {
-        absl::MutexLock lock(&mu_);
-        comm_failed_ = true;
-        comm_error_ = why;
-      }
-      // Nobody's lease runs out when communicators cannot be formed (a peer
-      // unreachable, a transient connect or store error): unreported, the
-      // job would sit un-ready in this epoch for good. Reported, every
-      // member builds them again in the next one; no suspect is named, so
-      // nobody is removed for it (a dead peer's lease runs out on its own).
-      // A newer epoch under way makes the report stale, and it is dropped.
-      if (client_->view().epoch == view->epoch) {
-        (void)client_->ReportFailure(-1, v1::FAILURE_KIND_PEER_UNREACHABLE, why,
-                                     view->epoch);
-      }
-      continue;
-    }
-    if (needs_copy) {
-      SHARDD_FAILPOINT("recovery.before_install");
-      absl::Status copied = RecoverFromReplicas(view->epoch, *copy);
-      if (!copied.ok()) {
-        absl::MutexLock lock(&mu_);
-        recovery_error_ = copied.ToString();
-        std::fprintf(stderr, "shardd: recovery in epoch %lld failed: %s\n",
-                     static_cast<long long>(view->epoch),
-                     copied.ToString().c_str());
-        continue;
-      }
-      SHARDD_FAILPOINT("recovery.before_ready");
-    }
-    int64_t step = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (engine_ != nullptr) step = engine_->committed_step();
-    }
-    absl::Status ready = client_->SetReady(view->epoch, step);
-    if (ready.ok()) {
-      v1::TrainerEvent event;
-      event.set_epoch(view->epoch);
-      event.mutable_ready()->set_committed_step(step);
-      events_.Append(std::move(event));
-    }
-    if (options_.observer != nullptr) {
-      options_.observer->EpochChanged(view->epoch, ready.ok());
-    }
-    (void)ready;  // A failed READY heartbeat is retried by the next epoch.
+LocalEpochState NodeManager::Local() {
+  absl::MutexLock lock(&mu_);
+  LocalEpochState local;
+  local.comm_epoch = comm_epoch_;
+  local.holds_engine = engine_ != nullptr;
+  local.engine_prepared = prepared_.has_value();
+  return local;
+}
+
+int64_t NodeManager::CommittedStep() {
+  absl::MutexLock lock(&mu_);
+  return engine_ != nullptr ? engine_->committed_step() : 0;
+}
+
+void NodeManager::NoteEpochChanged(const coordinator::MembershipView& view,
+                                   int64_t previous_epoch) {
+  v1::TrainerEvent event;
+  event.set_epoch(view.epoch);
+  v1::EpochChanged* changed = event.mutable_epoch_changed();
+  changed->set_previous_epoch(previous_epoch);
+  changed->set_epoch(view.epoch);
+  changed->set_reason(view.reason);
+  for (const v1::MemberInfo& m : view.members) *changed->add_members() = m;
+  events_.Append(std::move(event));
+}
+
+void NodeManager::SupersedeCommunicators(int64_t epoch,
+                                         const std::string& why) {
+  // The communicators belong to an older epoch: they are dead (a member
+  // left, died or hung). Abort them at once so that a trainer operation
+  // blocked in a collective with a hung peer returns now, not at the
+  // collective timeout.
+  absl::MutexLock lock(&mu_);
+  if (comm_epoch_ >= epoch) return;
+  if (!comm_failed_) {
+    comm_failed_ = true;
+    comm_error_ = why;
+  }
+  if (shard_group_ != nullptr) shard_group_->Abort(why);
+  if (replica_group_ != nullptr) replica_group_->Abort(why);
+}
+
+void NodeManager::AdoptTopology(int world_size, int sharding_factor) {
+  absl::MutexLock lock(&mu_);
+  world_size_ = world_size;
+  sharding_factor_ = sharding_factor;
+}
+
+void NodeManager::SettleInDoubtStep(const coordinator::MembershipView& view,
+                                    std::optional<int64_t> rollback_step) {
+  // A rollback to the step this member holds has it drop the in-doubt step
+  // instead (the plan counted on it).
+  if (!rollback_step.has_value() ||
+      !DropPendingAt(*rollback_step, view.epoch)) {
+    ResolvePendingStep(view);
+  }
+}
+
+void NodeManager::AbandonCheckpointsAbove(int64_t step) {
+  catalog_->AbandonAbove(client_->rank(), step);
+}
+
+absl::Status NodeManager::RestoreCheckpoint(int64_t step, int64_t epoch) {
+  return RestoreCheckpointOf(step, epoch).status();
+}
+
+void NodeManager::NoteBadCheckpoint(int64_t step, const absl::Status& why) {
+  catalog_->NoteBad(step, why.ToString());
+}
+
+void NodeManager::MarkCommunicatorsFailed(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  comm_failed_ = true;
+  comm_error_ = why;
+}
+
+absl::Status NodeManager::CopyShard(int64_t epoch,
+                                    const v1::ShardTransfer& copy) {
+  return RecoverFromReplicas(epoch, copy);
+}
+
+void NodeManager::NoteRecoveryDone() {
+  absl::MutexLock lock(&mu_);
+  recovery_done_ = true;
+}
+
+void NodeManager::NoteRecoveryError(const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  recovery_error_ = error;
+}
+
+void NodeManager::NoteReady(int64_t epoch, int64_t step, bool reported) {
+  if (reported) {
+    v1::TrainerEvent event;
+    event.set_epoch(epoch);
+    event.mutable_ready()->set_committed_step(step);
+    events_.Append(std::move(event));
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->EpochChanged(epoch, reported);
   }
 }
 
@@ -1898,8 +1813,8 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   }
 }
 
-absl::StatusOr<int64_t> NodeManager::RestoreCheckpoint(int64_t step,
-                                                       int64_t epoch) {
+absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
+                                                         int64_t epoch) {
   if (options_.checkpoint_dir.empty()) {
     return absl::FailedPreconditionError(
         "no --checkpoint_dir: this daemon keeps no checkpoints");

@@ -23,7 +23,9 @@
 #include "daemon/node/checkpoint_catalog.h"
 #include "daemon/node/engine_admission.h"
 #include "daemon/node/engine_backend.h"
+#include "daemon/node/epoch_driver.h"
 #include "daemon/node/event_log.h"
+#include "daemon/node/membership.h"
 #include "daemon/node/peer_reachability.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/commit_log.h"
@@ -39,11 +41,6 @@ class ChannelCredentials;
 namespace shardd::comm {
 class CoordinatorStore;
 }  // namespace shardd::comm
-
-namespace shardd::coordinator {
-class MemberClient;
-struct MembershipView;
-}  // namespace shardd::coordinator
 
 namespace shardd::node {
 
@@ -142,13 +139,13 @@ struct NodeOptions {
 // Threading: one background thread follows the membership and builds
 // communicators. Trainer operations are serialised by op_mu_ (one trainer
 // per daemon); GetStatus and Probe never block on a collective.
-class NodeManager {
+class NodeManager : private EpochActions {
  public:
   // Joins the coordinator and starts following the membership.
   static absl::StatusOr<std::unique_ptr<NodeManager>> Start(
       NodeOptions options);
   // Stops the membership thread; does not Leave (use Shutdown).
-  ~NodeManager();
+  ~NodeManager() override;
 
   // Leaves the coordinator and stops following the membership. Buffers are
   // freed (segments unlinked) when the manager is destroyed.
@@ -216,9 +213,28 @@ class NodeManager {
  private:
   explicit NodeManager(NodeOptions options);
 
-  void EpochLoop();
+  // EpochActions: what the epoch driver (epoch_thread_) asks of the node.
+  LocalEpochState Local() override;
+  int64_t CommittedStep() override;
+  void NoteEpochChanged(const coordinator::MembershipView& view,
+                        int64_t previous_epoch) override;
+  void SupersedeCommunicators(int64_t epoch, const std::string& why) override;
+  void AdoptTopology(int world_size, int sharding_factor) override;
+  void SettleInDoubtStep(const coordinator::MembershipView& view,
+                         std::optional<int64_t> rollback_step) override;
+  void AbandonCheckpointsAbove(int64_t step) override;
+  absl::Status RestoreCheckpoint(int64_t step, int64_t epoch) override;
+  void NoteBadCheckpoint(int64_t step, const absl::Status& why) override;
+  void PrepareEngine(const v1::ShardTransfer& plan, int world,
+                     int factor) override;
   absl::Status BuildCommunicators(int64_t epoch, int world_size,
-                                  int sharding_factor);
+                                  int sharding_factor) override;
+  void MarkCommunicatorsFailed(const std::string& why) override;
+  absl::Status CopyShard(int64_t epoch, const v1::ShardTransfer& copy) override;
+  void NoteRecoveryDone() override;
+  void NoteRecoveryError(const std::string& error) override;
+  void NoteReady(int64_t epoch, int64_t step, bool reported) override;
+  void NoteJobFailed(const absl::Status& why) override;
   // True when communicators of the newest known epoch are up and healthy.
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (polling) until ready; DEADLINE_EXCEEDED at the deadline,
@@ -256,7 +272,6 @@ class NodeManager {
   // first source (Probe) and builds the engine into prepared_, so that
   // faulting in GBs of memory overlaps the rendezvous instead of the copy.
   // Best effort: on any error FetchFrom builds the engine itself.
-  void PrepareEngine(const v1::ShardTransfer& plan, int world, int factor);
   // A step this daemon prepared and voted on without hearing the decision:
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).
@@ -264,10 +279,9 @@ class NodeManager {
   // With a rollback to `step`: when this shard is at `step` with a later
   // step in doubt, drops that step (true); false otherwise.
   bool DropPendingAt(int64_t step, int64_t epoch);
-  // The job failed: aborts the communicators (operations in collectives
-  // return now), records the final step in the commit log and tells
-  // WatchEvents. Called once, on the epoch thread.
-  void NoteJobFailed(const absl::Status& why);
+  // (NoteJobFailed: the job failed: aborts the communicators (operations in
+  // collectives return now), records the final step in the commit log and
+  // tells WatchEvents. Called once, on the epoch thread.)
   // This epoch's replica group once this daemon has built it (waiting
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
@@ -280,7 +294,7 @@ class NodeManager {
   // Restores this rank's checkpoint of `step` (-1: the latest on disk),
   // creating the engine from the checkpoint's model when there is none.
   // Returns the step restored; errors name the file.
-  absl::StatusOr<int64_t> RestoreCheckpoint(int64_t step, int64_t epoch);
+  absl::StatusOr<int64_t> RestoreCheckpointOf(int64_t step, int64_t epoch);
   // The communicators of the epoch are dead: mark them failed, abort them
   // and ask the coordinator for a new epoch (suspect -1: unknown culprit;
   // a dead peer's lease expires on its own).
@@ -302,7 +316,8 @@ class NodeManager {
   // Created before client_ (its report goes into the client's heartbeats)
   // and started after it (it probes the client's view); stopped first.
   std::unique_ptr<PeerReachability> reachability_;
-  std::unique_ptr<coordinator::MemberClient> client_;
+  // The membership port (MemberClientMembership in the daemon).
+  std::unique_ptr<Membership> client_;
   // options_.backend, or the CPU one, and whether its memory is a device's.
   std::shared_ptr<EngineBackend> backend_;
   bool device_memory_ = false;
@@ -310,6 +325,8 @@ class NodeManager {
   // math).
   std::unique_ptr<recovery::ShardMemory> shard_memory_;
   std::atomic<bool> stop_{false};
+  // Follows the membership on epoch_thread_ (EpochDriver::Run).
+  std::unique_ptr<EpochDriver> epoch_driver_;
   std::thread epoch_thread_;
 
   // Serialises trainer operations (bookkeeping below stays consistent with
