@@ -418,10 +418,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     comm_error_.clear();
     // A step in progress when the old epoch broke is abandoned: the trainer
     // redoes it (after WaitReady) from its first ReduceGrad.
-    reduced_.clear();
-    accumulated_.clear();
-    ops_in_step_ = 0;
-    abort_counted_ = false;
+    ledger_.ResetForEpoch();
     engine = engine_;
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
@@ -876,10 +873,8 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       // A new trainer process: what the old one held is released, and a
       // step it left half-way (peers wait in collectives it will never
       // issue) is abandoned with the epoch, so that every rank redoes it.
-      for (int u : held_) (void)engine_->Release(u);
-      held_.clear();
-      if (ops_in_step_ > 0) {
-        ops_in_step_ = 0;
+      for (int u : ledger_.TakeHeld()) (void)engine_->Release(u);
+      if (ledger_.TakeInStep()) {
         const int64_t epoch_now = comm_epoch_;
         mu_.Unlock();
         AbandonEpoch("the trainer re-attached in the middle of a step",
@@ -964,10 +959,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   engine_ = engine;
   model_ = *model;
   fingerprint_ = core::Fingerprint(*model, core::InitScope::kExclude);
-  held_.clear();
-  reduced_.clear();
-  last_step_.reset();
-  ops_in_step_ = 0;
+  ledger_.ResetForEngine();
   if (commit_log_ != nullptr) {
     const int64_t epoch_now = comm_epoch_;
     mu_.Unlock();
@@ -1021,13 +1013,11 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   bool was_ready = false;
   {
     absl::MutexLock lock(&mu_);
-    was_ready = held_.count(unit) > 0;
-    const int64_t k = (*engine)->config().max_gathered_units;
-    if (!was_ready && static_cast<int64_t>(held_.size()) >= k) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "max_gathered_units (", k, ") units are gathered and not released: [",
-          absl::StrJoin(held_, ", "), "]; release one before gathering unit ",
-          unit));
+    was_ready = ledger_.IsHeld(unit);
+    if (absl::Status s =
+            ledger_.CheckGather(unit, (*engine)->config().max_gathered_units);
+        !s.ok()) {
+      return s;
     }
     if (!ReadyLocked()) {
       CountAbortLocked(metrics::node_labels::kEpochChanged);
@@ -1039,7 +1029,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   }
   {
     absl::MutexLock lock(&mu_);
-    ++ops_in_step_;
+    ledger_.NoteCollectiveIssued();
     op_epoch_ = comm_epoch_;
   }
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
@@ -1064,7 +1054,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   }
   v1::GatherResponse response;
   absl::MutexLock lock(&mu_);
-  held_.insert(unit);
+  ledger_.NoteGathered(unit);
   *response.mutable_params() = MakeRef(*data, unit);
   if (request.pass() == v1::PASS_BACKWARD) {
     absl::StatusOr<UnitData> grad = (*engine)->GradientSlot(unit);
@@ -1088,14 +1078,14 @@ absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
   if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   v1::ReleaseResponse response;
   absl::MutexLock lock(&mu_);
-  if (held_.count(unit) == 0) {
+  if (!ledger_.IsHeld(unit)) {
     response.set_was_gathered(false);
     return response;
   }
   if (absl::Status s = (*engine)->Release(unit, request.reshard()); !s.ok()) {
     return s;
   }
-  held_.erase(unit);
+  ledger_.NoteReleased(unit);
   response.set_was_gathered(true);
   return response;
 }
@@ -1110,10 +1100,10 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
-    if (reduced_.count(unit) > 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("unit ", unit, " was already reduced in step ",
-                       (*engine)->committed_step() + 1));
+    if (absl::Status s =
+            ledger_.CheckNotReduced(unit, (*engine)->committed_step() + 1);
+        !s.ok()) {
+      return s;
     }
   }
   absl::StatusOr<UnitData> slot = (*engine)->GradientSlot(unit);
@@ -1224,7 +1214,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
     if (!s.ok()) return s;
     absl::MutexLock lock(&mu_);
     v1::ReduceGradResponse response;
-    response.set_accumulated(++accumulated_[unit]);
+    response.set_accumulated(ledger_.NoteAccumulated(unit));
     response.set_reduce_started(false);
     return response;
   }
@@ -1238,16 +1228,14 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   }
   {
     absl::MutexLock lock(&mu_);
-    ++ops_in_step_;
+    ledger_.NoteCollectiveIssued();
     op_epoch_ = comm_epoch_;
   }
   absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
   if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
   absl::MutexLock lock(&mu_);
-  reduced_.insert(unit);
   v1::ReduceGradResponse response;
-  response.set_accumulated(accumulated_[unit] + 1);
-  accumulated_.erase(unit);
+  response.set_accumulated(ledger_.NoteReduced(unit));
   response.set_reduce_started(true);
   return response;
 }
@@ -1278,29 +1266,14 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   {
     absl::MutexLock lock(&mu_);
     const int64_t committed = (*engine)->committed_step();
-    if (request.step() == committed && last_step_.has_value()) {
-      v1::StepResponse again = *last_step_;
-      again.set_already_committed(true);
-      return again;
+    if (std::optional<v1::StepResponse> again =
+            ledger_.Retried(request.step(), committed)) {
+      return *again;
     }
-    if (request.step() != committed + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step: ", request.step(), " is neither committed_step + 1 (",
-          committed + 1, ") nor committed_step (", committed, ")"));
-    }
-    if (!held_.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("units still gathered: [", absl::StrJoin(held_, ", "),
-                       "]; release them before Step"));
-    }
-    std::vector<int> missing;
-    for (int u = 0; u < static_cast<int>(config.units.size()); ++u) {
-      if (reduced_.count(u) == 0) missing.push_back(u);
-    }
-    if (!missing.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("units not reduced in step ", request.step(), ": [",
-                       absl::StrJoin(missing, ", "), "]"));
+    if (absl::Status s = ledger_.CheckStep(
+            request.step(), committed, static_cast<int>(config.units.size()));
+        !s.ok()) {
+      return s;
     }
 
     if (!ReadyLocked()) {
@@ -1391,16 +1364,13 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     WriteCheckpoint(result->step, epoch);
   }
   absl::MutexLock lock(&mu_);
-  reduced_.clear();
-  ops_in_step_ = 0;
-  abort_counted_ = false;
   v1::StepResponse response;
   response.set_committed_step(result->step);
   response.set_epoch(comm_epoch_);
   response.set_grad_norm(result->grad_norm);
   response.set_clip_scale(result->clip_scale);
   response.set_learning_rate(lr);
-  last_step_ = response;
+  ledger_.NoteCommitted(response);
   return response;
 }
 
@@ -1427,7 +1397,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!held_.empty() || !reduced_.empty()) {
+    if (!ledger_.Idle()) {
       return absl::FailedPreconditionError(
           "a step is in progress (units gathered or reduced); export between "
           "steps");
@@ -1918,10 +1888,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
       model_ = *model;
       fingerprint_ = fingerprint;
     }
-    held_.clear();
-    reduced_.clear();
-    last_step_.reset();
-    ops_in_step_ = 0;
+    ledger_.ResetForEngine();
   }
   std::printf("shardd rank %d restored its checkpoint of step %lld from %s\n",
               rank, static_cast<long long>(header.step()), path.c_str());
@@ -1940,9 +1907,8 @@ void NodeManager::CountAbort(absl::string_view reason) {
 
 void NodeManager::CountAbortLocked(absl::string_view reason) {
   // Once per step attempt, whichever call saw the abort first.
-  if (abort_counted_ || options_.observer == nullptr) return;
-  abort_counted_ = true;
-  options_.observer->StepAborted(reason);
+  if (options_.observer == nullptr) return;
+  if (ledger_.MarkAbortCounted()) options_.observer->StepAborted(reason);
 }
 
 void NodeManager::ReportMemory(const StepEngine& engine) const {
@@ -2068,15 +2034,14 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
     WriteCheckpoint(applied->step, view.epoch);
   }
   absl::MutexLock lock(&mu_);
-  reduced_.clear();
-  ops_in_step_ = 0;
   v1::StepResponse response;
   response.set_committed_step(applied->step);
   response.set_epoch(view.epoch);
   response.set_grad_norm(applied->grad_norm);
   response.set_clip_scale(applied->clip_scale);
   response.set_learning_rate(engine->learning_rate());
-  last_step_ = response;
+  // As after a Step (the abort count too: the next attempt is a new step).
+  ledger_.NoteCommitted(response);
 }
 
 void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
@@ -2316,10 +2281,7 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
     engine_ = engine;
     model_ = *model;
     fingerprint_ = fingerprint;
-    held_.clear();
-    reduced_.clear();
-    last_step_.reset();
-    ops_in_step_ = 0;
+    ledger_.ResetForEngine();
   }
   const double seconds = absl::ToDoubleSeconds(MonoNow() - started);
   std::printf(
@@ -2434,7 +2396,7 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
     status.set_model_fingerprint(fingerprint_);
     *status.mutable_memory() = MemoryReportLocked();
   }
-  for (int u : held_) status.add_gathered_units(u);
+  for (int u : ledger_.held()) status.add_gathered_units(u);
   const std::pair<v1::ProcessGroup, const comm::Collective*> groups[] = {
       {v1::PROCESS_GROUP_SHARD, shard_group_.get()},
       {v1::PROCESS_GROUP_REPLICA, replica_group_.get()}};

@@ -28,6 +28,7 @@
 #include "daemon/node/membership.h"
 #include "daemon/node/peer_reachability.h"
 #include "daemon/node/step_engine.h"
+#include "daemon/node/step_ledger.h"
 #include "daemon/recovery/commit_log.h"
 #include "daemon/recovery/shard_memory.h"
 #include "daemon/recovery/shard_stream.h"
@@ -372,20 +373,11 @@ class NodeManager : private EpochActions {
   std::optional<PieceCrcs> piece_crcs_ ABSL_GUARDED_BY(crc_mu_);
   bool crc_running_ ABSL_GUARDED_BY(crc_mu_) = false;
   std::thread crc_thread_;  // Started by Probe; joined by the destructor.
-  std::set<int> held_ ABSL_GUARDED_BY(mu_);     // Gathered, not released.
-  std::set<int> reduced_ ABSL_GUARDED_BY(mu_);  // Reduced in this step.
-  // Micro-batches accumulated without synchronisation, per unit.
-  std::map<int, int> accumulated_ ABSL_GUARDED_BY(mu_);
-  std::optional<v1::StepResponse> last_step_ ABSL_GUARDED_BY(mu_);
-  // Gathers and reductions since the last committed step or epoch: a
-  // restarted trainer that re-attaches mid-step leaves its peers' matching
-  // collectives waiting, so the epoch is abandoned.
-  int64_t ops_in_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // The trainer protocol's account of the step under way.
+  StepLedger ledger_ ABSL_GUARDED_BY(mu_);
   // The epoch of the communicators the current trainer operation uses (set
   // before it issues a collective; operations are serialised by op_mu_).
   int64_t op_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // An aborted attempt of the current step was counted (metrics).
-  bool abort_counted_ ABSL_GUARDED_BY(mu_) = false;
   // A replacement copying its shard; what it has done so far.
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
