@@ -236,8 +236,7 @@ NodeManager::~NodeManager() {
   client_.reset();
   absl::MutexLock lock(&mu_);
   engine_.reset();
-  shard_group_.reset();
-  replica_group_.reset();
+  comms_.Clear();
 }
 
 void NodeManager::BeginShutdown() {
@@ -252,8 +251,7 @@ absl::Status NodeManager::Shutdown(absl::string_view reason) {
   if (epoch_thread_.joinable()) epoch_thread_.join();
   {
     absl::MutexLock lock(&mu_);
-    if (shard_group_ != nullptr) shard_group_->Abort("node shutting down");
-    if (replica_group_ != nullptr) replica_group_->Abort("node shutting down");
+    comms_.AbortAll("node shutting down");
   }
   return client_->Leave(reason);
 }
@@ -263,7 +261,7 @@ int NodeManager::rank() const { return client_->rank(); }
 LocalEpochState NodeManager::Local() {
   absl::MutexLock lock(&mu_);
   LocalEpochState local;
-  local.comm_epoch = comm_epoch_;
+  local.comm_epoch = comms_.epoch();
   local.holds_engine = engine_ != nullptr;
   local.engine_prepared = prepared_.has_value();
   return local;
@@ -293,13 +291,7 @@ void NodeManager::SupersedeCommunicators(int64_t epoch,
   // blocked in a collective with a hung peer returns now, not at the
   // collective timeout.
   absl::MutexLock lock(&mu_);
-  if (comm_epoch_ >= epoch) return;
-  if (!comm_failed_) {
-    comm_failed_ = true;
-    comm_error_ = why;
-  }
-  if (shard_group_ != nullptr) shard_group_->Abort(why);
-  if (replica_group_ != nullptr) replica_group_->Abort(why);
+  comms_.Supersede(epoch, why);
 }
 
 void NodeManager::AdoptTopology(int world_size, int sharding_factor) {
@@ -332,8 +324,7 @@ void NodeManager::NoteBadCheckpoint(int64_t step, const absl::Status& why) {
 
 void NodeManager::MarkCommunicatorsFailed(const std::string& why) {
   absl::MutexLock lock(&mu_);
-  comm_failed_ = true;
-  comm_error_ = why;
+  comms_.MarkFailed(why);
 }
 
 absl::Status NodeManager::CopyShard(int64_t epoch,
@@ -411,11 +402,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
-    shard_group_ = shard_group;
-    replica_group_ = replica_group;
-    comm_epoch_ = epoch;
-    comm_failed_ = false;
-    comm_error_.clear();
+    comms_.Install(epoch, shard_group, replica_group);
     // A step in progress when the old epoch broke is abandoned: the trainer
     // redoes it (after WaitReady) from its first ReduceGrad.
     ledger_.ResetForEpoch();
@@ -429,8 +416,7 @@ bool NodeManager::ReadyLocked() const {
   // The coordinator's readiness too: a replacement may still be copying
   // its shard, and collectives with it would wait for nothing.
   const coordinator::MembershipView view = client_->view();
-  return comm_epoch_ > 0 && !comm_failed_ && view.epoch == comm_epoch_ &&
-         view.ready;
+  return comms_.healthy() && view.epoch == comms_.epoch() && view.ready;
 }
 
 void NodeManager::NoteJobFailed(const absl::Status& why) {
@@ -441,13 +427,9 @@ void NodeManager::NoteJobFailed(const absl::Status& why) {
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (shard_group_ != nullptr)
-      shard_group_->Abort(std::string(why.message()));
-    if (replica_group_ != nullptr) {
-      replica_group_->Abort(std::string(why.message()));
-    }
+    comms_.AbortAll(why.message());
     if (engine_ != nullptr) step = engine_->committed_step();
-    epoch = comm_epoch_;
+    epoch = comms_.epoch();
   }
   // The last committed step and its checksum, for the record: this shard
   // is intact and nothing after it is half-written. Trainer operations are
@@ -472,7 +454,7 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(MonoTime deadline,
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (ReadyLocked() && comm_epoch_ >= min_epoch) return comm_epoch_;
+      if (ReadyLocked() && comms_.epoch() >= min_epoch) return comms_.epoch();
     }
     if (absl::Status failed = JobFailure(); !failed.ok()) return failed;
     if (stop_.load()) {
@@ -486,8 +468,8 @@ absl::StatusOr<int64_t> NodeManager::WaitUntilReady(MonoTime deadline,
     if (MonoNow() >= deadline) {
       absl::MutexLock lock(&mu_);
       return absl::DeadlineExceededError(absl::StrCat(
-          "not in a ready epoch (communicators of epoch ", comm_epoch_,
-          comm_failed_ ? absl::StrCat(" failed: ", comm_error_) : "",
+          "not in a ready epoch (communicators of epoch ", comms_.epoch(),
+          comms_.failed() ? absl::StrCat(" failed: ", comms_.error()) : "",
           "; coordinator epoch ", client_->view().epoch, ")"));
     }
     absl::SleepFor(absl::Milliseconds(10));
@@ -549,13 +531,8 @@ void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind,
   int world = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (epoch != comm_epoch_) return;  // Already replaced.
-    const bool already = comm_failed_;
-    comm_failed_ = true;
-    if (!already) comm_error_ = std::string(why);
+    if (!comms_.Abandon(epoch, why)) return;  // Already replaced.
     world = world_size_;
-    if (shard_group_ != nullptr) shard_group_->Abort(why);
-    if (replica_group_ != nullptr) replica_group_->Abort(why);
   }
   // With two ranks the culprit is known: the other one. Otherwise the
   // coordinator starts a new epoch without removing anyone; a dead peer's
@@ -875,7 +852,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       // issue) is abandoned with the epoch, so that every rank redoes it.
       for (int u : ledger_.TakeHeld()) (void)engine_->Release(u);
       if (ledger_.TakeInStep()) {
-        const int64_t epoch_now = comm_epoch_;
+        const int64_t epoch_now = comms_.epoch();
         mu_.Unlock();
         AbandonEpoch("the trainer re-attached in the middle of a step",
                      v1::FAILURE_KIND_PROCESS_EXITED, epoch_now);
@@ -883,7 +860,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       }
       v1::RegisterModelResponse response;
       response.set_committed_step(engine_->committed_step());
-      response.set_epoch(comm_epoch_);
+      response.set_epoch(comms_.epoch());
       response.set_reattached(true);
       *response.mutable_topology() = TopologyLocked();
       *response.mutable_memory() = MemoryReportLocked();
@@ -953,15 +930,15 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (!imported_step.ok()) return imported_step.status();
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
-  if (shard_group_ != nullptr) {
-    engine->SetCommunicators(shard_group_, replica_group_);
+  if (comms_.shard_group() != nullptr) {
+    engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
   }
   engine_ = engine;
   model_ = *model;
   fingerprint_ = core::Fingerprint(*model, core::InitScope::kExclude);
   ledger_.ResetForEngine();
   if (commit_log_ != nullptr) {
-    const int64_t epoch_now = comm_epoch_;
+    const int64_t epoch_now = comms_.epoch();
     mu_.Unlock();
     LogCommit(*imported_step > 0
                   ? recovery::CommitRecord::Kind::kCheckpointRestored
@@ -972,7 +949,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (*imported_step > 0) {
     // The coordinator counts steps from its votes: tell it the step the
     // job resumes at, so that it expects the next one.
-    const int64_t epoch_now = comm_epoch_;
+    const int64_t epoch_now = comms_.epoch();
     mu_.Unlock();
     if (absl::Status s = client_->SetReady(epoch_now, *imported_step);
         !s.ok()) {
@@ -987,7 +964,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   ReportMemory(*engine_);
   v1::RegisterModelResponse response;
   response.set_committed_step(engine_->committed_step());
-  response.set_epoch(comm_epoch_);
+  response.set_epoch(comms_.epoch());
   response.set_reattached(false);
   *response.mutable_topology() = TopologyLocked();
   *response.mutable_memory() = MemoryReportLocked();
@@ -1021,16 +998,16 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
     }
     if (!ReadyLocked()) {
       CountAbortLocked(metrics::node_labels::kEpochChanged);
-      return absl::AbortedError(
-          absl::StrCat("the daemon is not in a ready epoch",
-                       comm_failed_ ? absl::StrCat(" (", comm_error_, ")") : "",
-                       "; WaitReady, then redo the step"));
+      return absl::AbortedError(absl::StrCat(
+          "the daemon is not in a ready epoch",
+          comms_.failed() ? absl::StrCat(" (", comms_.error(), ")") : "",
+          "; WaitReady, then redo the step"));
     }
   }
   {
     absl::MutexLock lock(&mu_);
     ledger_.NoteCollectiveIssued();
-    op_epoch_ = comm_epoch_;
+    op_epoch_ = comms_.epoch();
   }
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
   if (!data.ok()) return OnCollectiveError("Gather", data.status());
@@ -1061,7 +1038,7 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
     if (!grad.ok()) return grad.status();
     *response.mutable_grad_buffer() = MakeRef(*grad, unit);
   }
-  response.set_epoch(comm_epoch_);
+  response.set_epoch(comms_.epoch());
   response.set_committed_step((*engine)->committed_step());
   response.set_was_ready(was_ready || data->was_ready);
   response.set_was_prefetched(data->was_prefetched);
@@ -1229,7 +1206,7 @@ absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
   {
     absl::MutexLock lock(&mu_);
     ledger_.NoteCollectiveIssued();
-    op_epoch_ = comm_epoch_;
+    op_epoch_ = comms_.epoch();
   }
   absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
   if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
@@ -1286,7 +1263,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   uint64_t fingerprint = 0;
   {
     absl::MutexLock lock(&mu_);
-    epoch = comm_epoch_;
+    epoch = comms_.epoch();
     op_epoch_ = epoch;
     fingerprint = fingerprint_;
   }
@@ -1366,7 +1343,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
   absl::MutexLock lock(&mu_);
   v1::StepResponse response;
   response.set_committed_step(result->step);
-  response.set_epoch(comm_epoch_);
+  response.set_epoch(comms_.epoch());
   response.set_grad_norm(result->grad_norm);
   response.set_clip_scale(result->clip_scale);
   response.set_learning_rate(lr);
@@ -1407,9 +1384,9 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
       if (!ReadyLocked()) {
         return absl::AbortedError("the daemon is not in a ready epoch");
       }
-      op_epoch_ = comm_epoch_;
+      op_epoch_ = comms_.epoch();
     }
-    epoch = comm_epoch_;
+    epoch = comms_.epoch();
   }
   StateExport::Options options;
   options.gather_timeout = OpTimeout(deadline);
@@ -1713,14 +1690,10 @@ std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
   // Our epoch thread may still be building it (the requester's is built, so
   // ours is connected or moments away). Await re-checks at every unlock.
   const auto built = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return comm_epoch_ >= epoch;
+    return comms_.epoch() >= epoch;
   };
   AwaitUntil(&mu_, absl::Condition(&built), deadline);
-  if (comm_epoch_ != epoch || comm_failed_ || replica_group_ == nullptr ||
-      !replica_group_->AsyncError().ok()) {
-    return nullptr;
-  }
-  return replica_group_;
+  return comms_.ReplicaGroupOf(epoch);
 }
 
 void NodeManager::DescribeShardLocked(
@@ -1865,24 +1838,22 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
     // until a restore succeeds (a fresh engine is simply dropped).
     if (!fresh) {
       absl::MutexLock lock(&mu_);
-      comm_failed_ = true;
-      comm_error_ = read.ToString();
+      comms_.MarkFailed(read.ToString());
     }
     return read;
   }
   if (absl::Status s = engine->InstallState(header.step()); !s.ok()) {
     if (!fresh) {
       absl::MutexLock lock(&mu_);
-      comm_failed_ = true;
-      comm_error_ = s.ToString();
+      comms_.MarkFailed(s.ToString());
     }
     return s;
   }
   {
     absl::MutexLock lock(&mu_);
     if (fresh) {
-      if (shard_group_ != nullptr) {
-        engine->SetCommunicators(shard_group_, replica_group_);
+      if (comms_.shard_group() != nullptr) {
+        engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
       }
       engine_ = engine;
       model_ = *model;
@@ -2275,8 +2246,8 @@ absl::Status NodeManager::FetchFrom(int64_t epoch,
   }
   {
     absl::MutexLock lock(&mu_);
-    if (shard_group_ != nullptr) {
-      engine->SetCommunicators(shard_group_, replica_group_);
+    if (comms_.shard_group() != nullptr) {
+      engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
     }
     engine_ = engine;
     model_ = *model;
@@ -2371,7 +2342,7 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   }
   absl::MutexLock lock(&mu_);
   status.set_rank(client_->rank());
-  status.set_epoch(comm_epoch_);
+  status.set_epoch(comms_.epoch());
   const bool ready = ReadyLocked();
   status.set_ready(ready);
   status.set_member_state(ready         ? v1::MEMBER_STATE_READY
@@ -2398,8 +2369,8 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   }
   for (int u : ledger_.held()) status.add_gathered_units(u);
   const std::pair<v1::ProcessGroup, const comm::Collective*> groups[] = {
-      {v1::PROCESS_GROUP_SHARD, shard_group_.get()},
-      {v1::PROCESS_GROUP_REPLICA, replica_group_.get()}};
+      {v1::PROCESS_GROUP_SHARD, comms_.shard_group().get()},
+      {v1::PROCESS_GROUP_REPLICA, comms_.replica_group().get()}};
   const std::pair<comm::OpKind, v1::CollectiveKind> kinds[] = {
       {comm::OpKind::kAllGather, v1::COLLECTIVE_KIND_ALL_GATHER},
       {comm::OpKind::kReduceScatter, v1::COLLECTIVE_KIND_REDUCE_SCATTER},
@@ -2444,7 +2415,7 @@ v1::ProbeResponse NodeManager::Probe(bool include_model) {
   v1::ProbeResponse probe;
   absl::MutexLock lock(&mu_);
   probe.set_rank(client_->rank());
-  probe.set_epoch(comm_epoch_);
+  probe.set_epoch(comms_.epoch());
   probe.set_committed_step(engine_ != nullptr ? engine_->committed_step() : 0);
   probe.set_state(ReadyLocked() ? v1::MEMBER_STATE_READY
                   : recovering_ ? v1::MEMBER_STATE_RECOVERING

@@ -23,6 +23,7 @@
 #include "daemon/node/checkpoint_catalog.h"
 #include "daemon/node/engine_admission.h"
 #include "daemon/node/engine_backend.h"
+#include "daemon/node/epoch_communicators.h"
 #include "daemon/node/epoch_driver.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/membership.h"
@@ -337,11 +338,8 @@ class NodeManager : private EpochActions {
   mutable absl::Mutex mu_;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
   int sharding_factor_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t comm_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none yet.
-  bool comm_failed_ ABSL_GUARDED_BY(mu_) = false;
-  std::string comm_error_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
+  // The current epoch's communicators and their health.
+  EpochCommunicators comms_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
