@@ -80,10 +80,6 @@ bool IsCollectiveFailure(const absl::Status& s) {
 
 v1::DType ToProtoDType(core::DType d) { return static_cast<v1::DType>(d); }
 
-uint32_t Crc32c(uint32_t crc, const uint8_t* data, size_t n) {
-  return core::Crc32cExtend(crc, data, n);
-}
-
 v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind) {
   switch (kind) {
     case StepEngine::StateKind::kParameters:
@@ -119,12 +115,20 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     return absl::InvalidArgumentError("identity: required");
   }
   std::unique_ptr<NodeManager> m(new NodeManager(options));
+  CommitSink::Options commit_options;
   if (!options.commit_log_path.empty()) {
     absl::StatusOr<std::unique_ptr<recovery::CommitLog>> log =
         recovery::CommitLog::Open(options.commit_log_path);
     if (!log.ok()) return log.status();
-    m->commit_log_ = std::move(*log);
+    commit_options.commit_log = std::move(*log);
   }
+  commit_options.events = &m->events_;
+  commit_options.checkpoint_interval_steps = options.checkpoint_interval_steps;
+  commit_options.write_checkpoint = [self = m.get()](int64_t step,
+                                                     int64_t epoch) {
+    self->WriteCheckpoint(step, epoch);
+  };
+  m->commits_ = std::make_unique<CommitSink>(std::move(commit_options));
   m->backend_ = options.backend != nullptr
                     ? options.backend
                     : std::make_shared<CpuEngineBackend>(options.shm_dir,
@@ -543,37 +547,13 @@ void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind,
 
 void NodeManager::LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                             int64_t epoch) {
-  if (commit_log_ == nullptr) return;
+  if (!commits_->logs_commits()) return;
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
   }
-  if (engine == nullptr) return;
-  uint32_t crc = 0;
-  for (const StepEngine::StateSection& section : engine->StateSections()) {
-    absl::Status s =
-        ReadEngineMemory(engine->math(), section.data, section.bytes,
-                         [&](const uint8_t* p, int64_t n) {
-                           crc = Crc32c(crc, p, static_cast<size_t>(n));
-                           return absl::OkStatus();
-                         });
-    if (!s.ok()) {
-      std::fprintf(stderr, "shardd: commit log: %s\n", s.ToString().c_str());
-      return;
-    }
-  }
-  const EngineConfig& config = engine->config();
-  recovery::CommitRecord record;
-  record.kind = kind;
-  record.step = step;
-  record.epoch = epoch;
-  record.rank = config.rank;
-  record.shard_index = config.rank % config.plan.sharding_factor();
-  record.shard_crc32c = crc;
-  if (absl::Status s = commit_log_->Append(record); !s.ok()) {
-    std::fprintf(stderr, "shardd: commit log: %s\n", s.ToString().c_str());
-  }
+  if (engine != nullptr) commits_->Record(*engine, kind, step, epoch);
 }
 
 v1::Topology NodeManager::TopologyLocked() const {
@@ -937,7 +917,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   model_ = *model;
   fingerprint_ = core::Fingerprint(*model, core::InitScope::kExclude);
   ledger_.ResetForEngine();
-  if (commit_log_ != nullptr) {
+  if (commits_->logs_commits()) {
     const int64_t epoch_now = comms_.epoch();
     mu_.Unlock();
     LogCommit(*imported_step > 0
@@ -1328,18 +1308,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     options_.observer->StepCommitted(MonoNow() - step_started, result->step);
     ReportMemory(**engine);
   }
-  LogCommit(recovery::CommitRecord::Kind::kCommit, result->step, epoch);
-  {
-    v1::TrainerEvent event;
-    event.set_epoch(epoch);
-    event.mutable_step_committed()->set_step(result->step);
-    event.mutable_step_committed()->set_grad_norm(result->grad_norm);
-    events_.Append(std::move(event));
-  }
-  if (options_.checkpoint_interval_steps > 0 &&
-      result->step % options_.checkpoint_interval_steps == 0) {
-    WriteCheckpoint(result->step, epoch);
-  }
+  commits_->Committed(**engine, result->step, result->grad_norm, epoch);
   absl::MutexLock lock(&mu_);
   v1::StepResponse response;
   response.set_committed_step(result->step);
@@ -1992,18 +1961,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
       client_->rank(), static_cast<long long>(applied->step),
       static_cast<long long>(view.epoch));
   std::fflush(stdout);
-  LogCommit(recovery::CommitRecord::Kind::kCommit, applied->step, view.epoch);
-  {
-    v1::TrainerEvent event;
-    event.set_epoch(view.epoch);
-    event.mutable_step_committed()->set_step(applied->step);
-    event.mutable_step_committed()->set_grad_norm(applied->grad_norm);
-    events_.Append(std::move(event));
-  }
-  if (options_.checkpoint_interval_steps > 0 &&
-      applied->step % options_.checkpoint_interval_steps == 0) {
-    WriteCheckpoint(applied->step, view.epoch);
-  }
+  commits_->Committed(*engine, applied->step, applied->grad_norm, view.epoch);
   absl::MutexLock lock(&mu_);
   v1::StepResponse response;
   response.set_committed_step(applied->step);

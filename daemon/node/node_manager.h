@@ -21,6 +21,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/checkpoint_catalog.h"
+#include "daemon/node/commit_sink.h"
 #include "daemon/node/engine_admission.h"
 #include "daemon/node/engine_backend.h"
 #include "daemon/node/epoch_communicators.h"
@@ -380,7 +381,8 @@ class NodeManager : private EpochActions {
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool recovery_done_ ABSL_GUARDED_BY(mu_) = false;
   std::string recovery_error_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<recovery::CommitLog> commit_log_;
+  // The commit log, StepCommitted events and interval checkpoints.
+  std::unique_ptr<CommitSink> commits_;
   EventLog events_;
   // The checkpoints of this rank the daemon verified (reported to the
   // coordinator with every join and heartbeat).
