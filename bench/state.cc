@@ -97,6 +97,7 @@
 #include "daemon/core/crc32c.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "daemon/node/coordinator_ports.h"
 #include "daemon/node/node_manager.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/coordinator/subprocess.h"
@@ -211,7 +212,7 @@ absl::Status FullExportAt(int w, const std::string& suffix,
   for (int r = 0; r < w; ++r) {
     threads.emplace_back([&, r] {
       node::NodeOptions o;
-      o.coordinator_address = (*coordinator)->address();
+      node::UseCoordinator((*coordinator)->address(), nullptr, &o);
       o.identity = absl::StrCat("bench-", r);
       o.rank = r;
       o.peer_address = absl::StrCat("127.0.0.1:", 1000 + r);

@@ -3,11 +3,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "daemon/coordinator/membership_view.h"
 #include "daemon/core/mono_time.h"
 #include "shardd/v1/common.pb.h"
@@ -62,6 +66,30 @@ class Membership {
   // Leaves the job for good.
   virtual absl::Status Leave(absl::string_view reason) = 0;
 };
+
+// What a member joins with: who it is, and what it tells the coordinator at
+// every join and heartbeat. The callbacks run on the membership's threads
+// without its lock; they must be cheap and must not call it.
+struct MembershipJoin {
+  // The slot to claim (-1: any), a stable identity, this member's Peer
+  // service and facts for tools (MemberInfo.info).
+  int rank = -1;
+  std::string identity;
+  std::string peer_address;
+  std::map<std::string, std::string> info;
+  // How long the first join keeps trying while the coordinator is away.
+  absl::Duration initial_join_timeout = absl::Seconds(30);
+  std::function<coordinator::MemberShardStatus()> shard_status;
+  std::function<v1::CheckpointInventory()> checkpoints;
+  // Null: none reported.
+  std::function<std::vector<v1::UnreachablePeer>()> unreachable_peers;
+};
+
+// Joins the job (the daemon: the coordinator's gRPC protocol, from
+// coordinator_ports.h); the join's error otherwise.
+using JoinMembership =
+    std::function<absl::StatusOr<std::unique_ptr<Membership>>(
+        const MembershipJoin& join)>;
 
 }  // namespace shardd::node
 

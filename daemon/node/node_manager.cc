@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "daemon/comm/coordinator_store/coordinator_store.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/deadline_waker.h"
@@ -36,7 +35,6 @@
 #include "daemon/node/export_rendezvous.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/init_materializer.h"
-#include "daemon/node/member_client_membership.h"
 #include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
@@ -46,7 +44,6 @@
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
-#include "daemon/rpc/grpc_deadline.h"
 #include "daemon/state/state_import.h"
 
 namespace shardd::node {
@@ -114,6 +111,10 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
   if (options.identity.empty()) {
     return absl::InvalidArgumentError("identity: required");
   }
+  if (!options.join_membership || !options.store_of_epoch) {
+    return absl::InvalidArgumentError(
+        "join_membership and store_of_epoch: required (UseCoordinator)");
+  }
   std::unique_ptr<NodeManager> m(new NodeManager(options));
   CommitSink::Options commit_options;
   if (!options.commit_log_path.empty()) {
@@ -135,9 +136,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
                                                          options.shm_prefix);
   m->device_memory_ = m->backend_->math()->device_memory();
   m->shard_memory_ = std::make_unique<EngineShardMemory>(m->backend_->math());
-  coordinator::MemberClientOptions mo;
-  mo.coordinator_address = options.coordinator_address;
-  mo.credentials = options.coordinator_credentials;
+  MembershipJoin mo;
   mo.rank = options.rank;
   mo.identity = options.identity;
   mo.peer_address = options.peer_address;
@@ -218,8 +217,8 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       return out;
     };
   }
-  absl::StatusOr<std::unique_ptr<MemberClientMembership>> client =
-      MemberClientMembership::Join(mo);
+  absl::StatusOr<std::unique_ptr<Membership>> client =
+      options.join_membership(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
   if (m->reachability_ != nullptr) m->reachability_->Start();
@@ -366,13 +365,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
         "coordinator gives W=", world_size, " F=", sharding_factor));
   }
   const int rank = client_->rank();
-  comm::CoordinatorStoreOptions so;
-  so.rank = rank;
-  so.lease_token =
-      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
-  so.credentials = options_.coordinator_credentials;
-  std::unique_ptr<comm::CoordinatorStore> store =
-      comm::CoordinatorStore::Connect(options_.coordinator_address, epoch, so);
+  std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   GroupSpec shard;
   shard.rank = rank % sharding_factor;
   shard.size = sharding_factor;
@@ -645,15 +638,10 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
 // ModelAgreement never starts with it: 'f' is no field tag of it).
 constexpr char kFailedModel[] = "failed:";
 
-std::unique_ptr<comm::CoordinatorStore> NodeManager::StoreOfEpoch(
-    int64_t epoch) {
-  comm::CoordinatorStoreOptions so;
-  so.rank = client_->rank();
-  so.lease_token =
-      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout);
-  so.credentials = options_.coordinator_credentials;
-  return comm::CoordinatorStore::Connect(options_.coordinator_address, epoch,
-                                         so);
+std::unique_ptr<comm::Store> NodeManager::StoreOfEpoch(int64_t epoch) {
+  return options_.store_of_epoch(
+      epoch, client_->rank(),
+      client_->SettledLeaseToken(MonoNow() + options_.connect_timeout));
 }
 
 absl::Status NodeManager::ExchangeModel(int64_t epoch,
@@ -665,7 +653,7 @@ absl::Status NodeManager::ExchangeModel(int64_t epoch,
     absl::MutexLock lock(&mu_);
     world = world_size_;
   }
-  std::unique_ptr<comm::CoordinatorStore> store = StoreOfEpoch(epoch);
+  std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   // The others' keys as this attempt begins (see below).
   std::vector<std::string> before(world);
   for (int r = 0; r < world; ++r) {
@@ -1382,7 +1370,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   const EngineConfig& config = (*engine)->config();
   if (request.layout() == v1::EXPORT_LAYOUT_FULL &&
       config.plan.sharding_factor() > 1) {
-    std::unique_ptr<comm::CoordinatorStore> store = StoreOfEpoch(epoch);
+    std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
     ExportRendezvous rendezvous(
         *store, {.rank = config.rank,
                  .world_size = static_cast<int>(config.plan.world_size()),

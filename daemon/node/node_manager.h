@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/comm/store.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
@@ -37,21 +38,17 @@
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
-namespace grpc {
-class ChannelCredentials;
-}  // namespace grpc
-
-namespace shardd::comm {
-class CoordinatorStore;
-}  // namespace shardd::comm
-
 namespace shardd::node {
 
 struct NodeOptions {
-  // host:port of the coordinator, and the credentials of every channel to
-  // it (membership and rendezvous; null: insecure). Opaque here.
-  std::string coordinator_address;
-  std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials = nullptr;
+  // The node's ports to the coordinator (required): how it joins the job
+  // (its Membership), and each epoch's rendezvous store (with this rank's
+  // lease token). The daemon's come from UseCoordinator
+  // (coordinator_ports.h, gRPC); tests may give others.
+  JoinMembership join_membership;
+  std::function<std::unique_ptr<comm::Store>(int64_t epoch, int rank,
+                                             const std::string& lease_token)>
+      store_of_epoch;
   // Stable identity (required) and the slot to claim (-1: any).
   std::string identity;
   int rank = -1;
@@ -132,7 +129,8 @@ struct NodeOptions {
   std::shared_ptr<EngineAdmission> admission = EngineAdmission::Unlimited();
 };
 
-// The state of one shardd daemon, without gRPC: membership (MemberClient),
+// The state of one shardd daemon, without gRPC: membership (its Membership
+// port),
 // the current epoch's communicators (shard group "shard/<g>" and replica
 // group "replica/<i>", formed through the coordinator's rendezvous store
 // whenever the view shows all W members live in a new epoch) and the
@@ -254,7 +252,7 @@ class NodeManager : private EpochActions {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::DataRef MakeRef(const UnitData& data, int unit) const;
   // A rendezvous store client for `epoch`, with this rank's lease token.
-  std::unique_ptr<comm::CoordinatorStore> StoreOfEpoch(int64_t epoch);
+  std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch);
   absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
                              MonoTime deadline);
   // A StepEngine for `model` on this rank (layouts for F, optimizer, K).

@@ -22,6 +22,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shm_allocator.h"
+#include "daemon/node/coordinator_ports.h"
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/testing/guarded_engine_backend.h"
 #include "daemon/recovery/shard_stream.h"
@@ -106,7 +107,7 @@ Cluster Start(int w, int f, const BackendFor& backend = nullptr,
   for (int r = 0; r < w; ++r) {
     threads.emplace_back([&, r] {
       NodeOptions o;
-      o.coordinator_address = c.coordinator->address();
+      UseCoordinator(c.coordinator->address(), nullptr, &o);
       o.identity = absl::StrCat("node-", r);
       o.rank = r;
       o.peer_address = absl::StrCat("127.0.0.1:", 1000 + r);  // Not probed.
@@ -681,7 +682,7 @@ TEST(NodeManagerTest, DeviceMemoryReplacementCopiesItsShardFromAReplica) {
     auto backend = testing::GuardedEngineBackend::Create(int64_t{4} << 20);
     if (!backend.ok()) return backend.status();
     NodeOptions o;
-    o.coordinator_address = (*coordinator)->address();
+    UseCoordinator((*coordinator)->address(), nullptr, &o);
     o.identity = absl::StrCat("node-", rank);
     o.rank = rank;
     o.peer_address = absl::StrCat("127.0.0.1:", 1000 + rank);

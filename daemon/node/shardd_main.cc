@@ -53,6 +53,7 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
+#include "daemon/node/coordinator_ports.h"
 #include "daemon/node/engine_admission.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
@@ -336,8 +337,7 @@ int Run() {
   health.SetServingStatus("shardd.ready", false);
 
   NodeOptions options;
-  options.coordinator_address = coordinator;
-  options.coordinator_credentials = channel_credentials;
+  UseCoordinator(coordinator, channel_credentials, &options);
   options.identity = absl::GetFlag(FLAGS_identity);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.peer_address = peer_address;

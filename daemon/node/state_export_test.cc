@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/in_process_coordinator.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/node/coordinator_ports.h"
 #include "daemon/node/node_manager.h"
 #include "gtest/gtest.h"
 
@@ -122,7 +123,7 @@ class StateExportTest : public ::testing::Test {
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
         NodeOptions o;
-        o.coordinator_address = coordinator_->address();
+        UseCoordinator(coordinator_->address(), nullptr, &o);
         o.identity = absl::StrCat("node-", r);
         o.rank = r;
         o.peer_address = absl::StrCat("127.0.0.1:", 1000 + r);  // Not probed.
