@@ -186,7 +186,7 @@
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/collectives/process_group.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::bench {
 namespace {

@@ -100,7 +100,7 @@
 #include "daemon/node/coordinator_ports.h"
 #include "daemon/node/node_manager.h"
 #include "shardd/v1/trainer.pb.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::bench {
 namespace {

@@ -125,7 +125,7 @@
 #include "client/trainer_client.h"
 #include "daemon/core/mono_time.h"
 #include "shardd/v1/trainer.pb.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::bench {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/comm/in_memory_store.h"
+#include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/node/host_engine_math.h"
-#include "daemon/node/testing/guarded_arena.h"
 #include "daemon/node/testing/guarded_collective.h"
 #include "daemon/node/testing/guarded_engine_math.h"
 #include "gtest/gtest.h"
@@ -230,13 +230,13 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   auto replica = comm::CreateGlooCollective(ro, store);
   if (!replica.ok()) return fail(replica.status());
   memory::HeapAllocator heap;
-  std::shared_ptr<testing::GuardedArena> arena;
+  std::shared_ptr<memory::testing::GuardedArena> arena;
   std::shared_ptr<EngineMath> math = HostEngineMath::Get();
   std::shared_ptr<testing::GuardedEngineMath> device_math;
   std::shared_ptr<comm::Collective> shard_group = std::move(*shard);
   std::shared_ptr<comm::Collective> replica_group = std::move(*replica);
   if (run.device) {
-    auto a = testing::GuardedArena::Create(int64_t{16} << 20);
+    auto a = memory::testing::GuardedArena::Create(int64_t{16} << 20);
     if (!a.ok()) return fail(a.status());
     arena = std::move(*a);
     device_math = std::make_shared<testing::GuardedEngineMath>(arena);

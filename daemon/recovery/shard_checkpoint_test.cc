@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/crc32c.h"
-#include "daemon/node/testing/guarded_arena.h"
-#include "daemon/node/testing/guarded_shard_memory.h"
+#include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/recovery/testing/guarded_shard_memory.h"
 #include "gtest/gtest.h"
 
 namespace shardd::recovery {
@@ -349,9 +349,9 @@ TEST_F(ShardCheckpointTest, WriterKilledMidwayLeavesNoCheckpoint) {
 // GPU's), through the ShardMemory: the same file as from host memory, and
 // the same bytes back.
 TEST_F(ShardCheckpointTest, RoundTripsMemoryTheHostCannotAddress) {
-  auto arena = node::testing::GuardedArena::Create(1 << 20);
+  auto arena = memory::testing::GuardedArena::Create(1 << 20);
   ASSERT_TRUE(arena.ok()) << arena.status();
-  node::testing::GuardedShardMemory memory(**arena);
+  recovery::testing::GuardedShardMemory memory(**arena);
   std::vector<std::unique_ptr<memory::ByteBuffer>> from, to;
   std::vector<SectionSource> sources = Sources();
   for (size_t k = 0; k < bytes_.size(); ++k) {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "daemon/core/crc32c.h"
-#include "daemon/node/testing/guarded_arena.h"
-#include "daemon/node/testing/guarded_shard_memory.h"
+#include "daemon/memory/testing/guarded_arena.h"
+#include "daemon/recovery/testing/guarded_shard_memory.h"
 #include "gtest/gtest.h"
 
 namespace shardd::recovery {
@@ -649,9 +649,9 @@ TEST_F(ShardStreamOutOfBandTest, InlineStreamHasNoPendingPieces) {
 TEST_F(ShardStreamTest, MovesShardsInMemoryTheHostCannotAddress) {
   const std::vector<int64_t> sizes = {0, 1, 1000, 0, 4097, 12345, 3};
   MakeShard(sizes, 11);
-  auto arena = node::testing::GuardedArena::Create(1 << 20);
+  auto arena = memory::testing::GuardedArena::Create(1 << 20);
   ASSERT_TRUE(arena.ok()) << arena.status();
-  node::testing::GuardedShardMemory memory(**arena);
+  recovery::testing::GuardedShardMemory memory(**arena);
   std::vector<std::unique_ptr<memory::ByteBuffer>> from, to;
   std::vector<SectionSource> sources = Sources();
   for (size_t k = 0; k < sizes.size(); ++k) {
@@ -704,9 +704,9 @@ TEST_F(ShardStreamTest, MovesShardsInMemoryTheHostCannotAddress) {
 // A source whose memory cannot be read ends the stream with that error.
 TEST_F(ShardStreamTest, UnreadableSourceEndsTheStreamWithItsError) {
   MakeShard({5000});
-  auto arena = node::testing::GuardedArena::Create(1 << 16);
+  auto arena = memory::testing::GuardedArena::Create(1 << 16);
   ASSERT_TRUE(arena.ok());
-  node::testing::GuardedShardMemory memory(
+  recovery::testing::GuardedShardMemory memory(
       **arena);  // Sources() point outside the arena.
   auto writer = ShardStreamWriter::Create(BaseHeader(), Sources(), 1000, 0,
                                           false, {}, memory);

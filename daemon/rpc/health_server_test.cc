@@ -9,7 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
-#include "tests/tls/health_check.h"
+#include "daemon/testing/health_check.h"
 
 namespace shardd::rpc {
 namespace {

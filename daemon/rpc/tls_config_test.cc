@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/tls/health_check.h"
-#include "tests/tls/test_certs.h"
+#include "daemon/testing/health_check.h"
+#include "daemon/testing/test_certs.h"
 
 namespace shardd::rpc {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/node/host_engine_math.h"
-#include "daemon/node/testing/guarded_arena.h"
 #include "daemon/node/testing/guarded_engine_math.h"
 #include "gtest/gtest.h"
 
@@ -56,9 +56,9 @@ TEST(ShardFillerTest, HostSectionIsReadInPlaceAndTheRestZeroed) {
 }
 
 TEST(ShardFillerTest, DeviceSectionGoesThroughOneBoundedStagingBuffer) {
-  auto arena = node::testing::GuardedArena::Create(1 << 20);
+  auto arena = memory::testing::GuardedArena::Create(1 << 20);
   ASSERT_TRUE(arena.ok()) << arena.status();
-  std::shared_ptr<node::testing::GuardedArena> shared = *std::move(arena);
+  std::shared_ptr<memory::testing::GuardedArena> shared = *std::move(arena);
   node::testing::GuardedEngineMath math(shared);
   auto buffer = shared->Allocate("section", 32 * 4);
   ASSERT_TRUE(buffer.ok());

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/coordinator/port_holder.h"
 #include "tests/coordinator/process_cluster.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 #include "tests/coordinator/test_main.h"
 
 namespace shardd::tests {

@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 

@@ -49,7 +49,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.grpc.pb.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 namespace {

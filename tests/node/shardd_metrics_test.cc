@@ -18,7 +18,7 @@
 #include "daemon/metrics/http_get.h"
 #include "daemon/metrics/promtool.h"
 #include "gtest/gtest.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 

@@ -46,7 +46,7 @@
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
 #include "tests/coordinator/port_holder.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 #include "tests/fuzz/generic_call.h"
 #include "tests/fuzz/hostile_message.h"
 

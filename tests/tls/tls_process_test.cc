@@ -1,7 +1,7 @@
 // TLS and mutual TLS with real processes: a coordinator and 4 shardd daemons
 // (W = 4, HYBRID_SHARD F = 2) on 127.0.0.1, all with --tls_cert, --tls_key
 // and --tls_ca from a PKI generated at test time by openssl
-// (tests/tls/test_certs.h), and each with a plaintext --health_listen.
+// (daemon/testing/test_certs.h), and each with a plaintext --health_listen.
 // Checks:
 //  - the cluster forms a ready epoch (Join, heartbeats and the rendezvous
 //    store over mTLS, Gloo as before): GetClusterState over an mTLS channel
@@ -51,9 +51,9 @@
 #include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
-#include "tests/coordinator/subprocess.h"
-#include "tests/tls/health_check.h"
-#include "tests/tls/test_certs.h"
+#include "daemon/testing/subprocess.h"
+#include "daemon/testing/health_check.h"
+#include "daemon/testing/test_certs.h"
 
 namespace shardd::tests {
 namespace {

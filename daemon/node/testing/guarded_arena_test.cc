@@ -1,4 +1,4 @@
-#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/memory/testing/guarded_arena.h"
 
 #include <cstring>
 
@@ -11,9 +11,9 @@ namespace {
 // The guard is real: the host faults on a buffer's address, and only the
 // arena's math reaches its bytes.
 TEST(GuardedArenaTest, HostAccessFaultsAndTheMathReachesTheBytes) {
-  auto arena = GuardedArena::Create(1 << 20);
+  auto arena = memory::testing::GuardedArena::Create(1 << 20);
   ASSERT_TRUE(arena.ok()) << arena.status();
-  std::shared_ptr<GuardedArena> shared = std::move(*arena);
+  std::shared_ptr<memory::testing::GuardedArena> shared = std::move(*arena);
   auto buffer = shared->Allocate("b", 100);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   uint8_t* p = (*buffer)->data();
@@ -30,7 +30,7 @@ TEST(GuardedArenaTest, HostAccessFaultsAndTheMathReachesTheBytes) {
 }
 
 TEST(GuardedArenaTest, MathRejectsHostPointersAsDeviceMemory) {
-  auto arena = GuardedArena::Create(1 << 20);
+  auto arena = memory::testing::GuardedArena::Create(1 << 20);
   ASSERT_TRUE(arena.ok());
   GuardedEngineMath math(std::move(*arena));
   float host[4] = {};
@@ -40,7 +40,7 @@ TEST(GuardedArenaTest, MathRejectsHostPointersAsDeviceMemory) {
 }
 
 TEST(GuardedArenaTest, RunsOutOfRoomWithAClearStatus) {
-  auto arena = GuardedArena::Create(8192);
+  auto arena = memory::testing::GuardedArena::Create(8192);
   ASSERT_TRUE(arena.ok());
   ASSERT_TRUE((*arena)->Allocate("a", 4096).ok());
   auto b = (*arena)->Allocate("b", 4097);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "daemon/comm/collective.h"
-#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/memory/testing/guarded_arena.h"
 
 namespace shardd::node::testing {
 
@@ -27,7 +27,7 @@ namespace shardd::node::testing {
 class GuardedCollective : public comm::Collective {
  public:
   GuardedCollective(std::shared_ptr<comm::Collective> inner,
-                    std::shared_ptr<GuardedArena> arena)
+                    std::shared_ptr<memory::testing::GuardedArena> arena)
       : inner_(std::move(inner)), arena_(std::move(arena)) {}
 
   int rank() const override { return inner_->rank(); }
@@ -68,7 +68,7 @@ class GuardedCollective : public comm::Collective {
       absl::string_view what, const absl::StatusOr<int64_t>& needed) const;
 
   const std::shared_ptr<comm::Collective> inner_;
-  const std::shared_ptr<GuardedArena> arena_;
+  const std::shared_ptr<memory::testing::GuardedArena> arena_;
   std::atomic<int64_t> reserved_{0};
 };
 

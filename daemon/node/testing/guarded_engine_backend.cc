@@ -8,14 +8,15 @@ namespace shardd::node::testing {
 
 absl::StatusOr<std::shared_ptr<GuardedEngineBackend>>
 GuardedEngineBackend::Create(int64_t capacity_bytes) {
-  absl::StatusOr<std::unique_ptr<GuardedArena>> arena =
-      GuardedArena::Create(capacity_bytes);
+  absl::StatusOr<std::unique_ptr<memory::testing::GuardedArena>> arena =
+      memory::testing::GuardedArena::Create(capacity_bytes);
   if (!arena.ok()) return arena.status();
   return std::shared_ptr<GuardedEngineBackend>(
       new GuardedEngineBackend(std::move(*arena)));
 }
 
-GuardedEngineBackend::GuardedEngineBackend(std::shared_ptr<GuardedArena> arena)
+GuardedEngineBackend::GuardedEngineBackend(
+    std::shared_ptr<memory::testing::GuardedArena> arena)
     : arena_(std::move(arena)),
       math_(std::make_shared<GuardedEngineMath>(arena_)) {}
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/node/engine_backend.h"
-#include "daemon/node/testing/guarded_arena.h"
 #include "daemon/node/testing/guarded_engine_math.h"
 
 namespace shardd::node::testing {
@@ -35,9 +35,10 @@ class GuardedEngineBackend : public EngineBackend {
   int64_t math_calls() const { return math_->calls(); }
 
  private:
-  explicit GuardedEngineBackend(std::shared_ptr<GuardedArena> arena);
+  explicit GuardedEngineBackend(
+      std::shared_ptr<memory::testing::GuardedArena> arena);
 
-  const std::shared_ptr<GuardedArena> arena_;
+  const std::shared_ptr<memory::testing::GuardedArena> arena_;
   const std::shared_ptr<GuardedEngineMath> math_;
 };
 

@@ -8,9 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/node/engine_math.h"
 #include "daemon/node/host_engine_math.h"
-#include "daemon/node/testing/guarded_arena.h"
 
 namespace shardd::node::testing {
 
@@ -24,7 +24,8 @@ namespace shardd::node::testing {
 // Thread-safe. Shares ownership of the arena.
 class GuardedEngineMath : public EngineMath {
  public:
-  explicit GuardedEngineMath(std::shared_ptr<GuardedArena> arena)
+  explicit GuardedEngineMath(
+      std::shared_ptr<memory::testing::GuardedArena> arena)
       : arena_(std::move(arena)) {}
 
   bool device_memory() const override { return true; }
@@ -58,7 +59,7 @@ class GuardedEngineMath : public EngineMath {
   absl::StatusOr<void*> Device(const void* p, int64_t bytes,
                                absl::string_view what);
 
-  const std::shared_ptr<GuardedArena> arena_;
+  const std::shared_ptr<memory::testing::GuardedArena> arena_;
   HostEngineMath host_;
   std::atomic<int64_t> calls_{0};
 };

@@ -1,4 +1,4 @@
-#include "tests/tls/health_check.h"
+#include "daemon/testing/health_check.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
-#ifndef SHARDD_TESTS_TLS_HEALTH_CHECK_H_
-#define SHARDD_TESTS_TLS_HEALTH_CHECK_H_
+#ifndef SHARDD_DAEMON_TESTING_HEALTH_CHECK_H_
+#define SHARDD_DAEMON_TESTING_HEALTH_CHECK_H_
 
 #include <memory>
 #include <string>
@@ -21,4 +21,4 @@ absl::StatusOr<int> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
 
 }  // namespace shardd::tests
 
-#endif  // SHARDD_TESTS_TLS_HEALTH_CHECK_H_
+#endif  // SHARDD_DAEMON_TESTING_HEALTH_CHECK_H_

@@ -1,4 +1,4 @@
-#include "tests/tls/test_certs.h"
+#include "daemon/testing/test_certs.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 namespace {

@@ -1,10 +1,10 @@
-#include "daemon/node/testing/guarded_shard_memory.h"
+#include "daemon/recovery/testing/guarded_shard_memory.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
-namespace shardd::node::testing {
+namespace shardd::recovery::testing {
 
 absl::Status GuardedShardMemory::Read(uint8_t* host_dst, const uint8_t* src,
                                       int64_t n) const {
@@ -28,4 +28,4 @@ absl::Status GuardedShardMemory::Write(uint8_t* dst, const uint8_t* host_src,
   return absl::OkStatus();
 }
 
-}  // namespace shardd::node::testing
+}  // namespace shardd::recovery::testing

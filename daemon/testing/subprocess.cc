@@ -1,4 +1,4 @@
-#include "tests/coordinator/subprocess.h"
+#include "daemon/testing/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>

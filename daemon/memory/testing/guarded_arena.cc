@@ -1,4 +1,4 @@
-#include "daemon/node/testing/guarded_arena.h"
+#include "daemon/memory/testing/guarded_arena.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace shardd::node::testing {
+namespace shardd::memory::testing {
 namespace {
 
 constexpr int64_t kAlign = 4096;
@@ -92,4 +92,4 @@ void* GuardedArena::Alias(const void* p) const {
   return backing_ + (static_cast<const uint8_t*>(p) - device_);
 }
 
-}  // namespace shardd::node::testing
+}  // namespace shardd::memory::testing

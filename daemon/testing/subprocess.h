@@ -1,5 +1,5 @@
-#ifndef SHARDD_TESTS_COORDINATOR_SUBPROCESS_H_
-#define SHARDD_TESTS_COORDINATOR_SUBPROCESS_H_
+#ifndef SHARDD_DAEMON_TESTING_SUBPROCESS_H_
+#define SHARDD_DAEMON_TESTING_SUBPROCESS_H_
 
 #include <sys/types.h>
 
@@ -67,4 +67,4 @@ class Subprocess {
 
 }  // namespace shardd::tests
 
-#endif  // SHARDD_TESTS_COORDINATOR_SUBPROCESS_H_
+#endif  // SHARDD_DAEMON_TESTING_SUBPROCESS_H_

@@ -1,5 +1,5 @@
-#ifndef SHARDD_DAEMON_NODE_TESTING_GUARDED_ARENA_H_
-#define SHARDD_DAEMON_NODE_TESTING_GUARDED_ARENA_H_
+#ifndef SHARDD_DAEMON_MEMORY_TESTING_GUARDED_ARENA_H_
+#define SHARDD_DAEMON_MEMORY_TESTING_GUARDED_ARENA_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/memory/byte_buffer.h"
 
-namespace shardd::node::testing {
+namespace shardd::memory::testing {
 
 // Stands in for GPU memory in CPU tests of the device path: memory whose
 // addresses the host cannot dereference. One memfd is mapped twice: the
@@ -48,6 +48,6 @@ class GuardedArena : public memory::BufferAllocator {
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace shardd::node::testing
+}  // namespace shardd::memory::testing
 
-#endif  // SHARDD_DAEMON_NODE_TESTING_GUARDED_ARENA_H_
+#endif  // SHARDD_DAEMON_MEMORY_TESTING_GUARDED_ARENA_H_

@@ -1,5 +1,5 @@
-#ifndef SHARDD_TESTS_TLS_TEST_CERTS_H_
-#define SHARDD_TESTS_TLS_TEST_CERTS_H_
+#ifndef SHARDD_DAEMON_TESTING_TEST_CERTS_H_
+#define SHARDD_DAEMON_TESTING_TEST_CERTS_H_
 
 #include <string>
 
@@ -32,4 +32,4 @@ absl::StatusOr<TestCerts> GenerateTestCerts(const std::string& dir);
 
 }  // namespace shardd::tests
 
-#endif  // SHARDD_TESTS_TLS_TEST_CERTS_H_
+#endif  // SHARDD_DAEMON_TESTING_TEST_CERTS_H_
