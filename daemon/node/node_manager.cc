@@ -38,6 +38,8 @@
 #include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
+#include "daemon/node/shard_copy.h"
+#include "daemon/node/shard_transfer.h"
 #include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/node/state_export.h"
 #include "daemon/recovery/failpoint.h"
@@ -48,16 +50,6 @@
 
 namespace shardd::node {
 namespace {
-
-// The Send/Recv tag of a shard copy's pieces on the replica group (no other
-// point-to-point traffic uses that communicator).
-constexpr uint32_t kShardTransferTag = 0x53484344;  // "SHCD"
-
-// Waits for every work (they end at their deadline or at the abort that
-// precedes this call), so that no operation still touches its buffer.
-void WaitAll(const std::vector<std::shared_ptr<comm::Work>>& works) {
-  for (const std::shared_ptr<comm::Work>& work : works) (void)work->Wait();
-}
 
 // The unit field of Gather, Release and ReduceGrad (trainer.proto:
 // INVALID_ARGUMENT for a unit out of range).
@@ -76,20 +68,6 @@ bool IsCollectiveFailure(const absl::Status& s) {
 }
 
 v1::DType ToProtoDType(core::DType d) { return static_cast<v1::DType>(d); }
-
-v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind) {
-  switch (kind) {
-    case StepEngine::StateKind::kParameters:
-      return v1::SHARD_SECTION_KIND_PARAMETERS;
-    case StepEngine::StateKind::kExpAvg:
-      return v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG;
-    case StepEngine::StateKind::kExpAvgSq:
-      return v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG_SQ;
-    case StepEngine::StateKind::kMomentum:
-      return v1::SHARD_SECTION_KIND_SGD_MOMENTUM;
-  }
-  return v1::SHARD_SECTION_KIND_UNSPECIFIED;
-}
 
 // The learning rate and model fingerprint of a step, which every rank's
 // vote must agree on.
@@ -221,6 +199,32 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       options.join_membership(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
+  ShardCopy::Options copy;
+  copy.fetch_shard = options.fetch_shard;
+  copy.probe_peer = options.probe_peer;
+  copy.over_replica_group = options.recovery_over_replica_group;
+  copy.recovery_timeout = options.recovery_timeout;
+  copy.shard_memory = m->shard_memory_.get();
+  copy.observer = options.observer;
+  copy.events = &m->events_;
+  copy.membership = m->client_.get();
+  copy.create_engine = [self](const core::ModelConfig& model, int world,
+                              int factor) {
+    return self->CreateEngine(model, world, factor,
+                              [](int, int64_t, float* out, int64_t n) {
+                                std::fill(out, out + n, 0.0f);
+                              });
+  };
+  copy.replica_group_of = [self](int64_t epoch) {
+    return self->ReplicaGroupOf(epoch, MonoNow());
+  };
+  copy.install = [self](std::shared_ptr<StepEngine> engine,
+                        core::ModelConfig model, uint64_t fingerprint,
+                        int64_t step, int64_t epoch) {
+    self->InstallCopiedEngine(std::move(engine), std::move(model), fingerprint,
+                              step, epoch);
+  };
+  m->shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
   if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_driver_ = std::make_unique<EpochDriver>(
       m->client_.get(), static_cast<EpochActions*>(self), Clock::Real());
@@ -266,7 +270,7 @@ LocalEpochState NodeManager::Local() {
   LocalEpochState local;
   local.comm_epoch = comms_.epoch();
   local.holds_engine = engine_ != nullptr;
-  local.engine_prepared = prepared_.has_value();
+  local.engine_prepared = shard_copy_->prepared();
   return local;
 }
 
@@ -1854,43 +1858,39 @@ void NodeManager::ReportMemory(const StepEngine& engine) const {
 
 absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
                                               const v1::ShardTransfer& plan) {
+  int world = 0, factor = 0;
   {
     absl::MutexLock lock(&mu_);
     recovering_ = true;
+    world = world_size_;
+    factor = sharding_factor_;
   }
-  const MonoTime started = MonoNow();
-  const MonoTime deadline = started + options_.recovery_timeout;
-  absl::Status last = absl::UnavailableError("no source in the plan");
-  int last_source = -1;
-  for (int source : plan.source_ranks()) {
-    last_source = source;
-    last = FetchFrom(epoch, plan, source, deadline);
-    if (last.ok() || absl::IsNotFound(last)) break;
-    std::fprintf(stderr,
-                 "shardd: shard copy from rank %d failed: %s; trying the "
-                 "next source\n",
-                 source, last.ToString().c_str());
-    if (client_->view().epoch != epoch || MonoNow() >= deadline) break;
-  }
+  absl::StatusOr<bool> copied = shard_copy_->Run(epoch, plan, world, factor);
   absl::MutexLock lock(&mu_);
   recovering_ = false;
-  if (absl::IsNotFound(last)) {
-    // The replicas hold no model yet: there is nothing to copy.
-    recovery_done_ = true;
-    return absl::OkStatus();
-  }
-  if (!last.ok()) {
-    if (client_->view().epoch == epoch && last_source >= 0) {
-      mu_.Unlock();
-      (void)client_->ReportFailure(
-          last_source, v1::FAILURE_KIND_TRANSFER_FAILED, last.message(), epoch);
-      mu_.Lock();
-    }
-    return last;
-  }
+  if (!copied.ok()) return copied.status();
   recovery_done_ = true;
-  recovery_error_.clear();
+  // Nothing to copy (the replicas hold no model yet) keeps an earlier error.
+  if (*copied) recovery_error_.clear();
   return absl::OkStatus();
+}
+
+void NodeManager::InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
+                                      core::ModelConfig model,
+                                      uint64_t fingerprint, int64_t step,
+                                      int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (comms_.shard_group() != nullptr) {
+      engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
+    }
+    engine_ = engine;
+    model_ = std::move(model);
+    fingerprint_ = fingerprint;
+    ledger_.ResetForEngine();
+  }
+  ReportMemory(*engine);
+  LogCommit(recovery::CommitRecord::Kind::kRecovered, step, epoch);
 }
 
 bool NodeManager::DropPendingAt(int64_t step, int64_t epoch) {
@@ -1963,266 +1963,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
 
 void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
                                 int factor) {
-  if (!options_.probe_peer) return;
-  const MonoTime started = MonoNow();
-  const int source = plan.source_ranks(0);
-  std::string address;
-  for (const v1::MemberInfo& m : client_->view().members) {
-    if (m.rank() == source) address = m.peer_address();
-  }
-  if (address.empty()) return;
-  absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-      address, MonoNow() + absl::Seconds(2), /*include_model=*/true);
-  if (!probe.ok() || !probe->registered() || !probe->has_model()) return;
-  absl::StatusOr<core::ModelConfig> model =
-      ProtoConvert::ModelFromProto(probe->model());
-  if (!model.ok()) return;
-  absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
-      *model, world, factor, [](int, int64_t, float* out, int64_t n) {
-        std::fill(out, out + n, 0.0f);
-      });
-  if (!created.ok()) return;
-  std::printf(
-      "shardd rank %d: engine prepared in %.3f s while the epoch's "
-      "communicators formed\n",
-      client_->rank(), absl::ToDoubleSeconds(MonoNow() - started));
-  std::fflush(stdout);
-  absl::MutexLock lock(&mu_);
-  prepared_ = PreparedEngine{.engine = std::move(*created),
-                             .model = *std::move(model),
-                             .fingerprint = probe->model_fingerprint(),
-                             .source = source,
-                             .world_size = world,
-                             .sharding_factor = factor};
-}
-
-absl::Status NodeManager::FetchFrom(int64_t epoch,
-                                    const v1::ShardTransfer& plan, int source,
-                                    MonoTime deadline) {
-  if (!options_.fetch_shard || !options_.probe_peer) {
-    return absl::FailedPreconditionError(
-        "this daemon was started without a Peer client");
-  }
-  std::string address;
-  for (const v1::MemberInfo& m : client_->view().members) {
-    if (m.rank() == source) address = m.peer_address();
-  }
-  if (address.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("source rank ", source, " is not a live member"));
-  }
-  const MonoTime started = MonoNow();
-  int world = 0, factor = 0;
-  // An engine prepared from this source's model (for this W and F), taken
-  // here so that a failed attempt does not leave it half-written for the
-  // next: that one builds its own.
-  std::optional<PreparedEngine> prepared;
-  {
-    absl::MutexLock lock(&mu_);
-    world = world_size_;
-    factor = sharding_factor_;
-    if (prepared_.has_value() && prepared_->world_size == world &&
-        prepared_->sharding_factor == factor) {
-      prepared = std::move(prepared_);
-    }
-    prepared_.reset();
-  }
-  if (!prepared.has_value() || prepared->source != source) {
-    // Its Probe said it holds the model; otherwise ask now.
-    absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-        address, std::min(deadline, MonoNow() + absl::Seconds(2)),
-        /*include_model=*/false);
-    if (!probe.ok()) return probe.status();
-    if (!probe->registered()) {
-      return absl::NotFoundError(absl::StrCat(
-          "rank ", source, " holds no model yet: nothing to recover"));
-    }
-  }
-  v1::FetchShardRequest request;
-  request.set_epoch(epoch);
-  request.set_requester_rank(client_->rank());
-  request.set_shard_index(plan.shard_index());
-  request.set_step(plan.step());
-  // The bytes over our replica group when it is healthy (the source is in
-  // it: it holds our shard index); else inside the stream.
-  std::shared_ptr<comm::Collective> replica;
-  if (options_.recovery_over_replica_group && factor > 0) {
-    replica = ReplicaGroupOf(epoch, MonoNow());
-  }
-  if (replica != nullptr) {
-    request.set_payload_over_replica_group(true);
-    request.set_max_chunk_bytes(recovery::kMaxPieceBytesCap);
-  }
-  std::vector<std::shared_ptr<comm::Work>> recvs;
-  size_t pieces_done = 0;
-  std::shared_ptr<StepEngine> engine;
-  std::vector<StepEngine::StateSection> mine;
-  std::optional<core::ModelConfig> model;
-  recovery::ShardStreamAssembler assembler(
-      [&](const v1::ShardHeader& header,
-          int index) -> absl::StatusOr<uint8_t*> {
-        if (engine == nullptr) {
-          const MonoTime t_create = MonoNow();
-          const bool was_prepared =
-              prepared.has_value() &&
-              prepared->fingerprint == header.model_fingerprint();
-          if (was_prepared) {
-            engine = std::move(prepared->engine);
-            model = std::move(prepared->model);
-          } else {
-            absl::StatusOr<core::ModelConfig> m =
-                ProtoConvert::ModelFromProto(header.model());
-            if (!m.ok()) return m.status();
-            absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
-                *m, world, factor, [](int, int64_t, float* out, int64_t n) {
-                  std::fill(out, out + n, 0.0f);
-                });
-            if (!created.ok()) return created.status();
-            engine = std::move(*created);
-            model = *std::move(m);
-          }
-          prepared.reset();
-          mine = engine->StateSections();
-          // bench/recovery splits the copy at this line: engine vs. stream.
-          std::printf(
-              "shardd rank %d: engine ready for the shard copy (%s)\n",
-              client_->rank(),
-              was_prepared
-                  ? "prepared during the rendezvous"
-                  : absl::StrFormat("created in %.3f s",
-                                    absl::ToDoubleSeconds(MonoNow() - t_create))
-                        .c_str());
-          std::fflush(stdout);
-          if (static_cast<int>(mine.size()) != header.sections_size()) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("the source sends ", header.sections_size(),
-                             " sections, this rank's shard has ", mine.size()));
-          }
-        }
-        const v1::ShardSection& theirs = header.sections(index);
-        const StepEngine::StateSection& ours = mine[index];
-        if (theirs.unit() != ours.unit ||
-            theirs.kind() != ToSectionKind(ours.kind) ||
-            theirs.byte_length() != ours.bytes) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "section ", index, " (unit ", theirs.unit(), ", ",
-              v1::ShardSectionKind_Name(theirs.kind()), ", ",
-              theirs.byte_length(), " bytes) does not match this rank's (unit ",
-              ours.unit, ", ", ours.bytes, " bytes)"));
-        }
-        return ours.data;
-      },
-      /*resume_from_byte=*/0, /*crc_so_far=*/0, *shard_memory_);
-  int64_t total = -1;
-  bool fired = false;
-  {
-    v1::TrainerEvent event;
-    event.set_epoch(epoch);
-    event.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
-    events_.Append(std::move(event));
-  }
-  absl::Status streamed = options_.fetch_shard(
-      address, request, deadline,
-      [&](const v1::FetchShardResponse& message) -> absl::Status {
-        if (message.has_chunk() && !recvs.empty()) {
-          // An out-of-band piece: its chunk is checked over the bytes
-          // once they are in place.
-          if (pieces_done == recvs.size()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("FetchShard: more chunks than the header's ",
-                             recvs.size(), " pieces"));
-          }
-          if (absl::Status got = recvs[pieces_done++]->Wait(); !got.ok()) {
-            return got;
-          }
-        }
-        if (absl::Status s = assembler.Add(message); !s.ok()) return s;
-        if (message.has_header()) {
-          total = message.header().total_bytes();
-          if (message.header().payload_out_of_band()) {
-            if (replica == nullptr) {
-              return absl::FailedPreconditionError(
-                  "FetchShard: the source sends the payload over the replica "
-                  "group, which this request did not ask for");
-            }
-            comm::OpOptions op;
-            op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
-            for (const recovery::PayloadPiece& piece :
-                 assembler.PendingPieces()) {
-              recvs.push_back(replica->Recv(piece.data, piece.length,
-                                            source / factor, kShardTransferTag,
-                                            op));
-            }
-          }
-        }
-        if (!fired && total >= 0 && assembler.verified_bytes() * 2 >= total) {
-          fired = true;
-          SHARDD_FAILPOINT("transfer.target.mid");
-        }
-        return absl::OkStatus();
-      });
-  if (streamed.ok()) streamed = assembler.Finish();
-  if (replica != nullptr && !streamed.ok()) {
-    // A copy over the replica group failed: end our receives before the
-    // engine they write into can go away, and close our pairs so that the
-    // source's Sends (queued before its header, perhaps never matched) end
-    // now, not at their deadline with its replica group held. The epoch's
-    // communicator is never mended; the next source streams inline.
-    replica->Abort(absl::StrCat("the shard copy from rank ", source,
-                                " failed: ", streamed.ToString()));
-    WaitAll(recvs);
-  }
-  if (options_.observer != nullptr) {
-    options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
-                                     assembler.verified_bytes());
-  }
-  if (options_.observer != nullptr) {
-    options_.observer->RecoveryTransfer(metrics::node_labels::kTarget,
-                                        streamed.ok());
-  }
-  if (!streamed.ok()) return streamed;
-  const v1::ShardHeader& header = assembler.header();
-  if (absl::Status s = engine->InstallState(header.step()); !s.ok()) return s;
-  const uint64_t fingerprint =
-      core::Fingerprint(*model, core::InitScope::kExclude);
-  if (fingerprint != header.model_fingerprint()) {
-    return absl::DataLossError(
-        absl::StrCat("the model in the stream has fingerprint ", fingerprint,
-                     " but the source announced ", header.model_fingerprint()));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (comms_.shard_group() != nullptr) {
-      engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
-    }
-    engine_ = engine;
-    model_ = *model;
-    fingerprint_ = fingerprint;
-    ledger_.ResetForEngine();
-  }
-  const double seconds = absl::ToDoubleSeconds(MonoNow() - started);
-  std::printf(
-      "shardd rank %d recovered shard %d at step %lld from rank %d: %lld "
-      "bytes in %.3f s (%.1f MB/s, %s)\n",
-      client_->rank(), plan.shard_index(),
-      static_cast<long long>(header.step()), source,
-      static_cast<long long>(header.total_bytes()), seconds,
-      seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0,
-      header.payload_out_of_band() ? "over the replica group"
-                                   : "in the stream");
-  std::fflush(stdout);
-  ReportMemory(*engine);
-  {
-    v1::TrainerEvent event;
-    event.set_epoch(epoch);
-    v1::RecoveryProgress* progress = event.mutable_recovery();
-    progress->set_phase(v1::RECOVERY_PHASE_COMPLETE);
-    progress->set_bytes_done(header.total_bytes());
-    progress->set_bytes_total(header.total_bytes());
-    events_.Append(std::move(event));
-  }
-  LogCommit(recovery::CommitRecord::Kind::kRecovered, header.step(), epoch);
-  return absl::OkStatus();
+  shard_copy_->Prepare(plan, world, factor);
 }
 
 absl::Status NodeManager::WatchEvents(

@@ -30,6 +30,7 @@
 #include "daemon/node/event_log.h"
 #include "daemon/node/membership.h"
 #include "daemon/node/peer_reachability.h"
+#include "daemon/node/shard_copy.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/node/step_ledger.h"
 #include "daemon/recovery/commit_log.h"
@@ -265,14 +266,10 @@ class NodeManager : private EpochActions {
   // done when the cluster holds no model yet.
   absl::Status RecoverFromReplicas(int64_t epoch,
                                    const v1::ShardTransfer& plan);
-  absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
-                         int source, MonoTime deadline);
-  // The header (model, fingerprint, shard index) and sections of this
-  // rank's state, for a transfer or a checkpoint. Needs mu_.
-  // A replacement about to copy its shard: learns the model from the plan's
-  // first source (Probe) and builds the engine into prepared_, so that
-  // faulting in GBs of memory overlaps the rendezvous instead of the copy.
-  // Best effort: on any error FetchFrom builds the engine itself.
+  // Makes a replica's copy of this rank's shard the node's (ShardCopy).
+  void InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
+                           core::ModelConfig model, uint64_t fingerprint,
+                           int64_t step, int64_t epoch);
   // A step this daemon prepared and voted on without hearing the decision:
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).
@@ -325,6 +322,8 @@ class NodeManager : private EpochActions {
   // How recovery and checkpoints reach the engines' memory (the backend's
   // math).
   std::unique_ptr<recovery::ShardMemory> shard_memory_;
+  // A replacement's copy of its shard (the target side of FetchShard).
+  std::unique_ptr<ShardCopy> shard_copy_;
   std::atomic<bool> stop_{false};
   // Follows the membership on epoch_thread_ (EpochDriver::Run).
   std::unique_ptr<EpochDriver> epoch_driver_;
@@ -342,17 +341,6 @@ class NodeManager : private EpochActions {
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
-  // A replacement's engine, built from a replica's Probe while the epoch's
-  // communicators formed (PrepareEngine), waiting for FetchFrom to fill it.
-  struct PreparedEngine {
-    std::shared_ptr<StepEngine> engine;
-    core::ModelConfig model;
-    uint64_t fingerprint = 0;
-    int source = -1;
-    int world_size = 0;
-    int sharding_factor = 0;
-  };
-  std::optional<PreparedEngine> prepared_ ABSL_GUARDED_BY(mu_);
   // The CRC-32C of every piece of an out-of-band copy of this daemon's
   // shard (pieces of recovery::kMaxPieceBytesCap from byte 0), for the
   // engine and state version they were computed from.

@@ -1,0 +1,341 @@
+#include "daemon/node/shard_copy.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/model_config.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/memory/byte_buffer.h"
+#include "daemon/node/proto_convert.h"
+#include "daemon/recovery/shard_stream.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+constexpr int64_t kEpoch = 5;
+
+// The membership the copy reads: this rank (0) and its sources, rank 3 at
+// "peer-3" and rank 2 at "peer-2"; failure reports are recorded.
+class Members : public Membership {
+ public:
+  int rank() const override { return 0; }
+  std::string incarnation() const override { return "me"; }
+  coordinator::MembershipView view() const override {
+    coordinator::MembershipView v;
+    v.epoch = kEpoch;
+    for (int r : {0, 2, 3}) {
+      v1::MemberInfo m;
+      m.set_rank(r);
+      m.set_peer_address(absl::StrCat("peer-", r));
+      v.members.push_back(m);
+    }
+    return v;
+  }
+  absl::StatusOr<coordinator::MembershipView> WaitFor(
+      std::function<bool(const coordinator::MembershipView&)>,
+      MonoTime) const override {
+    return view();
+  }
+  absl::Status SetReady(int64_t, int64_t) override { return absl::OkStatus(); }
+  absl::Status ReportFailure(int suspect, v1::FailureKind kind,
+                             absl::string_view, int64_t epoch) override {
+    reports.push_back(
+        absl::StrCat(suspect, " ", v1::FailureKind_Name(kind), " ", epoch));
+    return absl::OkStatus();
+  }
+  absl::Status SendHeartbeat() override { return absl::OkStatus(); }
+  absl::StatusOr<v1::ShouldCommitResponse> ShouldCommit(int64_t, int64_t, bool,
+                                                        absl::string_view,
+                                                        uint64_t,
+                                                        MonoTime) override {
+    return absl::UnimplementedError("unused");
+  }
+  std::string SettledLeaseToken(MonoTime) const override { return ""; }
+  absl::Status Leave(absl::string_view) override { return absl::OkStatus(); }
+
+  std::vector<std::string> reports;
+};
+
+core::ModelConfig Model() {
+  core::ModelConfig model;
+  core::UnitConfig unit;
+  unit.name = "layer0";
+  core::TensorConfig tensor;
+  tensor.spec = {"weight", {3, 4}, core::DType::kFloat32};
+  unit.tensors.push_back(tensor);
+  model.units.push_back(unit);
+  model.config.strategy = core::ShardingStrategy::kNoShard;
+  model.config.sharding_factor = 1;
+  model.config.optimizer = core::AdamWOptions{.lr = 0.01};
+  return model;
+}
+
+class ShardCopyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The source: a one-rank engine two AdamW steps in (parameters and
+    // both moments differ from a fresh engine's).
+    auto source = NewEngine(Model(), 1, 1);
+    ASSERT_TRUE(source.ok()) << source.status();
+    source_ = *std::move(source);
+    for (int64_t step = 1; step <= 2; ++step) {
+      absl::StatusOr<UnitData> slot = source_->GradientSlot(0);
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      float* g = reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
+      for (int64_t i = 0; i < slot->bytes / 4; ++i) g[i] = 0.5f * (i + step);
+      ASSERT_TRUE(source_->ReduceGrad(0, absl::Seconds(1)).ok());
+      ASSERT_TRUE(source_->Step(step, absl::Seconds(1)).ok());
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<StepEngine>> NewEngine(
+      const core::ModelConfig& model, int world, int factor) {
+    ++engines_created_;
+    absl::StatusOr<core::ShardPlan> plan = core::ShardPlan::Create(
+        world, model.config.strategy, model.config.sharding_factor);
+    if (!plan.ok()) return plan.status();
+    absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+        core::BuildLayouts(model, factor);
+    if (!layouts.ok()) return layouts.status();
+    OptimizerSpec optimizer;
+    optimizer.kind = core::OptimizerKind::kAdamW;
+    optimizer.adamw = std::get<core::AdamWOptions>(model.config.optimizer);
+    EngineConfig config{.rank = 0,
+                        .plan = *plan,
+                        .units = *layouts,
+                        .reduce_dtype = core::DType::kFloat32,
+                        .optimizer = optimizer,
+                        .max_grad_norm = 0,
+                        .max_gathered_units = 1,
+                        .exclude_from_weight_decay = {{false}}};
+    return StepEngine::Create(
+        std::move(config),
+        [](int, int64_t, float* out, int64_t n) {
+          std::fill(out, out + n, 0.0f);
+        },
+        heap_);
+  }
+
+  // FetchShard as the source serves it: its state in the stream; with
+  // `corrupt`, one payload byte flipped on the way.
+  absl::Status Serve(
+      const v1::FetchShardRequest& request,
+      const std::function<absl::Status(const v1::FetchShardResponse&)>&
+          on_message,
+      bool corrupt) {
+    ++fetches_;
+    v1::ShardHeader header;
+    header.set_source_rank(3);
+    header.set_shard_index(request.shard_index());
+    *header.mutable_model() = ProtoConvert::ModelToProto(Model());
+    header.set_model_fingerprint(
+        core::Fingerprint(Model(), core::InitScope::kExclude));
+    header.set_epoch(request.epoch());
+    header.set_step(source_->committed_step());
+    header.set_optimizer_step(source_->committed_step());
+    std::vector<recovery::SectionSource> sources;
+    for (const StepEngine::StateSection& s : source_->StateSections()) {
+      recovery::SectionSource src;
+      src.section.set_unit(s.unit);
+      src.section.set_kind(ToSectionKind(s.kind));
+      src.section.set_dtype(v1::DTYPE_FP32);
+      src.section.set_numel(s.numel);
+      src.section.set_byte_length(s.bytes);
+      src.data = s.data;
+      sources.push_back(src);
+    }
+    absl::StatusOr<recovery::ShardStreamWriter> writer =
+        recovery::ShardStreamWriter::Create(header, sources, 16, 0);
+    if (!writer.ok()) return writer.status();
+    v1::FetchShardResponse message;
+    bool flipped = false;
+    while (writer->Next(&message)) {
+      if (corrupt && !flipped && message.has_chunk() &&
+          !message.chunk().data().empty()) {
+        message.mutable_chunk()->mutable_data()->at(0) ^= 0x40;
+        flipped = true;
+      }
+      if (absl::Status s = on_message(message); !s.ok()) return s;
+    }
+    return writer->status();
+  }
+
+  ShardCopy::Options Options() {
+    ShardCopy::Options o;
+    o.fetch_shard = [this](const std::string& address,
+                           const v1::FetchShardRequest& request, MonoTime,
+                           const auto& on_message) -> absl::Status {
+      addresses_.push_back(address);
+      if (address == unavailable_) {
+        return absl::UnavailableError("connection refused");
+      }
+      return Serve(request, on_message, address == corrupt_);
+    };
+    o.probe_peer =
+        [this](const std::string&, MonoTime,
+               bool include_model) -> absl::StatusOr<v1::ProbeResponse> {
+      v1::ProbeResponse probe;
+      probe.set_registered(source_registered_);
+      if (include_model) {
+        *probe.mutable_model() = ProtoConvert::ModelToProto(Model());
+        probe.set_model_fingerprint(
+            core::Fingerprint(Model(), core::InitScope::kExclude));
+      }
+      return probe;
+    };
+    o.shard_memory = &recovery::ShardMemory::Host();
+    o.events = &events_;
+    o.membership = &members_;
+    o.create_engine = [this](const core::ModelConfig& model, int world,
+                             int factor) {
+      return NewEngine(model, world, factor);
+    };
+    o.replica_group_of = [](int64_t) { return nullptr; };
+    o.install = [this](std::shared_ptr<StepEngine> engine, core::ModelConfig,
+                       uint64_t fingerprint, int64_t step, int64_t epoch) {
+      installed_ = std::move(engine);
+      installed_fingerprint_ = fingerprint;
+      installed_step_ = step;
+      installed_epoch_ = epoch;
+    };
+    return o;
+  }
+
+  static v1::ShardTransfer Plan(std::vector<int> sources) {
+    v1::ShardTransfer plan;
+    plan.set_target_rank(0);
+    plan.set_shard_index(0);
+    plan.set_step(2);
+    for (int s : sources) plan.add_source_ranks(s);
+    return plan;
+  }
+
+  std::vector<v1::RecoveryPhase> Phases() {
+    std::vector<v1::TrainerEvent> out;
+    events_.WaitAfter(0, MonoTime::InfinitePast(), &out);
+    std::vector<v1::RecoveryPhase> phases;
+    for (const v1::TrainerEvent& e : out)
+      phases.push_back(e.recovery().phase());
+    return phases;
+  }
+
+  memory::HeapAllocator heap_;
+  std::unique_ptr<StepEngine> source_;
+  Members members_;
+  EventLog events_;
+  int engines_created_ = 0;
+  int fetches_ = 0;
+  bool source_registered_ = true;
+  std::string unavailable_;
+  std::string corrupt_;
+  std::vector<std::string> addresses_;
+  std::shared_ptr<StepEngine> installed_;
+  uint64_t installed_fingerprint_ = 0;
+  int64_t installed_step_ = -1;
+  int64_t installed_epoch_ = -1;
+};
+
+// Every state section of the two engines holds the same bytes.
+void ExpectSameState(StepEngine& a, StepEngine& b) {
+  const std::vector<StepEngine::StateSection> x = a.StateSections();
+  const std::vector<StepEngine::StateSection> y = b.StateSections();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].bytes, y[i].bytes) << i;
+    EXPECT_EQ(std::memcmp(x[i].data, y[i].data, x[i].bytes), 0)
+        << "section " << i;
+  }
+}
+
+TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
+  ShardCopy copy(Options());
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3}), 1, 1);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_TRUE(*copied);
+  ASSERT_NE(installed_, nullptr);
+  EXPECT_EQ(installed_step_, 2);
+  EXPECT_EQ(installed_epoch_, kEpoch);
+  EXPECT_EQ(installed_->committed_step(), 2);
+  EXPECT_EQ(installed_fingerprint_,
+            core::Fingerprint(Model(), core::InitScope::kExclude));
+  ExpectSameState(*installed_, *source_);
+  EXPECT_EQ(addresses_, std::vector<std::string>{"peer-3"});
+  EXPECT_EQ(Phases(), (std::vector<v1::RecoveryPhase>{
+                          v1::RECOVERY_PHASE_TRANSFERRING_STATE,
+                          v1::RECOVERY_PHASE_COMPLETE}));
+  EXPECT_TRUE(members_.reports.empty());
+}
+
+TEST_F(ShardCopyTest, AnEnginePreparedFromTheSourceIsFilledNotBuiltAgain) {
+  ShardCopy copy(Options());
+  const int before = engines_created_;
+  copy.Prepare(Plan({3}), 1, 1);
+  EXPECT_TRUE(copy.prepared());
+  EXPECT_EQ(engines_created_, before + 1);
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3}), 1, 1));
+  EXPECT_EQ(engines_created_, before + 1);  // The prepared one was used.
+  EXPECT_FALSE(copy.prepared());
+  ExpectSameState(*installed_, *source_);
+}
+
+TEST_F(ShardCopyTest, APreparedEngineForAnotherTopologyIsNotUsed) {
+  ShardCopy copy(Options());
+  const int before = engines_created_;
+  copy.Prepare(Plan({3}), 1, 1);
+  // The epoch has another W (NO_SHARD: the shard is the same): the copy
+  // builds an engine for it instead of filling the prepared one.
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3}), 2, 1);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(engines_created_, before + 2);
+  EXPECT_EQ(installed_->config().plan.world_size(), 2);
+  EXPECT_FALSE(copy.prepared());
+  ExpectSameState(*installed_, *source_);
+}
+
+TEST_F(ShardCopyTest, NothingToCopyWhenTheSourcesHoldNoModel) {
+  source_registered_ = false;
+  ShardCopy copy(Options());
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3, 2}), 1, 1);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_FALSE(*copied);
+  EXPECT_EQ(installed_, nullptr);
+  EXPECT_EQ(fetches_, 0);
+  EXPECT_TRUE(members_.reports.empty());
+}
+
+TEST_F(ShardCopyTest, AFailedSourceIsSkippedForTheNext) {
+  unavailable_ = "peer-3";
+  ShardCopy copy(Options());
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3, 2}), 1, 1);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(addresses_, (std::vector<std::string>{"peer-3", "peer-2"}));
+  ExpectSameState(*installed_, *source_);
+  EXPECT_TRUE(members_.reports.empty());  // A source succeeded.
+}
+
+TEST_F(ShardCopyTest, ACorruptCopyIsRefusedAndItsSourceReported) {
+  corrupt_ = "peer-3";
+  ShardCopy copy(Options());
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3}), 1, 1);
+  ASSERT_FALSE(copied.ok());
+  EXPECT_EQ(copied.status().code(), absl::StatusCode::kDataLoss)
+      << copied.status();
+  EXPECT_EQ(installed_, nullptr);
+  EXPECT_EQ(members_.reports, std::vector<std::string>{absl::StrCat(
+                                  "3 FAILURE_KIND_TRANSFER_FAILED ", kEpoch)});
+}
+
+TEST_F(ShardCopyTest, WithoutPeerClientsNoCopyIsPossible) {
+  ShardCopy::Options o = Options();
+  o.fetch_shard = nullptr;
+  ShardCopy copy(std::move(o));
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3}), 1, 1);
+  EXPECT_EQ(copied.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace shardd::node
