@@ -39,6 +39,7 @@
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/shard_copy.h"
+#include "daemon/node/shard_source.h"
 #include "daemon/node/shard_transfer.h"
 #include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/node/state_export.h"
@@ -225,6 +226,15 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
                               step, epoch);
   };
   m->shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
+  ShardSource::Options source;
+  source.shard_memory = m->shard_memory_.get();
+  source.observer = options.observer;
+  source.membership = m->client_.get();
+  source.snapshot = [self] { return self->ShardSnapshot(); };
+  source.replica_group_of = [self](int64_t epoch, MonoTime deadline) {
+    return self->ReplicaGroupOf(epoch, deadline);
+  };
+  m->shard_source_ = std::make_unique<ShardSource>(std::move(source));
   if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_driver_ = std::make_unique<EpochDriver>(
       m->client_.get(), static_cast<EpochActions*>(self), Clock::Real());
@@ -237,9 +247,9 @@ NodeManager::~NodeManager() {
   if (epoch_driver_ != nullptr) epoch_driver_->Stop();
   if (reachability_ != nullptr) reachability_->Stop();
   if (epoch_thread_.joinable()) epoch_thread_.join();
-  // Probe (the only place that starts it) no longer runs: the peer server
-  // is shut down before the manager goes.
-  if (crc_thread_.joinable()) crc_thread_.join();
+  // Probe (the only place that starts a CRC computation) no longer runs:
+  // the peer server is shut down before the manager goes.
+  shard_source_.reset();
   client_.reset();
   absl::MutexLock lock(&mu_);
   engine_.reset();
@@ -1391,258 +1401,30 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
 absl::Status NodeManager::ServeShard(
     const v1::FetchShardRequest& request, MonoTime deadline,
     const std::function<bool(const v1::FetchShardResponse&)>& send) {
-  if (request.max_chunk_bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_chunk_bytes: must be >= 0, got ", request.max_chunk_bytes()));
-  }
-  if (request.shard_index() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard_index: must be >= 0, got ", request.shard_index()));
-  }
+  if (absl::Status s = ShardSource::CheckRequest(request); !s.ok()) return s;
   if (stop_.load()) return absl::UnavailableError("shutting down");
   // A consistent snapshot: no trainer operation (a Step) runs while the
   // shard streams. During recovery the epoch is not ready, so the wait is
   // short; it is bounded by the deadline all the same.
-  while (!op_mu_.TryLock()) {
-    if (MonoNow() >= deadline) {
-      return absl::DeadlineExceededError(
-          "FetchShard: a trainer operation held the daemon until the "
-          "deadline");
-    }
-    absl::SleepFor(absl::Milliseconds(1));
+  if (!op_mu_.LockWhenWithTimeout(absl::Condition::kTrue,
+                                  deadline - MonoNow())) {
+    op_mu_.Unlock();
+    return absl::DeadlineExceededError(
+        "FetchShard: a trainer operation held the daemon until the deadline");
   }
-  struct Unlock {
-    absl::Mutex* mu;
-    ~Unlock() { mu->Unlock(); }
-  } unlock{&op_mu_};
-  std::shared_ptr<StepEngine> engine;
-  v1::ShardHeader header;
-  std::vector<recovery::SectionSource> sources;
-  {
-    absl::MutexLock lock(&mu_);
-    if (engine_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "this daemon holds no model: nothing to send");
-    }
-    engine = engine_;
-    const int f = engine->config().plan.sharding_factor();
-    const int rank = engine->config().rank;
-    if (rank % f != request.shard_index()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard_index: this daemon (rank ", rank, ") holds shard ", rank % f,
-          ", not ", request.shard_index(), ": the plan is stale"));
-    }
-    DescribeShardLocked(*engine, &header, &sources);
-  }
-  const int64_t epoch = client_->view().epoch;
-  if (request.epoch() != epoch) {
-    return absl::AbortedError(absl::StrCat(
-        "epoch: ", request.epoch(), " is not this daemon's epoch ", epoch));
-  }
-  const int64_t step = engine->committed_step();
-  if (request.step() != step) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step: the plan asks for step ", request.step(),
-        " but this daemon's committed step is ", step, ": the plan is stale"));
-  }
-  header.set_epoch(epoch);
-  header.set_step(step);
-  header.set_optimizer_step(step);
-
-  // The payload over this epoch's replica group, when asked and possible:
-  // the requester holds our shard index, so it is a member of our replica
-  // group (rank requester / F there).
-  std::shared_ptr<comm::Collective> replica;
-  int peer = -1;
-  if (request.payload_over_replica_group()) {
-    replica =
-        ReplicaGroupOf(epoch, std::min(deadline, MonoNow() + absl::Seconds(5)));
-    const int f = engine->config().plan.sharding_factor();
-    peer = request.requester_rank() / f;
-    if (replica != nullptr &&
-        (request.requester_rank() < 0 ||
-         request.requester_rank() % f != request.shard_index() ||
-         peer == replica->rank() || peer >= replica->size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "requester_rank: ", request.requester_rank(),
-          " is not another member of shard ", request.shard_index(),
-          "'s replica group (F = ", f, ", ", replica->size(), " replicas)"));
-    }
-  }
-  // The pieces' CRCs, if computed ahead of this copy (after the
-  // replacement's Probe) from this very state and for this piece size.
-  std::vector<uint32_t> piece_crcs;
-  if (replica != nullptr && request.resume_from_byte() == 0 &&
-      request.max_chunk_bytes() == recovery::kMaxPieceBytesCap) {
-    piece_crcs =
-        PieceCrcsFor(engine, std::min(deadline, MonoNow() + absl::Seconds(5)));
-  }
-  const bool precomputed = !piece_crcs.empty();
-  absl::StatusOr<recovery::ShardStreamWriter> writer =
-      recovery::ShardStreamWriter::Create(
-          header, sources, request.max_chunk_bytes(),
-          request.resume_from_byte(),
-          /*payload_out_of_band=*/replica != nullptr, std::move(piece_crcs),
-          *shard_memory_);
-  if (!writer.ok() && precomputed) {
-    // Not the same pieces after all: compute them while sending.
-    writer = recovery::ShardStreamWriter::Create(
-        header, std::move(sources), request.max_chunk_bytes(),
-        request.resume_from_byte(),
-        /*payload_out_of_band=*/replica != nullptr, {}, *shard_memory_);
-  }
-  if (!writer.ok()) return writer.status();
-  std::printf("shardd rank %d: sending shard %d at step %lld to rank %d %s\n",
-              client_->rank(), request.shard_index(),
-              static_cast<long long>(step), request.requester_rank(),
-              replica == nullptr ? "in the stream"
-              : precomputed ? "over the replica group (piece CRCs precomputed)"
-                            : "over the replica group");
-  std::fflush(stdout);
-  // Every piece is queued at once, straight from the shard: the
-  // communicator sends them one after another while this thread computes
-  // the chunks' CRCs. Any failure below aborts the replica group (the
-  // epoch's communicators are never mended: its Sends would otherwise hold
-  // it until their deadline) and waits for the Sends before returning.
-  std::vector<std::shared_ptr<comm::Work>> sends;
-  if (replica != nullptr) {
-    comm::OpOptions op;
-    op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
-    for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
-      sends.push_back(
-          replica->Send(piece.data, piece.length, peer, kShardTransferTag, op));
-    }
-  }
-  struct AbortUnfinished {
-    comm::Collective* replica;
-    const std::vector<std::shared_ptr<comm::Work>>* sends;
-    bool ok = false;
-    ~AbortUnfinished() {
-      if (ok || sends->empty()) return;
-      replica->Abort("a shard copy over the replica group failed");
-      WaitAll(*sends);
-    }
-  } abort_unfinished{replica.get(), &sends};
-  // Pieces whose chunk was written, and whose Send was waited for.
-  size_t pieces_described = 0;
-  size_t pieces_sent = 0;
-  auto wait_sends = [&](size_t n) -> absl::Status {
-    for (; pieces_sent < n; ++pieces_sent) {
-      if (absl::Status s = sends[pieces_sent]->Wait(); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  int64_t total = 0;
-  for (const StepEngine::StateSection& section : engine->StateSections()) {
-    total += section.bytes;
-  }
-  bool fired = false;
-  v1::FetchShardResponse message;
-  struct Report {
-    metrics::NodeObserver* observer;
-    const recovery::ShardStreamWriter* writer;
-    bool ok = false;
-    ~Report() {
-      if (observer == nullptr) return;
-      observer->RecoveryBytes(metrics::node_labels::kSent,
-                              writer->bytes_sent());
-      observer->RecoveryTransfer(metrics::node_labels::kSource, ok);
-    }
-  } report{options_.observer, &*writer};
-  while (writer->Next(&message)) {
-    if (!send(message)) {
-      return absl::UnavailableError(
-          "FetchShard: the receiver closed the stream");
-    }
-    // Chunks (each piece's CRC) and the trailer go out as soon as they are
-    // computed, ahead of the bytes: the receiver checks a piece only once
-    // its Recv completed, so nothing waits on them at the end.
-    if (message.has_chunk() && !sends.empty()) ++pieces_described;
-    if (!fired && writer->bytes_sent() * 2 >= total) {
-      fired = true;
-      // Half the bytes out, not only described.
-      if (absl::Status sent = wait_sends(pieces_described); !sent.ok()) {
-        return sent;
-      }
-      SHARDD_FAILPOINT("transfer.source.mid");
-    }
-    if (MonoNow() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("FetchShard: deadline reached after ",
-                       writer->bytes_sent(), " of ", total, " bytes"));
-    }
-    if (client_->view().epoch != epoch) {
-      return absl::AbortedError(absl::StrCat(
-          "FetchShard: the epoch changed from ", epoch, " mid-stream"));
-    }
-  }
-  // Reading the shard's memory (a GPU's, through the engine's math) failed.
-  if (!writer->status().ok()) return writer->status();
-  if (pieces_described != sends.size()) {
-    return absl::InternalError(
-        absl::StrCat("FetchShard: ", sends.size() - pieces_described, " of ",
-                     sends.size(), " pieces were queued but never described"));
-  }
-  if (absl::Status sent = wait_sends(sends.size()); !sent.ok()) return sent;
-  report.ok = true;
-  abort_unfinished.ok = true;
-  return absl::OkStatus();
+  absl::Cleanup unlock = [this]()
+                             ABSL_UNLOCK_FUNCTION(op_mu_) { op_mu_.Unlock(); };
+  return shard_source_->Serve(request, deadline, send);
 }
 
-void NodeManager::PrecomputePieceCrcs() {
-  std::optional<PieceCrcs> computed;
-  std::shared_ptr<StepEngine> engine;
-  v1::ShardHeader header;
-  std::vector<recovery::SectionSource> sources;
-  {
-    absl::MutexLock lock(&mu_);
-    engine = engine_;
-    if (engine != nullptr) DescribeShardLocked(*engine, &header, &sources);
-  }
-  if (engine != nullptr) {
-    // Read between two equal versions: no step or install changed the bytes
-    // meanwhile (during a recovery no step runs, so this is the usual case).
-    const uint64_t version = engine->state_version();
-    absl::StatusOr<recovery::ShardStreamWriter> writer =
-        recovery::ShardStreamWriter::Create(
-            header, std::move(sources), recovery::kMaxPieceBytesCap, 0,
-            /*payload_out_of_band=*/true, {}, *shard_memory_);
-    if (writer.ok()) {
-      PieceCrcs crcs{engine, version, {}};
-      bool read_all = true;
-      for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
-        absl::StatusOr<uint32_t> crc = recovery::ShardCrc32cExtend(
-            *shard_memory_, 0, piece.data, piece.length);
-        if (!crc.ok()) {
-          read_all = false;  // ServeShard computes them while sending.
-          break;
-        }
-        crcs.crcs.push_back(*crc);
-      }
-      if (read_all && engine->state_version() == version) {
-        computed = std::move(crcs);
-      }
-    }
-  }
-  absl::MutexLock lock(&crc_mu_);
-  if (computed.has_value()) piece_crcs_ = std::move(computed);
-  crc_running_ = false;
-}
-
-std::vector<uint32_t> NodeManager::PieceCrcsFor(
-    const std::shared_ptr<StepEngine>& engine, MonoTime deadline) {
-  absl::MutexLock lock(&crc_mu_);
-  const auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(crc_mu_) {
-    return !crc_running_;
-  };
-  if (!AwaitUntil(&crc_mu_, absl::Condition(&settled), deadline)) {
-    return {};
-  }
-  if (!piece_crcs_.has_value() || piece_crcs_->engine.lock() != engine ||
-      piece_crcs_->state_version != engine->state_version()) {
-    return {};
-  }
-  return piece_crcs_->crcs;
+ShardSource::Snapshot NodeManager::ShardSnapshot() const {
+  ShardSource::Snapshot snapshot;
+  absl::MutexLock lock(&mu_);
+  if (engine_ == nullptr || !model_.has_value()) return snapshot;
+  snapshot.engine = engine_;
+  DescribeShard(*engine_, *model_, fingerprint_, &snapshot.header,
+                &snapshot.sources);
+  return snapshot;
 }
 
 std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
@@ -1657,31 +1439,6 @@ std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
   return comms_.ReplicaGroupOf(epoch);
 }
 
-void NodeManager::DescribeShardLocked(
-    const StepEngine& engine, v1::ShardHeader* header,
-    std::vector<recovery::SectionSource>* sources) const {
-  const EngineConfig& config = engine.config();
-  const int f = config.plan.sharding_factor();
-  header->set_source_rank(config.rank);
-  header->set_shard_index(config.rank % f);
-  *header->mutable_model() = ProtoConvert::ModelToProto(*model_);
-  header->set_model_fingerprint(fingerprint_);
-  header->set_last_learning_rate(engine.learning_rate());
-  // StateSections hands out pointers into buffers that live as long as the
-  // engine; reading them needs no lock of the engine's.
-  for (const StepEngine::StateSection& section :
-       const_cast<StepEngine&>(engine).StateSections()) {
-    recovery::SectionSource source;
-    source.section.set_unit(section.unit);
-    source.section.set_kind(ToSectionKind(section.kind));
-    source.section.set_dtype(v1::DTYPE_FP32);
-    source.section.set_numel(section.numel);
-    source.section.set_byte_length(section.bytes);
-    source.data = section.data;
-    sources->push_back(std::move(source));
-  }
-}
-
 void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   if (options_.checkpoint_dir.empty()) return;
   v1::ShardHeader header;
@@ -1689,8 +1446,8 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   int rank = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (engine_ == nullptr) return;
-    DescribeShardLocked(*engine_, &header, &sources);
+    if (engine_ == nullptr || !model_.has_value()) return;
+    DescribeShard(*engine_, *model_, fingerprint_, &header, &sources);
     rank = engine_->config().rank;
   }
   header.set_epoch(epoch);
@@ -2089,16 +1846,9 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
 }
 
 v1::ProbeResponse NodeManager::Probe(bool include_model) {
-  if (include_model) {
-    absl::MutexLock lock(&crc_mu_);
-    if (!crc_running_) {
-      crc_running_ = true;
-      // The previous computation has finished (it cleared crc_running_ as
-      // its last step), so this join does not wait on the lock.
-      if (crc_thread_.joinable()) crc_thread_.join();
-      crc_thread_ = std::thread([this] { PrecomputePieceCrcs(); });
-    }
-  }
+  // A replacement about to copy this daemon's shard asks for the model:
+  // the copy's piece CRCs are computed now, in the background.
+  if (include_model) shard_source_->StartPrecompute();
   v1::ProbeResponse probe;
   absl::MutexLock lock(&mu_);
   probe.set_rank(client_->rank());

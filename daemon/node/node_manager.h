@@ -31,6 +31,7 @@
 #include "daemon/node/membership.h"
 #include "daemon/node/peer_reachability.h"
 #include "daemon/node/shard_copy.h"
+#include "daemon/node/shard_source.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/node/step_ledger.h"
 #include "daemon/recovery/commit_log.h"
@@ -284,9 +285,8 @@ class NodeManager : private EpochActions {
   // until `deadline`); null when it is another epoch's, failed or absent.
   std::shared_ptr<comm::Collective> ReplicaGroupOf(int64_t epoch,
                                                    MonoTime deadline);
-  void DescribeShardLocked(const StepEngine& engine, v1::ShardHeader* header,
-                           std::vector<recovery::SectionSource>* sources) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine and its description for a copy (ShardSource), under mu_.
+  ShardSource::Snapshot ShardSnapshot() const;
   // Writes this rank's checkpoint of `step` (after a commit).
   void WriteCheckpoint(int64_t step, int64_t epoch);
   // Restores this rank's checkpoint of `step` (-1: the latest on disk),
@@ -324,6 +324,8 @@ class NodeManager : private EpochActions {
   std::unique_ptr<recovery::ShardMemory> shard_memory_;
   // A replacement's copy of its shard (the target side of FetchShard).
   std::unique_ptr<ShardCopy> shard_copy_;
+  // Serving this rank's shard to a replacement (the source side).
+  std::unique_ptr<ShardSource> shard_source_;
   std::atomic<bool> stop_{false};
   // Follows the membership on epoch_thread_ (EpochDriver::Run).
   std::unique_ptr<EpochDriver> epoch_driver_;
@@ -341,23 +343,6 @@ class NodeManager : private EpochActions {
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
-  // The CRC-32C of every piece of an out-of-band copy of this daemon's
-  // shard (pieces of recovery::kMaxPieceBytesCap from byte 0), for the
-  // engine and state version they were computed from.
-  struct PieceCrcs {
-    std::weak_ptr<StepEngine> engine;
-    uint64_t state_version = 0;
-    std::vector<uint32_t> crcs;
-  };
-  void PrecomputePieceCrcs();
-  // The precomputed CRCs if they match the engine's current state (waiting
-  // until `deadline` for a computation in progress); else empty.
-  std::vector<uint32_t> PieceCrcsFor(const std::shared_ptr<StepEngine>& engine,
-                                     MonoTime deadline);
-  absl::Mutex crc_mu_;
-  std::optional<PieceCrcs> piece_crcs_ ABSL_GUARDED_BY(crc_mu_);
-  bool crc_running_ ABSL_GUARDED_BY(crc_mu_) = false;
-  std::thread crc_thread_;  // Started by Probe; joined by the destructor.
   // The trainer protocol's account of the step under way.
   StepLedger ledger_ ABSL_GUARDED_BY(mu_);
   // The epoch of the communicators the current trainer operation uses (set

@@ -10,8 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/comm/collective.h"
+#include "daemon/core/model_config.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/node/step_engine.h"
+#include "daemon/recovery/shard_stream.h"
 #include "shardd/v1/peer.pb.h"
 
 // What both ends of a shard copy (Peer.FetchShard) share: the Send/Recv
@@ -26,6 +28,14 @@ inline constexpr uint32_t kShardTransferTag = 0x53484344;  // "SHCD"
 
 // The wire kind of an engine state section.
 v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind);
+
+// The header (model, fingerprint, shard index, source rank, learning rate;
+// not epoch or step) and the sections of `engine`'s state, for a copy or a
+// checkpoint. The sections borrow the engine's buffers, which live as long
+// as the engine; reading them needs no lock of the engine's.
+void DescribeShard(StepEngine& engine, const core::ModelConfig& model,
+                   uint64_t fingerprint, v1::ShardHeader* header,
+                   std::vector<recovery::SectionSource>* sources);
 
 // Waits for every work (they end at their deadline or at the abort that
 // precedes this call), so that no operation still touches its buffer.
