@@ -126,11 +126,11 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     coordinator::MemberShardStatus status;
     // Never blocks on a collective: mu_ is only held briefly.
     absl::MutexLock lock(&self->mu_);
-    if (self->engine_ != nullptr) {
+    if (self->holder_.engine() != nullptr) {
       status.holds_shard = true;
-      status.committed_step = self->engine_->committed_step();
-      status.model_fingerprint = self->fingerprint_;
-      status.pending_step = self->engine_->pending_step().value_or(0);
+      status.committed_step = self->holder_.engine()->committed_step();
+      status.model_fingerprint = self->holder_.fingerprint();
+      status.pending_step = self->holder_.engine()->pending_step().value_or(0);
     }
     return status;
   };
@@ -252,7 +252,7 @@ NodeManager::~NodeManager() {
   shard_source_.reset();
   client_.reset();
   absl::MutexLock lock(&mu_);
-  engine_.reset();
+  holder_.Reset();
   comms_.Clear();
 }
 
@@ -279,14 +279,14 @@ LocalEpochState NodeManager::Local() {
   absl::MutexLock lock(&mu_);
   LocalEpochState local;
   local.comm_epoch = comms_.epoch();
-  local.holds_engine = engine_ != nullptr;
+  local.holds_engine = holder_.engine() != nullptr;
   local.engine_prepared = shard_copy_->prepared();
   return local;
 }
 
 int64_t NodeManager::CommittedStep() {
   absl::MutexLock lock(&mu_);
-  return engine_ != nullptr ? engine_->committed_step() : 0;
+  return holder_.engine() != nullptr ? holder_.engine()->committed_step() : 0;
 }
 
 void NodeManager::NoteEpochChanged(const coordinator::MembershipView& view,
@@ -417,7 +417,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     // A step in progress when the old epoch broke is abandoned: the trainer
     // redoes it (after WaitReady) from its first ReduceGrad.
     ledger_.ResetForEpoch();
-    engine = engine_;
+    engine = holder_.engine();
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
   return absl::OkStatus();
@@ -439,7 +439,7 @@ void NodeManager::NoteJobFailed(const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
     comms_.AbortAll(why.message());
-    if (engine_ != nullptr) step = engine_->committed_step();
+    if (holder_.engine() != nullptr) step = holder_.engine()->committed_step();
     epoch = comms_.epoch();
   }
   // The last committed step and its checksum, for the record: this shard
@@ -493,11 +493,11 @@ absl::Status NodeManager::MembershipStatus() const {
 
 absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::EngineOrError() const {
   absl::MutexLock lock(&mu_);
-  if (engine_ == nullptr) {
+  if (holder_.engine() == nullptr) {
     return absl::FailedPreconditionError(
         "no model registered: call RegisterModel first");
   }
-  return engine_;
+  return holder_.engine();
 }
 
 absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
@@ -522,7 +522,8 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
     v1::StepAborted* aborted = event.mutable_step_aborted();
     {
       absl::MutexLock lock(&mu_);
-      if (engine_ != nullptr) aborted->set_step(engine_->committed_step() + 1);
+      if (holder_.engine() != nullptr)
+        aborted->set_step(holder_.engine()->committed_step() + 1);
     }
     aborted->set_reason(absl::StrCat(what, ": ", status.message()));
     events_.Append(std::move(event));
@@ -558,7 +559,7 @@ void NodeManager::LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
-    engine = engine_;
+    engine = holder_.engine();
   }
   if (engine != nullptr) commits_->Record(*engine, kind, step, epoch);
 }
@@ -590,18 +591,21 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
     report.set_device_free_bytes(device->free_bytes);
     report.set_device_total_bytes(device->total_bytes);
   }
-  if (engine_ == nullptr) return report;
+  if (holder_.engine() == nullptr) return report;
   *report.mutable_planned() =
-      ProtoConvert::MemoryToProto(engine_->planned_memory());
+      ProtoConvert::MemoryToProto(holder_.engine()->planned_memory());
   // What the engine's buffers hold, per category.
-  *report.mutable_held() = ProtoConvert::MemoryToProto(engine_->held_memory());
-  const EngineConfig& config = engine_->config();
+  *report.mutable_held() =
+      ProtoConvert::MemoryToProto(holder_.engine()->held_memory());
+  const EngineConfig& config = holder_.engine()->config();
   const int shard_index = client_->rank() % config.plan.sharding_factor();
   for (size_t u = 0; u < config.units.size(); ++u) {
     const core::UnitLayout& layout = config.units[u];
     v1::UnitMemory* um = report.add_units();
     um->set_unit(u);
-    um->set_name(model_.has_value() ? model_->units[u].name : "");
+    um->set_name(holder_.model_if_any().has_value()
+                     ? holder_.model().units[u].name
+                     : "");
     um->set_numel(layout.numel());
     um->set_padded_numel(layout.padded_numel());
     um->set_shard_offset(layout.shard(shard_index).offset);
@@ -635,7 +639,7 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
   ref.set_dtype(ToProtoDType(data.dtype));
   ref.set_byte_length(data.bytes);
   const std::vector<core::TensorView>& tensors =
-      engine_->config().units[unit].tensors();
+      holder_.engine()->config().units[unit].tensors();
   const int64_t elem = core::DTypeSize(data.dtype);
   for (size_t t = 0; t < tensors.size(); ++t) {
     v1::TensorView* view = ref.add_views();
@@ -820,9 +824,9 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     absl::MutexLock lock(&mu_);
     world = world_size_;
     factor = sharding_factor_;
-    if (engine_ != nullptr) {
-      absl::Status same =
-          core::CompareModels(*model_, *model, core::InitScope::kExclude);
+    if (holder_.engine() != nullptr) {
+      absl::Status same = core::CompareModels(holder_.model(), *model,
+                                              core::InitScope::kExclude);
       if (!same.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "model differs from the one this daemon holds (held vs new): "
@@ -832,7 +836,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       // A new trainer process: what the old one held is released, and a
       // step it left half-way (peers wait in collectives it will never
       // issue) is abandoned with the epoch, so that every rank redoes it.
-      for (int u : ledger_.TakeHeld()) (void)engine_->Release(u);
+      for (int u : ledger_.TakeHeld()) (void)holder_.engine()->Release(u);
       if (ledger_.TakeInStep()) {
         const int64_t epoch_now = comms_.epoch();
         mu_.Unlock();
@@ -841,12 +845,12 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
         mu_.Lock();
       }
       v1::RegisterModelResponse response;
-      response.set_committed_step(engine_->committed_step());
+      response.set_committed_step(holder_.engine()->committed_step());
       response.set_epoch(comms_.epoch());
       response.set_reattached(true);
       *response.mutable_topology() = TopologyLocked();
       *response.mutable_memory() = MemoryReportLocked();
-      response.set_model_fingerprint(fingerprint_);
+      response.set_model_fingerprint(holder_.fingerprint());
       return response;
     }
   }
@@ -912,13 +916,8 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   if (!imported_step.ok()) return imported_step.status();
   std::shared_ptr<StepEngine> engine = std::move(*created);
   absl::MutexLock lock(&mu_);
-  if (comms_.shard_group() != nullptr) {
-    engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
-  }
-  engine_ = engine;
-  model_ = *model;
-  fingerprint_ = core::Fingerprint(*model, core::InitScope::kExclude);
-  ledger_.ResetForEngine();
+  InstallEngineLocked(engine, *model,
+                      core::Fingerprint(*model, core::InitScope::kExclude));
   if (commits_->logs_commits()) {
     const int64_t epoch_now = comms_.epoch();
     mu_.Unlock();
@@ -943,14 +942,14 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     }
     mu_.Lock();
   }
-  ReportMemory(*engine_);
+  ReportMemory(*holder_.engine());
   v1::RegisterModelResponse response;
-  response.set_committed_step(engine_->committed_step());
+  response.set_committed_step(holder_.engine()->committed_step());
   response.set_epoch(comms_.epoch());
   response.set_reattached(false);
   *response.mutable_topology() = TopologyLocked();
   *response.mutable_memory() = MemoryReportLocked();
-  response.set_model_fingerprint(fingerprint_);
+  response.set_model_fingerprint(holder_.fingerprint());
   return response;
 }
 
@@ -1247,7 +1246,7 @@ absl::StatusOr<v1::StepResponse> NodeManager::Step(
     absl::MutexLock lock(&mu_);
     epoch = comms_.epoch();
     op_epoch_ = epoch;
-    fingerprint = fingerprint_;
+    fingerprint = holder_.fingerprint();
   }
   // The commit vote (invariant 1): after the gradient collectives and the
   // norm, before the optimizer. Every member gets the same answer, so
@@ -1350,7 +1349,7 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
           "a step is in progress (units gathered or reduced); export between "
           "steps");
     }
-    model = *model_;
+    model = holder_.model();
     if (request.layout() == v1::EXPORT_LAYOUT_FULL) {
       if (!ReadyLocked()) {
         return absl::AbortedError("the daemon is not in a ready epoch");
@@ -1420,10 +1419,11 @@ absl::Status NodeManager::ServeShard(
 ShardSource::Snapshot NodeManager::ShardSnapshot() const {
   ShardSource::Snapshot snapshot;
   absl::MutexLock lock(&mu_);
-  if (engine_ == nullptr || !model_.has_value()) return snapshot;
-  snapshot.engine = engine_;
-  DescribeShard(*engine_, *model_, fingerprint_, &snapshot.header,
-                &snapshot.sources);
+  if (holder_.engine() == nullptr || !holder_.model_if_any().has_value())
+    return snapshot;
+  snapshot.engine = holder_.engine();
+  DescribeShard(*holder_.engine(), holder_.model(), holder_.fingerprint(),
+                &snapshot.header, &snapshot.sources);
   return snapshot;
 }
 
@@ -1446,9 +1446,11 @@ void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
   int rank = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (engine_ == nullptr || !model_.has_value()) return;
-    DescribeShard(*engine_, *model_, fingerprint_, &header, &sources);
-    rank = engine_->config().rank;
+    if (holder_.engine() == nullptr || !holder_.model_if_any().has_value())
+      return;
+    DescribeShard(*holder_.engine(), holder_.model(), holder_.fingerprint(),
+                  &header, &sources);
+    rank = holder_.engine()->config().rank;
   }
   header.set_epoch(epoch);
   header.set_step(step);
@@ -1497,8 +1499,8 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
   std::optional<core::ModelConfig> model;
   {
     absl::MutexLock lock(&mu_);
-    engine = engine_;
-    if (engine != nullptr) model = model_;
+    engine = holder_.engine();
+    if (engine != nullptr) model = holder_.model_if_any();
   }
   const bool fresh = engine == nullptr;
   if (fresh) {
@@ -1570,14 +1572,10 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
   {
     absl::MutexLock lock(&mu_);
     if (fresh) {
-      if (comms_.shard_group() != nullptr) {
-        engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
-      }
-      engine_ = engine;
-      model_ = *model;
-      fingerprint_ = fingerprint;
+      InstallEngineLocked(engine, *model, fingerprint);
+    } else {
+      ledger_.ResetForEngine();
     }
-    ledger_.ResetForEngine();
   }
   std::printf("shardd rank %d restored its checkpoint of step %lld from %s\n",
               rank, static_cast<long long>(header.step()), path.c_str());
@@ -1638,23 +1636,24 @@ void NodeManager::InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                                       int64_t epoch) {
   {
     absl::MutexLock lock(&mu_);
-    if (comms_.shard_group() != nullptr) {
-      engine->SetCommunicators(comms_.shard_group(), comms_.replica_group());
-    }
-    engine_ = engine;
-    model_ = std::move(model);
-    fingerprint_ = fingerprint;
-    ledger_.ResetForEngine();
+    InstallEngineLocked(engine, std::move(model), fingerprint);
   }
   ReportMemory(*engine);
   LogCommit(recovery::CommitRecord::Kind::kRecovered, step, epoch);
+}
+
+void NodeManager::InstallEngineLocked(std::shared_ptr<StepEngine> engine,
+                                      core::ModelConfig model,
+                                      uint64_t fingerprint) {
+  holder_.Install(std::move(engine), std::move(model), fingerprint, comms_);
+  ledger_.ResetForEngine();
 }
 
 bool NodeManager::DropPendingAt(int64_t step, int64_t epoch) {
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
-    engine = engine_;
+    engine = holder_.engine();
   }
   if (engine == nullptr || !engine->pending_step().has_value() ||
       engine->committed_step() != step) {
@@ -1675,7 +1674,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
   std::shared_ptr<StepEngine> engine;
   {
     absl::MutexLock lock(&mu_);
-    engine = engine_;
+    engine = holder_.engine();
   }
   if (engine == nullptr) return;
   const std::optional<int64_t> pending = engine->pending_step();
@@ -1795,20 +1794,21 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
   *status.mutable_topology() = TopologyLocked();
   status.set_device(device_memory_ ? v1::DEVICE_KIND_CUDA
                                    : v1::DEVICE_KIND_CPU);
-  status.set_recovery_phase(recovering_ ? v1::RECOVERY_PHASE_TRANSFERRING_STATE
-                            : (!recovery_error_.empty() && engine_ == nullptr)
-                                ? v1::RECOVERY_PHASE_UNRECOVERABLE
-                                : v1::RECOVERY_PHASE_COMPLETE);
+  status.set_recovery_phase(
+      recovering_ ? v1::RECOVERY_PHASE_TRANSFERRING_STATE
+      : (!recovery_error_.empty() && holder_.engine() == nullptr)
+          ? v1::RECOVERY_PHASE_UNRECOVERABLE
+          : v1::RECOVERY_PHASE_COMPLETE);
   status.set_version("shardd v1 (CPU data plane)");
   status.set_job_state(absl::IsDataLoss(view.error) ? v1::JOB_STATE_FAILED
                                                     : v1::JOB_STATE_RUNNING);
   if (absl::IsDataLoss(view.error)) {
     status.set_job_failure(std::string(view.error.message()));
   }
-  status.set_registered(engine_ != nullptr);
-  if (engine_ != nullptr) {
-    status.set_committed_step(engine_->committed_step());
-    status.set_model_fingerprint(fingerprint_);
+  status.set_registered(holder_.engine() != nullptr);
+  if (holder_.engine() != nullptr) {
+    status.set_committed_step(holder_.engine()->committed_step());
+    status.set_model_fingerprint(holder_.fingerprint());
     *status.mutable_memory() = MemoryReportLocked();
   }
   for (int u : ledger_.held()) status.add_gathered_units(u);
@@ -1853,15 +1853,17 @@ v1::ProbeResponse NodeManager::Probe(bool include_model) {
   absl::MutexLock lock(&mu_);
   probe.set_rank(client_->rank());
   probe.set_epoch(comms_.epoch());
-  probe.set_committed_step(engine_ != nullptr ? engine_->committed_step() : 0);
+  probe.set_committed_step(
+      holder_.engine() != nullptr ? holder_.engine()->committed_step() : 0);
   probe.set_state(ReadyLocked() ? v1::MEMBER_STATE_READY
                   : recovering_ ? v1::MEMBER_STATE_RECOVERING
                                 : v1::MEMBER_STATE_JOINING);
-  probe.set_registered(engine_ != nullptr);
+  probe.set_registered(holder_.engine() != nullptr);
   probe.set_incarnation(client_->incarnation());
-  if (include_model && engine_ != nullptr && model_.has_value()) {
-    *probe.mutable_model() = ProtoConvert::ModelToProto(*model_);
-    probe.set_model_fingerprint(fingerprint_);
+  if (include_model && holder_.engine() != nullptr &&
+      holder_.model_if_any().has_value()) {
+    *probe.mutable_model() = ProtoConvert::ModelToProto(holder_.model());
+    probe.set_model_fingerprint(holder_.fingerprint());
   }
   return probe;
 }

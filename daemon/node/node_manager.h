@@ -25,6 +25,7 @@
 #include "daemon/node/commit_sink.h"
 #include "daemon/node/engine_admission.h"
 #include "daemon/node/engine_backend.h"
+#include "daemon/node/engine_holder.h"
 #include "daemon/node/epoch_communicators.h"
 #include "daemon/node/epoch_driver.h"
 #include "daemon/node/event_log.h"
@@ -267,6 +268,11 @@ class NodeManager : private EpochActions {
   // done when the cluster holds no model yet.
   absl::Status RecoverFromReplicas(int64_t epoch,
                                    const v1::ShardTransfer& plan);
+  // The one install path of a new engine (registered, restored, copied):
+  // the holder's, and the trainer protocol's state starts over.
+  void InstallEngineLocked(std::shared_ptr<StepEngine> engine,
+                           core::ModelConfig model, uint64_t fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes a replica's copy of this rank's shard the node's (ShardCopy).
   void InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                            core::ModelConfig model, uint64_t fingerprint,
@@ -340,9 +346,8 @@ class NodeManager : private EpochActions {
   int sharding_factor_ ABSL_GUARDED_BY(mu_) = 0;
   // The current epoch's communicators and their health.
   EpochCommunicators comms_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
-  std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
-  uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  // The engine and its model; InstallEngineLocked changes them.
+  EngineHolder holder_ ABSL_GUARDED_BY(mu_);
   // The trainer protocol's account of the step under way.
   StepLedger ledger_ ABSL_GUARDED_BY(mu_);
   // The epoch of the communicators the current trainer operation uses (set

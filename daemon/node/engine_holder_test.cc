@@ -1,0 +1,76 @@
+#include "daemon/node/engine_holder.h"
+
+#include <memory>
+
+#include "daemon/core/model_config.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/memory/byte_buffer.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+class EngineHolderTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<StepEngine> NewEngine() {
+    std::vector<core::UnitLayout> units;
+    units.push_back(*core::UnitLayout::Create(
+        {"layer0", {{"weight", {2, 2}, core::DType::kFloat32}}}, 1));
+    OptimizerSpec optimizer;
+    optimizer.kind = core::OptimizerKind::kSgd;
+    optimizer.sgd.lr = 0.1;
+    EngineConfig config{.rank = 0,
+                        .plan = *core::ShardPlan::Create(
+                            1, core::ShardingStrategy::kFullShard, 1),
+                        .units = std::move(units),
+                        .reduce_dtype = core::DType::kFloat32,
+                        .optimizer = optimizer,
+                        .max_grad_norm = 0,
+                        .max_gathered_units = 1,
+                        .exclude_from_weight_decay = {}};
+    auto engine = StepEngine::Create(
+        std::move(config),
+        [](int, int64_t, float* out, int64_t n) {
+          std::fill(out, out + n, 1.0f);
+        },
+        heap_);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? std::shared_ptr<StepEngine>(*std::move(engine))
+                       : nullptr;
+  }
+  memory::HeapAllocator heap_;
+};
+
+TEST_F(EngineHolderTest, HoldsNothingUntilAnEngineIsInstalled) {
+  EngineHolder holder;
+  EXPECT_EQ(holder.engine(), nullptr);
+  EXPECT_FALSE(holder.model_if_any().has_value());
+  EXPECT_EQ(holder.fingerprint(), 0u);
+}
+
+TEST_F(EngineHolderTest, InstallReplacesEngineModelAndFingerprintTogether) {
+  EngineHolder holder;
+  EpochCommunicators none;
+  core::ModelConfig first;
+  first.units.emplace_back().name = "a";
+  std::shared_ptr<StepEngine> one = NewEngine();
+  holder.Install(one, first, 11, none);
+  EXPECT_EQ(holder.engine(), one);
+  EXPECT_EQ(holder.model().units[0].name, "a");
+  EXPECT_EQ(holder.fingerprint(), 11u);
+  core::ModelConfig second;
+  second.units.emplace_back().name = "b";
+  std::shared_ptr<StepEngine> two = NewEngine();
+  holder.Install(two, second, 22, none);
+  EXPECT_EQ(holder.engine(), two);
+  EXPECT_EQ(holder.model().units[0].name, "b");
+  EXPECT_EQ(holder.fingerprint(), 22u);
+  EXPECT_EQ(one.use_count(), 1);  // The old engine is no longer shared.
+  holder.Reset();
+  EXPECT_EQ(holder.engine(), nullptr);
+  EXPECT_FALSE(holder.model_if_any().has_value());
+  EXPECT_EQ(two.use_count(), 1);
+}
+
+}  // namespace
+}  // namespace shardd::node
