@@ -38,6 +38,7 @@
 #include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
+#include "daemon/node/shard_checkpoints.h"
 #include "daemon/node/shard_copy.h"
 #include "daemon/node/shard_source.h"
 #include "daemon/node/shard_transfer.h"
@@ -200,6 +201,13 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       options.join_membership(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
+  m->checkpoints_ = std::make_unique<ShardCheckpoints>(
+      ShardCheckpoints::Options{.dir = options.checkpoint_dir,
+                                .keep_last = options.checkpoint_keep_last,
+                                .shard_memory = m->shard_memory_.get(),
+                                .catalog = m->catalog_.get(),
+                                .membership = m->client_.get(),
+                                .observer = options.observer});
   ShardCopy::Options copy;
   copy.fetch_shard = options.fetch_shard;
   copy.probe_peer = options.probe_peer;
@@ -1440,151 +1448,60 @@ std::shared_ptr<comm::Collective> NodeManager::ReplicaGroupOf(
 }
 
 void NodeManager::WriteCheckpoint(int64_t step, int64_t epoch) {
-  if (options_.checkpoint_dir.empty()) return;
-  v1::ShardHeader header;
-  std::vector<recovery::SectionSource> sources;
-  int rank = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (holder_.engine() == nullptr || !holder_.model_if_any().has_value())
-      return;
-    DescribeShard(*holder_.engine(), holder_.model(), holder_.fingerprint(),
-                  &header, &sources);
-    rank = holder_.engine()->config().rank;
-  }
-  header.set_epoch(epoch);
-  header.set_step(step);
-  header.set_optimizer_step(step);
-  absl::StatusOr<std::string> path = recovery::WriteShardCheckpoint(
-      options_.checkpoint_dir, rank, header, sources,
-      options_.checkpoint_keep_last, *shard_memory_);
-  if (!path.ok()) {
-    // Training goes on; the next interval tries again, and a fallback
-    // meanwhile uses an older checkpoint.
-    std::fprintf(stderr, "shardd: checkpoint of step %lld: %s\n",
-                 static_cast<long long>(step),
-                 path.status().ToString().c_str());
-    return;
-  }
-  catalog_->NoteWritten(rank, step);
-  // The coordinator plans rollbacks from the members' inventories: tell it
-  // now, not at the next heartbeat, so that a failure right after this step
-  // rolls back to it.
-  (void)client_->SendHeartbeat();
-  if (options_.observer != nullptr) {
-    options_.observer->CheckpointWritten(absl::Now());
-  }
+  if (checkpoints_->enabled())
+    checkpoints_->Write(ShardSnapshot(), step, epoch);
 }
 
 absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
                                                          int64_t epoch) {
-  if (options_.checkpoint_dir.empty()) {
-    return absl::FailedPreconditionError(
-        "no --checkpoint_dir: this daemon keeps no checkpoints");
-  }
-  const int rank = client_->rank();
-  std::string path;
-  if (step < 0) {
-    absl::StatusOr<std::string> latest =
-        recovery::LatestShardCheckpoint(options_.checkpoint_dir, rank);
-    if (!latest.ok()) return latest.status();
-    path = *latest;
-  } else {
-    path = recovery::ShardCheckpointPath(options_.checkpoint_dir, rank, step);
-  }
-  absl::StatusOr<v1::ShardHeader> peek =
-      recovery::ReadShardCheckpointHeader(path);
-  if (!peek.ok()) return peek.status();
   std::shared_ptr<StepEngine> engine;
   std::optional<core::ModelConfig> model;
+  int world = 0, factor = 0;
   {
     absl::MutexLock lock(&mu_);
     engine = holder_.engine();
     if (engine != nullptr) model = holder_.model_if_any();
+    world = world_size_;
+    factor = sharding_factor_;
   }
-  const bool fresh = engine == nullptr;
-  if (fresh) {
-    absl::StatusOr<core::ModelConfig> m =
-        ProtoConvert::ModelFromProto(peek->model());
-    if (!m.ok()) {
-      return absl::Status(m.status().code(),
-                          absl::StrCat(path, ": ", m.status().message()));
-    }
-    int world = 0, factor = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      world = world_size_;
-      factor = sharding_factor_;
-    }
-    absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
-        *m, world, factor, [](int, int64_t, float* out, int64_t n) {
-          std::fill(out, out + n, 0.0f);
-        });
-    if (!created.ok()) return created.status();
-    engine = std::move(*created);
-    model = *std::move(m);
-  }
-  const uint64_t fingerprint =
-      core::Fingerprint(*model, core::InitScope::kExclude);
-  if (peek->model_fingerprint() != fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": holds a shard of another model (fingerprint ",
-        peek->model_fingerprint(), ", this model ", fingerprint, ")"));
-  }
+  const int rank = client_->rank();
+  absl::StatusOr<ShardCheckpoints::Restore> restore = checkpoints_->Prepare(
+      rank, step, std::move(engine), model, [&](const core::ModelConfig& m) {
+        return CreateEngine(m, world, factor,
+                            [](int, int64_t, float* out, int64_t n) {
+                              std::fill(out, out + n, 0.0f);
+                            });
+      });
+  if (!restore.ok()) return restore.status();
   // Trainer operations wait while the state is overwritten.
   absl::MutexLock op(&op_mu_);
-  const std::vector<StepEngine::StateSection> mine = engine->StateSections();
-  v1::ShardHeader header;
-  absl::Status read = recovery::ReadShardCheckpoint(
-      path,
-      [&](const v1::ShardHeader& h, int index) -> absl::StatusOr<uint8_t*> {
-        if (static_cast<int>(mine.size()) != h.sections_size()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(path, ": ", h.sections_size(),
-                           " sections, this rank's shard has ", mine.size()));
-        }
-        const v1::ShardSection& theirs = h.sections(index);
-        if (theirs.unit() != mine[index].unit ||
-            theirs.kind() != ToSectionKind(mine[index].kind) ||
-            theirs.byte_length() != mine[index].bytes) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              path, ": section ", index, " does not match this rank's shard"));
-        }
-        return mine[index].data;
-      },
-      &header, /*payload_crc_out=*/nullptr, *shard_memory_);
-  if (!read.ok()) {
+  absl::StatusOr<int64_t> restored = checkpoints_->Read(*restore);
+  if (!restored.ok()) {
     // A live engine's state is garbage now: no collective may use it
     // until a restore succeeds (a fresh engine is simply dropped).
-    if (!fresh) {
+    if (!restore->fresh) {
       absl::MutexLock lock(&mu_);
-      comms_.MarkFailed(read.ToString());
+      comms_.MarkFailed(restored.status().ToString());
     }
-    return read;
-  }
-  if (absl::Status s = engine->InstallState(header.step()); !s.ok()) {
-    if (!fresh) {
-      absl::MutexLock lock(&mu_);
-      comms_.MarkFailed(s.ToString());
-    }
-    return s;
+    return restored.status();
   }
   {
     absl::MutexLock lock(&mu_);
-    if (fresh) {
-      InstallEngineLocked(engine, *model, fingerprint);
+    if (restore->fresh) {
+      InstallEngineLocked(restore->engine, restore->model,
+                          restore->fingerprint);
     } else {
       ledger_.ResetForEngine();
     }
   }
   std::printf("shardd rank %d restored its checkpoint of step %lld from %s\n",
-              rank, static_cast<long long>(header.step()), path.c_str());
+              rank, static_cast<long long>(*restored), restore->path.c_str());
   std::fflush(stdout);
   if (options_.observer != nullptr) options_.observer->CheckpointRestored();
-  ReportMemory(*engine);
-  LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, header.step(),
+  ReportMemory(*restore->engine);
+  LogCommit(recovery::CommitRecord::Kind::kCheckpointRestored, *restored,
             epoch);
-  return header.step();
+  return *restored;
 }
 
 void NodeManager::CountAbort(absl::string_view reason) {

@@ -31,6 +31,7 @@
 #include "daemon/node/event_log.h"
 #include "daemon/node/membership.h"
 #include "daemon/node/peer_reachability.h"
+#include "daemon/node/shard_checkpoints.h"
 #include "daemon/node/shard_copy.h"
 #include "daemon/node/shard_source.h"
 #include "daemon/node/step_engine.h"
@@ -363,6 +364,8 @@ class NodeManager : private EpochActions {
   // The checkpoints of this rank the daemon verified (reported to the
   // coordinator with every join and heartbeat).
   std::unique_ptr<CheckpointCatalog> catalog_;
+  // Writing and restoring this rank's sharded checkpoints.
+  std::unique_ptr<ShardCheckpoints> checkpoints_;
   std::atomic<int64_t> job_failure_replies_{0};
 };
 

@@ -40,12 +40,7 @@ namespace shardd::node {
 class ShardSource {
  public:
   // What a copy of the node's shard needs, read under the node's lock.
-  struct Snapshot {
-    std::shared_ptr<StepEngine> engine;  // Null: no model registered.
-    // DescribeShard's header (without epoch and step) and sections.
-    v1::ShardHeader header;
-    std::vector<recovery::SectionSource> sources;
-  };
+  using Snapshot = ShardDescription;
   struct Options {
     const recovery::ShardMemory* shard_memory = nullptr;
     metrics::NodeObserver* observer = nullptr;  // Optional.

@@ -29,6 +29,14 @@ inline constexpr uint32_t kShardTransferTag = 0x53484344;  // "SHCD"
 // The wire kind of an engine state section.
 v1::ShardSectionKind ToSectionKind(StepEngine::StateKind kind);
 
+// A node's shard described for a copy or a checkpoint (DescribeShard), with
+// the engine whose buffers the sections borrow.
+struct ShardDescription {
+  std::shared_ptr<StepEngine> engine;  // Null: no model registered.
+  v1::ShardHeader header;              // Without epoch and step.
+  std::vector<recovery::SectionSource> sources;
+};
+
 // The header (model, fingerprint, shard index, source rank, learning rate;
 // not epoch or step) and the sections of `engine`'s state, for a copy or a
 // checkpoint. The sections borrow the engine's buffers, which live as long

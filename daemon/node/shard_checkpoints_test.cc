@@ -1,0 +1,244 @@
+#include "daemon/node/shard_checkpoints.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/core/model_config.h"
+#include "daemon/core/shard_plan.h"
+#include "daemon/memory/byte_buffer.h"
+#include "daemon/recovery/shard_checkpoint.h"
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+// Counts the heartbeats a written checkpoint sends.
+class Heartbeats : public Membership {
+ public:
+  int rank() const override { return 0; }
+  std::string incarnation() const override { return "me"; }
+  coordinator::MembershipView view() const override { return {}; }
+  absl::StatusOr<coordinator::MembershipView> WaitFor(
+      std::function<bool(const coordinator::MembershipView&)>,
+      MonoTime) const override {
+    return view();
+  }
+  absl::Status SetReady(int64_t, int64_t) override { return absl::OkStatus(); }
+  absl::Status ReportFailure(int, v1::FailureKind, absl::string_view,
+                             int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status SendHeartbeat() override {
+    ++sent;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::ShouldCommitResponse> ShouldCommit(int64_t, int64_t, bool,
+                                                        absl::string_view,
+                                                        uint64_t,
+                                                        MonoTime) override {
+    return absl::UnimplementedError("unused");
+  }
+  std::string SettledLeaseToken(MonoTime) const override { return ""; }
+  absl::Status Leave(absl::string_view) override { return absl::OkStatus(); }
+
+  int sent = 0;
+};
+
+core::ModelConfig Model(int64_t rows = 8) {
+  core::ModelConfig model;
+  core::UnitConfig& unit = model.units.emplace_back();
+  unit.name = "layer0";
+  core::TensorConfig& tensor = unit.tensors.emplace_back();
+  tensor.spec = {"weight", {rows, 16}, core::DType::kFloat32};
+  model.config.strategy = core::ShardingStrategy::kNoShard;
+  model.config.sharding_factor = 1;
+  model.config.optimizer = core::AdamWOptions{.lr = 0.01};
+  return model;
+}
+
+class ShardCheckpointsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/shard_checkpoints_test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    catalog_ = std::make_unique<CheckpointCatalog>(dir_);
+    auto engine = NewEngine(Model(), 0.5f);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    absl::StatusOr<UnitData> slot = engine_->GradientSlot(0);
+    ASSERT_TRUE(slot.ok());
+    float* g = reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
+    for (int64_t i = 0; i < slot->bytes / 4; ++i) g[i] = 0.125f * (i % 7);
+    ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+    ASSERT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  absl::StatusOr<std::unique_ptr<StepEngine>> NewEngine(
+      const core::ModelConfig& model, float init) {
+    OptimizerSpec optimizer;
+    optimizer.kind = core::OptimizerKind::kAdamW;
+    optimizer.adamw = std::get<core::AdamWOptions>(model.config.optimizer);
+    absl::StatusOr<std::vector<core::UnitLayout>> layouts =
+        core::BuildLayouts(model, 1);
+    if (!layouts.ok()) return layouts.status();
+    EngineConfig config{.rank = 0,
+                        .plan = *core::ShardPlan::Create(
+                            1, core::ShardingStrategy::kNoShard, 1),
+                        .units = *layouts,
+                        .reduce_dtype = core::DType::kFloat32,
+                        .optimizer = optimizer,
+                        .max_grad_norm = 0,
+                        .max_gathered_units = 1,
+                        .exclude_from_weight_decay = {{false}}};
+    return StepEngine::Create(
+        std::move(config),
+        [init](int, int64_t, float* out, int64_t n) {
+          std::fill(out, out + n, init);
+        },
+        heap_);
+  }
+
+  ShardCheckpoints Checkpoints() {
+    return ShardCheckpoints({.dir = dir_,
+                             .keep_last = 2,
+                             .shard_memory = &recovery::ShardMemory::Host(),
+                             .catalog = catalog_.get(),
+                             .membership = &members_,
+                             .observer = nullptr});
+  }
+
+  ShardDescription Describe() {
+    ShardDescription d;
+    d.engine = engine_;
+    DescribeShard(*engine_, Model(),
+                  core::Fingerprint(Model(), core::InitScope::kExclude),
+                  &d.header, &d.sources);
+    return d;
+  }
+
+  auto Creator(int* created) {
+    return [this, created](const core::ModelConfig& m) {
+      ++*created;
+      return NewEngine(m, 0.0f);
+    };
+  }
+
+  memory::HeapAllocator heap_;
+  std::string dir_;
+  std::unique_ptr<CheckpointCatalog> catalog_;
+  Heartbeats members_;
+  std::shared_ptr<StepEngine> engine_;
+};
+
+void ExpectSameState(StepEngine& a, StepEngine& b) {
+  const auto x = a.StateSections();
+  const auto y = b.StateSections();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].bytes, y[i].bytes);
+    EXPECT_EQ(std::memcmp(x[i].data, y[i].data, x[i].bytes), 0) << i;
+  }
+}
+
+TEST_F(ShardCheckpointsTest, AWrittenCheckpointRestoresIntoAFreshEngine) {
+  ShardCheckpoints checkpoints = Checkpoints();
+  checkpoints.Write(Describe(), 1, 3);
+  EXPECT_EQ(members_.sent, 1);  // The coordinator hears of it at once.
+  ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
+  EXPECT_EQ(catalog_->Inventory().steps(0), 1);
+  int created = 0;
+  absl::StatusOr<ShardCheckpoints::Restore> restore =
+      checkpoints.Prepare(0, -1, nullptr, std::nullopt, Creator(&created));
+  ASSERT_TRUE(restore.ok()) << restore.status();
+  EXPECT_TRUE(restore->fresh);
+  EXPECT_EQ(created, 1);
+  EXPECT_EQ(restore->fingerprint,
+            core::Fingerprint(Model(), core::InitScope::kExclude));
+  absl::StatusOr<int64_t> step = checkpoints.Read(*restore);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 1);
+  EXPECT_EQ(restore->engine->committed_step(), 1);
+  ExpectSameState(*restore->engine, *engine_);
+}
+
+TEST_F(ShardCheckpointsTest, ALiveEngineIsOverwrittenNotReplaced) {
+  ShardCheckpoints checkpoints = Checkpoints();
+  checkpoints.Write(Describe(), 1, 3);
+  auto live = NewEngine(Model(), 9.0f);
+  ASSERT_TRUE(live.ok());
+  std::shared_ptr<StepEngine> engine = *std::move(live);
+  int created = 0;
+  absl::StatusOr<ShardCheckpoints::Restore> restore =
+      checkpoints.Prepare(0, 1, engine, Model(), Creator(&created));
+  ASSERT_TRUE(restore.ok()) << restore.status();
+  EXPECT_FALSE(restore->fresh);
+  EXPECT_EQ(created, 0);
+  EXPECT_EQ(restore->engine, engine);
+  ASSERT_TRUE(checkpoints.Read(*restore).ok());
+  ExpectSameState(*engine, *engine_);
+}
+
+TEST_F(ShardCheckpointsTest, ACheckpointOfAnotherModelIsRefused) {
+  ShardCheckpoints checkpoints = Checkpoints();
+  checkpoints.Write(Describe(), 1, 3);
+  auto other = NewEngine(Model(4), 0.0f);
+  ASSERT_TRUE(other.ok());
+  int created = 0;
+  absl::StatusOr<ShardCheckpoints::Restore> restore =
+      checkpoints.Prepare(0, 1, *std::move(other), Model(4), Creator(&created));
+  ASSERT_EQ(restore.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(restore.status().message().find("another model"),
+            std::string::npos);
+}
+
+TEST_F(ShardCheckpointsTest, ACorruptCheckpointFailsItsReadNamingTheFile) {
+  ShardCheckpoints checkpoints = Checkpoints();
+  checkpoints.Write(Describe(), 1, 3);
+  const std::string path = recovery::ShardCheckpointPath(dir_, 0, 1);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-16, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x20;
+    f.seekp(-16, std::ios::end);
+    f.write(&c, 1);
+  }
+  int created = 0;
+  absl::StatusOr<ShardCheckpoints::Restore> restore =
+      checkpoints.Prepare(0, 1, nullptr, std::nullopt, Creator(&created));
+  ASSERT_TRUE(restore.ok()) << restore.status();
+  absl::StatusOr<int64_t> step = checkpoints.Read(*restore);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss) << step.status();
+}
+
+TEST_F(ShardCheckpointsTest, WithoutADirectoryNothingIsKept) {
+  ShardCheckpoints none({.dir = "",
+                         .keep_last = 2,
+                         .shard_memory = &recovery::ShardMemory::Host(),
+                         .catalog = catalog_.get(),
+                         .membership = &members_,
+                         .observer = nullptr});
+  EXPECT_FALSE(none.enabled());
+  none.Write(Describe(), 1, 3);
+  EXPECT_EQ(members_.sent, 0);
+  int created = 0;
+  EXPECT_EQ(none.Prepare(0, 1, nullptr, std::nullopt, Creator(&created))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace shardd::node
