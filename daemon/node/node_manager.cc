@@ -828,6 +828,9 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, 0);
   absl::MutexLock op(&op_mu_);
   int world = 0, factor = 0;
+  bool reattach = false;
+  bool abandon = false;
+  int64_t epoch_now = 0;
   {
     absl::MutexLock lock(&mu_);
     world = world_size_;
@@ -845,22 +848,25 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       // step it left half-way (peers wait in collectives it will never
       // issue) is abandoned with the epoch, so that every rank redoes it.
       for (int u : ledger_.TakeHeld()) (void)holder_.engine()->Release(u);
-      if (ledger_.TakeInStep()) {
-        const int64_t epoch_now = comms_.epoch();
-        mu_.Unlock();
-        AbandonEpoch("the trainer re-attached in the middle of a step",
-                     v1::FAILURE_KIND_PROCESS_EXITED, epoch_now);
-        mu_.Lock();
-      }
-      v1::RegisterModelResponse response;
-      response.set_committed_step(holder_.engine()->committed_step());
-      response.set_epoch(comms_.epoch());
-      response.set_reattached(true);
-      *response.mutable_topology() = TopologyLocked();
-      *response.mutable_memory() = MemoryReportLocked();
-      response.set_model_fingerprint(holder_.fingerprint());
-      return response;
+      abandon = ledger_.TakeInStep();
+      epoch_now = comms_.epoch();
+      reattach = true;
     }
+  }
+  if (reattach) {
+    if (abandon) {
+      AbandonEpoch("the trainer re-attached in the middle of a step",
+                   v1::FAILURE_KIND_PROCESS_EXITED, epoch_now);
+    }
+    absl::MutexLock lock(&mu_);
+    v1::RegisterModelResponse response;
+    response.set_committed_step(holder_.engine()->committed_step());
+    response.set_epoch(comms_.epoch());
+    response.set_reattached(true);
+    *response.mutable_topology() = TopologyLocked();
+    *response.mutable_memory() = MemoryReportLocked();
+    response.set_model_fingerprint(holder_.fingerprint());
+    return response;
   }
   if (!epoch.ok()) {
     if (world == 0) {
@@ -923,23 +929,19 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   absl::StatusOr<int64_t> imported_step = import->Apply(**created);
   if (!imported_step.ok()) return imported_step.status();
   std::shared_ptr<StepEngine> engine = std::move(*created);
-  absl::MutexLock lock(&mu_);
-  InstallEngineLocked(engine, *model,
-                      core::Fingerprint(*model, core::InitScope::kExclude));
-  if (commits_->logs_commits()) {
-    const int64_t epoch_now = comms_.epoch();
-    mu_.Unlock();
-    LogCommit(*imported_step > 0
-                  ? recovery::CommitRecord::Kind::kCheckpointRestored
-                  : recovery::CommitRecord::Kind::kInit,
-              *imported_step, epoch_now);
-    mu_.Lock();
+  {
+    absl::MutexLock lock(&mu_);
+    InstallEngineLocked(engine, *model,
+                        core::Fingerprint(*model, core::InitScope::kExclude));
+    epoch_now = comms_.epoch();
   }
+  LogCommit(*imported_step > 0
+                ? recovery::CommitRecord::Kind::kCheckpointRestored
+                : recovery::CommitRecord::Kind::kInit,
+            *imported_step, epoch_now);
   if (*imported_step > 0) {
     // The coordinator counts steps from its votes: tell it the step the
     // job resumes at, so that it expects the next one.
-    const int64_t epoch_now = comms_.epoch();
-    mu_.Unlock();
     if (absl::Status s = client_->SetReady(epoch_now, *imported_step);
         !s.ok()) {
       // The next heartbeat reports the step again; a vote before it is
@@ -948,9 +950,9 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
                    static_cast<long long>(*imported_step),
                    s.ToString().c_str());
     }
-    mu_.Lock();
   }
-  ReportMemory(*holder_.engine());
+  ReportMemory(*engine);
+  absl::MutexLock lock(&mu_);
   v1::RegisterModelResponse response;
   response.set_committed_step(holder_.engine()->committed_step());
   response.set_epoch(comms_.epoch());
