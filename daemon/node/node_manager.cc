@@ -91,6 +91,9 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
   if (options.identity.empty()) {
     return absl::InvalidArgumentError("identity: required");
   }
+  if (options.clock == nullptr) {
+    return absl::InvalidArgumentError("clock: required (Clock::Real())");
+  }
   if (!options.join_membership || !options.store_of_epoch) {
     return absl::InvalidArgumentError(
         "join_membership and store_of_epoch: required (UseCoordinator)");
@@ -245,7 +248,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
   m->shard_source_ = std::make_unique<ShardSource>(std::move(source));
   if (m->reachability_ != nullptr) m->reachability_->Start();
   m->epoch_driver_ = std::make_unique<EpochDriver>(
-      m->client_.get(), static_cast<EpochActions*>(self), Clock::Real());
+      m->client_.get(), static_cast<EpochActions*>(self), options.clock);
   m->epoch_thread_ = std::thread([self] { self->epoch_driver_->Run(); });
   return m;
 }

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/comm/store.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
@@ -131,6 +132,9 @@ struct NodeOptions {
   // accumulation buffer or an export's staging fits in memory
   // (RESOURCE_EXHAUSTED with the breakdown otherwise). Never null.
   std::shared_ptr<EngineAdmission> admission = EngineAdmission::Unlimited();
+  // Where the epoch driver reads the time (the coordinator's Clock port).
+  // Not owned; never null.
+  Clock* clock = Clock::Real();
 };
 
 // The state of one shardd daemon, without gRPC: membership (its Membership
