@@ -336,6 +336,7 @@ class NodeManager {
     int source = -1;
     int world_size = 0;
     int sharding_factor = 0;
+    absl::Duration build_time;
   };
   std::optional<PreparedEngine> prepared_ ABSL_GUARDED_BY(mu_);
   // The CRC-32C of every piece of an out-of-band copy of this daemon's
