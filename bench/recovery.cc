@@ -36,8 +36,8 @@
 //   rendezvous  MEMBER_JOINED -> EPOCH_READY minus the transfer: recovery
 //               planning, the new epoch's communicators, the READY reports;
 //               the replacement builds its step engine meanwhile (every
-//               buffer allocated and pre-faulted; its "engine prepared in T
-//               s" line, reported as its own row);
+//               buffer allocated and pre-faulted; the build time its
+//               CopyEngineReady event reports, as its own row);
 //   transfer    the replacement's own figure (its "recovered shard ... in
 //               T s" line): the FetchShard call, whose header is followed by
 //               the shard's bytes over the epoch's replica group (Gloo
@@ -51,11 +51,12 @@
 // consecutive committed steps outside the failure (for scale: first_step is
 // essentially one step).
 //
-// The transfer row is split at the replacement's "engine ready for the
-// shard copy" line (printed when the header arrived and its engine exists):
+// The transfer row is split at the replacement's CopyEngineReady event
+// (Trainer.WatchEvents, sent when the header arrived and its engine exists;
+// read after the copy, stamped with the daemon's wall clock in ms):
 // "request+header" before it (and the engine's creation, when it was not
-// prepared), "data" (and the install) after it, both by the arrival times of
-// the two lines here.
+// prepared), "data" (and the install) after it, up to the arrival of the
+// "recovered shard" line here.
 //
 // After training, with the cluster still up, this process fetches the same
 // shard from rank 3 (rank 1's replica) over Peer.FetchShard itself: once
@@ -356,14 +357,55 @@ struct Timeline {
   absl::Time replacement_spawned;
   absl::Time replacement_listening;
   RecoveredLine recovered;
-  // Arrival of the replacement's "engine ready for the shard copy" and
-  // "recovered shard" lines.
+  // The replacement's last CopyEngineReady event (its daemon's time) and
+  // the arrival of its "recovered shard" line.
   absl::Time engine_ready;
   absl::Time recovered_line;
-  // From "engine prepared in T s" (-1: the engine was not prepared).
+  // The build time of the last engine prepared during the rendezvous (-1:
+  // none was).
   double engine_prepared_s = -1;
   int copy_attempts = 0;  // Engines created: 1 unless an attempt failed.
 };
+
+// The replacement's CopyEngineReady events up to its recovery's COMPLETE,
+// read from its Trainer.WatchEvents into `t`.
+absl::Status ReadCopyEvents(const std::string& socket, Timeline& t) {
+  absl::StatusOr<std::unique_ptr<client::TrainerClient>> c =
+      client::TrainerClient::Create({.target = socket});
+  if (!c.ok()) return c.status();
+  // Resuming after event 1 replays every event the daemon still holds from
+  // 2 on (a snapshot first only when it holds none yet): the copy is over
+  // when this runs, and its events come after the attempt's
+  // TRANSFERRING_STATE, so none of them is event 1.
+  v1::WatchEventsRequest request;
+  request.set_after_sequence(1);
+  std::unique_ptr<client::EventStream> events =
+      (*c)->WatchEvents(request, MonoNow() + absl::Seconds(30));
+  v1::TrainerEvent event;
+  while (events->Next(&event)) {
+    if (event.has_copy_engine_ready()) {
+      const v1::CopyEngineReady& ready = event.copy_engine_ready();
+      t.engine_ready = absl::FromUnixMillis(event.time_unix_ms());
+      ++t.copy_attempts;
+      if (ready.prepared_during_rendezvous()) {
+        t.engine_prepared_s = ready.build_seconds();
+      }
+    }
+    if (event.has_recovery() &&
+        event.recovery().phase() == v1::RECOVERY_PHASE_COMPLETE) {
+      events->Cancel();
+      (void)events->Finish();
+      if (t.copy_attempts == 0) {
+        return absl::InternalError(
+            "the replacement's events have no CopyEngineReady");
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::Status(events->Finish().code(),
+                      "the replacement's events ended before its recovery "
+                      "was COMPLETE");
+}
 
 struct RecoveryResult {
   ModelSize model;
@@ -597,33 +639,18 @@ class RecoveryRun {
         log_.WaitFor(name, "recovered shard", deadline);
     if (!recovered.ok()) return Annotated(recovered.status());
     t.recovered_line = recovered->time;
-    // The last copy attempt's engine line (an attempt that failed, e.g.
-    // when the epoch changed under it, printed one too), and the failures.
-    bool engine_seen = false;
+    // The last copy attempt's engine (an attempt that failed, e.g. when the
+    // epoch changed under it, reported one too).
+    if (absl::Status s = ReadCopyEvents(Socket(kKilledRank), t); !s.ok()) {
+      return Annotated(s);
+    }
+    // For people: why an attempt failed.
     for (const LineLog::Line& l : log_.Snapshot()) {
       if (l.source != name || l.time > recovered->time) continue;
-      if (const size_t at = l.text.find("engine prepared in ");
-          at != std::string::npos) {
-        const std::vector<std::string> words =
-            absl::StrSplit(l.text.substr(at + 19), ' ');
-        double prepared = 0;
-        if (!words.empty() && absl::SimpleAtod(words[0], &prepared)) {
-          t.engine_prepared_s = prepared;
-        }
-      }
-      if (absl::StrContains(l.text, "engine ready for the shard copy")) {
-        t.engine_ready = l.time;
-        engine_seen = true;
-        ++t.copy_attempts;
-      }
       if (absl::StrContains(l.text, "failed")) {
         std::cerr << "recovery: " << model_.name << ": " << name << ": "
                   << l.text << "\n";
       }
-    }
-    if (!engine_seen) {
-      return Annotated(absl::InternalError(
-          "the replacement printed no \"engine ready\" line"));
     }
     absl::StatusOr<RecoveredLine> parsed = ParseRecoveredLine(recovered->text);
     if (!parsed.ok()) return parsed.status();

@@ -65,8 +65,9 @@ struct RecoveryObservations {
   absl::Time kill;  // Just before kill(2).
   int killed_rank = -1;
   RecoveredLine recovered;
-  // Arrival of the replacement's "engine ready for the shard copy" and
-  // "recovered shard" lines (the stream runs between them).
+  // The replacement's CopyEngineReady event (Trainer.WatchEvents; its
+  // daemon's wall-clock time) and the arrival of its "recovered shard" line
+  // (the stream runs between them).
   absl::Time engine_ready_line;
   absl::Time recovered_line;
   std::vector<CoordinatorDecision> decisions;  // In log order.

@@ -101,139 +101,192 @@ ABSL_FLAG(std::string, health_listen, "",
 namespace shardd::coordinator {
 namespace {
 
+// Every step of Run below that can refuse to start returns the line the
+// coordinator prints then (after "coordinator: ") as its status's message.
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "coordinator: %s\n", message.c_str());
   return 2;
 }
 
-int Run() {
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+int Fail(const absl::Status& status) {
+  return Fail(std::string(status.message()));
+}
+
+// What the flags say about listening and leases, checked.
+struct ServeFlags {
+  std::string listen;
+  absl::Duration lease;
+  absl::Duration heartbeat;
+  absl::Duration quarantine;
+  int metrics_port = 0;
+  std::string health_listen;
+};
+
+// Reads and checks the flags, in the order the coordinator has always
+// checked them (the first refusal is the one printed).
+absl::StatusOr<ServeFlags> ParseServeFlags() {
+  ServeFlags flags;
+  flags.listen = absl::GetFlag(FLAGS_listen);
+  const std::string& listen = flags.listen;
   if (auto hp = core::ParseHostPort(listen, "--listen");
       !hp.ok() && listen.substr(listen.rfind(':') + 1) != "0") {
-    return Fail(std::string(hp.status().message()));
+    return hp.status();
   }
-  const absl::Duration lease =
-      absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  const absl::Duration heartbeat =
+  flags.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  flags.heartbeat =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  if (lease <= absl::ZeroDuration()) return Fail("--lease_ms must be positive");
-  if (heartbeat <= absl::ZeroDuration() || heartbeat * 2 > lease) {
-    return Fail(absl::StrCat(
+  if (flags.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--lease_ms must be positive");
+  }
+  if (flags.heartbeat <= absl::ZeroDuration() ||
+      flags.heartbeat * 2 > flags.lease) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "--heartbeat_interval_ms must be positive and at most half of "
         "--lease_ms (",
-        absl::FormatDuration(lease), ")"));
+        absl::FormatDuration(flags.lease), ")"));
   }
-  const absl::Duration quarantine =
+  flags.quarantine =
       absl::Milliseconds(absl::GetFlag(FLAGS_partition_quarantine_ms));
-  if (quarantine < absl::ZeroDuration()) {
-    return Fail("--partition_quarantine_ms must not be negative");
+  if (flags.quarantine < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--partition_quarantine_ms must not be negative");
   }
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
+  flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (flags.metrics_port < -1 || flags.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        "--metrics_port must be in [-1, 65535] (0: off, -1: any)");
   }
+  flags.health_listen = absl::GetFlag(FLAGS_health_listen);
+  return flags;
+}
+
+// The credentials of the server and of the Peer.Probe channels, as
+// --tls_* configure them.
+struct Credentials {
+  bool tls = false;
+  std::shared_ptr<grpc::ServerCredentials> server;
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+  // Endpoints carrying plaintext beyond this machine (--insecure).
+  int insecure_endpoints = 0;
+};
+
+// Loads --tls_*, prints the TLS mode and refuses a plaintext --listen that
+// --insecure does not allow.
+absl::StatusOr<Credentials> BuildCredentials(const ServeFlags& flags) {
   absl::StatusOr<rpc::TlsConfig> tls =
       rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
-  if (!tls.ok()) return Fail(tls.status().ToString());
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+  if (!tls.ok()) return absl::InvalidArgumentError(tls.status().ToString());
+  Credentials credentials;
+  credentials.tls = tls->enabled();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
       tls->ServerCredentials();
-  if (!server_credentials.ok()) {
-    return Fail(server_credentials.status().ToString());
+  if (!server.ok()) {
+    return absl::InvalidArgumentError(server.status().ToString());
   }
+  credentials.server = *std::move(server);
+  credentials.channel = tls->ChannelCredentials();
   std::fprintf(stderr, "coordinator: %s\n", tls->Describe().c_str());
-  const absl::StatusOr<int> insecure_endpoints =
-      rpc::CheckPlaintextFromFlags("coordinator", *tls, {{"--listen", listen}});
-  if (!insecure_endpoints.ok()) {
-    return Fail(std::string(insecure_endpoints.status().message()));
-  }
-  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (tls->enabled() && health_listen.empty()) {
+  const absl::StatusOr<int> insecure_endpoints = rpc::CheckPlaintextFromFlags(
+      "coordinator", *tls, {{"--listen", flags.listen}});
+  if (!insecure_endpoints.ok()) return insecure_endpoints.status();
+  credentials.insecure_endpoints = *insecure_endpoints;
+  if (tls->enabled() && flags.health_listen.empty()) {
     std::fprintf(stderr,
                  "coordinator: no --health_listen: grpc.health.v1 is only "
                  "served over TLS, which probes cannot use\n");
   }
-  // Metrics: the registry and observer outlive the manager that reports to
-  // them; the server (below) stops first.
-  std::shared_ptr<prometheus::Registry> registry;
-  std::unique_ptr<metrics::PrometheusCoordinatorObserver> observer;
-  if (metrics_port != 0) {
-    registry = std::make_shared<prometheus::Registry>();
-    observer =
-        std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
-  }
-  if (observer != nullptr) observer->InsecureEndpoints(*insecure_endpoints);
+  return credentials;
+}
+
+// The manager's options from the flags.
+absl::StatusOr<CoordinatorOptions> BuildOptions(
+    const ServeFlags& flags, metrics::CoordinatorObserver* observer) {
   CoordinatorOptions options;
-  options.observer = observer.get();
+  options.observer = observer;
   options.membership.world_size = absl::GetFlag(FLAGS_world_size);
   options.membership.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
-  options.membership.detector.lease = lease;
-  options.membership.partition_quarantine = quarantine;
+  options.membership.detector.lease = flags.lease;
+  options.membership.partition_quarantine = flags.quarantine;
   options.membership.partition_quarantine_max =
-      std::max(quarantine, absl::Minutes(10));
+      std::max(flags.quarantine, absl::Minutes(10));
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   options.membership.max_failed_epochs = absl::GetFlag(FLAGS_max_failed_epochs);
   options.membership.rejoin_grace =
       absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_grace_ms));
   if (options.membership.rejoin_grace < absl::ZeroDuration()) {
-    return Fail("--rejoin_grace_ms must not be negative");
+    return absl::InvalidArgumentError("--rejoin_grace_ms must not be negative");
   }
-  const absl::Duration failed_drain =
-      absl::Seconds(absl::GetFlag(FLAGS_failed_drain_s));
-  auto manager = CoordinatorManager::Create(
-      options, std::make_unique<RealClock>(),
-      MakePeerProber(absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms)),
-                     tls->ChannelCredentials()));
-  if (!manager.ok()) {
-    return Fail(absl::StrCat("--", manager.status().message()));
-  }
+  return options;
+}
 
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (metrics_port != 0) {
-    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
-        metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
-                                      std::max(metrics_port, 0), registry);
-    if (!started.ok()) {
-      return Fail(absl::StrCat("--metrics_address/--metrics_port: ",
-                               started.status().ToString()));
-    }
-    metrics_server = *std::move(started);
+// Serves /metrics of `registry` (nothing when the port is 0).
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
+    int metrics_port, std::shared_ptr<prometheus::Registry> registry) {
+  if (metrics_port == 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+      metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
+                                    std::max(metrics_port, 0),
+                                    std::move(registry));
+  if (!started.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_address/--metrics_port: ", started.status().ToString()));
   }
+  return started;
+}
 
-  CoordinatorService service(
-      manager->get(), heartbeat,
-      absl::Seconds(absl::GetFlag(FLAGS_max_rendezvous_wait_s)));
-  // grpc.health.v1 ("" SERVING while the process runs) from the same
-  // synchronous service as shardd's (daemon/rpc/health_service.h), on the
-  // API port and on --health_listen.
-  rpc::HealthService health;
+// The Coordinator API's server and, with --health_listen, the plaintext
+// health server; the health server stops first.
+struct Servers {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::unique_ptr<rpc::HealthServer> health_server;
+};
+
+// Serves `service` and grpc.health.v1 ("" SERVING while the process runs)
+// from the same synchronous service as shardd's
+// (daemon/rpc/health_service.h), on the API port and on --health_listen.
+absl::StatusOr<Servers> StartServers(const ServeFlags& flags,
+                                     const Credentials& credentials,
+                                     CoordinatorService& service,
+                                     rpc::HealthService& health) {
   health.SetServingStatus("", true);
   grpc::ServerBuilder builder;
   rpc::ForbidPortSharing(builder);
-  int port = 0;
-  builder.AddListeningPort(listen, *server_credentials, &port);
+  Servers servers;
+  builder.AddListeningPort(flags.listen, credentials.server, &servers.port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(absl::StrCat(
-        "cannot listen on ", listen,
-        tls->enabled() ? " with TLS (does --tls_key belong to --tls_cert?)"
-                       : ""));
+  servers.server = builder.BuildAndStart();
+  if (servers.server == nullptr || servers.port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", flags.listen,
+        credentials.tls ? " with TLS (does --tls_key belong to --tls_cert?)"
+                        : ""));
   }
-  std::unique_ptr<rpc::HealthServer> health_server;
-  if (!health_listen.empty()) {
+  if (!flags.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
-        rpc::HealthServer::Start(health_listen, "health_listen", &health);
-    if (!started.ok()) return Fail(started.status().ToString());
-    health_server = *std::move(started);
+        rpc::HealthServer::Start(flags.health_listen, "health_listen", &health);
+    if (!started.ok()) {
+      return absl::UnavailableError(started.status().ToString());
+    }
+    servers.health_server = *std::move(started);
   }
-  const std::string host = listen.substr(0, listen.rfind(':'));
+  return servers;
+}
+
+// The lines tests and scripts wait for: where each API listens.
+void PrintListening(const ServeFlags& flags, const CoordinatorOptions& options,
+                    const Servers& servers,
+                    const metrics::MetricsServer* metrics_server) {
+  const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
   std::printf("coordinator listening on %s:%d (W=%d F=%d lease=%s)\n",
-              host.c_str(), port, options.membership.world_size,
+              host.c_str(), servers.port, options.membership.world_size,
               options.membership.sharding_factor,
-              absl::FormatDuration(lease).c_str());
-  if (health_server != nullptr) {
-    std::printf("coordinator health on %s\n", health_server->address().c_str());
+              absl::FormatDuration(flags.lease).c_str());
+  if (servers.health_server != nullptr) {
+    std::printf("coordinator health on %s\n",
+                servers.health_server->address().c_str());
   }
   if (metrics_server != nullptr) {
     const std::string& m = metrics_server->address();
@@ -244,33 +297,33 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
+}
 
-  // Lease timer: expire leases when they are due, at least every lease/4.
-  MonoNotification stop;
-  std::thread ticker([&] {
-    while (!stop.HasBeenNotified()) {
-      const MonoTime next = (*manager)->Tick();
-      stop.WaitUntil(std::min(next, MonoNow() + lease / 4));
-    }
-  });
-
-  // Signals are blocked in every thread (see main); wait for one here.
+// SIGTERM and SIGINT: blocked in every thread (main), taken here.
+sigset_t TerminationSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  int signal_number = 0;
-  int exit_status = core::kExitOk;
+  return signals;
+}
+
+// Waits for SIGTERM or SIGINT (exit status 0) or for a failed job to drain:
+// every member has left, or `failed_drain` has passed since it failed
+// (exit status 3).
+int WaitForSignalOrDrainedFailure(CoordinatorManager& manager,
+                                  absl::Duration failed_drain) {
+  const sigset_t signals = TerminationSignals();
   MonoTime failed_at = MonoTime::InfiniteFuture();
   while (true) {
     const timespec poll{0, 100'000'000};
-    signal_number = sigtimedwait(&signals, nullptr, &poll);
+    const int signal_number = sigtimedwait(&signals, nullptr, &poll);
     if (signal_number > 0) {
       std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
                    signal_number);
-      break;
+      return core::kExitOk;
     }
-    const ClusterSnapshot s = (*manager)->Snapshot(0);
+    const ClusterSnapshot s = manager.Snapshot(0);
     if (!s.failed) continue;
     if (failed_at == MonoTime::InfiniteFuture()) failed_at = MonoNow();
     const bool drained =
@@ -283,18 +336,72 @@ int Run() {
                    s.failure.c_str(),
                    drained ? "every member has left" : "drain time is up",
                    core::kExitJobFailed);
-      exit_status = core::kExitJobFailed;
-      break;
+      return core::kExitJobFailed;
     }
   }
-  (*manager)->Shutdown();
+}
+
+// Expires leases while the coordinator serves, then shuts it down in order
+// and returns the exit status.
+int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
+                      rpc::HealthService& health, Servers& servers) {
+  // Lease timer: expire leases when they are due, at least every lease/4.
+  MonoNotification stop;
+  std::thread ticker([&] {
+    while (!stop.HasBeenNotified()) {
+      const MonoTime next = manager.Tick();
+      stop.WaitUntil(std::min(next, MonoNow() + lease / 4));
+    }
+  });
+  const int exit_status = WaitForSignalOrDrainedFailure(
+      manager, absl::Seconds(absl::GetFlag(FLAGS_failed_drain_s)));
+  manager.Shutdown();
   stop.Notify();
   ticker.join();
   health.Shutdown();  // NOT_SERVING; open Watch streams end.
-  server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(2)));
-  health_server.reset();
+  servers.server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(2)));
+  servers.health_server.reset();
   std::fprintf(stderr, "coordinator: stopped\n");
   return exit_status;
+}
+
+int Run() {
+  absl::StatusOr<ServeFlags> flags = ParseServeFlags();
+  if (!flags.ok()) return Fail(flags.status());
+  absl::StatusOr<Credentials> credentials = BuildCredentials(*flags);
+  if (!credentials.ok()) return Fail(credentials.status());
+  // Metrics: the registry and observer outlive the manager that reports to
+  // them; the server (below) stops first.
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<metrics::PrometheusCoordinatorObserver> observer;
+  if (flags->metrics_port != 0) {
+    registry = std::make_shared<prometheus::Registry>();
+    observer =
+        std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
+    observer->InsecureEndpoints(credentials->insecure_endpoints);
+  }
+  absl::StatusOr<CoordinatorOptions> options =
+      BuildOptions(*flags, observer.get());
+  if (!options.ok()) return Fail(options.status());
+  auto manager = CoordinatorManager::Create(
+      *options, std::make_unique<RealClock>(),
+      MakePeerProber(absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms)),
+                     credentials->channel));
+  if (!manager.ok()) {
+    return Fail(absl::StrCat("--", manager.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+      StartMetricsServer(flags->metrics_port, registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
+  CoordinatorService service(
+      manager->get(), flags->heartbeat,
+      absl::Seconds(absl::GetFlag(FLAGS_max_rendezvous_wait_s)));
+  rpc::HealthService health;
+  absl::StatusOr<Servers> servers =
+      StartServers(*flags, *credentials, service, health);
+  if (!servers.ok()) return Fail(servers.status());
+  PrintListening(*flags, *options, *servers, metrics_server->get());
+  return ServeUntilStopped(**manager, flags->lease, health, *servers);
 }
 
 }  // namespace
@@ -303,10 +410,7 @@ int Run() {
 int main(int argc, char** argv) {
   // Block the shutdown signals before any thread starts, so only sigwait
   // sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  const sigset_t signals = shardd::coordinator::TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::SetProgramUsageMessage(
       "shardd coordinator: membership, leases, failure detection, rendezvous");

@@ -43,10 +43,11 @@ void ShardCopy::Prepare(const v1::ShardTransfer& plan, int world, int factor) {
   absl::StatusOr<std::unique_ptr<StepEngine>> created =
       options_.create_engine(*model, world, factor);
   if (!created.ok()) return;
+  const absl::Duration build_time = MonoNow() - started;
   std::printf(
       "shardd rank %d: engine prepared in %.3f s while the epoch's "
       "communicators formed\n",
-      options_.membership->rank(), absl::ToDoubleSeconds(MonoNow() - started));
+      options_.membership->rank(), absl::ToDoubleSeconds(build_time));
   std::fflush(stdout);
   absl::MutexLock lock(&mu_);
   prepared_ = PreparedEngine{.engine = std::move(*created),
@@ -54,7 +55,8 @@ void ShardCopy::Prepare(const v1::ShardTransfer& plan, int world, int factor) {
                              .fingerprint = probe->model_fingerprint(),
                              .source = source,
                              .world_size = world,
-                             .sharding_factor = factor};
+                             .sharding_factor = factor,
+                             .build_time = build_time};
 }
 
 absl::StatusOr<bool> ShardCopy::Run(int64_t epoch,
@@ -152,7 +154,9 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
           const bool was_prepared =
               prepared.has_value() &&
               prepared->fingerprint == header.model_fingerprint();
+          absl::Duration build_time;
           if (was_prepared) {
+            build_time = prepared->build_time;
             engine = std::move(prepared->engine);
             model = std::move(prepared->model);
           } else {
@@ -167,15 +171,22 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
           }
           prepared.reset();
           mine = engine->StateSections();
-          // bench/recovery splits the copy at this line: engine vs. stream.
+          if (!was_prepared) build_time = MonoNow() - t_create;
           std::printf(
               "shardd rank %d: engine ready for the shard copy (%s)\n", rank,
-              was_prepared
-                  ? "prepared during the rendezvous"
-                  : absl::StrFormat("created in %.3f s",
-                                    absl::ToDoubleSeconds(MonoNow() - t_create))
-                        .c_str());
+              was_prepared ? "prepared during the rendezvous"
+                           : absl::StrFormat("created in %.3f s",
+                                             absl::ToDoubleSeconds(build_time))
+                                 .c_str());
           std::fflush(stdout);
+          // bench/recovery splits the copy at this event: engine vs. stream.
+          v1::TrainerEvent event;
+          event.set_epoch(epoch);
+          v1::CopyEngineReady* ready = event.mutable_copy_engine_ready();
+          ready->set_source_rank(source);
+          ready->set_prepared_during_rendezvous(was_prepared);
+          ready->set_build_seconds(absl::ToDoubleSeconds(build_time));
+          options_.events->Append(std::move(event));
           if (static_cast<int>(mine.size()) != header.sections_size()) {
             return absl::FailedPreconditionError(
                 absl::StrCat("the source sends ", header.sections_size(),

@@ -90,6 +90,7 @@ class ShardCopy {
     int source = -1;
     int world_size = 0;
     int sharding_factor = 0;
+    absl::Duration build_time;
   };
   absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
                          int source, int world, int factor, MonoTime deadline);

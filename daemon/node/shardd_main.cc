@@ -55,6 +55,7 @@
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/coordinator_ports.h"
 #include "daemon/node/engine_admission.h"
+#include "daemon/node/node_flag_options.h"
 #include "daemon/node/node_manager.h"
 #include "daemon/node/peer_client.h"
 #include "daemon/node/peer_probe_pool.h"
@@ -158,29 +159,49 @@ namespace {
 // The version shardd_build_info reports.
 constexpr char kVersion[] = "0.1.0";
 
+// Every step of Run below that can refuse to start returns the line shardd
+// prints then (after "shardd: ") as its status's message.
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "shardd: %s\n", message.c_str());
   return 2;
 }
 
-int Run() {
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator.empty()) return Fail("--coordinator is required");
-  if (absl::GetFlag(FLAGS_identity).empty()) {
-    return Fail("--identity is required");
-  }
-  {
-    const std::string failpoint = absl::GetFlag(FLAGS_failpoint);
-    const absl::Status armed = failpoint.empty()
-                                   ? recovery::Failpoints::ConfigureFromEnv()
-                                   : recovery::Failpoints::Configure(failpoint);
-    if (!armed.ok()) {
-      return Fail(absl::StrCat("--failpoint: ", armed.message()));
-    }
-  }
-  // cuda:N (and auto where a GPU is usable) keeps the shards in that GPU's
-  // memory, in a CUDA build; a CPU build has only the CPU.
-  const std::string requested_device = absl::GetFlag(FLAGS_device);
+int Fail(const absl::Status& status) {
+  return Fail(std::string(status.message()));
+}
+
+// What the flags say, checked, before anything starts.
+struct DaemonFlags {
+  std::string coordinator;
+  core::DeviceChoice device;
+  comm::nccl::ReductionOrder reduction_order;
+  // --peer_listen as given, and parsed (port 0: any).
+  std::string peer_listen;
+  core::HostPort peer;
+  std::string shm_dir;
+  // The Trainer API's Unix socket (free, or a dead daemon's).
+  std::string socket_path;
+  std::string listen_tcp;
+  std::string health_listen;
+  int max_message = 0;
+  int metrics_port = 0;
+};
+
+// Arms the fail points of --failpoint, or else of SHARDD_FAILPOINT.
+absl::Status ArmFailpoints() {
+  const std::string failpoint = absl::GetFlag(FLAGS_failpoint);
+  const absl::Status armed = failpoint.empty()
+                                 ? recovery::Failpoints::ConfigureFromEnv()
+                                 : recovery::Failpoints::Configure(failpoint);
+  if (armed.ok()) return armed;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--failpoint: ", armed.message()));
+}
+
+// --device: cuda:N (and auto where a GPU is usable) keeps the shards in
+// that GPU's memory, in a CUDA build; a CPU build has only the CPU.
+absl::StatusOr<core::DeviceChoice> ResolveDeviceFlag() {
   core::DeviceSupport support;
 #ifdef SHARDD_WITH_CUDA
   support.cuda = true;
@@ -189,222 +210,253 @@ int Run() {
   support.cuda_missing_reason =
       "this shardd was built without CUDA (bazel build --config=cuda)";
 #endif
-  absl::StatusOr<core::DeviceChoice> device =
-      core::ResolveDevice(requested_device, memory::ProbeDevices(), support);
-  if (!device.ok())
-    return Fail(absl::StrCat("--device: ", device.status().message()));
+  absl::StatusOr<core::DeviceChoice> device = core::ResolveDevice(
+      absl::GetFlag(FLAGS_device), memory::ProbeDevices(), support);
+  if (device.ok()) return device;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device: ", device.status().message()));
+}
+
+// --peer_listen: host:port with port 0 allowed (ParseHostPort wants a real
+// port), and a host peers can reach.
+absl::StatusOr<core::HostPort> ParsePeerListen(const std::string& flag) {
+  const size_t colon = flag.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError("--peer_listen: expected host:port");
+  }
+  absl::StatusOr<core::HostPort> peer = core::ParseHostPort(
+      absl::StrCat(flag.substr(0, colon), ":1"), "--peer_listen");
+  if (!peer.ok()) return peer;
+  if (!absl::SimpleAtoi(flag.substr(colon + 1), &peer->port) ||
+      peer->port < 0 || peer->port > 65535) {
+    return absl::InvalidArgumentError(
+        "--peer_listen: port must be a number in [0, 65535]");
+  }
+  if (peer->host == "0.0.0.0" || peer->host == "::") {
+    return absl::InvalidArgumentError(
+        "--peer_listen: give an address peers can reach, not a wildcard");
+  }
+  return peer;
+}
+
+// Before joining anything: a path another daemon serves is refused, a stale
+// one (a previous process's) is replaced when the server starts. A
+// supervisor may start us the moment it has SIGKILLed our predecessor,
+// whose socket still accepts until the kernel has torn down its memory
+// (tens of ms for GBs of shards): a served path gets a moment to go.
+absl::Status WaitUntilSocketIsFree(const std::string& socket_path) {
+  const MonoTime until = MonoNow() + absl::Seconds(2);
+  absl::Status free = rpc::CheckUnixSocketIsFree(socket_path);
+  while (absl::IsUnavailable(free) && MonoNow() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+    free = rpc::CheckUnixSocketIsFree(socket_path);
+  }
+  if (free.ok()) return free;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--listen_unix: ", free.message()));
+}
+
+// Reads and checks the flags, in the order shardd has always checked them
+// (the first refusal is the one printed); prints the device chosen.
+absl::StatusOr<DaemonFlags> ParseDaemonFlags() {
+  DaemonFlags flags;
+  flags.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (flags.coordinator.empty()) {
+    return absl::InvalidArgumentError("--coordinator is required");
+  }
+  if (absl::GetFlag(FLAGS_identity).empty()) {
+    return absl::InvalidArgumentError("--identity is required");
+  }
+  if (absl::Status armed = ArmFailpoints(); !armed.ok()) return armed;
+  absl::StatusOr<core::DeviceChoice> device = ResolveDeviceFlag();
+  if (!device.ok()) return device.status();
+  flags.device = *std::move(device);
   // Checked in every build, so that a CPU build rejects the same typos.
   const absl::StatusOr<comm::nccl::ReductionOrder> reduction_order =
       comm::nccl::ParseReductionOrder(absl::GetFlag(FLAGS_nccl_reductions));
   if (!reduction_order.ok()) {
-    return Fail(absl::StrCat("--nccl_reductions: ",
-                             reduction_order.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nccl_reductions: ", reduction_order.status().message()));
   }
-  std::fprintf(stderr, "shardd: device %s\n", device->reason.c_str());
-  // host:port with port 0 allowed (ParseHostPort wants a real port).
-  const std::string peer_flag = absl::GetFlag(FLAGS_peer_listen);
-  const size_t colon = peer_flag.rfind(':');
-  absl::StatusOr<core::HostPort> peer_hp =
-      colon == std::string::npos
-          ? absl::StatusOr<core::HostPort>(
-                absl::InvalidArgumentError("--peer_listen: expected host:port"))
-          : core::ParseHostPort(absl::StrCat(peer_flag.substr(0, colon), ":1"),
-                                "--peer_listen");
-  if (!peer_hp.ok()) return Fail(std::string(peer_hp.status().message()));
-  if (!absl::SimpleAtoi(peer_flag.substr(colon + 1), &peer_hp->port) ||
-      peer_hp->port < 0 || peer_hp->port > 65535) {
-    return Fail("--peer_listen: port must be a number in [0, 65535]");
+  flags.reduction_order = *reduction_order;
+  std::fprintf(stderr, "shardd: device %s\n", flags.device.reason.c_str());
+  flags.peer_listen = absl::GetFlag(FLAGS_peer_listen);
+  absl::StatusOr<core::HostPort> peer = ParsePeerListen(flags.peer_listen);
+  if (!peer.ok()) return peer.status();
+  flags.peer = *std::move(peer);
+  flags.shm_dir = absl::GetFlag(FLAGS_shm_dir);
+  flags.socket_path = absl::GetFlag(FLAGS_listen_unix);
+  if (flags.socket_path.empty()) {
+    flags.socket_path = absl::StrCat(flags.shm_dir, "/shardd.sock");
   }
-  if (peer_hp->host == "0.0.0.0" || peer_hp->host == "::") {
-    return Fail(
-        "--peer_listen: give an address peers can reach, not a wildcard");
+  if (absl::Status free = WaitUntilSocketIsFree(flags.socket_path);
+      !free.ok()) {
+    return free;
   }
-  const std::string shm_dir = absl::GetFlag(FLAGS_shm_dir);
-  std::string socket_path = absl::GetFlag(FLAGS_listen_unix);
-  if (socket_path.empty()) socket_path = absl::StrCat(shm_dir, "/shardd.sock");
-  // Before joining anything: a path another daemon serves is refused, a
-  // stale one (a previous process's) is replaced when the server starts. A
-  // supervisor may start us the moment it has SIGKILLed our predecessor,
-  // whose socket still accepts until the kernel has torn down its memory
-  // (tens of ms for GBs of shards): a served path gets a moment to go.
-  {
-    const MonoTime until = MonoNow() + absl::Seconds(2);
-    absl::Status free = rpc::CheckUnixSocketIsFree(socket_path);
-    while (absl::IsUnavailable(free) && MonoNow() < until) {
-      absl::SleepFor(absl::Milliseconds(10));
-      free = rpc::CheckUnixSocketIsFree(socket_path);
-    }
-    if (!free.ok()) {
-      return Fail(absl::StrCat("--listen_unix: ", free.message()));
-    }
-  }
-  const int max_message =
+  flags.max_message =
       static_cast<int>(absl::GetFlag(FLAGS_max_message_mb) * 1024 * 1024);
-
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return Fail("--metrics_port must be in [-1, 65535] (0: off, -1: any)");
+  flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (flags.metrics_port < -1 || flags.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        "--metrics_port must be in [-1, 65535] (0: off, -1: any)");
   }
+  flags.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
+  flags.health_listen = absl::GetFlag(FLAGS_health_listen);
+  return flags;
+}
+
+// The credentials of every server and channel, as --tls_* configure them.
+struct Credentials {
+  bool tls = false;
+  std::shared_ptr<grpc::ServerCredentials> server;
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+  // Endpoints carrying plaintext beyond this machine (--insecure).
+  int insecure_endpoints = 0;
+};
+
+// Loads --tls_*, prints the TLS mode and refuses plaintext endpoints that
+// --insecure does not allow.
+absl::StatusOr<Credentials> BuildCredentials(const DaemonFlags& flags) {
   absl::StatusOr<rpc::TlsConfig> tls =
       rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
-  if (!tls.ok()) return Fail(tls.status().ToString());
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+  if (!tls.ok()) return absl::InvalidArgumentError(tls.status().ToString());
+  Credentials credentials;
+  credentials.tls = tls->enabled();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
       tls->ServerCredentials();
-  if (!server_credentials.ok()) {
-    return Fail(server_credentials.status().ToString());
+  if (!server.ok()) {
+    return absl::InvalidArgumentError(server.status().ToString());
   }
-  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
-      tls->ChannelCredentials();
+  credentials.server = *std::move(server);
+  credentials.channel = tls->ChannelCredentials();
   std::fprintf(stderr, "shardd: %s\n", tls->Describe().c_str());
-  const absl::StatusOr<int> insecure_endpoints = rpc::CheckPlaintextFromFlags(
-      "shardd", *tls,
-      {{"--coordinator", coordinator},
-       {"--peer_listen", peer_flag},
-       {"--listen_tcp", absl::GetFlag(FLAGS_listen_tcp)}});
-  if (!insecure_endpoints.ok()) {
-    return Fail(std::string(insecure_endpoints.status().message()));
-  }
-  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (tls->enabled() && health_listen.empty()) {
+  const absl::StatusOr<int> insecure_endpoints =
+      rpc::CheckPlaintextFromFlags("shardd", *tls,
+                                   {{"--coordinator", flags.coordinator},
+                                    {"--peer_listen", flags.peer_listen},
+                                    {"--listen_tcp", flags.listen_tcp}});
+  if (!insecure_endpoints.ok()) return insecure_endpoints.status();
+  credentials.insecure_endpoints = *insecure_endpoints;
+  if (tls->enabled() && flags.health_listen.empty()) {
     std::fprintf(stderr,
                  "shardd: no --health_listen: grpc.health.v1 is only served "
                  "over TLS, which probes cannot use\n");
   }
-  // Metrics first, so that the join can be watched. The registry and the
-  // observer outlive the manager that reports to them; the server stops
-  // first.
+  return credentials;
+}
+
+// Prometheus /metrics, with --metrics_port. The registry and the observer
+// outlive the manager that reports to them; the server stops first.
+struct Metrics {
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<metrics::PrometheusNodeObserver> observer;
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (metrics_port != 0) {
-    registry = std::make_shared<prometheus::Registry>();
-    observer =
-        std::make_unique<metrics::PrometheusNodeObserver>(*registry, kVersion);
-    observer->InsecureEndpoints(*insecure_endpoints);
-    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
-        metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
-                                      std::max(metrics_port, 0), registry);
-    if (!started.ok()) {
-      return Fail(absl::StrCat("--metrics_address/--metrics_port: ",
-                               started.status().ToString()));
-    }
-    metrics_server = *std::move(started);
-    metrics_server->AddCollectable(observer->checkpoint_age());
-  }
+  std::unique_ptr<metrics::MetricsServer> server;
+};
 
-  // Peer service first: the coordinator needs its address at Join. It also
-  // serves grpc.health.v1 for probes (kubelet): "" is liveness (SERVING
-  // while the process runs, never dependent on peers), "shardd.v1.Trainer"
-  // startup (the trainer socket listens), "shardd.ready" readiness (in a
-  // ready epoch with the shards loaded). With --health_listen the same
-  // statuses are also served in plaintext there (and nothing else). Our own
-  // synchronous health service, not grpc::EnableDefaultHealthCheckService:
-  // gRPC's default one uses the callback API, whose threads poll every
-  // socket of the process and slowed down each call on the trainer socket
-  // (see daemon/rpc/health_service.h).
-  rpc::HealthService health;
-  PeerService peer;
-  grpc::ServerBuilder peer_builder;
-  rpc::ForbidPortSharing(peer_builder);
-  int peer_port = 0;
-  const std::string peer_host = peer_hp->host.find(':') != std::string::npos
-                                    ? absl::StrCat("[", peer_hp->host, "]")
-                                    : peer_hp->host;
-  peer_builder.AddListeningPort(absl::StrCat(peer_host, ":", peer_hp->port),
-                                *server_credentials, &peer_port);
-  peer_builder.RegisterService(&peer);
-  peer_builder.RegisterService(&health);
-  std::unique_ptr<grpc::Server> peer_server = peer_builder.BuildAndStart();
-  if (peer_server == nullptr || peer_port == 0) {
-    return Fail(absl::StrCat(
-        "cannot listen on ", absl::GetFlag(FLAGS_peer_listen),
-        tls->enabled() ? " with TLS (does --tls_key belong to --tls_cert?)"
-                       : ""));
+// Serves /metrics (nothing when the port is 0).
+absl::StatusOr<Metrics> StartMetrics(int metrics_port, int insecure_endpoints) {
+  Metrics m;
+  if (metrics_port == 0) return m;
+  m.registry = std::make_shared<prometheus::Registry>();
+  m.observer =
+      std::make_unique<metrics::PrometheusNodeObserver>(*m.registry, kVersion);
+  m.observer->InsecureEndpoints(insecure_endpoints);
+  absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
+      metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
+                                    std::max(metrics_port, 0), m.registry);
+  if (!started.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_address/--metrics_port: ", started.status().ToString()));
   }
-  const std::string peer_address = absl::StrCat(peer_host, ":", peer_port);
+  m.server = *std::move(started);
+  m.server->AddCollectable(m.observer->checkpoint_age());
+  return m;
+}
+
+// The Peer API's server and, with --health_listen, the plaintext health
+// server; the health server stops first.
+struct PeerServers {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // host:port, as peers reach it.
   std::unique_ptr<rpc::HealthServer> health_server;
-  if (!health_listen.empty()) {
+};
+
+// Serves the Peer API, first: the coordinator needs its address at Join.
+// It also serves grpc.health.v1 for probes (kubelet): "" is liveness
+// (SERVING while the process runs, never dependent on peers),
+// "shardd.v1.Trainer" startup (the trainer socket listens), "shardd.ready"
+// readiness (in a ready epoch with the shards loaded). With --health_listen
+// the same statuses are also served in plaintext there (and nothing else).
+// Our own synchronous health service, not
+// grpc::EnableDefaultHealthCheckService: gRPC's default one uses the
+// callback API, whose threads poll every socket of the process and slowed
+// down each call on the trainer socket (see daemon/rpc/health_service.h).
+absl::StatusOr<PeerServers> StartPeerServers(const DaemonFlags& flags,
+                                             const Credentials& credentials,
+                                             rpc::HealthService& health,
+                                             PeerService& peer) {
+  grpc::ServerBuilder builder;
+  rpc::ForbidPortSharing(builder);
+  int port = 0;
+  const std::string host = flags.peer.host.find(':') != std::string::npos
+                               ? absl::StrCat("[", flags.peer.host, "]")
+                               : flags.peer.host;
+  builder.AddListeningPort(absl::StrCat(host, ":", flags.peer.port),
+                           credentials.server, &port);
+  builder.RegisterService(&peer);
+  builder.RegisterService(&health);
+  PeerServers servers;
+  servers.server = builder.BuildAndStart();
+  if (servers.server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", flags.peer_listen,
+        credentials.tls ? " with TLS (does --tls_key belong to --tls_cert?)"
+                        : ""));
+  }
+  servers.address = absl::StrCat(host, ":", port);
+  if (!flags.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
-        rpc::HealthServer::Start(health_listen, "health_listen", &health);
+        rpc::HealthServer::Start(flags.health_listen, "health_listen", &health);
     if (!started.ok()) {
-      peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
-      return Fail(started.status().ToString());
+      servers.server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
+      return absl::UnavailableError(started.status().ToString());
     }
-    health_server = *std::move(started);
+    servers.health_server = *std::move(started);
   }
   health.SetServingStatus("", true);
   health.SetServingStatus("shardd.v1.Trainer", false);
   health.SetServingStatus("shardd.ready", false);
+  return servers;
+}
 
-  NodeOptions options;
-  UseCoordinator(coordinator, channel_credentials, &options);
-  options.identity = absl::GetFlag(FLAGS_identity);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.peer_address = peer_address;
-  options.gloo_hostname = peer_hp->host;
-  options.shm_dir = shm_dir;
-  options.shm_prefix = absl::StrCat("shardd-", getpid());
 #ifdef SHARDD_WITH_CUDA
-  if (device->kind == core::DeviceKind::kCuda) {
-    absl::StatusOr<std::shared_ptr<CudaEngineBackend>> backend =
-        CudaEngineBackend::Create(static_cast<int>(device->cuda_index),
-                                  *reduction_order);
-    if (!backend.ok()) {
-      return Fail(absl::StrCat("--device: ", backend.status().ToString()));
-    }
-    options.backend = *std::move(backend);
-    std::fprintf(
-        stderr,
-        "shardd: shards in %s memory, exported by CUDA IPC; "
-        "collectives on NCCL (%s reductions)\n",
-        options.backend->name().c_str(),
-        std::string(comm::nccl::ReductionOrderName(*reduction_order)).c_str());
+// With a CUDA device: the shards in its memory, collectives on NCCL.
+absl::Status UseCudaBackend(const DaemonFlags& flags, NodeOptions& options) {
+  if (flags.device.kind != core::DeviceKind::kCuda) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<CudaEngineBackend>> backend =
+      CudaEngineBackend::Create(static_cast<int>(flags.device.cuda_index),
+                                flags.reduction_order);
+  if (!backend.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: ", backend.status().ToString()));
   }
+  options.backend = *std::move(backend);
+  std::fprintf(
+      stderr,
+      "shardd: shards in %s memory, exported by CUDA IPC; "
+      "collectives on NCCL (%s reductions)\n",
+      options.backend->name().c_str(),
+      std::string(comm::nccl::ReductionOrderName(flags.reduction_order))
+          .c_str());
+  return absl::OkStatus();
+}
 #endif
-  options.collective_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
-  options.connect_timeout = options.collective_timeout;
-  options.peer_probing.interval =
-      absl::Milliseconds(absl::GetFlag(FLAGS_peer_probe_interval_ms));
-  options.peer_probing.timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_peer_probe_timeout_ms));
-  options.peer_probing.failures_to_report =
-      absl::GetFlag(FLAGS_peer_probe_failures);
-  if (options.peer_probing.interval < absl::ZeroDuration() ||
-      options.peer_probing.timeout <= absl::ZeroDuration() ||
-      options.peer_probing.failures_to_report < 1) {
-    return Fail(
-        "--peer_probe_interval_ms must be >= 0, --peer_probe_timeout_ms > 0 "
-        "and --peer_probe_failures >= 1");
-  }
-  options.commit_log_path = absl::GetFlag(FLAGS_commit_log);
-  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  options.resume_from = absl::GetFlag(FLAGS_resume_from);
-  options.checkpoint_interval_steps =
-      absl::GetFlag(FLAGS_checkpoint_interval_steps);
-  options.checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last);
-  if (options.checkpoint_interval_steps < 0 ||
-      options.checkpoint_keep_last < 1) {
-    return Fail(
-        "--checkpoint_interval_steps must be >= 0 and --checkpoint_keep_last "
-        ">= 1");
-  }
-  if (options.checkpoint_interval_steps > 0 && options.checkpoint_dir.empty()) {
-    return Fail("--checkpoint_interval_steps needs --checkpoint_dir");
-  }
-  if (!options.checkpoint_dir.empty() && absl::GetFlag(FLAGS_rank) < 0) {
-    // The rank's checkpoints are verified and reported before the join, so
-    // that a rollback plan never misses them.
-    return Fail("--checkpoint_dir needs --rank");
-  }
-  options.recovery_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
-  const std::string transport = absl::GetFlag(FLAGS_recovery_transport);
-  if (transport != "replica_group" && transport != "stream") {
-    return Fail(absl::StrCat("--recovery_transport: '", transport,
-                             "' is neither replica_group nor stream"));
-  }
-  options.recovery_over_replica_group = transport == "replica_group";
+
+// The gRPC clients the manager reaches its peers with (FetchShard and
+// Probe), over `channel_credentials`.
+void SetPeerCalls(
+    const std::shared_ptr<grpc::ChannelCredentials>& channel_credentials,
+    NodeOptions& options) {
   options.fetch_shard =
       [channel_credentials](
           const std::string& peer_address, const v1::FetchShardRequest& request,
@@ -427,60 +479,111 @@ int Run() {
     return PeerClient::Probe(channel_credentials, peer_address, deadline,
                              include_model);
   };
-  options.observer = observer.get();
-  // Memory admission (engine_admission.h): a plan that does not fit is
-  // refused before anything is allocated.
+}
+
+// Memory admission (engine_admission.h): a plan that does not fit is
+// refused before anything is allocated. Prints the limits read.
+absl::Status SetMemoryAdmission(const DaemonFlags& flags,
+                                metrics::NodeObserver* observer,
+                                NodeOptions& options) {
   const double memory_fraction = absl::GetFlag(FLAGS_memory_limit_fraction);
   memory::MemoryLimitOptions limits;
-  limits.shm_dir = shm_dir;
+  limits.shm_dir = flags.shm_dir;
   limits.explicit_limit_bytes = absl::GetFlag(FLAGS_memory_limit_bytes);
   if (limits.explicit_limit_bytes < 0 ||
       !(memory_fraction > 0 && memory_fraction <= 1)) {
-    return Fail(
+    return absl::InvalidArgumentError(
         "--memory_limit_bytes must be >= 0 and --memory_limit_fraction in "
         "(0, 1]");
   }
-  if (device->kind == core::DeviceKind::kCuda) {
-    const int index = static_cast<int>(device->cuda_index);
+  const bool cuda = flags.device.kind == core::DeviceKind::kCuda;
+  if (cuda) {
+    const int index = static_cast<int>(flags.device.cuda_index);
     limits.device_memory = [index] { return memory::ProbeDeviceMemory(index); };
     limits.device_name = absl::StrCat("cuda:", index);
   }
   options.admission = EngineAdmission::WithReader(
-      std::move(limits), memory_fraction,
-      device->kind == core::DeviceKind::kCuda, observer.get(),
+      std::move(limits), memory_fraction, cuda, observer,
       options.backend != nullptr ? options.backend->comm_scratch()
                                  : core::CommScratch::kNone);
   std::fprintf(stderr, "shardd: memory limits: %s\n",
                options.admission->DescribeLimits().c_str());
-  // Before any segment of this process exists: a dead daemon's leftovers
-  // (e.g. this sidecar's previous incarnation, often with the same pid in
-  // a container) go, and this prefix is marked as owned by a live process.
+  return absl::OkStatus();
+}
+
+// The manager's options from the flags, for a Peer API at `peer_address`.
+absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
+                                             const Credentials& credentials,
+                                             const std::string& peer_address,
+                                             metrics::NodeObserver* observer) {
+  NodeOptions options;
+  UseCoordinator(flags.coordinator, credentials.channel, &options);
+  options.identity = absl::GetFlag(FLAGS_identity);
+  options.peer_address = peer_address;
+  options.gloo_hostname = flags.peer.host;
+  options.shm_dir = flags.shm_dir;
+  options.shm_prefix = absl::StrCat("shardd-", getpid());
+#ifdef SHARDD_WITH_CUDA
+  if (absl::Status cuda = UseCudaBackend(flags, options); !cuda.ok()) {
+    return cuda;
+  }
+#endif
+  const absl::Status applied = ApplyNodeFlags(
+      {.rank = absl::GetFlag(FLAGS_rank),
+       .collective_timeout_ms = absl::GetFlag(FLAGS_collective_timeout_ms),
+       .peer_probe_interval_ms = absl::GetFlag(FLAGS_peer_probe_interval_ms),
+       .peer_probe_timeout_ms = absl::GetFlag(FLAGS_peer_probe_timeout_ms),
+       .peer_probe_failures = absl::GetFlag(FLAGS_peer_probe_failures),
+       .commit_log = absl::GetFlag(FLAGS_commit_log),
+       .checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir),
+       .checkpoint_interval_steps =
+           absl::GetFlag(FLAGS_checkpoint_interval_steps),
+       .checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last),
+       .resume_from = absl::GetFlag(FLAGS_resume_from),
+       .recovery_timeout_ms = absl::GetFlag(FLAGS_recovery_timeout_ms),
+       .recovery_transport = absl::GetFlag(FLAGS_recovery_transport)},
+      options);
+  if (!applied.ok()) return applied;
+  SetPeerCalls(credentials.channel, options);
+  options.observer = observer;
+  if (absl::Status admission = SetMemoryAdmission(flags, observer, options);
+      !admission.ok()) {
+    return admission;
+  }
+  return options;
+}
+
+// Sweeps the shm directory before any segment of this process exists: a
+// dead daemon's leftovers (e.g. this sidecar's previous incarnation, often
+// with the same pid in a container) go, and this prefix is marked as owned
+// by a live process. Reports the sweeps through `options.shm_usage`.
+absl::StatusOr<std::unique_ptr<ShmJanitor>> StartJanitor(
+    metrics::NodeObserver* observer, NodeOptions& options) {
   const int64_t sweep_ms = absl::GetFlag(FLAGS_shm_sweep_interval_ms);
-  if (sweep_ms < 0) return Fail("--shm_sweep_interval_ms must be >= 0");
+  if (sweep_ms < 0) {
+    return absl::InvalidArgumentError("--shm_sweep_interval_ms must be >= 0");
+  }
   absl::StatusOr<std::unique_ptr<ShmJanitor>> janitor =
-      ShmJanitor::Start(shm_dir, options.shm_prefix,
-                        absl::Milliseconds(sweep_ms), observer.get());
+      ShmJanitor::Start(options.shm_dir, options.shm_prefix,
+                        absl::Milliseconds(sweep_ms), observer);
   if (!janitor.ok()) {
-    return Fail(absl::StrCat("--shm_dir: ", janitor.status().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shm_dir: ", janitor.status().ToString()));
   }
   options.shm_usage = [j = janitor->get()] {
     return std::make_pair(j->leftover_bytes(), j->swept_bytes());
   };
-  absl::StatusOr<std::unique_ptr<NodeManager>> manager =
-      NodeManager::Start(options);
-  if (!manager.ok()) {
-    peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
-    const int status =
-        Fail(absl::StrCat("cannot join the coordinator at ", coordinator, ": ",
-                          manager.status().ToString()));
-    return absl::IsDataLoss(manager.status()) ? core::kExitJobFailed : status;
-  }
-  peer.Attach(manager->get());
+  return janitor;
+}
 
-  TrainerService trainer(manager->get(), options.admission.get());
+// Serves the Trainer API on the Unix socket (mode 0600) and, with
+// --listen_tcp, on that port (`tcp_port`: the one bound).
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainerServer(
+    const DaemonFlags& flags, const Credentials& credentials,
+    TrainerService& trainer, int& tcp_port) {
   grpc::ServerBuilder builder;
   rpc::ForbidPortSharing(builder);  // --listen_tcp
-  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxReceiveMessageSize(flags.max_message);
   // gRPC's sync server keeps 1 to 2 polling threads by default; with the
   // trainer's calls coming one at a time it still created and destroyed a
   // thread every few calls (the thrashing gRPC's thread_manager.cc warns
@@ -488,7 +591,8 @@ int Run() {
   // bench/step --gather_only, 4 with up to 4 pollers.
   builder.SetSyncServerOption(
       grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
-  builder.SetMaxSendMessageSize(max_message);
+  builder.SetMaxSendMessageSize(flags.max_message);
+  const std::string& socket_path = flags.socket_path;
   struct stat st;
   if (lstat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
     // Stale (checked at start): a previous daemon's, killed before it could
@@ -497,25 +601,34 @@ int Run() {
   }
   builder.AddListeningPort(absl::StrCat("unix:", socket_path),
                            grpc::experimental::LocalServerCredentials(UDS));
-  int tcp_port = 0;
-  const std::string tcp = absl::GetFlag(FLAGS_listen_tcp);
+  const std::string& tcp = flags.listen_tcp;
   if (!tcp.empty()) {
-    builder.AddListeningPort(tcp, *server_credentials, &tcp_port);
+    builder.AddListeningPort(tcp, credentials.server, &tcp_port);
   }
   builder.RegisterService(&trainer);
   const mode_t old_umask = umask(0077);  // The socket is created 0600.
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   umask(old_umask);
   if (server == nullptr || (!tcp.empty() && tcp_port == 0)) {
-    return Fail(absl::StrCat("cannot listen on unix:", socket_path,
-                             tcp.empty() ? "" : absl::StrCat(" and ", tcp)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix:", socket_path,
+                     tcp.empty() ? "" : absl::StrCat(" and ", tcp)));
   }
   chmod(socket_path.c_str(), 0600);
-  std::printf("shardd rank %d listening on unix:%s peer %s%s\n",
-              (*manager)->rank(), socket_path.c_str(), peer_address.c_str(),
-              tcp.empty() ? "" : absl::StrCat(" tcp port ", tcp_port).c_str());
-  if (health_server != nullptr) {
-    std::printf("shardd health on %s\n", health_server->address().c_str());
+  return server;
+}
+
+// The lines tests and scripts wait for: where each API listens.
+void PrintListening(int rank, const DaemonFlags& flags, const PeerServers& peer,
+                    int tcp_port,
+                    const metrics::MetricsServer* metrics_server) {
+  std::printf("shardd rank %d listening on unix:%s peer %s%s\n", rank,
+              flags.socket_path.c_str(), peer.address.c_str(),
+              flags.listen_tcp.empty()
+                  ? ""
+                  : absl::StrCat(" tcp port ", tcp_port).c_str());
+  if (peer.health_server != nullptr) {
+    std::printf("shardd health on %s\n", peer.health_server->address().c_str());
   }
   if (metrics_server != nullptr) {
     const std::string& m = metrics_server->address();
@@ -526,74 +639,144 @@ int Run() {
                 metrics_server->port());
   }
   std::fflush(stdout);
-  health.SetServingStatus("shardd.v1.Trainer", true);
-  // Readiness follows the daemon's state (a probe reads it; this thread
-  // only mirrors it, every 200 ms). A membership the coordinator ended for
-  // good (a re-join refused: another live process took this identity while
-  // this one was unreachable) ends the daemon, through the same shutdown
-  // as SIGTERM but with exit status 1, so that a supervisor sees it instead
-  // of a process that stays alive outside the job.
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> membership_ended{false};
-  std::atomic<bool> job_failed{false};
-  std::thread readiness([&] {
-    bool last = false;
-    while (!stopping.load()) {
-      const bool ready = (*manager)->Probe().state() == v1::MEMBER_STATE_READY;
-      if (ready != last) {
-        health.SetServingStatus("shardd.ready", ready);
-        last = ready;
-      }
-      const absl::Status membership = (*manager)->MembershipStatus();
-      if (!membership.ok() && !membership_ended.exchange(true)) {
-        // DATA_LOSS: the job has failed for good (exit status 3 after the
-        // drain); anything else ended only this daemon's membership.
-        job_failed = absl::IsDataLoss(membership);
-        std::printf("shardd: %s: %s; exiting\n",
-                    job_failed ? "the job has failed" : "membership ended",
-                    membership.ToString().c_str());
-        if (job_failed) {
-          // Keep answering for a moment so that the trainer hears the
-          // reason (a trainer call answered DATA_LOSS), not a vanished
-          // daemon; bounded, a trainer may be gone too.
-          const MonoTime until = MonoNow() + absl::Seconds(5);
-          while ((*manager)->job_failure_replies() == 0 && MonoNow() < until) {
-            absl::SleepFor(absl::Milliseconds(20));
-          }
-        }
-        std::fflush(stdout);
-        kill(getpid(), SIGTERM);
-      }
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-  });
+}
 
+// SIGTERM and SIGINT: blocked in every thread (main), taken by sigwait.
+sigset_t TerminationSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  return signals;
+}
+
+// How the daemon comes to stop, as the readiness thread finds it.
+struct StopState {
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> membership_ended{false};
+  std::atomic<bool> job_failed{false};
+};
+
+// The membership ended for good (`membership`): says so and ends the
+// daemon through the same shutdown as SIGTERM. DATA_LOSS: the job has
+// failed for good (exit status 3 after the drain); anything else ended only
+// this daemon's membership.
+void EndMembership(NodeManager& manager, const absl::Status& membership,
+                   StopState& stop) {
+  stop.job_failed = absl::IsDataLoss(membership);
+  std::printf("shardd: %s: %s; exiting\n",
+              stop.job_failed ? "the job has failed" : "membership ended",
+              membership.ToString().c_str());
+  if (stop.job_failed) {
+    // Keep answering for a moment so that the trainer hears the reason (a
+    // trainer call answered DATA_LOSS), not a vanished daemon; bounded, a
+    // trainer may be gone too.
+    const MonoTime until = MonoNow() + absl::Seconds(5);
+    while (manager.job_failure_replies() == 0 && MonoNow() < until) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  std::fflush(stdout);
+  kill(getpid(), SIGTERM);
+}
+
+// Readiness follows the daemon's state (a probe reads it; this only mirrors
+// it, every 200 ms) until `stop.stopping`. A membership the coordinator
+// ended for good (a re-join refused: another live process took this
+// identity while this one was unreachable) ends the daemon, with exit
+// status 1, so that a supervisor sees it instead of a process that stays
+// alive outside the job.
+void MirrorReadiness(NodeManager& manager, rpc::HealthService& health,
+                     StopState& stop) {
+  bool last = false;
+  while (!stop.stopping.load()) {
+    const bool ready = manager.Probe().state() == v1::MEMBER_STATE_READY;
+    if (ready != last) {
+      health.SetServingStatus("shardd.ready", ready);
+      last = ready;
+    }
+    const absl::Status membership = manager.MembershipStatus();
+    if (!membership.ok() && !stop.membership_ended.exchange(true)) {
+      EndMembership(manager, membership, stop);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+// Serves until SIGTERM or SIGINT, then shuts down in order and returns the
+// exit status.
+int ServeUntilSignal(std::unique_ptr<NodeManager>& manager,
+                     grpc::Server& trainer_server, rpc::HealthService& health,
+                     PeerServers& peer, const std::string& socket_path) {
+  StopState stop;
+  std::thread readiness([&] { MirrorReadiness(*manager, health, stop); });
+  const sigset_t signals = TerminationSignals();
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   std::fprintf(stderr, "shardd: signal %d, shutting down\n", signal_number);
-  stopping = true;
+  stop.stopping = true;
   readiness.join();
   health.SetServingStatus("shardd.ready", false);
   // Stop accepting and drain in-flight trainer calls (cancelled after 5 s);
   // those waiting for a ready epoch return at once.
-  (*manager)->BeginShutdown();
-  server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(5)));
-  const absl::Status left = (*manager)->Shutdown("SIGTERM");
+  manager->BeginShutdown();
+  trainer_server.Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(5)));
+  const absl::Status left = manager->Shutdown("SIGTERM");
   if (!left.ok()) {
     std::fprintf(stderr, "shardd: leave: %s\n", left.ToString().c_str());
   }
   health.Shutdown();  // NOT_SERVING; open Watch streams end.
-  peer_server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(1)));
-  health_server.reset();
-  manager->reset();  // Frees every buffer: segments are unlinked.
+  peer.server->Shutdown(rpc::ToGrpcDeadline(MonoNow() + absl::Seconds(1)));
+  peer.health_server.reset();
+  manager.reset();  // Frees every buffer: segments are unlinked.
   unlink(socket_path.c_str());
   std::fprintf(stderr, "shardd: stopped\n");
-  if (job_failed.load()) return core::kExitJobFailed;
-  return membership_ended.load() ? core::kExitMembershipEnded : core::kExitOk;
+  if (stop.job_failed.load()) return core::kExitJobFailed;
+  return stop.membership_ended.load() ? core::kExitMembershipEnded
+                                      : core::kExitOk;
+}
+
+int Run() {
+  absl::StatusOr<DaemonFlags> flags = ParseDaemonFlags();
+  if (!flags.ok()) return Fail(flags.status());
+  absl::StatusOr<Credentials> credentials = BuildCredentials(*flags);
+  if (!credentials.ok()) return Fail(credentials.status());
+  // Metrics first, so that the join can be watched.
+  absl::StatusOr<Metrics> metrics =
+      StartMetrics(flags->metrics_port, credentials->insecure_endpoints);
+  if (!metrics.ok()) return Fail(metrics.status());
+  rpc::HealthService health;
+  PeerService peer;
+  absl::StatusOr<PeerServers> peer_servers =
+      StartPeerServers(*flags, *credentials, health, peer);
+  if (!peer_servers.ok()) return Fail(peer_servers.status());
+  metrics::NodeObserver* const observer = metrics->observer.get();
+  absl::StatusOr<NodeOptions> options =
+      BuildNodeOptions(*flags, *credentials, peer_servers->address, observer);
+  if (!options.ok()) return Fail(options.status());
+  absl::StatusOr<std::unique_ptr<ShmJanitor>> janitor =
+      StartJanitor(observer, *options);
+  if (!janitor.ok()) return Fail(janitor.status());
+  absl::StatusOr<std::unique_ptr<NodeManager>> manager =
+      NodeManager::Start(*options);
+  if (!manager.ok()) {
+    peer_servers->server->Shutdown(rpc::ToGrpcDeadline(MonoNow()));
+    const int status =
+        Fail(absl::StrCat("cannot join the coordinator at ", flags->coordinator,
+                          ": ", manager.status().ToString()));
+    return absl::IsDataLoss(manager.status()) ? core::kExitJobFailed : status;
+  }
+  peer.Attach(manager->get());
+  TrainerService trainer(manager->get(), options->admission.get());
+  int tcp_port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartTrainerServer(*flags, *credentials, trainer, tcp_port);
+  if (!server.ok()) return Fail(server.status());
+  PrintListening((*manager)->rank(), *flags, *peer_servers, tcp_port,
+                 metrics->server.get());
+  health.SetServingStatus("shardd.v1.Trainer", true);
+  return ServeUntilSignal(*manager, **server, health, *peer_servers,
+                          flags->socket_path);
 }
 
 }  // namespace
@@ -612,10 +795,7 @@ int main(int argc, char** argv) {
   // from the heap; up to 256 MiB of free heap is kept.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  const sigset_t signals = shardd::node::TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::SetProgramUsageMessage(
       "shardd node daemon: Trainer API, Peer API, ZeRO step engine");
