@@ -52,7 +52,6 @@
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
-#include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/registry.h"
@@ -161,44 +160,6 @@ absl::StatusOr<ServeFlags> ParseServeFlags() {
   return flags;
 }
 
-// The credentials of the server and of the Peer.Probe channels, as
-// --tls_* configure them.
-struct Credentials {
-  bool tls = false;
-  std::shared_ptr<grpc::ServerCredentials> server;
-  std::shared_ptr<grpc::ChannelCredentials> channel;
-  // Endpoints carrying plaintext beyond this machine (--insecure).
-  int insecure_endpoints = 0;
-};
-
-// Loads --tls_*, prints the TLS mode and refuses a plaintext --listen that
-// --insecure does not allow.
-absl::StatusOr<Credentials> BuildCredentials(const ServeFlags& flags) {
-  absl::StatusOr<rpc::TlsConfig> tls =
-      rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
-  if (!tls.ok()) return absl::InvalidArgumentError(tls.status().ToString());
-  Credentials credentials;
-  credentials.tls = tls->enabled();
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
-      tls->ServerCredentials();
-  if (!server.ok()) {
-    return absl::InvalidArgumentError(server.status().ToString());
-  }
-  credentials.server = *std::move(server);
-  credentials.channel = tls->ChannelCredentials();
-  std::fprintf(stderr, "coordinator: %s\n", tls->Describe().c_str());
-  const absl::StatusOr<int> insecure_endpoints = rpc::CheckPlaintextFromFlags(
-      "coordinator", *tls, {{"--listen", flags.listen}});
-  if (!insecure_endpoints.ok()) return insecure_endpoints.status();
-  credentials.insecure_endpoints = *insecure_endpoints;
-  if (tls->enabled() && flags.health_listen.empty()) {
-    std::fprintf(stderr,
-                 "coordinator: no --health_listen: grpc.health.v1 is only "
-                 "served over TLS, which probes cannot use\n");
-  }
-  return credentials;
-}
-
 // The manager's options from the flags.
 absl::StatusOr<CoordinatorOptions> BuildOptions(
     const ServeFlags& flags, metrics::CoordinatorObserver* observer) {
@@ -247,22 +208,23 @@ struct Servers {
 // from the same synchronous service as shardd's
 // (daemon/rpc/health_service.h), on the API port and on --health_listen.
 absl::StatusOr<Servers> StartServers(const ServeFlags& flags,
-                                     const Credentials& credentials,
+                                     const rpc::ServerTls& credentials,
                                      CoordinatorService& service,
                                      rpc::HealthService& health) {
   health.SetServingStatus("", true);
   grpc::ServerBuilder builder;
   rpc::ForbidPortSharing(builder);
   Servers servers;
-  builder.AddListeningPort(flags.listen, credentials.server, &servers.port);
+  builder.AddListeningPort(flags.listen, credentials.server_credentials,
+                           &servers.port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
   servers.server = builder.BuildAndStart();
   if (servers.server == nullptr || servers.port == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", flags.listen,
-        credentials.tls ? " with TLS (does --tls_key belong to --tls_cert?)"
-                        : ""));
+        credentials.enabled ? " with TLS (does --tls_key belong to --tls_cert?)"
+                            : ""));
   }
   if (!flags.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::HealthServer>> started =
@@ -368,7 +330,8 @@ int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
 int Run() {
   absl::StatusOr<ServeFlags> flags = ParseServeFlags();
   if (!flags.ok()) return Fail(flags.status());
-  absl::StatusOr<Credentials> credentials = BuildCredentials(*flags);
+  absl::StatusOr<rpc::ServerTls> credentials = rpc::ServerTlsFromFlags(
+      "coordinator", {{"--listen", flags->listen}}, flags->health_listen);
   if (!credentials.ok()) return Fail(credentials.status());
   // Metrics: the registry and observer outlive the manager that reports to
   // them; the server (below) stops first.
@@ -386,7 +349,7 @@ int Run() {
   auto manager = CoordinatorManager::Create(
       *options, std::make_unique<RealClock>(),
       MakePeerProber(absl::Milliseconds(absl::GetFlag(FLAGS_probe_timeout_ms)),
-                     credentials->channel));
+                     credentials->channel_credentials));
   if (!manager.ok()) {
     return Fail(absl::StrCat("--", manager.status().message()));
   }

@@ -67,7 +67,6 @@
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
 #include "daemon/rpc/health_service.h"
-#include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
 #include "daemon/rpc/unix_socket_probe.h"
 #include "grpcpp/grpcpp.h"
@@ -305,46 +304,6 @@ absl::StatusOr<DaemonFlags> ParseDaemonFlags() {
   return flags;
 }
 
-// The credentials of every server and channel, as --tls_* configure them.
-struct Credentials {
-  bool tls = false;
-  std::shared_ptr<grpc::ServerCredentials> server;
-  std::shared_ptr<grpc::ChannelCredentials> channel;
-  // Endpoints carrying plaintext beyond this machine (--insecure).
-  int insecure_endpoints = 0;
-};
-
-// Loads --tls_*, prints the TLS mode and refuses plaintext endpoints that
-// --insecure does not allow.
-absl::StatusOr<Credentials> BuildCredentials(const DaemonFlags& flags) {
-  absl::StatusOr<rpc::TlsConfig> tls =
-      rpc::TlsConfigFromFlags(rpc::TlsRole::kServer);
-  if (!tls.ok()) return absl::InvalidArgumentError(tls.status().ToString());
-  Credentials credentials;
-  credentials.tls = tls->enabled();
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
-      tls->ServerCredentials();
-  if (!server.ok()) {
-    return absl::InvalidArgumentError(server.status().ToString());
-  }
-  credentials.server = *std::move(server);
-  credentials.channel = tls->ChannelCredentials();
-  std::fprintf(stderr, "shardd: %s\n", tls->Describe().c_str());
-  const absl::StatusOr<int> insecure_endpoints =
-      rpc::CheckPlaintextFromFlags("shardd", *tls,
-                                   {{"--coordinator", flags.coordinator},
-                                    {"--peer_listen", flags.peer_listen},
-                                    {"--listen_tcp", flags.listen_tcp}});
-  if (!insecure_endpoints.ok()) return insecure_endpoints.status();
-  credentials.insecure_endpoints = *insecure_endpoints;
-  if (tls->enabled() && flags.health_listen.empty()) {
-    std::fprintf(stderr,
-                 "shardd: no --health_listen: grpc.health.v1 is only served "
-                 "over TLS, which probes cannot use\n");
-  }
-  return credentials;
-}
-
 // Prometheus /metrics, with --metrics_port. The registry and the observer
 // outlive the manager that reports to them; the server stops first.
 struct Metrics {
@@ -392,7 +351,7 @@ struct PeerServers {
 // callback API, whose threads poll every socket of the process and slowed
 // down each call on the trainer socket (see daemon/rpc/health_service.h).
 absl::StatusOr<PeerServers> StartPeerServers(const DaemonFlags& flags,
-                                             const Credentials& credentials,
+                                             const rpc::ServerTls& credentials,
                                              rpc::HealthService& health,
                                              PeerService& peer) {
   grpc::ServerBuilder builder;
@@ -402,7 +361,7 @@ absl::StatusOr<PeerServers> StartPeerServers(const DaemonFlags& flags,
                                ? absl::StrCat("[", flags.peer.host, "]")
                                : flags.peer.host;
   builder.AddListeningPort(absl::StrCat(host, ":", flags.peer.port),
-                           credentials.server, &port);
+                           credentials.server_credentials, &port);
   builder.RegisterService(&peer);
   builder.RegisterService(&health);
   PeerServers servers;
@@ -410,8 +369,8 @@ absl::StatusOr<PeerServers> StartPeerServers(const DaemonFlags& flags,
   if (servers.server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", flags.peer_listen,
-        credentials.tls ? " with TLS (does --tls_key belong to --tls_cert?)"
-                        : ""));
+        credentials.enabled ? " with TLS (does --tls_key belong to --tls_cert?)"
+                            : ""));
   }
   servers.address = absl::StrCat(host, ":", port);
   if (!flags.health_listen.empty()) {
@@ -513,11 +472,11 @@ absl::Status SetMemoryAdmission(const DaemonFlags& flags,
 
 // The manager's options from the flags, for a Peer API at `peer_address`.
 absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
-                                             const Credentials& credentials,
+                                             const rpc::ServerTls& credentials,
                                              const std::string& peer_address,
                                              metrics::NodeObserver* observer) {
   NodeOptions options;
-  UseCoordinator(flags.coordinator, credentials.channel, &options);
+  UseCoordinator(flags.coordinator, credentials.channel_credentials, &options);
   options.identity = absl::GetFlag(FLAGS_identity);
   options.peer_address = peer_address;
   options.gloo_hostname = flags.peer.host;
@@ -544,7 +503,7 @@ absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
        .recovery_transport = absl::GetFlag(FLAGS_recovery_transport)},
       options);
   if (!applied.ok()) return applied;
-  SetPeerCalls(credentials.channel, options);
+  SetPeerCalls(credentials.channel_credentials, options);
   options.observer = observer;
   if (absl::Status admission = SetMemoryAdmission(flags, observer, options);
       !admission.ok()) {
@@ -579,7 +538,7 @@ absl::StatusOr<std::unique_ptr<ShmJanitor>> StartJanitor(
 // Serves the Trainer API on the Unix socket (mode 0600) and, with
 // --listen_tcp, on that port (`tcp_port`: the one bound).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainerServer(
-    const DaemonFlags& flags, const Credentials& credentials,
+    const DaemonFlags& flags, const rpc::ServerTls& credentials,
     TrainerService& trainer, int& tcp_port) {
   grpc::ServerBuilder builder;
   rpc::ForbidPortSharing(builder);  // --listen_tcp
@@ -603,7 +562,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartTrainerServer(
                            grpc::experimental::LocalServerCredentials(UDS));
   const std::string& tcp = flags.listen_tcp;
   if (!tcp.empty()) {
-    builder.AddListeningPort(tcp, credentials.server, &tcp_port);
+    builder.AddListeningPort(tcp, credentials.server_credentials, &tcp_port);
   }
   builder.RegisterService(&trainer);
   const mode_t old_umask = umask(0077);  // The socket is created 0600.
@@ -739,7 +698,12 @@ int ServeUntilSignal(std::unique_ptr<NodeManager>& manager,
 int Run() {
   absl::StatusOr<DaemonFlags> flags = ParseDaemonFlags();
   if (!flags.ok()) return Fail(flags.status());
-  absl::StatusOr<Credentials> credentials = BuildCredentials(*flags);
+  absl::StatusOr<rpc::ServerTls> credentials =
+      rpc::ServerTlsFromFlags("shardd",
+                              {{"--coordinator", flags->coordinator},
+                               {"--peer_listen", flags->peer_listen},
+                               {"--listen_tcp", flags->listen_tcp}},
+                              flags->health_listen);
   if (!credentials.ok()) return Fail(credentials.status());
   // Metrics first, so that the join can be watched.
   absl::StatusOr<Metrics> metrics =

@@ -48,4 +48,34 @@ absl::StatusOr<int> CheckPlaintextFromFlags(
   return static_cast<int>(exposed.size());
 }
 
+absl::StatusOr<ServerTls> ServerTlsFromFlags(
+    const char* who, const std::vector<Endpoint>& endpoints,
+    const std::string& health_listen) {
+  absl::StatusOr<TlsConfig> tls = TlsConfigFromFlags(TlsRole::kServer);
+  if (!tls.ok()) {
+    return absl::Status(tls.status().code(), tls.status().ToString());
+  }
+  ServerTls out;
+  out.enabled = tls->enabled();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
+      tls->ServerCredentials();
+  if (!server.ok()) {
+    return absl::Status(server.status().code(), server.status().ToString());
+  }
+  out.server_credentials = *std::move(server);
+  out.channel_credentials = tls->ChannelCredentials();
+  std::fprintf(stderr, "%s: %s\n", who, tls->Describe().c_str());
+  const absl::StatusOr<int> insecure =
+      CheckPlaintextFromFlags(who, *tls, endpoints);
+  if (!insecure.ok()) return insecure.status();
+  out.insecure_endpoints = *insecure;
+  if (tls->enabled() && health_listen.empty()) {
+    std::fprintf(stderr,
+                 "%s: no --health_listen: grpc.health.v1 is only served over "
+                 "TLS, which probes cannot use\n",
+                 who);
+  }
+  return out;
+}
+
 }  // namespace shardd::rpc

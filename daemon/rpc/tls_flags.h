@@ -12,6 +12,7 @@
 // None given: TLS off, plaintext only on loopback addresses and Unix
 // sockets.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "absl/status/statusor.h"
 #include "daemon/rpc/plaintext_policy.h"
 #include "daemon/rpc/tls_config.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -40,6 +43,26 @@ absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role);
 absl::StatusOr<int> CheckPlaintextFromFlags(
     const char* who, const TlsConfig& tls,
     const std::vector<Endpoint>& endpoints);
+
+// What a server program's TLS flags give it: the credentials of its
+// servers and of its channels, whether TLS is on, and how many endpoints
+// carry plaintext beyond this machine (allowed by --insecure).
+struct ServerTls {
+  bool enabled = false;
+  std::shared_ptr<grpc::ServerCredentials> server_credentials;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
+  int insecure_endpoints = 0;
+};
+
+// For the server program `who` (coordinator, shardd): loads the flags
+// (TlsRole::kServer), prints the TLS mode on stderr ("<who>: TLS ..."),
+// checks `endpoints` (CheckPlaintextFromFlags) and, with TLS on and no
+// --health_listen (`health_listen` empty), warns that probes cannot reach
+// grpc.health.v1. An error's message is the line the program prints after
+// "<who>: " (for a flag or credential error, that status's ToString()).
+absl::StatusOr<ServerTls> ServerTlsFromFlags(
+    const char* who, const std::vector<Endpoint>& endpoints,
+    const std::string& health_listen);
 
 }  // namespace shardd::rpc
 
