@@ -218,9 +218,21 @@ class ShardCopyTest : public ::testing::Test {
     std::vector<v1::TrainerEvent> out;
     events_.WaitAfter(0, MonoTime::InfinitePast(), &out);
     std::vector<v1::RecoveryPhase> phases;
-    for (const v1::TrainerEvent& e : out)
-      phases.push_back(e.recovery().phase());
+    for (const v1::TrainerEvent& e : out) {
+      if (e.has_recovery()) phases.push_back(e.recovery().phase());
+    }
     return phases;
+  }
+
+  // The CopyEngineReady events (bench/recovery splits a copy at them).
+  std::vector<v1::CopyEngineReady> EngineReady() {
+    std::vector<v1::TrainerEvent> out;
+    events_.WaitAfter(0, MonoTime::InfinitePast(), &out);
+    std::vector<v1::CopyEngineReady> ready;
+    for (const v1::TrainerEvent& e : out) {
+      if (e.has_copy_engine_ready()) ready.push_back(e.copy_engine_ready());
+    }
+    return ready;
   }
 
   memory::HeapAllocator heap_;
@@ -268,6 +280,11 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
                           v1::RECOVERY_PHASE_TRANSFERRING_STATE,
                           v1::RECOVERY_PHASE_COMPLETE}));
   EXPECT_TRUE(members_.reports.empty());
+  const std::vector<v1::CopyEngineReady> ready = EngineReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].source_rank(), 3);
+  EXPECT_FALSE(ready[0].prepared_during_rendezvous());
+  EXPECT_GE(ready[0].build_seconds(), 0);
 }
 
 TEST_F(ShardCopyTest, AnEnginePreparedFromTheSourceIsFilledNotBuiltAgain) {
@@ -280,6 +297,9 @@ TEST_F(ShardCopyTest, AnEnginePreparedFromTheSourceIsFilledNotBuiltAgain) {
   EXPECT_EQ(engines_created_, before + 1);  // The prepared one was used.
   EXPECT_FALSE(copy.prepared());
   ExpectSameState(*installed_, *source_);
+  const std::vector<v1::CopyEngineReady> ready = EngineReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].prepared_during_rendezvous());
 }
 
 TEST_F(ShardCopyTest, APreparedEngineForAnotherTopologyIsNotUsed) {
