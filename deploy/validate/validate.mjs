@@ -48,12 +48,23 @@ export function toYaml(objects) {
 }
 
 // ---------------------------------------------------------------------------
-// A tiny kustomize: resources (files and directories), namespace, images,
-// patches (strategic merge, target taken from the patch's kind and name).
-// Anything else in a kustomization.yaml is an error, so that a feature the
-// renderer does not implement cannot be silently ignored.
+// A tiny kustomize: resources (files and directories), configMapGenerator
+// (files and literals, name hash disabled), namespace, namePrefix, labels
+// and commonLabels, images, patches (strategic merge, target taken from the
+// patch's kind and name), configurations (fieldSpecs for nameReference and
+// commonLabels, as kustomize reads them for kinds it does not know: the
+// JobSet, the monitors). Anything else in a kustomization.yaml is an error,
+// so that a feature the renderer does not implement cannot be silently
+// ignored. `kubectl kustomize` (kustomize v5) renders the same objects; the
+// `compare DIR` command checks that where kubectl is installed.
+//
+// Order, as kustomize's: resources and generators, patches, namespace,
+// namePrefix, labels, images; then name references are rewritten to the
+// prefixed names (only the fields nameReference lists: a name inside an
+// argument string is never rewritten, by kustomize either).
 
-const KUSTOMIZATION_KEYS = new Set(["apiVersion", "kind", "resources", "namespace", "images", "patches"]);
+const KUSTOMIZATION_KEYS = new Set(["apiVersion", "kind", "resources", "namespace", "images", "patches",
+  "namePrefix", "labels", "commonLabels", "configMapGenerator", "generatorOptions", "configurations"]);
 const CLUSTER_SCOPED = new Set([
   "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
   "DeviceClass", "PriorityClass", "StorageClass", "PersistentVolume",
@@ -68,6 +79,179 @@ function groupOf(apiVersion) {
   return apiVersion.includes("/") ? apiVersion.split("/")[0] : "";
 }
 
+// kustomize's built-in fieldSpecs for what these manifests use (a subset of
+// api/konfig/builtinpluginconsts): a path of field names, lists traversed.
+const POD_TEMPLATE_KINDS = [["apps", "Deployment"], ["apps", "StatefulSet"], ["apps", "DaemonSet"], ["apps", "ReplicaSet"], ["batch", "Job"]];
+const POD_SPEC_REFS = {
+  ConfigMap: ["containers/env/valueFrom/configMapKeyRef/name", "initContainers/env/valueFrom/configMapKeyRef/name",
+    "containers/envFrom/configMapRef/name", "initContainers/envFrom/configMapRef/name",
+    "volumes/configMap/name", "volumes/projected/sources/configMap/name"],
+  Secret: ["containers/env/valueFrom/secretKeyRef/name", "initContainers/env/valueFrom/secretKeyRef/name",
+    "containers/envFrom/secretRef/name", "initContainers/envFrom/secretRef/name",
+    "volumes/secret/secretName", "volumes/projected/sources/secret/name", "imagePullSecrets/name"],
+};
+const BUILTIN_NAME_REFERENCES = [
+  ...Object.entries(POD_SPEC_REFS).flatMap(([kind, paths]) => paths.flatMap((p) => [
+    ...POD_TEMPLATE_KINDS.map(([group, k]) => ({ refKind: kind, refGroup: "", group, kind: k, path: `spec/template/spec/${p}` })),
+    { refKind: kind, refGroup: "", group: "", kind: "Pod", path: `spec/${p}` },
+  ])),
+  { refKind: "Service", refGroup: "", group: "apps", kind: "StatefulSet", path: "spec/serviceName" },
+];
+const BUILTIN_COMMON_LABELS = [
+  { path: "metadata/labels", create: true },
+  { group: "", kind: "Service", path: "spec/selector", create: true, selector: true },
+  ...POD_TEMPLATE_KINDS.flatMap(([group, kind]) => [
+    { group, kind, path: "spec/selector/matchLabels", create: kind !== "Job", selector: true },
+    { group, kind, path: "spec/template/metadata/labels", create: true, template: true },
+  ]),
+  { group: "networking.k8s.io", kind: "NetworkPolicy", path: "spec/podSelector/matchLabels", create: false, selector: true },
+  { group: "networking.k8s.io", kind: "NetworkPolicy", path: "spec/ingress/from/podSelector/matchLabels", create: false, selector: true },
+  { group: "networking.k8s.io", kind: "NetworkPolicy", path: "spec/egress/to/podSelector/matchLabels", create: false, selector: true },
+];
+
+function specApplies(spec, o) {
+  if (spec.kind !== undefined && spec.kind !== o.kind) return false;
+  if (spec.group !== undefined && spec.group !== groupOf(o.apiVersion)) return false;
+  return true;
+}
+
+// Calls fn(parent, key) for every field the path reaches (lists traversed);
+// `create` makes missing maps on the way (kustomize's create: true).
+function walkPath(node, segments, create, fn) {
+  if (Array.isArray(node)) {
+    for (const item of node) walkPath(item, segments, create, fn);
+    return;
+  }
+  if (!isObject(node)) return;
+  const [key, ...rest] = segments;
+  if (rest.length === 0) {
+    if (node[key] !== undefined || create) fn(node, key);
+    return;
+  }
+  if (node[key] === undefined) {
+    if (!create) return;
+    node[key] = {};
+  }
+  walkPath(node[key], rest, create, fn);
+}
+
+// configurations: files of transformer fieldSpecs (nameReference,
+// commonLabels); their fieldSpecs join the built-in ones for this
+// kustomization and every overlay above it, as in kustomize.
+function loadConfigurations(dir, k, file) {
+  const out = { nameReference: [], commonLabels: [] };
+  for (const c of k.configurations ?? []) {
+    const cfile = path.resolve(dir, c);
+    const [doc] = loadYamlFile(cfile);
+    for (const key of Object.keys(doc ?? {})) {
+      if (!["nameReference", "commonLabels"].includes(key)) throw new Error(`${file}: configurations ${c}: '${key}' is not supported (nameReference, commonLabels)`);
+    }
+    for (const ref of doc.nameReference ?? []) {
+      for (const fs_ of ref.fieldSpecs ?? []) {
+        out.nameReference.push({ refKind: ref.kind, refGroup: ref.group ?? "", group: fs_.group, kind: fs_.kind, path: fs_.path });
+      }
+    }
+    for (const fs_ of doc.commonLabels ?? []) {
+      const selector = /selector/i.test(fs_.path);
+      out.commonLabels.push({ group: fs_.group, kind: fs_.kind, path: fs_.path, create: fs_.create === true, selector, template: !selector });
+    }
+  }
+  return out;
+}
+
+// configMapGenerator: data from files (KEY=FILE or FILE, under the
+// kustomization's directory) and literals (KEY=VALUE). kustomize appends a
+// hash of the content to the name unless told not to; this renderer does
+// not compute that hash, so it asks for disableNameSuffixHash.
+function generateConfigMaps(dir, k, file) {
+  const out = [];
+  const globalOpts = k.generatorOptions ?? {};
+  for (const key of Object.keys(globalOpts)) {
+    if (!["disableNameSuffixHash", "labels", "annotations"].includes(key)) throw new Error(`${file}: generatorOptions: '${key}' is not supported`);
+  }
+  for (const g of k.configMapGenerator ?? []) {
+    for (const key of Object.keys(g)) {
+      if (!["name", "files", "literals", "options"].includes(key)) throw new Error(`${file}: configMapGenerator ${g.name}: '${key}' is not supported (name, files, literals, options)`);
+    }
+    const opts = { ...globalOpts, ...(g.options ?? {}) };
+    if (opts.disableNameSuffixHash !== true) {
+      throw new Error(`${file}: configMapGenerator ${g.name}: set options.disableNameSuffixHash: true (this renderer does not compute kustomize's name hash)`);
+    }
+    const data = {};
+    for (const f of g.files ?? []) {
+      const eq = f.indexOf("=");
+      const key = eq >= 0 ? f.slice(0, eq) : path.basename(f);
+      const rel = eq >= 0 ? f.slice(eq + 1) : f;
+      const p = path.resolve(dir, rel);
+      if (path.relative(dir, p).startsWith("..")) throw new Error(`${file}: configMapGenerator ${g.name}: ${rel} is outside the kustomization's directory (kustomize refuses it)`);
+      if (key in data) throw new Error(`${file}: configMapGenerator ${g.name}: key ${key} twice`);
+      data[key] = fs.readFileSync(p, "utf8");
+    }
+    for (const l of g.literals ?? []) {
+      const eq = l.indexOf("=");
+      if (eq < 0) throw new Error(`${file}: configMapGenerator ${g.name}: literal '${l}' is not KEY=VALUE`);
+      data[l.slice(0, eq)] = l.slice(eq + 1);
+    }
+    const metadata = { name: g.name };
+    if (opts.labels) metadata.labels = { ...opts.labels };
+    if (opts.annotations) metadata.annotations = { ...opts.annotations };
+    out.push({ apiVersion: "v1", kind: "ConfigMap", metadata, data });
+  }
+  return out;
+}
+
+// The labels transformers of a kustomization: [{pairs, selectors,
+// templates}] from `labels` and `commonLabels` (which is labels with
+// includeSelectors).
+function labelSets(k, file) {
+  const out = [];
+  for (const l of k.labels ?? []) {
+    for (const key of Object.keys(l)) {
+      if (!["pairs", "includeSelectors", "includeTemplates"].includes(key)) throw new Error(`${file}: labels: '${key}' is not supported (pairs, includeSelectors, includeTemplates)`);
+    }
+    out.push({ pairs: l.pairs ?? {}, selectors: l.includeSelectors === true, templates: l.includeSelectors === true || l.includeTemplates === true });
+  }
+  if (k.commonLabels) out.push({ pairs: k.commonLabels, selectors: true, templates: true });
+  return out;
+}
+
+function applyLabels(objects, sets, specs) {
+  for (const set of sets) {
+    for (const o of objects) {
+      for (const spec of specs) {
+        if (!specApplies(spec, o)) continue;
+        if (spec.selector && !set.selectors) continue;
+        if (spec.template && !set.templates) continue;
+        walkPath(o, spec.path.split("/"), spec.create, (parent, key) => {
+          if (!isObject(parent[key])) parent[key] = {};
+          Object.assign(parent[key], set.pairs);
+        });
+      }
+    }
+  }
+}
+
+// Renames from namePrefix: "KIND group name" -> new name, then every
+// nameReference field that names a renamed object of its kind (in the same
+// namespace, or either without one) gets the new name.
+function applyNameReferences(objects, renames, specs) {
+  for (const o of objects) {
+    for (const spec of specs) {
+      if (!specApplies(spec, o)) continue;
+      walkPath(o, spec.path.split("/"), false, (parent, key) => {
+        if (typeof parent[key] !== "string") return;
+        const target = renames.find((r) => r.kind === spec.refKind && r.group === spec.refGroup && r.from === parent[key] &&
+          (r.namespace === undefined || o.metadata.namespace === undefined || r.namespace === o.metadata.namespace));
+        if (target) parent[key] = target.to;
+      });
+    }
+  }
+}
+
+// Each rendered object remembers the fieldSpecs of the configurations below
+// it (kustomize merges them into every overlay's transformers).
+const CONFIGS = Symbol("kustomize configurations");
+
 export function renderKustomization(dir) {
   const file = path.join(dir, "kustomization.yaml");
   if (!fs.existsSync(file)) throw new Error(`${dir}: no kustomization.yaml`);
@@ -77,12 +261,20 @@ export function renderKustomization(dir) {
       throw new Error(`${file}: '${key}' is not supported by this renderer (supported: ${[...KUSTOMIZATION_KEYS].join(", ")})`);
     }
   }
+  const configs = loadConfigurations(dir, k, file);
   let objects = [];
   for (const r of k.resources ?? []) {
     const p = path.resolve(dir, r);
     if (!fs.existsSync(p)) throw new Error(`${file}: resource '${r}' does not exist`);
-    objects.push(...(fs.statSync(p).isDirectory() ? renderKustomization(p) : loadYamlFile(p)));
+    if (fs.statSync(p).isDirectory()) {
+      const sub = renderKustomization(p);
+      for (const key of ["nameReference", "commonLabels"]) configs[key].push(...(sub[CONFIGS]?.[key] ?? []));
+      objects.push(...sub);
+    } else {
+      objects.push(...loadYamlFile(p));
+    }
   }
+  objects.push(...generateConfigMaps(dir, k, file));
   const seen = new Set();
   for (const o of objects) {
     if (!o.apiVersion || !o.kind || !o.metadata?.name) {
@@ -104,6 +296,20 @@ export function renderKustomization(dir) {
       objects[target] = strategicMerge(objects[target], p, `${pfile}: `);
     }
   }
+  if (k.namespace) {
+    for (const o of objects) if (!CLUSTER_SCOPED.has(o.kind)) o.metadata.namespace = k.namespace;
+  }
+  if (k.namePrefix) {
+    const renames = [];
+    for (const o of objects) {
+      if (o.kind === "CustomResourceDefinition" || o.kind === "Namespace") continue;
+      const to = `${k.namePrefix}${o.metadata.name}`;
+      renames.push({ kind: o.kind, group: groupOf(o.apiVersion), from: o.metadata.name, to, namespace: o.metadata.namespace });
+      o.metadata.name = to;
+    }
+    applyNameReferences(objects, renames, [...BUILTIN_NAME_REFERENCES, ...configs.nameReference]);
+  }
+  applyLabels(objects, labelSets(k, file), [...BUILTIN_COMMON_LABELS, ...configs.commonLabels]);
   for (const img of k.images ?? []) {
     for (const key of Object.keys(img)) {
       if (!["name", "newName", "newTag", "digest"].includes(key)) throw new Error(`${file}: images: '${key}' is not supported`);
@@ -122,9 +328,7 @@ export function renderKustomization(dir) {
     }
     if (!used) throw new Error(`${file}: images: no container uses image '${img.name}'`);
   }
-  if (k.namespace) {
-    for (const o of objects) if (!CLUSTER_SCOPED.has(o.kind)) o.metadata.namespace = k.namespace;
-  }
+  Object.defineProperty(objects, CONFIGS, { value: configs, enumerable: false });
   return objects;
 }
 
@@ -180,13 +384,15 @@ function mergeList(base, patch, key, where, at) {
   if (mergeKey === undefined) throw new Error(`${where}${at}: no merge key known for this list; patch it whole in the base instead`);
   if (mergeKey === null) return clone(patch);
   const out = clone(base ?? []);
+  const added = [];
   for (const item of patch) {
     if (!(mergeKey in item)) throw new Error(`${where}${at}: an entry without its merge key '${mergeKey}'`);
     const i = out.findIndex((o) => o[mergeKey] === item[mergeKey]);
     if (i >= 0) out[i] = strategicMerge(out[i], item, where, `${at}[${mergeKey}=${item[mergeKey]}]`);
-    else out.push(clone(item));
+    else added.push(clone(item));
   }
-  return out;
+  // New entries come first, in the patch's order, as kustomize puts them.
+  return [...added, ...out];
 }
 
 function isObject(v) {

@@ -420,10 +420,10 @@ describe("certificate checks fail when", () => {
 });
 
 describe("renderer", () => {
-  test("strategic merge: lists of containers merge by name, null deletes, primitive lists are replaced", () => {
+  test("strategic merge: lists of containers merge by name (new entries first, as kustomize), null deletes, primitive lists are replaced", () => {
     const base = { spec: { containers: [{ name: "a", image: "x", args: ["1", "2"] }, { name: "b", image: "y" }], keep: 1, drop: 2 } };
-    const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }], drop: null } });
-    assert.deepEqual(out, { spec: { containers: [{ name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }, { name: "c", image: "z" }], keep: 1 } });
+    const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }, { name: "d" }], drop: null } });
+    assert.deepEqual(out, { spec: { containers: [{ name: "c", image: "z" }, { name: "d" }, { name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }], keep: 1 } });
     assert.deepEqual(base.spec.containers[0].args, ["1", "2"], "the base is not modified");
   });
   test("NetworkPolicy ingress rules are replaced whole by a patch, as in Kubernetes", () => {
@@ -436,8 +436,8 @@ describe("renderer", () => {
   test("refuses unsupported kustomization features and patches without a target", () => {
     const dir = tmpDir();
     fs.writeFileSync(path.join(dir, "cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
-    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\nnamePrefix: x-\n");
-    assert.throws(() => v.renderKustomization(dir), /'namePrefix' is not supported/);
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\nnameSuffix: -x\n");
+    assert.throws(() => v.renderKustomization(dir), /'nameSuffix' is not supported/);
     fs.writeFileSync(path.join(dir, "patch.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n");
     fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\npatches: [{path: patch.yaml}]\n");
     assert.throws(() => v.renderKustomization(dir), /no v1 ConfigMap named 'b'/);
