@@ -1875,8 +1875,40 @@ export function checkRules(objects) {
       }
     }
   }
-  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers"]) {
+  errors.push(...checkRunbooks(groups));
+  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers", "SharddTrainingStalled"]) {
     if (!alerts.has(a)) errors.push(`alerts.yml: alert ${a} is missing`);
+  }
+  return errors;
+}
+
+// GitHub's anchor of a Markdown heading: lower case, punctuation other than
+// '-' and '_' dropped, spaces to '-'.
+export function headingAnchor(text) {
+  return text.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-");
+}
+
+export function readmeAnchors(file = path.join(DEPLOY, "README.md")) {
+  const anchors = new Set();
+  let fence = false;
+  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
+    if (/^```/.test(line)) fence = !fence;
+    const m = !fence && /^#{1,6}\s+(.*)$/.exec(line);
+    if (m) anchors.add(headingAnchor(m[1]));
+  }
+  return anchors;
+}
+
+// Every alert has a runbook_url annotation, deploy/README.md#ANCHOR, and
+// that README has a heading with this anchor.
+export function checkRunbooks(groups = alertRuleGroups(), readme = path.join(DEPLOY, "README.md")) {
+  const errors = [];
+  const anchors = readmeAnchors(readme);
+  for (const rule of groups.flatMap((g) => g.rules).filter((r) => r.alert)) {
+    const url = rule.annotations?.runbook_url;
+    const m = /^deploy\/README\.md#([\w-]+)$/.exec(url ?? "");
+    if (!m) errors.push(`alerts.yml: ${rule.alert}: runbook_url (${url}) must be deploy/README.md#ANCHOR`);
+    else if (!anchors.has(m[1])) errors.push(`alerts.yml: ${rule.alert}: runbook_url anchor #${m[1]} is no heading of deploy/README.md`);
   }
   return errors;
 }
@@ -1938,10 +1970,30 @@ export function checkInsecure(objects) {
   return errors;
 }
 
+// deploy/grafana renders one ConfigMap for Grafana's sidecar (label
+// grafana_dashboard: "1") whose data is the dashboard file, byte for byte.
+export async function checkDashboardConfigMap(dir = path.join(DEPLOY, "grafana"), file = path.join(DEPLOY, "grafana/shardd-dashboard.json")) {
+  let objects;
+  try {
+    objects = renderKustomization(dir);
+  } catch (e) {
+    return [`${dir}: ${e.message}`];
+  }
+  const errors = await validateSchemas(objects);
+  const cms = objects.filter((o) => o.kind === "ConfigMap");
+  if (objects.length !== 1 || cms.length !== 1) return [...errors, `${dir}: expected exactly one ConfigMap, got ${objects.map(objectId).join(", ")}`];
+  const [cm] = cms;
+  if (cm.metadata.labels?.grafana_dashboard !== "1") errors.push(`${objectId(cm)}: needs the label grafana_dashboard: "1" (Grafana's sidecar looks for it)`);
+  const keys = Object.keys(cm.data ?? {});
+  if (keys.length !== 1 || !keys[0].endsWith(".json")) errors.push(`${objectId(cm)}: needs one key NAME.json, has ${keys.join(", ")}`);
+  else if (cm.data[keys[0]] !== fs.readFileSync(file, "utf8")) errors.push(`${objectId(cm)}: data ${keys[0]} is not ${file}`);
+  return errors;
+}
+
 // Every check on every kustomization; errors as strings.
 export async function checkAll() {
   const errors = [];
-  errors.push(...checkExportedList(), ...checkDashboard());
+  errors.push(...checkExportedList(), ...checkDashboard(), ...await checkDashboardConfigMap());
   for (const [name, dir] of Object.entries(KUSTOMIZATIONS)) {
     let objects;
     try {

@@ -610,6 +610,7 @@ describe("alert rules", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
       "shardd_coordinator_broken_peer_links",
+      "shardd_coordinator_committed_step",
       "shardd_coordinator_job_failed",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
@@ -940,5 +941,44 @@ describe("renderer: namePrefix, labels, configMapGenerator, configurations, JSON
     assert.throws(() => v.applyJson6902(target, [{ op: "test", path: "/spec/a/0", value: 2 }]), /is 1, not 2/);
     v.applyJson6902(target, [{ op: "add", path: "/spec/a/-", value: 2 }, { op: "add", path: "/spec/x~1y", value: 3 }]);
     assert.deepEqual(target, { spec: { a: [1, 2], "x/y": 3 } });
+  });
+});
+
+describe("runbooks", () => {
+  test("every alert's runbook_url is a heading of deploy/README.md", () => {
+    assert.deepEqual(v.checkRunbooks(), []);
+    const urls = v.alertRuleGroups().flatMap((g) => g.rules).map((r) => r.annotations.runbook_url);
+    assert.equal(urls.length, 7);
+    assert.ok(urls.includes("deploy/README.md#sharddtrainingstalled"));
+  });
+  test("fails on a missing annotation and on an anchor the README lacks", () => {
+    const groups = v.alertRuleGroups();
+    delete groups[0].rules[0].annotations.runbook_url;
+    groups[0].rules[1].annotations.runbook_url = "deploy/README.md#no-such-section";
+    const errors = v.checkRunbooks(groups);
+    assert.ok(some(errors, /SharddRecoverySlow: runbook_url \(undefined\) must be/), errors.join("\n"));
+    assert.ok(some(errors, /anchor #no-such-section is no heading/), errors.join("\n"));
+  });
+  test("anchors as GitHub makes them", () => {
+    assert.equal(v.headingAnchor("A failed job"), "a-failed-job");
+    assert.equal(v.headingAnchor("Which form: JobSet or StatefulSet?"), "which-form-jobset-or-statefulset");
+    assert.equal(v.headingAnchor("SharddJobFailed"), "sharddjobfailed");
+  });
+});
+
+describe("dashboard ConfigMap (deploy/grafana)", () => {
+  test("one ConfigMap in monitoring, label grafana_dashboard: \"1\", data = the dashboard file", async () => {
+    assert.deepEqual(await v.checkDashboardConfigMap(), []);
+    const [cm] = v.renderKustomization(path.join(v.DEPLOY, "grafana"));
+    assert.equal(cm.metadata.namespace, "monitoring");
+    assert.equal(cm.data["shardd-dashboard.json"], fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+  });
+  test("fails when the data is not the file or the label is missing", async () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "d.json"), "{}");
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "configMapGenerator:\n- name: x\n  files: [d.json]\n  options: {disableNameSuffixHash: true}\n");
+    const errors = await v.checkDashboardConfigMap(dir);
+    assert.ok(some(errors, /needs the label grafana_dashboard/), errors.join("\n"));
+    assert.ok(some(errors, /data d.json is not .*shardd-dashboard.json/), errors.join("\n"));
   });
 });
