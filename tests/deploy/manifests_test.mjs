@@ -420,10 +420,10 @@ describe("certificate checks fail when", () => {
 });
 
 describe("renderer", () => {
-  test("strategic merge: lists of containers merge by name, null deletes, primitive lists are replaced", () => {
+  test("strategic merge: lists of containers merge by name (new entries first, as kustomize), null deletes, primitive lists are replaced", () => {
     const base = { spec: { containers: [{ name: "a", image: "x", args: ["1", "2"] }, { name: "b", image: "y" }], keep: 1, drop: 2 } };
-    const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }], drop: null } });
-    assert.deepEqual(out, { spec: { containers: [{ name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }, { name: "c", image: "z" }], keep: 1 } });
+    const out = v.strategicMerge(base, { spec: { containers: [{ name: "a", args: ["3"] }, { name: "c", image: "z" }, { name: "d" }], drop: null } });
+    assert.deepEqual(out, { spec: { containers: [{ name: "c", image: "z" }, { name: "d" }, { name: "a", image: "x", args: ["3"] }, { name: "b", image: "y" }], keep: 1 } });
     assert.deepEqual(base.spec.containers[0].args, ["1", "2"], "the base is not modified");
   });
   test("NetworkPolicy ingress rules are replaced whole by a patch, as in Kubernetes", () => {
@@ -436,8 +436,8 @@ describe("renderer", () => {
   test("refuses unsupported kustomization features and patches without a target", () => {
     const dir = tmpDir();
     fs.writeFileSync(path.join(dir, "cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
-    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\nnamePrefix: x-\n");
-    assert.throws(() => v.renderKustomization(dir), /'namePrefix' is not supported/);
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\nnameSuffix: -x\n");
+    assert.throws(() => v.renderKustomization(dir), /'nameSuffix' is not supported/);
     fs.writeFileSync(path.join(dir, "patch.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n");
     fs.writeFileSync(path.join(dir, "kustomization.yaml"), "resources: [cm.yaml]\npatches: [{path: patch.yaml}]\n");
     assert.throws(() => v.renderKustomization(dir), /no v1 ConfigMap named 'b'/);
@@ -610,6 +610,7 @@ describe("alert rules", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
       "shardd_coordinator_broken_peer_links",
+      "shardd_coordinator_committed_step",
       "shardd_coordinator_job_failed",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
@@ -671,4 +672,313 @@ describe("dashboard", () => {
 
 test("validate.mjs check passes on the repository", async () => {
   assert.deepEqual(await v.checkAll(), []);
+});
+
+// ---------------------------------------------------------------------------
+// The JobSet form (deploy/k8s/jobset and its overlays), several jobs per
+// namespace (deploy/k8s/examples/two-jobs), GPU variants.
+
+const JOBSET_FORMS = ["jobset", "jobset-cpu", "jobset-gpu-dra", "jobset-gpu-device-plugin", "two-jobs/job-a", "two-jobs/job-b"];
+const jobSetOf = (objects) => objects.find((o) => o.kind === "JobSet");
+const rjOf = (objects, name) => jobSetOf(objects).spec.replicatedJobs.find((r) => r.name === name);
+const workerPod = (objects) => rjOf(objects, "workers").template.spec.template.spec;
+const workerContainer = (objects, name) => [...workerPod(objects).initContainers, ...workerPod(objects).containers].find((c) => c.name === name);
+
+for (const name of JOBSET_FORMS) {
+  describe(`kustomization ${name} (JobSet form)`, () => {
+    test("renders a JobSet, the job's ConfigMap, rules, NetworkPolicies and two PodMonitors, and no StatefulSet or Deployment", () => {
+      const kinds = render(name).map((o) => o.kind).sort();
+      const gpu = name === "jobset-gpu-dra" ? ["ResourceClaimTemplate"] : [];
+      assert.deepEqual(kinds, ["ConfigMap", "JobSet", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "PodMonitor", "PodMonitor", "PrometheusRule", ...gpu].sort());
+    });
+    test("every object validates (the JobSet against its CRD, each replicatedJob as a batch/v1 Job), no unknown field", async () => {
+      assert.deepEqual(await v.validateSchemas(render(name)), []);
+    });
+    for (const [what, check] of [["sidecar", "checkSidecar"], ["restricted", "checkRestricted"], ["probes", "checkProbes"], ["TLS", "checkTls"],
+      ["job shape, exit codes, success and failure policies", "checkJob"], ["rules", "checkRules"], ["NetworkPolicies", "checkNetworkPolicies"], ["--insecure", "checkInsecure"]]) {
+      test(`${what} (${check})`, () => assert.deepEqual(v[check](render(name)), []));
+    }
+    if (name !== "jobset") test("images pinned", () => assert.deepEqual(v.checkImagesPinned(render(name)), []));
+  });
+}
+
+describe("JobSet form", () => {
+  test("the completion index is the rank of shardd and of the trainer; the coordinator comes from the JobSet's annotation", () => {
+    const objects = render("jobset-cpu");
+    for (const c of [workerContainer(objects, "shardd"), workerContainer(objects, "trainer")]) {
+      assert.equal(v.flag(c, "rank"), "$(RANK)", c.name);
+      assert.equal(c.env.find((e) => e.name === "RANK").valueFrom.fieldRef.fieldPath, "metadata.annotations['batch.kubernetes.io/job-completion-index']");
+    }
+    assert.equal(v.flag(workerContainer(objects, "shardd"), "coordinator"), "$(COORDINATOR):7070");
+    assert.deepEqual(jobSetOf(objects).spec.coordinator, { replicatedJob: "coordinator", jobIndex: 0, podIndex: 0 });
+  });
+  test("the terminal exit statuses fail the Jobs at once and the JobSet without a restart; a disruption is ignored", () => {
+    const objects = render("jobset");
+    const rules = rjOf(objects, "workers").template.spec.podFailurePolicy.rules;
+    assert.deepEqual(rules.slice(0, 2).map((r) => [r.action, r.onExitCodes.containerName, r.onExitCodes.values]), [["FailJob", "trainer", [2, 3]], ["FailJob", "shardd", [3]]]);
+    assert.deepEqual(rules[2], { action: "Ignore", onPodConditions: [{ type: "DisruptionTarget" }] });
+    assert.deepEqual(rjOf(objects, "coordinator").template.spec.podFailurePolicy.rules[0].onExitCodes, { containerName: "coordinator", operator: "In", values: [3] });
+    assert.deepEqual(jobSetOf(objects).spec.failurePolicy.rules, [{ name: "job-failed", action: "FailJobSet", onJobFailureReasons: ["PodFailurePolicy"] }]);
+    assert.deepEqual(jobSetOf(objects).spec.successPolicy, { operator: "All", targetReplicatedJobs: ["workers"] });
+  });
+  test("the job's exit status is daemon/core/exit_status.h's kExitJobFailed", () => {
+    assert.equal(v.EXIT_JOB_FAILED, 3);
+  });
+  for (const [what, mutate, pattern] of [
+    ["the workers do not fail on the trainer's exit 3", (o) => { rjOf(o, "workers").template.spec.podFailurePolicy.rules[0].onExitCodes.values = [2]; }, /FailJob on the trainer's exit codes 3 and 2/],
+    ["the coordinator's exit 3 is retried", (o) => { rjOf(o, "coordinator").template.spec.podFailurePolicy.rules.shift(); }, /FailJob on the coordinator's exit code 3/],
+    ["the JobSet restarts on the job's failure", (o) => { jobSetOf(o).spec.failurePolicy.rules[0].action = "RestartJobSet"; }, /FailJobSet rule on PodFailurePolicy/],
+    ["completions differ from W", (o) => { rjOf(o, "workers").template.spec.completions = 3; }, /completions \(3\) and parallelism \(4\) must be 4/],
+    ["the workers are not Indexed", (o) => { rjOf(o, "workers").template.spec.completionMode = "NonIndexed"; }, /completionMode must be Indexed/],
+    ["the pods restart in place", (o) => { workerPod(o).restartPolicy = "OnFailure"; }, /restartPolicy must be Never/],
+    ["success waits for the coordinator", (o) => { jobSetOf(o).spec.successPolicy.targetReplicatedJobs = ["workers", "coordinator"]; }, /successPolicy must be operator All over targetReplicatedJobs \[workers\]/],
+    ["a rank's retries are unbounded", (o) => { delete rjOf(o, "workers").template.spec.maxFailedIndexes; }, /maxFailedIndexes must be 0/],
+    ["the daemons name the coordinator by a fixed name", (o) => { workerContainer(o, "shardd").args[0] = "--coordinator=shardd-coordinator:7070"; }, /must be \$\(VAR\):7070/],
+    ["the rank is not the completion index", (o) => { workerContainer(o, "trainer").env.find((e) => e.name === "RANK").valueFrom.fieldRef.fieldPath = "metadata.name"; }, /container trainer --rank .* must be the pod's completion index/],
+    ["an env var reads a ConfigMap that is not deployed", (o) => { workerContainer(o, "trainer").env.find((e) => e.name === "STRATEGY").valueFrom.configMapKeyRef.name = "other"; }, /env STRATEGY reads ConfigMap 'other', which is not deployed/],
+    ["no PodMonitor selects the coordinator", (o) => { o.find((x) => x.kind === "PodMonitor" && /coordinator/.test(x.metadata.name)).spec.selector.matchLabels["app.kubernetes.io/name"] = "x"; }, /no PodMonitor selects the coordinator pods/],
+  ]) {
+    test(`checkJob fails when ${what}`, () => {
+      const objects = render("jobset-cpu");
+      mutate(objects);
+      const errors = v.checkJob(objects);
+      assert.ok(some(errors, pattern), errors.join("\n"));
+    });
+  }
+  test("the CRD schema refuses a misspelt field, a wrong enum, a wrong type, and a missing required field", async () => {
+    const objects = render("jobset");
+    const js = jobSetOf(objects);
+    js.spec.succesPolicy = {};
+    js.spec.failurePolicy.rules[0].action = "Explode";
+    delete js.spec.failurePolicy.rules[0].name;
+    rjOf(objects, "workers").template.spec.completions = "four";
+    workerContainer(objects, "shardd").restartpolicy = "Always";
+    const errors = await v.validateSchemas(objects);
+    for (const p of [/JobSet\/shardd.spec: unknown field 'succesPolicy'/, /rules\[0\].action: "Explode" is not one of FailJobSet/, /rules\[0\]: 'name' is required/,
+      /completions: must be integer/, /initContainers\[0\]: unknown field 'restartpolicy'/, /replicatedJob shardd-workers-0: .*unknown field 'restartpolicy'/]) {
+      assert.ok(some(errors, p), `${p}\n${errors.join("\n")}`);
+    }
+  });
+});
+
+describe("GPU variants", () => {
+  test("CPU: no claim, no GPU request, --device=cpu", () => {
+    const objects = render("jobset-cpu");
+    assert.equal(workerPod(objects).resourceClaims, undefined);
+    for (const c of [workerContainer(objects, "shardd"), workerContainer(objects, "trainer")]) {
+      assert.equal(c.resources.claims, undefined, c.name);
+      assert.ok(!Object.keys(c.resources.limits).some((k) => k.endsWith("/gpu")), c.name);
+    }
+    assert.equal(v.flag(workerContainer(objects, "shardd"), "device"), "cpu");
+  });
+  test("DRA: one claim per pod from the deployed template, referenced by both containers; CUDA image", () => {
+    const objects = render("jobset-gpu-dra");
+    assert.deepEqual(workerPod(objects).resourceClaims, [{ name: "gpu", resourceClaimTemplateName: "shardd-gpu" }]);
+    for (const c of ["shardd", "trainer"]) assert.deepEqual(workerContainer(objects, c).resources.claims, [{ name: "gpu" }], c);
+    assert.equal(workerContainer(objects, "shardd").image, "registry.example.com/shardd/shardd-cuda:0.1.0");
+    assert.ok(objects.some((o) => o.kind === "ResourceClaimTemplate" && o.metadata.name === "shardd-gpu"));
+  });
+  test("DRA checks fail when the trainer references another claim, or the template is missing", () => {
+    const objects = render("jobset-gpu-dra").filter((o) => o.kind !== "ResourceClaimTemplate");
+    workerContainer(objects, "trainer").resources.claims = [{ name: "other" }];
+    const errors = v.checkSidecar(objects);
+    assert.ok(some(errors, /must reference the same resource claim/), errors.join("\n"));
+    assert.ok(some(errors, /ResourceClaimTemplate 'shardd-gpu', which is not deployed/), errors.join("\n"));
+  });
+  test("device plugin: shardd holds nvidia.com/gpu: 1 and publishes its device, the trainer selects it", () => {
+    const objects = render("jobset-gpu-device-plugin");
+    const shardd = workerContainer(objects, "shardd");
+    const trainer = workerContainer(objects, "trainer");
+    assert.equal(shardd.resources.limits["nvidia.com/gpu"], 1);
+    assert.equal(trainer.resources.limits["nvidia.com/gpu"], undefined);
+    assert.equal(shardd.command[0], "/bin/sh");
+    assert.ok(shardd.command[2].endsWith('exec /usr/local/bin/shardd "$@"'));
+    assert.equal(v.flag(shardd, "coordinator"), "$(COORDINATOR):7070", "the args stay");
+    assert.deepEqual(trainer.env.at(-1), { name: "NVIDIA_VISIBLE_DEVICES", value: "all" });
+  });
+  test("device-plugin checks fail when both containers ask for a GPU, or the trainer does not select shardd's", () => {
+    let objects = render("jobset-gpu-device-plugin");
+    workerContainer(objects, "trainer").resources.limits["nvidia.com/gpu"] = 1;
+    assert.ok(some(v.checkSidecar(objects), /shardd and trainer each ask for a device-plugin GPU/));
+    objects = render("jobset-gpu-device-plugin");
+    workerContainer(objects, "trainer").command = ["/usr/local/bin/example_trainer"];
+    assert.ok(some(v.checkSidecar(objects), /the trainer must set CUDA_VISIBLE_DEVICES from \/run\/shardd\/gpu-uuid/));
+  });
+});
+
+// Objects of several renders side by side in one namespace: no two share a
+// kind and name (the JobSet's headless Service, named after the JobSet,
+// included), and every reference stays inside its own job: ConfigMaps and
+// claim templates named in the pods, the pods each selector selects
+// (NetworkPolicy pod and peer selectors, PodMonitors).
+export function crossJobErrors(jobs) {
+  const errors = [];
+  const seen = new Map();
+  const ownedNames = (objects) => [...objects.map((o) => [o.kind, o.metadata.namespace, o.metadata.name]),
+    ...objects.filter((o) => o.kind === "JobSet").map((o) => ["Service", o.metadata.namespace, o.spec.network?.subdomain ?? o.metadata.name])];
+  for (const [job, objects] of Object.entries(jobs)) {
+    for (const [kind, ns, name] of ownedNames(objects)) {
+      const key = `${kind}/${ns}/${name}`;
+      if (seen.has(key)) errors.push(`${key}: in ${seen.get(key)} and in ${job}`);
+      seen.set(key, job);
+    }
+  }
+  const templates = Object.entries(jobs).flatMap(([job, objects]) => objects.flatMap(v.podTemplates).map((t) => ({ ...t, job })));
+  for (const [job, objects] of Object.entries(jobs)) {
+    const mine = (kind, name) => objects.some((o) => o.kind === kind && o.metadata.name === name);
+    for (const t of templates.filter((x) => x.job === job)) {
+      for (const c of [...(t.spec.initContainers ?? []), ...(t.spec.containers ?? [])]) {
+        for (const e of c.env ?? []) {
+          const ref = e.valueFrom?.configMapKeyRef?.name;
+          if (ref && !mine("ConfigMap", ref)) errors.push(`${job}: ${t.id} ${c.name} env ${e.name}: ConfigMap ${ref} is not this job's`);
+        }
+      }
+      for (const rc of t.spec.resourceClaims ?? []) {
+        if (rc.resourceClaimTemplateName && !mine("ResourceClaimTemplate", rc.resourceClaimTemplateName)) errors.push(`${job}: ${t.id}: ResourceClaimTemplate ${rc.resourceClaimTemplateName} is not this job's`);
+      }
+    }
+    const selectors = [];
+    for (const o of objects) {
+      if (o.kind === "NetworkPolicy") {
+        selectors.push([o, "podSelector", o.spec.podSelector]);
+        for (const r of o.spec.ingress ?? []) for (const f of r.from ?? []) if (f.podSelector && !f.namespaceSelector) selectors.push([o, "from.podSelector", f.podSelector]);
+      }
+      if (o.kind === "PodMonitor" || o.kind === "ServiceMonitor") selectors.push([o, "selector", o.spec.selector]);
+    }
+    for (const [o, where, sel] of selectors) {
+      const selected = templates.filter((t) => v.selectorMatches(sel, t.labels));
+      if (selected.length === 0) errors.push(`${job}: ${o.kind}/${o.metadata.name} ${where} selects no pod`);
+      for (const t of selected.filter((x) => x.job !== job)) errors.push(`${job}: ${o.kind}/${o.metadata.name} ${where} also selects ${t.job}'s ${t.id}`);
+    }
+  }
+  return errors;
+}
+
+describe("two jobs in one namespace (examples/two-jobs)", () => {
+  const both = () => ({ "job-a": render("two-jobs/job-a"), "job-b": render("two-jobs/job-b") });
+  test("share namespace ml-training, every name prefixed, W = 4 and W = 2", () => {
+    const jobs = both();
+    for (const [job, objects] of Object.entries(jobs)) {
+      for (const o of objects) {
+        assert.equal(o.metadata.namespace, "ml-training");
+        assert.ok(o.metadata.name.startsWith(`${job}-`), `${o.kind}/${o.metadata.name}`);
+        assert.equal(o.metadata.labels["app.kubernetes.io/instance"], job, `${o.kind}/${o.metadata.name}`);
+      }
+    }
+    assert.equal(rjOf(jobs["job-a"], "workers").template.spec.completions, 4);
+    assert.equal(rjOf(jobs["job-b"], "workers").template.spec.completions, 2);
+    assert.equal(jobs["job-b"].find((o) => o.kind === "ConfigMap").data.WORLD_SIZE, "2");
+  });
+  test("no name clashes; every reference and selector resolves within its own job", () => {
+    assert.deepEqual(crossJobErrors(both()), []);
+  });
+  test("the prefix reaches the ConfigMap references and the labels the JobSet's pod templates and the monitors", () => {
+    const objects = render("two-jobs/job-a");
+    assert.equal(workerContainer(objects, "trainer").env.find((e) => e.name === "WORLD_SIZE").valueFrom.configMapKeyRef.name, "job-a-shardd-job");
+    assert.equal(rjOf(objects, "workers").template.spec.template.metadata.labels["app.kubernetes.io/instance"], "job-a");
+    for (const pm of objects.filter((o) => o.kind === "PodMonitor")) assert.equal(pm.spec.selector.matchLabels["app.kubernetes.io/instance"], "job-a");
+  });
+  test("the cross-job check fails on a clash, a foreign ConfigMap and a selector that reaches the other job", () => {
+    const jobs = both();
+    jobs["job-b"].find((o) => o.kind === "ConfigMap").metadata.name = "job-a-shardd-job";
+    workerContainer(jobs["job-a"], "shardd").env.find((e) => e.name === "COLLECTIVE_TIMEOUT_MS").valueFrom.configMapKeyRef.name = "job-b-shardd-job";
+    delete jobs["job-a"].find((o) => o.kind === "NetworkPolicy" && o.metadata.name === "job-a-shardd-trainer").spec.podSelector.matchLabels["app.kubernetes.io/instance"];
+    jobs["job-b"].find((o) => o.kind === "JobSet").metadata.name = "job-a-shardd";
+    const errors = crossJobErrors(jobs);
+    for (const p of [/ConfigMap\/ml-training\/job-a-shardd-job: in job-a and in job-b/, /Service\/ml-training\/job-a-shardd: in job-a and in job-b/,
+      /job-a: .* shardd env COLLECTIVE_TIMEOUT_MS: ConfigMap job-b-shardd-job is not this job's/,
+      /job-a: NetworkPolicy\/job-a-shardd-trainer podSelector also selects job-b's/]) {
+      assert.ok(some(errors, p), `${p}\n${errors.join("\n")}`);
+    }
+  });
+});
+
+describe("renderer: namePrefix, labels, configMapGenerator, configurations, JSON 6902", () => {
+  const write = (dir, files) => { for (const [f, text] of Object.entries(files)) { fs.mkdirSync(path.dirname(path.join(dir, f)), { recursive: true }); fs.writeFileSync(path.join(dir, f), text); } };
+  test("renders what kubectl kustomize v5.5 rendered for the same input (recorded)", () => {
+    const dir = tmpDir();
+    write(dir, {
+      "base/kustomization.yaml": "resources: [r.yaml]\nconfigurations: [c.yaml]\n",
+      "base/c.yaml": "nameReference:\n- kind: ConfigMap\n  version: v1\n  fieldSpecs:\n  - {kind: JobSet, group: jobset.x-k8s.io, path: spec/replicatedJobs/template/spec/template/spec/containers/env/valueFrom/configMapKeyRef/name}\ncommonLabels:\n- {kind: JobSet, group: jobset.x-k8s.io, path: spec/replicatedJobs/template/spec/template/metadata/labels, create: true}\n",
+      "base/r.yaml": [
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: svc}\nspec: {selector: {app: x}}\n",
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: sts}\nspec:\n  serviceName: svc\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: x}}\n    spec:\n      containers: [{name: c, image: i, args: [--svc=svc], env: [{name: A, valueFrom: {configMapKeyRef: {name: cfg, key: A}}}]}]\n      volumes: [{name: v, configMap: {name: cfg}}, {name: s, secret: {secretName: sec}}]\n",
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec:\n  podSelector: {matchExpressions: [{key: app, operator: Exists}]}\n  ingress: [{from: [{podSelector: {matchLabels: {app: x}}}]}]\n",
+        "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js}\nspec:\n  replicatedJobs:\n  - name: w\n    template:\n      spec:\n        template:\n          spec:\n            containers: [{name: c, image: i, env: [{name: A, valueFrom: {configMapKeyRef: {name: cfg, key: A}}}]}]\n",
+      ].join("---\n"),
+      "ov/kustomization.yaml": "resources: [../base]\nnamePrefix: p-\nlabels:\n- pairs: {inst: p}\n  includeSelectors: true\nconfigMapGenerator:\n- name: gen\n  files: [d.json]\n  literals: [K=V]\n  options: {disableNameSuffixHash: true, labels: {g: \"1\"}}\npatches:\n- path: ops.yaml\n  target: {kind: JobSet, name: js}\n",
+      "ov/d.json": "{\"a\": 1}\n",
+      "ov/ops.yaml": "- {op: add, path: /spec/replicatedJobs/0/template/spec/completions, value: 2}\n",
+    });
+    const byName = Object.fromEntries(v.renderKustomization(path.join(dir, "ov")).map((o) => [`${o.kind}/${o.metadata.name}`, o]));
+    assert.deepEqual(Object.keys(byName).sort(), ["ConfigMap/p-cfg", "ConfigMap/p-gen", "JobSet/p-js", "NetworkPolicy/p-np", "Service/p-svc", "StatefulSet/p-sts"]);
+    assert.deepEqual(byName["ConfigMap/p-gen"], { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "p-gen", labels: { g: "1", inst: "p" } }, data: { "d.json": "{\"a\": 1}\n", K: "V" } });
+    const sts = byName["StatefulSet/p-sts"];
+    assert.equal(sts.spec.serviceName, "p-svc");
+    assert.deepEqual(sts.spec.selector.matchLabels, { app: "x", inst: "p" });
+    assert.deepEqual(sts.spec.template.metadata.labels, { app: "x", inst: "p" });
+    assert.equal(sts.spec.template.spec.containers[0].env[0].valueFrom.configMapKeyRef.name, "p-cfg");
+    assert.deepEqual(sts.spec.template.spec.containers[0].args, ["--svc=svc"], "names inside arguments are not rewritten (kustomize neither)");
+    assert.equal(sts.spec.template.spec.volumes[0].configMap.name, "p-cfg");
+    assert.equal(sts.spec.template.spec.volumes[1].secret.secretName, "sec", "a Secret that is not deployed keeps its name");
+    assert.deepEqual(byName["Service/p-svc"].spec.selector, { app: "x", inst: "p" });
+    assert.deepEqual(byName["NetworkPolicy/p-np"].spec.podSelector, { matchExpressions: [{ key: "app", operator: "Exists" }] }, "no matchLabels: none created");
+    assert.deepEqual(byName["NetworkPolicy/p-np"].spec.ingress[0].from[0].podSelector.matchLabels, { app: "x", inst: "p" });
+    const rj = byName["JobSet/p-js"].spec.replicatedJobs[0];
+    assert.equal(rj.template.spec.completions, 2);
+    assert.deepEqual(rj.template.spec.template.metadata.labels, { inst: "p" });
+    assert.equal(rj.template.spec.template.spec.containers[0].env[0].valueFrom.configMapKeyRef.name, "p-cfg");
+  });
+  test("refuses a generator with the name hash on, a file outside the directory, and a JSON 6902 path that does not exist", () => {
+    const dir = tmpDir();
+    write(dir, { "k/kustomization.yaml": "configMapGenerator:\n- name: g\n  literals: [A=1]\n", "k/x.json": "{}" });
+    assert.throws(() => v.renderKustomization(path.join(dir, "k")), /disableNameSuffixHash/);
+    write(dir, { "k/kustomization.yaml": "configMapGenerator:\n- name: g\n  files: [../y.json]\n  options: {disableNameSuffixHash: true}\n", "y.json": "{}" });
+    assert.throws(() => v.renderKustomization(path.join(dir, "k")), /outside the kustomization's directory/);
+    const target = { spec: { a: [1] } };
+    assert.throws(() => v.applyJson6902(target, [{ op: "replace", path: "/spec/b/c", value: 1 }]), /no such path/);
+    assert.throws(() => v.applyJson6902(target, [{ op: "test", path: "/spec/a/0", value: 2 }]), /is 1, not 2/);
+    v.applyJson6902(target, [{ op: "add", path: "/spec/a/-", value: 2 }, { op: "add", path: "/spec/x~1y", value: 3 }]);
+    assert.deepEqual(target, { spec: { a: [1, 2], "x/y": 3 } });
+  });
+});
+
+describe("runbooks", () => {
+  test("every alert's runbook_url is a heading of deploy/README.md", () => {
+    assert.deepEqual(v.checkRunbooks(), []);
+    const urls = v.alertRuleGroups().flatMap((g) => g.rules).map((r) => r.annotations.runbook_url);
+    assert.equal(urls.length, 7);
+    assert.ok(urls.includes("deploy/README.md#sharddtrainingstalled"));
+  });
+  test("fails on a missing annotation and on an anchor the README lacks", () => {
+    const groups = v.alertRuleGroups();
+    delete groups[0].rules[0].annotations.runbook_url;
+    groups[0].rules[1].annotations.runbook_url = "deploy/README.md#no-such-section";
+    const errors = v.checkRunbooks(groups);
+    assert.ok(some(errors, /SharddRecoverySlow: runbook_url \(undefined\) must be/), errors.join("\n"));
+    assert.ok(some(errors, /anchor #no-such-section is no heading/), errors.join("\n"));
+  });
+  test("anchors as GitHub makes them", () => {
+    assert.equal(v.headingAnchor("A failed job"), "a-failed-job");
+    assert.equal(v.headingAnchor("Which form: JobSet or StatefulSet?"), "which-form-jobset-or-statefulset");
+    assert.equal(v.headingAnchor("SharddJobFailed"), "sharddjobfailed");
+  });
+});
+
+describe("dashboard ConfigMap (deploy/grafana)", () => {
+  test("one ConfigMap in monitoring, label grafana_dashboard: \"1\", data = the dashboard file", async () => {
+    assert.deepEqual(await v.checkDashboardConfigMap(), []);
+    const [cm] = v.renderKustomization(path.join(v.DEPLOY, "grafana"));
+    assert.equal(cm.metadata.namespace, "monitoring");
+    assert.equal(cm.data["shardd-dashboard.json"], fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+  });
+  test("fails when the data is not the file or the label is missing", async () => {
+    const dir = tmpDir();
+    fs.writeFileSync(path.join(dir, "d.json"), "{}");
+    fs.writeFileSync(path.join(dir, "kustomization.yaml"), "configMapGenerator:\n- name: x\n  files: [d.json]\n  options: {disableNameSuffixHash: true}\n");
+    const errors = await v.checkDashboardConfigMap(dir);
+    assert.ok(some(errors, /needs the label grafana_dashboard/), errors.join("\n"));
+    assert.ok(some(errors, /data d.json is not .*shardd-dashboard.json/), errors.join("\n"));
+  });
 });
