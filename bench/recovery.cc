@@ -177,6 +177,7 @@
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
 #include "daemon/rpc/exclusive_port.h"
+#include "daemon/testing/subprocess.h"
 #include "gloo/barrier.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
@@ -187,7 +188,6 @@
 #include "shardd/v1/peer.pb.h"
 #include "shardd/v1/trainer.pb.h"
 #include "tests/collectives/process_group.h"
-#include "daemon/testing/subprocess.h"
 
 namespace shardd::bench {
 namespace {

@@ -99,8 +99,8 @@
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/coordinator_ports.h"
 #include "daemon/node/node_manager.h"
-#include "shardd/v1/trainer.pb.h"
 #include "daemon/testing/subprocess.h"
+#include "shardd/v1/trainer.pb.h"
 
 namespace shardd::bench {
 namespace {

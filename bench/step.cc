@@ -124,8 +124,8 @@
 #include "client/example_model.h"
 #include "client/trainer_client.h"
 #include "daemon/core/mono_time.h"
-#include "shardd/v1/trainer.pb.h"
 #include "daemon/testing/subprocess.h"
+#include "shardd/v1/trainer.pb.h"
 
 namespace shardd::bench {
 namespace {

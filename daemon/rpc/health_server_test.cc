@@ -6,10 +6,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/testing/health_check.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
-#include "daemon/testing/health_check.h"
 
 namespace shardd::rpc {
 namespace {

@@ -11,10 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "grpcpp/grpcpp.h"
-#include "gtest/gtest.h"
 #include "daemon/testing/health_check.h"
 #include "daemon/testing/test_certs.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 
 namespace shardd::rpc {
 namespace {

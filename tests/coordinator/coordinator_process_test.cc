@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "daemon/testing/subprocess.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/port_holder.h"
 #include "tests/coordinator/process_cluster.h"
-#include "daemon/testing/subprocess.h"
 #include "tests/coordinator/test_main.h"
 
 namespace shardd::tests {

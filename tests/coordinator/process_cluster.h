@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/testing/subprocess.h"
 #include "grpcpp/grpcpp.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
-#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 

@@ -45,11 +45,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/memory/cgroup_memory.h"
+#include "daemon/testing/subprocess.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.grpc.pb.h"
-#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 namespace {

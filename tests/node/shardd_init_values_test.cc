@@ -43,11 +43,11 @@
 #include "absl/time/time.h"
 #include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/shared_memory_init_reader.h"
+#include "daemon/testing/subprocess.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/trainer.grpc.pb.h"
-#include "daemon/testing/subprocess.h"
 
 namespace shardd::tests {
 namespace {

@@ -17,8 +17,8 @@
 #include "daemon/metrics/exposition.h"
 #include "daemon/metrics/http_get.h"
 #include "daemon/metrics/promtool.h"
-#include "gtest/gtest.h"
 #include "daemon/testing/subprocess.h"
+#include "gtest/gtest.h"
 
 namespace shardd::tests {
 

@@ -37,6 +37,7 @@
 #include "daemon/core/adamw.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/memory/shared_memory_segment.h"
+#include "daemon/testing/subprocess.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -46,7 +47,6 @@
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
 #include "tests/coordinator/port_holder.h"
-#include "daemon/testing/subprocess.h"
 #include "tests/fuzz/generic_call.h"
 #include "tests/fuzz/hostile_message.h"
 

@@ -46,14 +46,14 @@
 #include "daemon/metrics/http_get.h"
 #include "daemon/rpc/grpc_status.h"
 #include "daemon/rpc/tls_config.h"
+#include "daemon/testing/health_check.h"
+#include "daemon/testing/subprocess.h"
+#include "daemon/testing/test_certs.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/peer.grpc.pb.h"
 #include "shardd/v1/trainer.grpc.pb.h"
-#include "daemon/testing/subprocess.h"
-#include "daemon/testing/health_check.h"
-#include "daemon/testing/test_certs.h"
 
 namespace shardd::tests {
 namespace {
