@@ -626,7 +626,8 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
   return report;
 }
 
-v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
+v1::DataRef NodeManager::MakeRef(const StepEngine& engine, const UnitData& data,
+                                 int unit) const {
   v1::DataRef ref;
   // A device backend's buffers are GPU memory exported by CUDA IPC; the
   // CPU backend's are shared-memory segments.
@@ -650,7 +651,7 @@ v1::DataRef NodeManager::MakeRef(const UnitData& data, int unit) const {
   ref.set_dtype(ToProtoDType(data.dtype));
   ref.set_byte_length(data.bytes);
   const std::vector<core::TensorView>& tensors =
-      holder_.engine()->config().units[unit].tensors();
+      engine.config().units[unit].tensors();
   const int64_t elem = core::DTypeSize(data.dtype);
   for (size_t t = 0; t < tensors.size(); ++t) {
     v1::TensorView* view = ref.add_views();
@@ -1026,11 +1027,11 @@ absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
   v1::GatherResponse response;
   absl::MutexLock lock(&mu_);
   ledger_.NoteGathered(unit);
-  *response.mutable_params() = MakeRef(*data, unit);
+  *response.mutable_params() = MakeRef(**engine, *data, unit);
   if (request.pass() == v1::PASS_BACKWARD) {
     absl::StatusOr<UnitData> grad = (*engine)->GradientSlot(unit);
     if (!grad.ok()) return grad.status();
-    *response.mutable_grad_buffer() = MakeRef(*grad, unit);
+    *response.mutable_grad_buffer() = MakeRef(**engine, *grad, unit);
   }
   response.set_epoch(comms_.epoch());
   response.set_committed_step((*engine)->committed_step());

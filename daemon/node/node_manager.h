@@ -258,7 +258,10 @@ class NodeManager : private EpochActions {
   v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::DataRef MakeRef(const UnitData& data, int unit) const;
+  // A trainer's reference to `data` of `unit` of `engine` (the engine the
+  // operation holds, so that no member is read without mu_).
+  v1::DataRef MakeRef(const StepEngine& engine, const UnitData& data,
+                      int unit) const;
   // A rendezvous store client for `epoch`, with this rank's lease token.
   std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch);
   absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
