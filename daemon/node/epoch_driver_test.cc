@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/manual_clock.h"
+#include "daemon/node/testing/fake_membership.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -19,15 +20,12 @@ constexpr char kMe[] = "me";
 
 // A membership whose views the test scripts: WaitFor answers the next
 // scripted result (or DEADLINE_EXCEEDED when none is left) and records the
-// deadline it was given; what the node tells the coordinator is recorded.
-class ScriptedMembership : public Membership {
+// deadline it was given; what the node tells the coordinator is recorded
+// (testing::FakeMembership).
+class ScriptedMembership : public testing::FakeMembership {
  public:
-  int rank() const override { return kRank; }
-  std::string incarnation() const override { return kMe; }
-  coordinator::MembershipView view() const override {
-    absl::MutexLock lock(&mu_);
-    return current_;
-  }
+  ScriptedMembership() : FakeMembership(kRank, kMe) {}
+
   absl::StatusOr<coordinator::MembershipView> WaitFor(
       std::function<bool(const coordinator::MembershipView&)> predicate,
       MonoTime deadline) const override {
@@ -37,67 +35,25 @@ class ScriptedMembership : public Membership {
       absl::StatusOr<coordinator::MembershipView> next = script_.front();
       script_.pop_front();
       if (!next.ok()) return next.status();
-      current_ = *next;
+      view_ = *next;
       if (predicate(*next)) return next;
     }
     return absl::DeadlineExceededError("no view");
   }
-  absl::Status SetReady(int64_t epoch, int64_t step) override {
-    Log(absl::StrCat("ready(", epoch, ",", step, ")"));
-    return ready_status_;
-  }
-  absl::Status ReportFailure(int suspect, v1::FailureKind kind,
-                             absl::string_view detail, int64_t epoch) override {
-    Log(absl::StrCat("report(", suspect, ",", v1::FailureKind_Name(kind), ",",
-                     epoch, ")"));
-    last_detail_ = std::string(detail);
-    return absl::OkStatus();
-  }
-  absl::Status SendHeartbeat() override {
-    Log("heartbeat");
-    return absl::OkStatus();
-  }
-  absl::StatusOr<v1::ShouldCommitResponse> ShouldCommit(int64_t, int64_t, bool,
-                                                        absl::string_view,
-                                                        uint64_t,
-                                                        MonoTime) override {
-    return absl::UnimplementedError("not used by the driver");
-  }
-  std::string SettledLeaseToken(MonoTime) const override { return "token"; }
-  absl::Status Leave(absl::string_view) override { return absl::OkStatus(); }
 
   void Script(absl::StatusOr<coordinator::MembershipView> next) {
     absl::MutexLock lock(&mu_);
     script_.push_back(std::move(next));
-  }
-  // The view the coordinator has moved on to meanwhile.
-  void SetCurrent(const coordinator::MembershipView& v) {
-    absl::MutexLock lock(&mu_);
-    current_ = v;
-  }
-  void Log(const std::string& what) {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back(what);
-  }
-  std::vector<std::string> calls() const {
-    absl::MutexLock lock(&mu_);
-    return calls_;
   }
   std::vector<MonoTime> deadlines() const {
     absl::MutexLock lock(&mu_);
     return deadlines_;
   }
 
-  absl::Status ready_status_;
-  std::string last_detail_;
-
  private:
-  mutable absl::Mutex mu_;
-  mutable coordinator::MembershipView current_ ABSL_GUARDED_BY(mu_);
   mutable std::deque<absl::StatusOr<coordinator::MembershipView>> script_
       ABSL_GUARDED_BY(mu_);
   mutable std::vector<MonoTime> deadlines_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node side: records every call in order (in the membership's log, so
@@ -237,7 +193,7 @@ class EpochDriverTest : public ::testing::Test {
 TEST_F(EpochDriverTest, NewJobBuildsCommunicatorsThenReportsReady) {
   const coordinator::MembershipView view =
       Planned(1, v1::EPOCH_PLAN_KIND_NEW, 0);
-  membership_.SetCurrent(view);
+  membership_.SetView(view);
   driver_.HandleView(view);
   EXPECT_EQ(Calls(),
             "epoch_changed(0->1) supersede(1) topology(4,2) settle "
@@ -260,19 +216,19 @@ TEST_F(EpochDriverTest, FailedRendezvousIsReportedWithoutASuspect) {
   actions_.build_status_ = absl::UnavailableError("peer 2 unreachable");
   const coordinator::MembershipView view =
       Planned(2, v1::EPOCH_PLAN_KIND_RESUME, 5);
-  membership_.SetCurrent(view);
+  membership_.SetView(view);
   driver_.HandleView(view);
   EXPECT_EQ(Calls(),
             "epoch_changed(0->2) supersede(2) topology(4,2) settle "
             "build(2,4,2) comm_failed "
             "report(-1,FAILURE_KIND_PEER_UNREACHABLE,2)");
-  EXPECT_NE(membership_.last_detail_.find("peer 2 unreachable"),
+  EXPECT_NE(membership_.last_detail().find("peer 2 unreachable"),
             std::string::npos);
 }
 
 TEST_F(EpochDriverTest, FailedRendezvousOfASupersededEpochIsNotReported) {
   actions_.build_status_ = absl::UnavailableError("peer 2 unreachable");
-  membership_.SetCurrent(View(3));  // The coordinator moved on meanwhile.
+  membership_.SetView(View(3));  // The coordinator moved on meanwhile.
   driver_.HandleView(Planned(2, v1::EPOCH_PLAN_KIND_RESUME, 5));
   EXPECT_EQ(Calls(),
             "epoch_changed(0->2) supersede(2) topology(4,2) settle "
@@ -322,7 +278,7 @@ TEST_F(EpochDriverTest, FailedRestoreMarksItBadHeartbeatsThenReports) {
   coordinator::MembershipView view =
       Planned(11, v1::EPOCH_PLAN_KIND_ROLLBACK, 40);
   view.plan.add_restore_ranks(kRank);
-  membership_.SetCurrent(view);
+  membership_.SetView(view);
   driver_.HandleView(view);
   // The coordinator hears of the bad checkpoint (heartbeat) before the
   // report that starts the next epoch's planning.
@@ -362,7 +318,7 @@ TEST_F(EpochDriverTest, RemovedMemberAbortsItsEpochAndBuildsNothing) {
 }
 
 TEST_F(EpochDriverTest, UnreportedReadyIsNotedAsSuch) {
-  membership_.ready_status_ = absl::UnavailableError("coordinator restarting");
+  membership_.SetReadyStatus(absl::UnavailableError("coordinator restarting"));
   driver_.HandleView(Planned(1, v1::EPOCH_PLAN_KIND_NEW, 0));
   EXPECT_NE(Calls().find("ready(1,0) note_ready(1,0,0)"), std::string::npos)
       << Calls();

@@ -14,43 +14,12 @@
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
+#include "daemon/node/testing/fake_membership.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
 namespace {
-
-// Counts the heartbeats a written checkpoint sends.
-class Heartbeats : public Membership {
- public:
-  int rank() const override { return 0; }
-  std::string incarnation() const override { return "me"; }
-  coordinator::MembershipView view() const override { return {}; }
-  absl::StatusOr<coordinator::MembershipView> WaitFor(
-      std::function<bool(const coordinator::MembershipView&)>,
-      MonoTime) const override {
-    return view();
-  }
-  absl::Status SetReady(int64_t, int64_t) override { return absl::OkStatus(); }
-  absl::Status ReportFailure(int, v1::FailureKind, absl::string_view,
-                             int64_t) override {
-    return absl::OkStatus();
-  }
-  absl::Status SendHeartbeat() override {
-    ++sent;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<v1::ShouldCommitResponse> ShouldCommit(int64_t, int64_t, bool,
-                                                        absl::string_view,
-                                                        uint64_t,
-                                                        MonoTime) override {
-    return absl::UnimplementedError("unused");
-  }
-  std::string SettledLeaseToken(MonoTime) const override { return ""; }
-  absl::Status Leave(absl::string_view) override { return absl::OkStatus(); }
-
-  int sent = 0;
-};
 
 core::ModelConfig Model(int64_t rows = 8) {
   core::ModelConfig model;
@@ -136,7 +105,8 @@ class ShardCheckpointsTest : public ::testing::Test {
   memory::HeapAllocator heap_;
   std::string dir_;
   std::unique_ptr<CheckpointCatalog> catalog_;
-  Heartbeats members_;
+  // Counts the heartbeats a written checkpoint sends.
+  testing::FakeMembership members_;
   std::shared_ptr<StepEngine> engine_;
 };
 
@@ -153,7 +123,8 @@ void ExpectSameState(StepEngine& a, StepEngine& b) {
 TEST_F(ShardCheckpointsTest, AWrittenCheckpointRestoresIntoAFreshEngine) {
   ShardCheckpoints checkpoints = Checkpoints();
   checkpoints.Write(Describe(), 1, 3);
-  EXPECT_EQ(members_.sent, 1);  // The coordinator hears of it at once.
+  EXPECT_EQ(members_.Count("heartbeat"),
+            1);  // The coordinator hears of it at once.
   ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
   EXPECT_EQ(catalog_->Inventory().steps(0), 1);
   int created = 0;
@@ -232,7 +203,7 @@ TEST_F(ShardCheckpointsTest, WithoutADirectoryNothingIsKept) {
                          .observer = nullptr});
   EXPECT_FALSE(none.enabled());
   none.Write(Describe(), 1, 3);
-  EXPECT_EQ(members_.sent, 0);
+  EXPECT_EQ(members_.Count("heartbeat"), 0);
   int created = 0;
   EXPECT_EQ(none.Prepare(0, 1, nullptr, std::nullopt, Creator(&created))
                 .status()

@@ -10,43 +10,18 @@
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
+#include "daemon/node/testing/fake_membership.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
 namespace {
 
-// The epoch this node sees (settable: a test moves it mid-stream).
-class EpochOnly : public Membership {
- public:
-  int rank() const override { return 0; }
-  std::string incarnation() const override { return "me"; }
-  coordinator::MembershipView view() const override {
-    coordinator::MembershipView v;
-    v.epoch = epoch;
-    return v;
-  }
-  absl::StatusOr<coordinator::MembershipView> WaitFor(
-      std::function<bool(const coordinator::MembershipView&)>,
-      MonoTime) const override {
-    return view();
-  }
-  absl::Status SetReady(int64_t, int64_t) override { return absl::OkStatus(); }
-  absl::Status ReportFailure(int, v1::FailureKind, absl::string_view,
-                             int64_t) override {
-    return absl::OkStatus();
-  }
-  absl::Status SendHeartbeat() override { return absl::OkStatus(); }
-  absl::StatusOr<v1::ShouldCommitResponse> ShouldCommit(int64_t, int64_t, bool,
-                                                        absl::string_view,
-                                                        uint64_t,
-                                                        MonoTime) override {
-    return absl::UnimplementedError("unused");
-  }
-  std::string SettledLeaseToken(MonoTime) const override { return ""; }
-  absl::Status Leave(absl::string_view) override { return absl::OkStatus(); }
-
-  int64_t epoch = 9;
-};
+// The epoch this node sees (a test moves it mid-stream).
+coordinator::MembershipView InEpoch(int64_t epoch) {
+  coordinator::MembershipView v;
+  v.epoch = epoch;
+  return v;
+}
 
 core::ModelConfig Model() {
   core::ModelConfig model;
@@ -65,6 +40,7 @@ core::ModelConfig Model() {
 class ShardSourceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    members_.SetView(InEpoch(9));
     const core::ModelConfig model = Model();
     OptimizerSpec optimizer;
     optimizer.kind = core::OptimizerKind::kAdamW;
@@ -126,7 +102,7 @@ class ShardSourceTest : public ::testing::Test {
 
   memory::HeapAllocator heap_;
   std::shared_ptr<StepEngine> engine_;
-  EpochOnly members_;
+  testing::FakeMembership members_;
   bool registered_ = true;
 };
 
@@ -215,7 +191,7 @@ TEST_F(ShardSourceTest, AnEpochChangeMidStreamAbortsIt) {
   int sent = 0;
   absl::Status s =
       source.Serve(Request(), Later(), [&](const v1::FetchShardResponse&) {
-        if (++sent == 2) members_.epoch = 10;
+        if (++sent == 2) members_.SetView(InEpoch(10));
         return true;
       });
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
