@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
@@ -41,9 +42,11 @@ void EpochDriver::RunOnce() {
   if (!view.ok()) {
     HandleError(view.status());
     // The membership answers errors at once: rest (or stop) before asking
-    // again.
+    // again. AwaitUntil, not AwaitWithTimeout: Abseil's timed waits use a
+    // wall-clock deadline, which a clock step stretches (deadline_waker.h).
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.retry_after_error);
+    AwaitUntil(&mu_, absl::Condition(&stop_),
+               MonoNow() + options_.retry_after_error);
     return;
   }
   HandleView(*view);

@@ -1418,12 +1418,16 @@ absl::Status NodeManager::ServeShard(
   if (stop_.load()) return absl::UnavailableError("shutting down");
   // A consistent snapshot: no trainer operation (a Step) runs while the
   // shard streams. During recovery the epoch is not ready, so the wait is
-  // short; it is bounded by the deadline all the same.
-  if (!op_mu_.LockWhenWithTimeout(absl::Condition::kTrue,
-                                  deadline - MonoNow())) {
-    op_mu_.Unlock();
-    return absl::DeadlineExceededError(
-        "FetchShard: a trainer operation held the daemon until the deadline");
+  // short; it is bounded by the deadline all the same. Polled on the
+  // monotonic clock: Abseil's timed lock waits on an absolute wall-clock
+  // deadline, which a clock step stretches (see deadline_waker.h).
+  while (!op_mu_.TryLock()) {
+    if (MonoNow() >= deadline) {
+      return absl::DeadlineExceededError(
+          "FetchShard: a trainer operation held the daemon until the "
+          "deadline");
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
   absl::Cleanup unlock = [this]()
                              ABSL_UNLOCK_FUNCTION(op_mu_) { op_mu_.Unlock(); };
