@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -27,8 +25,6 @@
 #include "daemon/core/rendezvous_key.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/tensor_init.h"
-#include "daemon/memory/cuda_ipc_name.h"
-#include "daemon/memory/shared_memory_segment.h"
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/device_init_support.h"
 #include "daemon/node/engine_shard_memory.h"
@@ -44,45 +40,12 @@
 #include "daemon/node/shard_transfer.h"
 #include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/node/state_export.h"
-#include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
 #include "daemon/state/state_import.h"
 
 namespace shardd::node {
-namespace {
-
-// The unit field of Gather, Release and ReduceGrad (trainer.proto:
-// INVALID_ARGUMENT for a unit out of range).
-absl::Status CheckUnitIndex(int unit, int units) {
-  if (unit < 0 || unit >= units) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit: ", unit, " is out of range (the model has ", units, " units)"));
-  }
-  return absl::OkStatus();
-}
-
-bool IsCollectiveFailure(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
-         absl::IsAborted(s) || absl::IsCancelled(s) || absl::IsInternal(s) ||
-         absl::IsUnknown(s);
-}
-
-v1::DType ToProtoDType(core::DType d) { return static_cast<v1::DType>(d); }
-
-// The learning rate and model fingerprint of a step, which every rank's
-// vote must agree on.
-uint64_t StepFingerprint(uint64_t model_fingerprint, double lr) {
-  uint64_t bits = 0;
-  static_assert(sizeof(bits) == sizeof(lr));
-  std::memcpy(&bits, &lr, sizeof(lr));
-  uint64_t h = model_fingerprint ^ 0x9E3779B97F4A7C15ull;
-  h ^= bits + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
-}  // namespace
 
 NodeManager::NodeManager(NodeOptions options) : options_(std::move(options)) {}
 
@@ -204,6 +167,12 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
       options.join_membership(mo);
   if (!client.ok()) return client.status();
   m->client_ = std::move(*client);
+  m->trainer_ops_ = std::make_unique<TrainerOps>(
+      TrainerOpsOptions{.membership = m->client_.get(),
+                        .host = static_cast<TrainerOpsHost*>(self),
+                        .observer = options.observer,
+                        .collective_timeout = options.collective_timeout,
+                        .pci_bus_id = m->backend_->pci_bus_id()});
   m->checkpoints_ = std::make_unique<ShardCheckpoints>(
       ShardCheckpoints::Options{.dir = options.checkpoint_dir,
                                 .keep_last = options.checkpoint_keep_last,
@@ -427,7 +396,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     comms_.Install(epoch, shard_group, replica_group);
     // A step in progress when the old epoch broke is abandoned: the trainer
     // redoes it (after WaitReady) from its first ReduceGrad.
-    ledger_.ResetForEpoch();
+    trainer_ops_->NewEpoch();
     engine = holder_.engine();
   }
   if (engine != nullptr) engine->SetCommunicators(shard_group, replica_group);
@@ -457,7 +426,7 @@ void NodeManager::NoteJobFailed(const absl::Status& why) {
   // is intact and nothing after it is half-written. Trainer operations are
   // done (their collectives were just aborted) before the state is read.
   if (step >= 0) {
-    absl::MutexLock op(&op_mu_);
+    absl::MutexLock op(&trainer_ops_->op_mutex());
     LogCommit(recovery::CommitRecord::Kind::kFinal, step, epoch);
   }
   v1::TrainerEvent event;
@@ -509,6 +478,41 @@ absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::EngineOrError() const {
         "no model registered: call RegisterModel first");
   }
   return holder_.engine();
+}
+
+absl::StatusOr<std::shared_ptr<StepEngine>> NodeManager::Engine() {
+  return EngineOrError();
+}
+
+absl::StatusOr<int64_t> NodeManager::EnterReadyEpoch() {
+  absl::MutexLock lock(&mu_);
+  if (!ReadyLocked()) {
+    return absl::AbortedError(absl::StrCat(
+        "the daemon is not in a ready epoch",
+        comms_.failed() ? absl::StrCat(" (", comms_.error(), ")") : "",
+        "; WaitReady, then redo the step"));
+  }
+  op_epoch_ = comms_.epoch();
+  return op_epoch_;
+}
+
+int64_t NodeManager::CurrentEpoch() {
+  absl::MutexLock lock(&mu_);
+  return comms_.epoch();
+}
+
+uint64_t NodeManager::ModelFingerprint() {
+  absl::MutexLock lock(&mu_);
+  return holder_.fingerprint();
+}
+
+void NodeManager::Committed(StepEngine& engine, const StepResult& result,
+                            int64_t epoch, absl::Duration took) {
+  if (options_.observer != nullptr) {
+    options_.observer->StepCommitted(took, result.step);
+    ReportMemory(engine);
+  }
+  commits_->Committed(engine, result.step, result.grad_norm, epoch);
 }
 
 absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
@@ -624,44 +628,6 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
     um->set_shard_padding(layout.shard(shard_index).padding);
   }
   return report;
-}
-
-v1::DataRef NodeManager::MakeRef(const StepEngine& engine, const UnitData& data,
-                                 int unit) const {
-  v1::DataRef ref;
-  // A device backend's buffers are GPU memory exported by CUDA IPC; the
-  // CPU backend's are shared-memory segments.
-  if (absl::StatusOr<memory::CudaIpcName> ipc =
-          memory::ParseCudaIpcName(data.buffer->name());
-      ipc.ok()) {
-    auto* cuda = ref.mutable_cuda_ipc();
-    cuda->set_mem_handle(ipc->mem_handle);
-    cuda->set_device_ordinal(ipc->device);
-    cuda->set_pci_bus_id(backend_->pci_bus_id());
-    cuda->set_allocation_bytes(data.buffer->size());
-    cuda->set_byte_offset(data.offset);
-    cuda->set_byte_length(data.bytes);
-  } else {
-    auto* shm = ref.mutable_shared_memory();
-    shm->set_path(data.buffer->name());
-    shm->set_segment_bytes(data.buffer->size());
-    shm->set_byte_offset(data.offset);
-    shm->set_byte_length(data.bytes);
-  }
-  ref.set_dtype(ToProtoDType(data.dtype));
-  ref.set_byte_length(data.bytes);
-  const std::vector<core::TensorView>& tensors =
-      engine.config().units[unit].tensors();
-  const int64_t elem = core::DTypeSize(data.dtype);
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    v1::TensorView* view = ref.add_views();
-    view->set_name(tensors[t].name);
-    for (int64_t d : tensors[t].shape) view->add_shape(d);
-    view->set_dtype(ToProtoDType(data.dtype));
-    view->set_byte_offset(tensors[t].offset * elem);
-    view->set_numel(tensors[t].numel);
-  }
-  return ref;
 }
 
 // Prefixes a rank's model key after its exchange failed (a serialized
@@ -830,7 +796,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
   // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
   // re-attached early would otherwise hold it until its deadline).
   absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, 0);
-  absl::MutexLock op(&op_mu_);
+  absl::MutexLock op(&trainer_ops_->op_mutex());
   int world = 0, factor = 0;
   bool reattach = false;
   bool abandon = false;
@@ -851,8 +817,7 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
       // A new trainer process: what the old one held is released, and a
       // step it left half-way (peers wait in collectives it will never
       // issue) is abandoned with the epoch, so that every rank redoes it.
-      for (int u : ledger_.TakeHeld()) (void)holder_.engine()->Release(u);
-      abandon = ledger_.TakeInStep();
+      abandon = trainer_ops_->Detach(*holder_.engine());
       epoch_now = comms_.epoch();
       reattach = true;
     }
@@ -969,370 +934,22 @@ absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
 
 absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
     const v1::GatherRequest& request, MonoTime deadline) {
-  absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
-  if (!engine.ok()) return engine.status();
-  const int units = static_cast<int>((*engine)->config().units.size());
-  const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
-  for (int i = 0; i < request.prefetch_size(); ++i) {
-    if (request.prefetch(i) < 0 || request.prefetch(i) >= units) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prefetch[", i, "]: ", request.prefetch(i),
-                       " is out of range (the model has ", units, " units)"));
-    }
-  }
-  bool was_ready = false;
-  {
-    absl::MutexLock lock(&mu_);
-    was_ready = ledger_.IsHeld(unit);
-    if (absl::Status s =
-            ledger_.CheckGather(unit, (*engine)->config().max_gathered_units);
-        !s.ok()) {
-      return s;
-    }
-    if (!ReadyLocked()) {
-      CountAbortLocked(metrics::node_labels::kEpochChanged);
-      return absl::AbortedError(absl::StrCat(
-          "the daemon is not in a ready epoch",
-          comms_.failed() ? absl::StrCat(" (", comms_.error(), ")") : "",
-          "; WaitReady, then redo the step"));
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    ledger_.NoteCollectiveIssued();
-    op_epoch_ = comms_.epoch();
-  }
-  absl::StatusOr<UnitData> data = (*engine)->Gather(unit, OpTimeout(deadline));
-  if (!data.ok()) return OnCollectiveError("Gather", data.status());
-  // The hints, in order: their AllGathers start now and run while the
-  // trainer computes (at most K units held or in flight; the rest dropped).
-  const int64_t k = (*engine)->config().max_gathered_units;
-  for (int p : request.prefetch()) {
-    const StepEngine::PrefetchResult result =
-        (*engine)->Prefetch(p, OpTimeout(deadline), k);
-    if (options_.observer != nullptr) {
-      options_.observer->PrefetchHint(
-          result == StepEngine::PrefetchResult::kStarted
-              ? metrics::node_labels::kStarted
-          : result == StepEngine::PrefetchResult::kNotNeeded
-              ? metrics::node_labels::kNotNeeded
-              : metrics::node_labels::kDropped);
-    }
-  }
-  if (data->was_prefetched && options_.observer != nullptr) {
-    options_.observer->PrefetchUsed();
-  }
-  v1::GatherResponse response;
-  absl::MutexLock lock(&mu_);
-  ledger_.NoteGathered(unit);
-  *response.mutable_params() = MakeRef(**engine, *data, unit);
-  if (request.pass() == v1::PASS_BACKWARD) {
-    absl::StatusOr<UnitData> grad = (*engine)->GradientSlot(unit);
-    if (!grad.ok()) return grad.status();
-    *response.mutable_grad_buffer() = MakeRef(**engine, *grad, unit);
-  }
-  response.set_epoch(comms_.epoch());
-  response.set_committed_step((*engine)->committed_step());
-  response.set_was_ready(was_ready || data->was_ready);
-  response.set_was_prefetched(data->was_prefetched);
-  return response;
+  return trainer_ops_->Gather(request, deadline);
 }
 
 absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
     const v1::ReleaseRequest& request) {
-  absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
-  if (!engine.ok()) return engine.status();
-  const int units = static_cast<int>((*engine)->config().units.size());
-  const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
-  v1::ReleaseResponse response;
-  absl::MutexLock lock(&mu_);
-  if (!ledger_.IsHeld(unit)) {
-    response.set_was_gathered(false);
-    return response;
-  }
-  if (absl::Status s = (*engine)->Release(unit, request.reshard()); !s.ok()) {
-    return s;
-  }
-  ledger_.NoteReleased(unit);
-  response.set_was_gathered(true);
-  return response;
+  return trainer_ops_->Release(request);
 }
 
 absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
     const v1::ReduceGradRequest& request, MonoTime deadline) {
-  absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
-  if (!engine.ok()) return engine.status();
-  const int units = static_cast<int>((*engine)->config().units.size());
-  const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s =
-            ledger_.CheckNotReduced(unit, (*engine)->committed_step() + 1);
-        !s.ok()) {
-      return s;
-    }
-  }
-  absl::StatusOr<UnitData> slot = (*engine)->GradientSlot(unit);
-  if (!slot.ok()) return slot.status();
-  const v1::DataRef& grad = request.grad();
-  const int64_t elem = core::DTypeSize(slot->dtype);
-  const int64_t real_bytes = (*engine)->config().units[unit].numel() * elem;
-  if (grad.location_case() == v1::DataRef::LOCATION_NOT_SET) {
-    return absl::InvalidArgumentError(
-        "grad: required (the grad_buffer from Gather, a shared-memory range "
-        "or inline bytes)");
-  }
-  if (grad.dtype() != ToProtoDType(slot->dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grad.dtype: must be ", v1::DType_Name(ToProtoDType(slot->dtype)),
-        " (the reduce dtype), got ", v1::DType_Name(grad.dtype())));
-  }
-  if (grad.byte_length() != slot->bytes && grad.byte_length() != real_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grad.byte_length: must be ", slot->bytes, " (or ", real_bytes,
-        " without padding), got ", grad.byte_length()));
-  }
-  uint8_t* dst = slot->buffer->data() + slot->offset;
-  // The gradient slot is engine memory (a GPU's, on a device backend):
-  // written through the engine's math.
-  EngineMath& math = (*engine)->math();
-  switch (grad.location_case()) {
-    case v1::DataRef::kSharedMemory: {
-      const v1::SharedMemoryRef& ref = grad.shared_memory();
-      if (ref.byte_length() != grad.byte_length()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "grad.shared_memory.byte_length: ", ref.byte_length(),
-            " differs from grad.byte_length ", grad.byte_length()));
-      }
-      if (ref.path() == slot->buffer->name() &&
-          ref.byte_offset() == slot->offset) {
-        break;  // The trainer wrote into the gradient slot: no copy.
-      }
-      if (ref.byte_offset() < 0 ||
-          ref.byte_offset() + ref.byte_length() > ref.segment_bytes()) {
-        return absl::InvalidArgumentError(
-            "grad.shared_memory: range outside the segment");
-      }
-      absl::StatusOr<memory::SharedMemorySegment> seg =
-          memory::SharedMemorySegment::Open(
-              ref.path(), ref.segment_bytes(),
-              memory::SharedMemorySegment::Access::kReadOnly);
-      if (!seg.ok()) {
-        return absl::NotFoundError(
-            absl::StrCat("grad.shared_memory.path: ", seg.status().message()));
-      }
-      if (absl::Status s = math.Upload(
-              dst, static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
-              grad.byte_length());
-          !s.ok()) {
-        return s;
-      }
-      break;
-    }
-    case v1::DataRef::kInlineData:
-      if (static_cast<int64_t>(grad.inline_data().size()) !=
-          grad.byte_length()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "grad.inline_data: ", grad.inline_data().size(),
-            " bytes, but grad.byte_length is ", grad.byte_length()));
-      }
-      if (absl::Status s =
-              math.Upload(dst, grad.inline_data().data(), grad.byte_length());
-          !s.ok()) {
-        return s;
-      }
-      break;
-    case v1::DataRef::kCudaIpc: {
-      const v1::CudaIpcRef& ref = grad.cuda_ipc();
-      if (!math.device_memory()) {
-        return absl::InvalidArgumentError(
-            "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
-      }
-      absl::StatusOr<memory::CudaIpcName> slot_name =
-          memory::ParseCudaIpcName(slot->buffer->name());
-      if (!slot_name.ok() || ref.mem_handle() != slot_name->mem_handle ||
-          ref.byte_offset() != slot->offset ||
-          ref.byte_length() != grad.byte_length()) {
-        return absl::InvalidArgumentError(
-            "grad.cuda_ipc: must be the gradient slot Gather named (its "
-            "handle, byte_offset and byte_length); other device memory is "
-            "not accepted");
-      }
-      break;  // Written in place by the trainer.
-    }
-    default:
-      return absl::InvalidArgumentError(
-          "grad: required (the grad_buffer from Gather, a shared-memory range "
-          "or inline bytes)");
-  }
-  if (grad.byte_length() < slot->bytes) {
-    if (absl::Status s = math.Zero(dst + grad.byte_length(),
-                                   slot->bytes - grad.byte_length());
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (request.accumulate_only()) {
-    // No collective: the engine adds the slot into the unit's private
-    // accumulation buffer (like DDP's no_sync).
-    absl::Status s = (*engine)->ReduceGrad(unit, OpTimeout(deadline),
-                                           /*accumulate_only=*/true);
-    if (!s.ok()) return s;
-    absl::MutexLock lock(&mu_);
-    v1::ReduceGradResponse response;
-    response.set_accumulated(ledger_.NoteAccumulated(unit));
-    response.set_reduce_started(false);
-    return response;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (!ReadyLocked()) {
-      CountAbortLocked(metrics::node_labels::kEpochChanged);
-      return absl::AbortedError(
-          "the daemon is not in a ready epoch; WaitReady, then redo the step");
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    ledger_.NoteCollectiveIssued();
-    op_epoch_ = comms_.epoch();
-  }
-  absl::Status reduced = (*engine)->ReduceGrad(unit, OpTimeout(deadline));
-  if (!reduced.ok()) return OnCollectiveError("ReduceGrad", reduced);
-  absl::MutexLock lock(&mu_);
-  v1::ReduceGradResponse response;
-  response.set_accumulated(ledger_.NoteReduced(unit));
-  response.set_reduce_started(true);
-  return response;
+  return trainer_ops_->ReduceGrad(request, deadline);
 }
 
 absl::StatusOr<v1::StepResponse> NodeManager::Step(
     const v1::StepRequest& request, MonoTime deadline) {
-  if (request.step() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: must be >= 1, got ", request.step()));
-  }
-  if (request.has_learning_rate() &&
-      !(request.learning_rate() >= 0 &&
-        std::isfinite(request.learning_rate()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learning_rate: must be finite and >= 0, got ",
-                     request.learning_rate()));
-  }
-  absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
-  if (!engine.ok()) return engine.status();
-  const EngineConfig& config = (*engine)->config();
-  // This step's learning rate (schedules), else the configured one; every
-  // rank's vote carries it, so ranks that disagree commit nothing.
-  const double lr = request.has_learning_rate() ? request.learning_rate()
-                    : config.optimizer.kind == core::OptimizerKind::kAdamW
-                        ? config.optimizer.adamw.lr
-                        : config.optimizer.sgd.lr;
-  {
-    absl::MutexLock lock(&mu_);
-    const int64_t committed = (*engine)->committed_step();
-    if (std::optional<v1::StepResponse> again =
-            ledger_.Retried(request.step(), committed)) {
-      return *again;
-    }
-    if (absl::Status s = ledger_.CheckStep(
-            request.step(), committed, static_cast<int>(config.units.size()));
-        !s.ok()) {
-      return s;
-    }
-
-    if (!ReadyLocked()) {
-      CountAbortLocked(metrics::node_labels::kEpochChanged);
-      return absl::AbortedError(
-          "the daemon is not in a ready epoch; WaitReady, then redo the step");
-    }
-  }
-  int64_t epoch = 0;
-  uint64_t fingerprint = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    epoch = comms_.epoch();
-    op_epoch_ = epoch;
-    fingerprint = holder_.fingerprint();
-  }
-  // The commit vote (invariant 1): after the gradient collectives and the
-  // norm, before the optimizer. Every member gets the same answer, so
-  // either all apply the step or none does.
-  // Only an answer that says "do not commit" is final; a vote that got no
-  // answer leaves the prepared step in doubt (ResolvePendingStep).
-  // Why the vote failed, as the abort metric's reason: known here, so
-  // never read back from the message.
-  bool decided_no = false;
-  bool vote_unanswered = false;
-  const auto vote = [&](const StepResult& prepared) -> absl::Status {
-    SHARDD_FAILPOINT("vote.before");
-    absl::StatusOr<v1::ShouldCommitResponse> decision =
-        client_->ShouldCommit(epoch, prepared.step, /*vote=*/true, "",
-                              StepFingerprint(fingerprint, lr),
-                              MonoNow() + options_.collective_timeout);
-    if (SHARDD_FAILPOINT_FAILS("vote.answer")) {
-      decision = absl::UnavailableError(
-          "the answer was lost (fail point vote.answer)");
-    }
-    if (!decision.ok()) {
-      vote_unanswered = true;
-      return absl::AbortedError(absl::StrCat("commit vote on step ",
-                                             prepared.step, ": ",
-                                             decision.status().ToString()));
-    }
-    if (!decision->commit()) {
-      decided_no = true;
-      return absl::AbortedError(
-          absl::StrCat("step ", prepared.step,
-                       " rejected by the commit vote: ", decision->reason()));
-    }
-    SHARDD_FAILPOINT("vote.after");
-    return absl::OkStatus();
-  };
-  const MonoTime step_started = MonoNow();
-  absl::StatusOr<StepResult> result =
-      (*engine)->Step(request.step(), OpTimeout(deadline), vote, lr);
-  if (!result.ok()) {
-    if (decided_no) {
-      (*engine)->DropPending();
-    } else if (const std::optional<int64_t> pending =
-                   (*engine)->pending_step()) {
-      std::printf(
-          "shardd rank %d: step %lld is in doubt (its commit vote got no "
-          "answer: %s); the next epoch's view says whether the others "
-          "committed it\n",
-          client_->rank(), static_cast<long long>(*pending),
-          result.status().ToString().c_str());
-      std::fflush(stdout);
-    }
-    if (IsCollectiveFailure(result.status())) {
-      CountAbort(decided_no        ? metrics::node_labels::kVoteRejected
-                 : vote_unanswered ? metrics::node_labels::kEpochChanged
-                                   : metrics::node_labels::kPeerFailure);
-    }
-    return OnCollectiveError("Step", result.status());
-  }
-  if (options_.observer != nullptr) {
-    options_.observer->StepCommitted(MonoNow() - step_started, result->step);
-    ReportMemory(**engine);
-  }
-  commits_->Committed(**engine, result->step, result->grad_norm, epoch);
-  absl::MutexLock lock(&mu_);
-  v1::StepResponse response;
-  response.set_committed_step(result->step);
-  response.set_epoch(comms_.epoch());
-  response.set_grad_norm(result->grad_norm);
-  response.set_clip_scale(result->clip_scale);
-  response.set_learning_rate(lr);
-  ledger_.NoteCommitted(response);
-  return response;
+  return trainer_ops_->Step(request, deadline);
 }
 
 absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
@@ -1351,14 +968,14 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     const v1::ExportStateRequest& request, MonoTime deadline,
     std::function<bool()> cancelled) {
   if (absl::Status s = StateExport::CheckRequest(request); !s.ok()) return s;
-  absl::MutexLock op(&op_mu_);
+  absl::MutexLock op(&trainer_ops_->op_mutex());
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
   core::ModelConfig model;
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!ledger_.Idle()) {
+    if (!trainer_ops_->Idle()) {
       return absl::FailedPreconditionError(
           "a step is in progress (units gathered or reduced); export between "
           "steps");
@@ -1421,7 +1038,8 @@ absl::Status NodeManager::ServeShard(
   // short; it is bounded by the deadline all the same. Polled on the
   // monotonic clock: Abseil's timed lock waits on an absolute wall-clock
   // deadline, which a clock step stretches (see deadline_waker.h).
-  while (!op_mu_.TryLock()) {
+  absl::Mutex& op_mu = trainer_ops_->op_mutex();
+  while (!op_mu.TryLock()) {
     if (MonoNow() >= deadline) {
       return absl::DeadlineExceededError(
           "FetchShard: a trainer operation held the daemon until the "
@@ -1429,8 +1047,8 @@ absl::Status NodeManager::ServeShard(
     }
     absl::SleepFor(absl::Milliseconds(1));
   }
-  absl::Cleanup unlock = [this]()
-                             ABSL_UNLOCK_FUNCTION(op_mu_) { op_mu_.Unlock(); };
+  absl::Cleanup unlock = [&op_mu]()
+                             ABSL_UNLOCK_FUNCTION(op_mu) { op_mu.Unlock(); };
   return shard_source_->Serve(request, deadline, send);
 }
 
@@ -1484,7 +1102,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
       });
   if (!restore.ok()) return restore.status();
   // Trainer operations wait while the state is overwritten.
-  absl::MutexLock op(&op_mu_);
+  absl::MutexLock op(&trainer_ops_->op_mutex());
   absl::StatusOr<int64_t> restored = checkpoints_->Read(*restore);
   if (!restored.ok()) {
     // A live engine's state is garbage now: no collective may use it
@@ -1501,7 +1119,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
       InstallEngineLocked(restore->engine, restore->model,
                           restore->fingerprint);
     } else {
-      ledger_.ResetForEngine();
+      trainer_ops_->EngineInstalled();
     }
   }
   std::printf("shardd rank %d restored its checkpoint of step %lld from %s\n",
@@ -1515,14 +1133,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
 }
 
 void NodeManager::CountAbort(absl::string_view reason) {
-  absl::MutexLock lock(&mu_);
-  CountAbortLocked(reason);
-}
-
-void NodeManager::CountAbortLocked(absl::string_view reason) {
-  // Once per step attempt, whichever call saw the abort first.
-  if (options_.observer == nullptr) return;
-  if (ledger_.MarkAbortCounted()) options_.observer->StepAborted(reason);
+  trainer_ops_->CountAbort(reason);
 }
 
 void NodeManager::ReportMemory(const StepEngine& engine) const {
@@ -1573,7 +1184,7 @@ void NodeManager::InstallEngineLocked(std::shared_ptr<StepEngine> engine,
                                       core::ModelConfig model,
                                       uint64_t fingerprint) {
   holder_.Install(std::move(engine), std::move(model), fingerprint, comms_);
-  ledger_.ResetForEngine();
+  trainer_ops_->EngineInstalled();
 }
 
 bool NodeManager::DropPendingAt(int64_t step, int64_t epoch) {
@@ -1641,7 +1252,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
   response.set_clip_scale(applied->clip_scale);
   response.set_learning_rate(engine->learning_rate());
   // As after a Step (the abort count too: the next attempt is a new step).
-  ledger_.NoteCommitted(response);
+  trainer_ops_->NoteCommitted(response);
 }
 
 void NodeManager::PrepareEngine(const v1::ShardTransfer& plan, int world,
@@ -1738,7 +1349,7 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
     status.set_model_fingerprint(holder_.fingerprint());
     *status.mutable_memory() = MemoryReportLocked();
   }
-  for (int u : ledger_.held()) status.add_gathered_units(u);
+  for (int u : trainer_ops_->HeldUnits()) status.add_gathered_units(u);
   const std::pair<v1::ProcessGroup, const comm::Collective*> groups[] = {
       {v1::PROCESS_GROUP_SHARD, comms_.shard_group().get()},
       {v1::PROCESS_GROUP_REPLICA, comms_.replica_group().get()}};

@@ -36,7 +36,7 @@
 #include "daemon/node/shard_copy.h"
 #include "daemon/node/shard_source.h"
 #include "daemon/node/step_engine.h"
-#include "daemon/node/step_ledger.h"
+#include "daemon/node/trainer_ops.h"
 #include "daemon/recovery/commit_log.h"
 #include "daemon/recovery/shard_memory.h"
 #include "daemon/recovery/shard_stream.h"
@@ -146,9 +146,9 @@ struct NodeOptions {
 // methods below, with the status codes trainer.proto documents.
 //
 // Threading: one background thread follows the membership and builds
-// communicators. Trainer operations are serialised by op_mu_ (one trainer
+// communicators. Trainer operations are serialised by TrainerOps (one trainer
 // per daemon); GetStatus and Probe never block on a collective.
-class NodeManager : private EpochActions {
+class NodeManager : private EpochActions, private TrainerOpsHost {
  public:
   // Joins the coordinator and starts following the membership.
   static absl::StatusOr<std::unique_ptr<NodeManager>> Start(
@@ -251,17 +251,21 @@ class NodeManager : private EpochActions {
   absl::StatusOr<int64_t> WaitUntilReady(MonoTime deadline, int64_t min_epoch);
   // The engine when a model is registered, else FAILED_PRECONDITION.
   absl::StatusOr<std::shared_ptr<StepEngine>> EngineOrError() const;
+  // TrainerOpsHost: what the trainer operations ask of the node.
+  absl::StatusOr<std::shared_ptr<StepEngine>> Engine() override;
+  absl::StatusOr<int64_t> EnterReadyEpoch() override;
+  int64_t CurrentEpoch() override;
+  uint64_t ModelFingerprint() override;
+  void Committed(StepEngine& engine, const StepResult& result, int64_t epoch,
+                 absl::Duration took) override;
   // Maps a collective failure: marks the communicators failed, reports a
   // suspect to the coordinator when one is known, returns ABORTED.
-  absl::Status OnCollectiveError(absl::string_view what, absl::Status status);
+  absl::Status OnCollectiveError(absl::string_view what,
+                                 absl::Status status) override;
   absl::Duration OpTimeout(MonoTime deadline) const;
   v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A trainer's reference to `data` of `unit` of `engine` (the engine the
-  // operation holds, so that no member is read without mu_).
-  v1::DataRef MakeRef(const StepEngine& engine, const UnitData& data,
-                      int unit) const;
   // A rendezvous store client for `epoch`, with this rank's lease token.
   std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch);
   absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
@@ -313,11 +317,9 @@ class NodeManager : private EpochActions {
   // Only when `epoch` is still the communicators' epoch: a failure of an
   // already replaced epoch's collective changes nothing.
   void AbandonEpoch(absl::string_view why, v1::FailureKind kind, int64_t epoch);
-  // Counts an aborted step attempt for the metrics, once per attempt (the
-  // first of Gather, ReduceGrad or Step to see it).
-  void CountAbort(absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
-  void CountAbortLocked(absl::string_view reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts an aborted step attempt for the metrics, once per attempt
+  // (TrainerOps::CountAbort).
+  void CountAbort(absl::string_view reason);
   // Tells the observer what the engine's buffers hold.
   void ReportMemory(const StepEngine& engine) const;
   // Appends to the commit log, if configured (CRC of the current state).
@@ -345,9 +347,9 @@ class NodeManager : private EpochActions {
   std::unique_ptr<EpochDriver> epoch_driver_;
   std::thread epoch_thread_;
 
-  // Serialises trainer operations (bookkeeping below stays consistent with
-  // the engine).
-  absl::Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The Trainer protocol's step operations and the per-operation lock
+  // (taken before mu_).
+  std::unique_ptr<TrainerOps> trainer_ops_;
 
   mutable absl::Mutex mu_;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
@@ -356,10 +358,8 @@ class NodeManager : private EpochActions {
   EpochCommunicators comms_ ABSL_GUARDED_BY(mu_);
   // The engine and its model; InstallEngineLocked changes them.
   EngineHolder holder_ ABSL_GUARDED_BY(mu_);
-  // The trainer protocol's account of the step under way.
-  StepLedger ledger_ ABSL_GUARDED_BY(mu_);
   // The epoch of the communicators the current trainer operation uses (set
-  // before it issues a collective; operations are serialised by op_mu_).
+  // before it issues a collective; operations are serialised by TrainerOps).
   int64_t op_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // A replacement copying its shard; what it has done so far.
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;

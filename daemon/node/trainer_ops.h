@@ -1,0 +1,141 @@
+#ifndef SHARDD_DAEMON_NODE_TRAINER_OPS_H_
+#define SHARDD_DAEMON_NODE_TRAINER_OPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/core/mono_time.h"
+#include "daemon/metrics/node_observer.h"
+#include "daemon/node/membership.h"
+#include "daemon/node/step_engine.h"
+#include "daemon/node/step_ledger.h"
+#include "shardd/v1/trainer.pb.h"
+
+namespace shardd::node {
+
+// What the trainer operations need of the node they run on (NodeManager
+// implements it): the engine, the epoch whose communicators an operation
+// uses, the mapping of a failed collective, and a commit's side effects.
+// Methods may take the node's mutex; TrainerOps calls them without holding
+// its own.
+class TrainerOpsHost {
+ public:
+  virtual ~TrainerOpsHost() = default;
+  // The registered engine, or FAILED_PRECONDITION naming RegisterModel.
+  virtual absl::StatusOr<std::shared_ptr<StepEngine>> Engine() = 0;
+  // When the node is in a ready epoch: that epoch, recorded as the one
+  // whose collectives the operation is about to issue. Otherwise ABORTED
+  // saying why (the communicators' error, when they failed).
+  virtual absl::StatusOr<int64_t> EnterReadyEpoch() = 0;
+  // The epoch of the node's current communicators (reported in responses).
+  virtual int64_t CurrentEpoch() = 0;
+  // A collective of the operation failed with `status`: the node abandons
+  // the epoch and the trainer gets ABORTED; other statuses pass through.
+  virtual absl::Status OnCollectiveError(absl::string_view what,
+                                         absl::Status status) = 0;
+  // The registered model's fingerprint (part of every commit vote).
+  virtual uint64_t ModelFingerprint() = 0;
+  // `result` was committed on `engine` in `epoch`: commit log, events,
+  // checkpoints, metrics.
+  virtual void Committed(StepEngine& engine, const StepResult& result,
+                         int64_t epoch, absl::Duration took) = 0;
+};
+
+struct TrainerOpsOptions {
+  // Votes on every step (ShouldCommit) and names this rank. Not owned;
+  // must outlive the TrainerOps.
+  Membership* membership = nullptr;
+  // Not owned; must outlive the TrainerOps.
+  TrainerOpsHost* host = nullptr;
+  // Told about prefetch hints and aborted step attempts. Optional; not
+  // owned.
+  metrics::NodeObserver* observer = nullptr;
+  // Bounds every collective an operation issues (collectives are matched
+  // across ranks, so they run to it even when a caller's deadline is
+  // shorter).
+  absl::Duration collective_timeout = absl::Seconds(30);
+  // The PCI bus id of the device a CUDA IPC reference names (empty on the
+  // CPU backend).
+  std::string pci_bus_id;
+};
+
+// The Trainer protocol's step operations: Gather, Release, ReduceGrad and
+// Step, validated against the StepLedger (which it owns) and carried out
+// on the engine the host holds. It owns the per-operation lock that
+// serialises trainer operations (one trainer per daemon); the node takes it
+// too for what must not interleave with a step (registration, export,
+// serving or restoring a shard).
+//
+// Thread-safe. Lock order: op_mutex() before the host's mutex before this
+// class's own; the node may call NewEpoch, EngineInstalled, HeldUnits and
+// CountAbort while it holds its mutex.
+class TrainerOps {
+ public:
+  explicit TrainerOps(TrainerOpsOptions options);
+
+  absl::StatusOr<v1::GatherResponse> Gather(const v1::GatherRequest& request,
+                                            MonoTime deadline);
+  absl::StatusOr<v1::ReleaseResponse> Release(
+      const v1::ReleaseRequest& request);
+  absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
+      const v1::ReduceGradRequest& request, MonoTime deadline);
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
+                                        MonoTime deadline);
+
+  // Serialises trainer operations; held by each of the above.
+  absl::Mutex& op_mutex() { return op_mu_; }
+
+  // A new epoch's communicators are installed: a step in progress is
+  // abandoned (the trainer redoes it from its first ReduceGrad).
+  void NewEpoch();
+  // A new engine is installed: the protocol starts over.
+  void EngineInstalled();
+  // A new trainer process attached to `engine`: what the old one held is
+  // released. True when it left a step half-way (collectives issued).
+  // Call with op_mutex() held.
+  bool Detach(StepEngine& engine);
+  // A step committed outside Step (an in-doubt step the node applied):
+  // recorded as Step records its own (a retry of it gets `response`).
+  void NoteCommitted(const v1::StepResponse& response);
+  // Nothing gathered or reduced (a step is not in progress).
+  bool Idle() const;
+  // The units the trainer holds gathered.
+  std::vector<int> HeldUnits() const;
+  // Counts an aborted step attempt for the metrics, once per attempt (the
+  // first operation to see it).
+  void CountAbort(absl::string_view reason);
+
+  // A trainer's reference to `data` of `unit` of `engine`: shared memory or
+  // a CUDA IPC handle with its tensor views.
+  static v1::DataRef MakeRef(const StepEngine& engine, const UnitData& data,
+                             int unit, const std::string& pci_bus_id);
+
+ private:
+  // The host's ready epoch, or ABORTED counted as an epoch change.
+  absl::StatusOr<int64_t> EnterReadyEpoch();
+  // Copies (or checks, when written in place) a ReduceGrad's gradient into
+  // the unit's gradient slot, zeroing the padding.
+  static absl::Status TakeGradient(StepEngine& engine, int unit,
+                                   const UnitData& slot,
+                                   const v1::DataRef& grad);
+
+  const TrainerOpsOptions options_;
+  absl::Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  StepLedger ledger_ ABSL_GUARDED_BY(mu_);
+};
+
+// Whether a failed collective means its communicators are dead (the epoch
+// is abandoned), as opposed to a bad request.
+bool IsCollectiveFailure(const absl::Status& status);
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_TRAINER_OPS_H_
