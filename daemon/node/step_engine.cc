@@ -26,15 +26,6 @@ comm::OpOptions WaitedOptions(absl::Duration timeout) {
 
 using core::DType;
 
-absl::Status WaitAll(std::vector<std::shared_ptr<comm::Work>>& works) {
-  absl::Status first = absl::OkStatus();
-  for (auto& w : works) {
-    absl::Status s = w->Wait();
-    if (first.ok() && !s.ok()) first = s;
-  }
-  return first;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
@@ -316,8 +307,8 @@ void StepEngine::SetCommunicators(
   // failed half-way): the trainer redoes it, so partial reductions and
   // accumulated micro-batches are dropped. Parameters only change in a
   // completed Step, so gathered slots stay valid.
+  ResetReductionsLocked();
   for (UnitState& st : units_) {
-    st.reduced = false;
     // Cached gathers skip their collective, so every rank must agree on
     // what is cached: ranks may have got different distances into the
     // abandoned step, so the new epoch starts with nothing cached.
@@ -449,9 +440,9 @@ absl::Status StepEngine::InstallState(int64_t committed_step) {
   pending_.reset();
   committed_step_ = committed_step;
   state_version_.fetch_add(1);
+  ResetReductionsLocked();
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& st = units_[u];
-    st.reduced = false;
     st.held = false;
     st.gathered_at_step = -1;
   }
@@ -617,6 +608,42 @@ void StepEngine::DrainLocked(int unit) {
 
 void StepEngine::DrainAllLocked() {
   for (size_t u = 0; u < units_.size(); ++u) DrainLocked(static_cast<int>(u));
+  (void)WaitReplicaReducesLocked();
+}
+
+void StepEngine::IssueReplicaReducesLocked(absl::Duration timeout) {
+  if (!config_.plan.has_replica() || replica_group_ == nullptr) return;
+  const int n = static_cast<int>(units_.size());
+  while (replica_issued_ < n) {
+    const int u = n - 1 - replica_issued_;
+    UnitState& st = units_[u];
+    if (!st.reduced) return;
+    // Asynchronous: it runs on the replica group's thread while the
+    // trainer computes; Step waits.
+    comm::OpOptions options;
+    options.timeout = timeout;
+    st.replica_reduce =
+        replica_group_->AllReduce(grad(u), st.shard_stored, DType::kFloat32,
+                                  comm::ReduceOp::kAverage, options);
+    ++replica_issued_;
+  }
+}
+
+absl::Status StepEngine::WaitReplicaReducesLocked() {
+  absl::Status first = absl::OkStatus();
+  for (UnitState& st : units_) {
+    if (st.replica_reduce == nullptr) continue;
+    absl::Status s = st.replica_reduce->Wait();
+    st.replica_reduce.reset();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+void StepEngine::ResetReductionsLocked() {
+  (void)WaitReplicaReducesLocked();
+  for (UnitState& st : units_) st.reduced = false;
+  replica_issued_ = 0;
 }
 
 StepEngine::~StepEngine() {
@@ -731,6 +758,7 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     return s;
   }
   st.reduced = true;
+  IssueReplicaReducesLocked(timeout);
   return absl::OkStatus();
 }
 
@@ -742,8 +770,9 @@ absl::StatusOr<StepResult> StepEngine::Step(
   // A new attempt supersedes an unresolved one.
   pending_.reset();
   // A prefetch reads the shards the optimizer is about to change (and its
-  // parameters would be stale after this step anyway).
-  DrainAllLocked();
+  // parameters would be stale after this step anyway). The replica
+  // all-reduces are waited for below, their errors kept.
+  for (size_t u = 0; u < units_.size(); ++u) DrainLocked(static_cast<int>(u));
   if (expected_step != committed_step_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "expected_step ", expected_step, " is not the next step (committed ",
@@ -764,16 +793,12 @@ absl::StatusOr<StepResult> StepEngine::Step(
         "no communicators yet: the daemon is not in a ready epoch");
   }
   const comm::OpOptions options = WaitedOptions(timeout);
-  // 1. Average the gradient shards over the replicas (W/F of them).
+  // 1. Average the gradient shards over the replicas (W/F of them): most
+  // were issued by ReduceGrad; the rest go now.
   if (replicas) {
-    std::vector<std::shared_ptr<comm::Work>> works;
-    for (size_t u = 0; u < units_.size(); ++u) {
-      works.push_back(replica_group_->AllReduce(
-          grad(u), units_[u].shard_stored, DType::kFloat32,
-          comm::ReduceOp::kAverage, options));
-    }
+    IssueReplicaReducesLocked(timeout);
     SHARDD_FAILPOINT("allreduce.mid");
-    if (absl::Status s = WaitAll(works); !s.ok()) return s;
+    if (absl::Status s = WaitReplicaReducesLocked(); !s.ok()) return s;
   }
   // 2. The exact global norm: this shard group's partials, merged in rank
   // order (the F shards of a group cover the model once).
@@ -907,6 +932,7 @@ absl::StatusOr<StepResult> StepEngine::ApplyPendingLocked() {
     st.reduced = false;
     if (u + 1 == (units_.size() + 1) / 2) SHARDD_FAILPOINT("optimizer.mid");
   }
+  replica_issued_ = 0;
   committed_step_ = step;
   state_version_.fetch_add(1);
   return StepResult{step, pending.grad_norm, pending.clip_scale};

@@ -92,8 +92,16 @@ struct StepResult {
 //    the trainer wrote into the gradient slot, within the shard group and
 //    adds the result to the fp32 gradient shard (gradient accumulation over
 //    micro-batches sums).
-//  * Step all-reduces (average) the gradient shards across the replica
-//    group, computes the global gradient norm exactly (per-shard partials
+//  * With replicas (W/F > 1) the gradient shards are all-reduced (average)
+//    across the replica group, each as soon as it can be: a unit's
+//    all-reduce starts when the unit and every unit after it are reduced
+//    (last unit first, the order of a backward pass, and the same order on
+//    every rank whatever order the trainer reduced them in), and runs on
+//    the replica group's thread while the trainer computes the next unit's
+//    backward (DDP's overlap). It touches only the gradient shard, which
+//    nothing reads before Step.
+//  * Step waits for those all-reduces (issuing any not yet started),
+//    computes the global gradient norm exactly (per-shard partials
 //    gathered over the shard group), clips, runs the optimizer on the local
 //    shards, refreshes the low-precision copies and commits the step.
 //
@@ -310,6 +318,9 @@ class StepEngine {
     bool held = false;  // Gathered and not released.
     int64_t gathered_at_step = -1;
     bool reduced = false;  // Reduced in the current step.
+    // The replica all-reduce of the unit's gradient shard, issued by
+    // ReduceGrad and not yet waited for (Step waits).
+    std::shared_ptr<comm::Work> replica_reduce;
     // A prefetch AllGather into `slot` not yet waited for, and the step
     // whose parameters it gathers.
     std::shared_ptr<comm::Work> inflight;
@@ -328,7 +339,17 @@ class StepEngine {
   // shard it reads (Step, InstallState), the slot it writes (eviction, a
   // new epoch, destruction).
   void DrainLocked(int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prefetches and replica all-reduces, their statuses dropped (a new
+  // epoch, new state, destruction).
   void DrainAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Issues the replica all-reduces of the reduced units not yet issued,
+  // last unit first, stopping at the first unit not reduced yet.
+  void IssueReplicaReducesLocked(absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for every issued replica all-reduce: the first error, or OK.
+  absl::Status WaitReplicaReducesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step's reductions start over (nothing reduced, nothing issued).
+  void ResetReductionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The optimizer on the local shards for pending_ (then cleared).
   absl::StatusOr<StepResult> ApplyPendingLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -394,6 +415,9 @@ class StepEngine {
   std::atomic<int64_t> committed_step_{0};
   std::atomic<uint64_t> state_version_{0};
   int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  // How many replica all-reduces of this step were issued: they go from
+  // the last unit down, so the next is unit N - 1 - replica_issued_.
+  int replica_issued_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardd::node

@@ -1,6 +1,7 @@
 #include "daemon/node/step_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -162,6 +163,10 @@ struct RunOptions {
   bool micro_batches = false;
   // With device: plan no communicator scratch (so none is reserved).
   bool no_scratch_in_plan = false;
+  // The ranks of odd shard groups reduce the units first to last, the
+  // others last to first (ranks of one shard group must agree: its
+  // reduce-scatters are collectives in call order).
+  bool mixed_reduce_order = false;
 };
 
 // One rank: communicators, engine, kSteps steps, then the gathered result.
@@ -263,13 +268,15 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   out.planned_comm_scratch = e.planned_memory().comm_scratch_bytes;
   out.held_comm_scratch = e.held_memory().comm_scratch_bytes;
   const absl::Duration timeout = absl::Seconds(30);
+  const bool forward_order = run.mixed_reduce_order && (rank / f) % 2 == 1;
   for (int step = 1; step <= kSteps; ++step) {
-    for (int u = 0; u < 2; ++u) {
+    for (int i = 0; i < 2; ++i) {
+      const int u = forward_order || !run.mixed_reduce_order ? i : 1 - i;
       auto gathered = e.Gather(u, timeout);
       if (!gathered.ok()) return fail(gathered.status());
-      if (step == 1 && u == 0) {
+      if (step == 1 && i == 0) {
         // K = 1: a second unit cannot be gathered before a release.
-        out.exhausted = e.Gather(1, timeout).status();
+        out.exhausted = e.Gather(1 - u, timeout).status();
       }
       if (absl::Status s = e.Release(u); !s.ok()) return fail(s);
       auto slot = e.GradientSlot(u);
@@ -357,6 +364,101 @@ std::vector<RankResult> RunAll(int w, int f, const RunOptions& run) {
   }
   for (auto& t : threads) t.join();
   return results;
+}
+
+// Ranks whose trainers reduce the units in different orders still
+// all-reduce the same gradient shards together: ReduceGrad starts the
+// replica all-reduces last unit first, whatever order they came in.
+TEST(StepEngineTest, ReductionOrderDiffersBetweenReplicasBitForBit) {
+  RunOptions run;
+  run.mixed_reduce_order = true;
+  for (const auto& [w, f] : {std::pair{2, 1}, std::pair{4, 2}}) {
+    const std::vector<RankResult> results = RunAll(w, f, run);
+    const auto reference = Reference(w);
+    for (int r = 0; r < w; ++r) {
+      ASSERT_TRUE(results[r].status.ok())
+          << "W " << w << " rank " << r << ": " << results[r].status;
+      for (size_t u = 0; u < reference.size(); ++u) {
+        ASSERT_EQ(results[r].gathered[u].size(), reference[u].size());
+        EXPECT_EQ(
+            std::memcmp(results[r].gathered[u].data(), reference[u].data(),
+                        reference[u].size() * sizeof(float)),
+            0)
+            << "W " << w << " rank " << r << " unit " << u;
+      }
+    }
+  }
+}
+
+// The replica all-reduce of a unit's gradient runs before Step, as soon as
+// the unit and the ones after it are reduced (DDP's overlap of
+// communication with the backward pass); Step only waits for it.
+TEST(StepEngineTest, ReplicaAllReducesStartAtReduceGradLastUnitFirst) {
+  constexpr int kW = 2;
+  comm::InMemoryStore store;
+  // Per rank: AllReduce calls run after unit 0 alone was reduced, after
+  // unit 1 too, and after Step.
+  std::vector<std::array<int64_t, 3>> calls(kW);
+  std::vector<absl::Status> statuses(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](absl::Status s) { statuses[r] = std::move(s); };
+      comm::GlooCollectiveOptions so{
+          .rank = 0, .size = 1, .epoch = 1, .group = absl::StrCat("s/", r)};
+      comm::GlooCollectiveOptions ro{
+          .rank = r, .size = kW, .epoch = 1, .group = "replica"};
+      auto shard = comm::CreateGlooCollective(so, store);
+      if (!shard.ok()) return fail(shard.status());
+      auto replica = comm::CreateGlooCollective(ro, store);
+      if (!replica.ok()) return fail(replica.status());
+      std::shared_ptr<comm::Collective> replica_group = std::move(*replica);
+      memory::HeapAllocator heap;
+      auto engine = StepEngine::Create(Config(kW, 1, r, 1, {}, DType::kFloat32),
+                                       Init, heap, heap, HostEngineMath::Get());
+      if (!engine.ok()) return fail(engine.status());
+      StepEngine& e = **engine;
+      e.SetCommunicators(std::move(*shard), replica_group);
+      const absl::Duration timeout = absl::Seconds(30);
+      // A barrier behind the issued operations: when it is done, so are
+      // they (a communicator runs its operations in issue order).
+      auto settled = [&]() -> absl::StatusOr<int64_t> {
+        if (absl::Status s = replica_group->Barrier()->Wait(); !s.ok()) {
+          return s;
+        }
+        return replica_group->Stats().of(comm::OpKind::kAllReduce).calls;
+      };
+      for (int stage = 0; stage < 2; ++stage) {
+        const int u = stage;  // First to last: unit 1 goes last.
+        auto slot = e.GradientSlot(u);
+        if (!slot.ok()) return fail(slot.status());
+        const int64_t n = e.config().units[u].numel();
+        const std::vector<uint8_t> g =
+            GradBytes(r, 1, u, n, DType::kFloat32, 1.0f);
+        std::memcpy(slot->buffer->data() + slot->offset, g.data(), g.size());
+        if (absl::Status s = e.ReduceGrad(u, timeout); !s.ok()) return fail(s);
+        absl::StatusOr<int64_t> c = settled();
+        if (!c.ok()) return fail(c.status());
+        calls[r][stage] = *c;
+      }
+      if (auto stepped = e.Step(1, timeout); !stepped.ok()) {
+        return fail(stepped.status());
+      }
+      absl::StatusOr<int64_t> c = settled();
+      if (!c.ok()) return fail(c.status());
+      calls[r][2] = *c;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    // Unit 0 alone: its all-reduce waits for unit 1's, which goes first.
+    EXPECT_EQ(calls[r][0], 0) << "rank " << r;
+    // Both reduced: both all-reduces ran before Step was called.
+    EXPECT_EQ(calls[r][1], 2) << "rank " << r;
+    // Step issued none of its own.
+    EXPECT_EQ(calls[r][2], 2) << "rank " << r;
+  }
 }
 
 // The engine with its memory where the host cannot touch it (as on a GPU):
