@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -22,28 +21,20 @@
 #include "daemon/core/crc32c.h"
 #include "daemon/core/deadline_waker.h"
 #include "daemon/core/memory_plan.h"
-#include "daemon/core/rendezvous_key.h"
-#include "daemon/core/shard_plan.h"
-#include "daemon/core/tensor_init.h"
 #include "daemon/node/cpu_engine_backend.h"
-#include "daemon/node/device_init_support.h"
 #include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/export_rendezvous.h"
 #include "daemon/node/group_spec.h"
-#include "daemon/node/init_materializer.h"
-#include "daemon/node/model_digest.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/shard_checkpoints.h"
 #include "daemon/node/shard_copy.h"
 #include "daemon/node/shard_source.h"
 #include "daemon/node/shard_transfer.h"
-#include "daemon/node/shared_memory_init_reader.h"
 #include "daemon/node/state_export.h"
 #include "daemon/recovery/in_doubt_step.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "daemon/recovery/shard_stream.h"
-#include "daemon/state/state_import.h"
 
 namespace shardd::node {
 
@@ -51,6 +42,27 @@ NodeManager::NodeManager(NodeOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     NodeOptions options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  std::unique_ptr<NodeManager> m(new NodeManager(std::move(options)));
+  if (absl::Status s = m->OpenCommitSink(); !s.ok()) return s;
+  m->WireBackend();
+  MembershipJoin join = m->JoinOptions();
+  m->OpenCheckpointCatalog(join);
+  m->WireReachability(join);
+  absl::StatusOr<std::unique_ptr<Membership>> client =
+      m->options_.join_membership(join);
+  if (!client.ok()) return client.status();
+  m->client_ = std::move(*client);
+  m->WireTrainerOps();
+  m->WireCheckpoints();
+  m->WireShardCopy();
+  m->WireShardSource();
+  if (m->reachability_ != nullptr) m->reachability_->Start();
+  m->StartEpochDriver();
+  return m;
+}
+
+absl::Status NodeManager::CheckOptions(const NodeOptions& options) {
   if (options.identity.empty()) {
     return absl::InvalidArgumentError("identity: required");
   }
@@ -61,165 +73,193 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     return absl::InvalidArgumentError(
         "join_membership and store_of_epoch: required (UseCoordinator)");
   }
-  std::unique_ptr<NodeManager> m(new NodeManager(options));
+  return absl::OkStatus();
+}
+
+absl::Status NodeManager::OpenCommitSink() {
   CommitSink::Options commit_options;
-  if (!options.commit_log_path.empty()) {
+  if (!options_.commit_log_path.empty()) {
     absl::StatusOr<std::unique_ptr<recovery::CommitLog>> log =
-        recovery::CommitLog::Open(options.commit_log_path);
+        recovery::CommitLog::Open(options_.commit_log_path);
     if (!log.ok()) return log.status();
     commit_options.commit_log = std::move(*log);
   }
-  commit_options.events = &m->events_;
-  commit_options.checkpoint_interval_steps = options.checkpoint_interval_steps;
-  commit_options.write_checkpoint = [self = m.get()](int64_t step,
-                                                     int64_t epoch) {
-    self->WriteCheckpoint(step, epoch);
+  commit_options.events = &events_;
+  commit_options.checkpoint_interval_steps = options_.checkpoint_interval_steps;
+  commit_options.write_checkpoint = [this](int64_t step, int64_t epoch) {
+    WriteCheckpoint(step, epoch);
   };
-  m->commits_ = std::make_unique<CommitSink>(std::move(commit_options));
-  m->backend_ = options.backend != nullptr
-                    ? options.backend
-                    : std::make_shared<CpuEngineBackend>(options.shm_dir,
-                                                         options.shm_prefix);
-  m->device_memory_ = m->backend_->math()->device_memory();
-  m->shard_memory_ = std::make_unique<EngineShardMemory>(m->backend_->math());
-  MembershipJoin mo;
-  mo.rank = options.rank;
-  mo.identity = options.identity;
-  mo.peer_address = options.peer_address;
-  mo.initial_join_timeout = options.initial_join_timeout;
-  mo.info["pid"] = absl::StrCat(getpid());
-  NodeManager* self = m.get();
-  mo.shard_status = [self] {
+  commits_ = std::make_unique<CommitSink>(std::move(commit_options));
+  return absl::OkStatus();
+}
+
+void NodeManager::WireBackend() {
+  backend_ = options_.backend != nullptr
+                 ? options_.backend
+                 : std::make_shared<CpuEngineBackend>(options_.shm_dir,
+                                                      options_.shm_prefix);
+  device_memory_ = backend_->math()->device_memory();
+  shard_memory_ = std::make_unique<EngineShardMemory>(backend_->math());
+}
+
+MembershipJoin NodeManager::JoinOptions() {
+  MembershipJoin join;
+  join.rank = options_.rank;
+  join.identity = options_.identity;
+  join.peer_address = options_.peer_address;
+  join.initial_join_timeout = options_.initial_join_timeout;
+  join.info["pid"] = absl::StrCat(getpid());
+  join.shard_status = [this] {
     coordinator::MemberShardStatus status;
     // Never blocks on a collective: mu_ is only held briefly.
-    absl::MutexLock lock(&self->mu_);
-    if (self->holder_.engine() != nullptr) {
+    absl::MutexLock lock(&mu_);
+    if (holder_.engine() != nullptr) {
       status.holds_shard = true;
-      status.committed_step = self->holder_.engine()->committed_step();
-      status.model_fingerprint = self->holder_.fingerprint();
-      status.pending_step = self->holder_.engine()->pending_step().value_or(0);
+      status.committed_step = holder_.engine()->committed_step();
+      status.model_fingerprint = holder_.fingerprint();
+      status.pending_step = holder_.engine()->pending_step().value_or(0);
     }
     return status;
   };
+  return join;
+}
+
+void NodeManager::OpenCheckpointCatalog(MembershipJoin& join) {
   // Checkpoints this daemon can vouch for: a rollback is planned only to a
   // step every rank holds intact. They are verified before the join (shardd
   // requires --rank with --checkpoint_dir), so the coordinator's first plan
   // knows them.
-  m->catalog_ = std::make_unique<CheckpointCatalog>(options.checkpoint_dir);
-  if (!options.checkpoint_dir.empty() && options.rank >= 0) {
+  catalog_ = std::make_unique<CheckpointCatalog>(options_.checkpoint_dir);
+  if (!options_.checkpoint_dir.empty() && options_.rank >= 0) {
     // A killed writer's temporary: never a checkpoint, only wasted space.
     absl::StatusOr<std::vector<std::string>> swept =
-        recovery::RemoveDeadCheckpointTemporaries(options.checkpoint_dir,
-                                                  options.rank);
+        recovery::RemoveDeadCheckpointTemporaries(options_.checkpoint_dir,
+                                                  options_.rank);
     if (swept.ok()) {
       for (const std::string& path : *swept) {
         std::printf("shardd: removed a dead writer's checkpoint temporary %s\n",
                     path.c_str());
       }
     }
-    m->catalog_->Scan(options.rank);
+    catalog_->Scan(options_.rank);
   }
-  CheckpointCatalog* catalog = m->catalog_.get();
-  mo.checkpoints = [catalog] { return catalog->Inventory(); };
-  if (options.probe_peers &&
-      options.peer_probing.interval > absl::ZeroDuration()) {
-    m->reachability_ = std::make_unique<PeerReachability>(
-        options.peer_probing, options.probe_peers,
-        [self] {
-          // The members of the current view this daemon exchanges data
-          // with (client_ is set before the probing starts and reset after
-          // it stops).
-          std::vector<ProbeTarget> members;
-          const coordinator::MembershipView view = self->client_->view();
-          for (const v1::MemberInfo& m : view.members) {
-            members.push_back({m.rank(), m.peer_address(), m.incarnation()});
-          }
-          return GroupPeers(view.rank, view.sharding_factor, members);
-        },
-        [self](const UnreachablePeerReport& peer, bool unreachable) {
-          if (unreachable) {
-            std::printf(
-                "shardd rank %d: peer rank %d at %s unreachable (%d probes "
-                "failed: %s); reported to the coordinator\n",
-                self->client_->rank(), peer.rank, peer.address.c_str(),
-                peer.failed_probes, peer.error.c_str());
-          } else {
-            std::printf("shardd rank %d: peer rank %d at %s reachable again\n",
-                        self->client_->rank(), peer.rank, peer.address.c_str());
-          }
-          std::fflush(stdout);
-        });
-    PeerReachability* reachability = m->reachability_.get();
-    mo.unreachable_peers = [reachability] {
-      std::vector<v1::UnreachablePeer> out;
-      for (const UnreachablePeerReport& p : reachability->Unreachable()) {
-        v1::UnreachablePeer u;
-        u.set_rank(p.rank);
-        u.set_incarnation(p.incarnation);
-        u.set_failed_probes(p.failed_probes);
-        u.set_error(p.error);
-        out.push_back(std::move(u));
-      }
-      return out;
-    };
+  CheckpointCatalog* catalog = catalog_.get();
+  join.checkpoints = [catalog] { return catalog->Inventory(); };
+}
+
+void NodeManager::WireReachability(MembershipJoin& join) {
+  if (!options_.probe_peers ||
+      options_.peer_probing.interval <= absl::ZeroDuration()) {
+    return;
   }
-  absl::StatusOr<std::unique_ptr<Membership>> client =
-      options.join_membership(mo);
-  if (!client.ok()) return client.status();
-  m->client_ = std::move(*client);
-  m->trainer_ops_ = std::make_unique<TrainerOps>(
-      TrainerOpsOptions{.membership = m->client_.get(),
-                        .host = static_cast<TrainerOpsHost*>(self),
-                        .observer = options.observer,
-                        .collective_timeout = options.collective_timeout,
-                        .pci_bus_id = m->backend_->pci_bus_id()});
-  m->checkpoints_ = std::make_unique<ShardCheckpoints>(
-      ShardCheckpoints::Options{.dir = options.checkpoint_dir,
-                                .keep_last = options.checkpoint_keep_last,
-                                .shard_memory = m->shard_memory_.get(),
-                                .catalog = m->catalog_.get(),
-                                .membership = m->client_.get(),
-                                .observer = options.observer});
+  reachability_ = std::make_unique<PeerReachability>(
+      options_.peer_probing, options_.probe_peers,
+      [this] {
+        // The members of the current view this daemon exchanges data
+        // with (client_ is set before the probing starts and reset after
+        // it stops).
+        std::vector<ProbeTarget> members;
+        const coordinator::MembershipView view = client_->view();
+        for (const v1::MemberInfo& m : view.members) {
+          members.push_back({m.rank(), m.peer_address(), m.incarnation()});
+        }
+        return GroupPeers(view.rank, view.sharding_factor, members);
+      },
+      [this](const UnreachablePeerReport& peer, bool unreachable) {
+        if (unreachable) {
+          std::printf(
+              "shardd rank %d: peer rank %d at %s unreachable (%d probes "
+              "failed: %s); reported to the coordinator\n",
+              client_->rank(), peer.rank, peer.address.c_str(),
+              peer.failed_probes, peer.error.c_str());
+        } else {
+          std::printf("shardd rank %d: peer rank %d at %s reachable again\n",
+                      client_->rank(), peer.rank, peer.address.c_str());
+        }
+        std::fflush(stdout);
+      });
+  PeerReachability* reachability = reachability_.get();
+  join.unreachable_peers = [reachability] {
+    std::vector<v1::UnreachablePeer> out;
+    for (const UnreachablePeerReport& p : reachability->Unreachable()) {
+      v1::UnreachablePeer u;
+      u.set_rank(p.rank);
+      u.set_incarnation(p.incarnation);
+      u.set_failed_probes(p.failed_probes);
+      u.set_error(p.error);
+      out.push_back(std::move(u));
+    }
+    return out;
+  };
+}
+
+void NodeManager::WireTrainerOps() {
+  trainer_ops_ = std::make_unique<TrainerOps>(
+      TrainerOpsOptions{.membership = client_.get(),
+                        .host = static_cast<TrainerOpsHost*>(this),
+                        .observer = options_.observer,
+                        .collective_timeout = options_.collective_timeout,
+                        .pci_bus_id = backend_->pci_bus_id()});
+  registration_ = std::make_unique<ModelRegistration>(ModelRegistrationOptions{
+      .membership = client_.get(),
+      .host = static_cast<ModelRegistrationHost*>(this),
+      .backend = backend_.get(),
+      .admission = options_.admission.get(),
+      .resume_from = options_.resume_from});
+}
+
+void NodeManager::WireCheckpoints() {
+  checkpoints_ = std::make_unique<ShardCheckpoints>(
+      ShardCheckpoints::Options{.dir = options_.checkpoint_dir,
+                                .keep_last = options_.checkpoint_keep_last,
+                                .shard_memory = shard_memory_.get(),
+                                .catalog = catalog_.get(),
+                                .membership = client_.get(),
+                                .observer = options_.observer});
+}
+
+void NodeManager::WireShardCopy() {
   ShardCopy::Options copy;
-  copy.fetch_shard = options.fetch_shard;
-  copy.probe_peer = options.probe_peer;
-  copy.over_replica_group = options.recovery_over_replica_group;
-  copy.recovery_timeout = options.recovery_timeout;
-  copy.shard_memory = m->shard_memory_.get();
-  copy.observer = options.observer;
-  copy.events = &m->events_;
-  copy.membership = m->client_.get();
-  copy.create_engine = [self](const core::ModelConfig& model, int world,
+  copy.fetch_shard = options_.fetch_shard;
+  copy.probe_peer = options_.probe_peer;
+  copy.over_replica_group = options_.recovery_over_replica_group;
+  copy.recovery_timeout = options_.recovery_timeout;
+  copy.shard_memory = shard_memory_.get();
+  copy.observer = options_.observer;
+  copy.events = &events_;
+  copy.membership = client_.get();
+  copy.create_engine = [this](const core::ModelConfig& model, int world,
                               int factor) {
-    return self->CreateEngine(model, world, factor,
-                              [](int, int64_t, float* out, int64_t n) {
-                                std::fill(out, out + n, 0.0f);
-                              });
+    return CreateZeroedEngine(model, world, factor);
   };
-  copy.replica_group_of = [self](int64_t epoch) {
-    return self->ReplicaGroupOf(epoch, MonoNow());
+  copy.replica_group_of = [this](int64_t epoch) {
+    return ReplicaGroupOf(epoch, MonoNow());
   };
-  copy.install = [self](std::shared_ptr<StepEngine> engine,
+  copy.install = [this](std::shared_ptr<StepEngine> engine,
                         core::ModelConfig model, uint64_t fingerprint,
                         int64_t step, int64_t epoch) {
-    self->InstallCopiedEngine(std::move(engine), std::move(model), fingerprint,
-                              step, epoch);
+    InstallCopiedEngine(std::move(engine), std::move(model), fingerprint, step,
+                        epoch);
   };
-  m->shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
+  shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
+}
+
+void NodeManager::WireShardSource() {
   ShardSource::Options source;
-  source.shard_memory = m->shard_memory_.get();
-  source.observer = options.observer;
-  source.membership = m->client_.get();
-  source.snapshot = [self] { return self->ShardSnapshot(); };
-  source.replica_group_of = [self](int64_t epoch, MonoTime deadline) {
-    return self->ReplicaGroupOf(epoch, deadline);
+  source.shard_memory = shard_memory_.get();
+  source.observer = options_.observer;
+  source.membership = client_.get();
+  source.snapshot = [this] { return ShardSnapshot(); };
+  source.replica_group_of = [this](int64_t epoch, MonoTime deadline) {
+    return ReplicaGroupOf(epoch, deadline);
   };
-  m->shard_source_ = std::make_unique<ShardSource>(std::move(source));
-  if (m->reachability_ != nullptr) m->reachability_->Start();
-  m->epoch_driver_ = std::make_unique<EpochDriver>(
-      m->client_.get(), static_cast<EpochActions*>(self), options.clock);
-  m->epoch_thread_ = std::thread([self] { self->epoch_driver_->Run(); });
-  return m;
+  shard_source_ = std::make_unique<ShardSource>(std::move(source));
+}
+
+void NodeManager::StartEpochDriver() {
+  epoch_driver_ = std::make_unique<EpochDriver>(
+      client_.get(), static_cast<EpochActions*>(this), options_.clock);
+  epoch_thread_ = std::thread([this] { epoch_driver_->Run(); });
 }
 
 NodeManager::~NodeManager() {
@@ -630,306 +670,63 @@ v1::MemoryReport NodeManager::MemoryReportLocked() const {
   return report;
 }
 
-// Prefixes a rank's model key after its exchange failed (a serialized
-// ModelAgreement never starts with it: 'f' is no field tag of it).
-constexpr char kFailedModel[] = "failed:";
-
 std::unique_ptr<comm::Store> NodeManager::StoreOfEpoch(int64_t epoch) {
   return options_.store_of_epoch(
       epoch, client_->rank(),
       client_->SettledLeaseToken(MonoNow() + options_.connect_timeout));
 }
 
-absl::Status NodeManager::ExchangeModel(int64_t epoch,
-                                        const v1::ModelAgreement& agreement,
-                                        MonoTime deadline) {
-  const int rank = client_->rank();
-  int world = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    world = world_size_;
-  }
-  std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
-  // The others' keys as this attempt begins (see below).
-  std::vector<std::string> before(world);
-  for (int r = 0; r < world; ++r) {
-    if (r == rank) continue;
-    absl::StatusOr<std::string> v = store->Get(core::ModelKey(r));
-    if (v.ok()) {
-      before[r] = *std::move(v);
-    } else if (!absl::IsNotFound(v.status())) {
-      return v.status();
-    }
-  }
-  if (absl::Status s =
-          store->Set(core::ModelKey(rank), agreement.SerializeAsString());
-      !s.ok()) {
-    return s;
-  }
-  // A failed exchange marks this rank's key failed (keeping its model), so
-  // that a rank registering again in this epoch does not take it for a
-  // current registration: a failed key that was there before this attempt
-  // began is waited past; a failed key written during it still counts as a
-  // mismatch when its model differs (the two ranks' attempts met), and is
-  // waited past when it agrees (that rank failed against a third). Only an
-  // unmarked, agreeing key is agreement.
-  const std::string mine = agreement.SerializeAsString();
-  auto mark_failed = absl::MakeCleanup([&store, rank, &mine] {
-    (void)store->Set(core::ModelKey(rank), absl::StrCat(kFailedModel, mine));
-  });
-  for (int r = 0; r < world; ++r) {
-    if (r == rank) continue;
-    const std::string key = core::ModelKey(r);
-    std::string seen = before[r];  // Waited past when failed.
-    while (true) {
-      absl::Status waited = store->Wait(
-          {key}, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
-      if (absl::IsDeadlineExceeded(waited)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("waiting for every rank to register the model: ",
-                         waited.message()));
-      }
-      if (!waited.ok()) return waited;
-      absl::StatusOr<std::string> theirs = store->Get(key);
-      if (!theirs.ok()) return theirs.status();
-      const bool failed = absl::StartsWith(*theirs, kFailedModel);
-      if (!failed || *theirs != seen) {
-        v1::ModelAgreement other;
-        if (!other.ParseFromString(
-                failed ? theirs->substr(sizeof(kFailedModel) - 1) : *theirs)) {
-          return absl::InternalError(
-              absl::StrCat("rank ", r, "'s model is corrupt"));
-        }
-        if (absl::Status same = ModelDigest::Compare(agreement, other, r);
-            !same.ok()) {
-          return same;
-        }
-        if (!failed) break;  // Agreed.
-        seen = *theirs;      // Agrees but failed: wait for its next attempt.
-      }
-      if (MonoNow() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "waiting for every rank to register the model: rank ", r,
-            "'s last registration failed and it has not registered again"));
-      }
-      SleepUntil(MonoNow() + absl::Milliseconds(5));
-    }
-  }
-  std::move(mark_failed).Cancel();
-  return absl::OkStatus();
+absl::StatusOr<int64_t> NodeManager::AwaitReadyEpoch(MonoTime deadline) {
+  return WaitUntilReady(deadline, 0);
 }
 
-absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateEngine(
-    const core::ModelConfig& model, int world, int factor,
-    const ShardInitializer& init) {
-  absl::StatusOr<core::ShardPlan> plan = core::ShardPlan::Create(
-      world, model.config.strategy, model.config.sharding_factor);
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
-      core::BuildLayouts(model, factor);
-  if (!layouts.ok()) return layouts.status();
-  OptimizerSpec optimizer;
-  if (const auto* a =
-          std::get_if<core::AdamWOptions>(&model.config.optimizer)) {
-    optimizer.kind = core::OptimizerKind::kAdamW;
-    optimizer.adamw = *a;
-  } else {
-    const auto& s = std::get<core::SgdOptions>(model.config.optimizer);
-    optimizer.kind = s.momentum != 0.0 ? core::OptimizerKind::kSgdMomentum
-                                       : core::OptimizerKind::kSgd;
-    optimizer.sgd = s;
-  }
-  EngineConfig config{.rank = client_->rank(),
-                      .plan = *plan,
-                      .units = *layouts,
-                      .reduce_dtype = core::ToMemoryOptions(model).reduce_dtype,
-                      .optimizer = optimizer,
-                      .max_grad_norm = model.config.max_grad_norm,
-                      .max_gathered_units = model.config.max_gathered_units,
-                      .exclude_from_weight_decay = {},
-                      .comm_scratch = backend_->comm_scratch()};
-  for (const core::UnitConfig& unit : model.units) {
-    std::vector<bool>& excluded =
-        config.exclude_from_weight_decay.emplace_back();
-    for (const core::TensorConfig& tensor : unit.tensors) {
-      excluded.push_back(tensor.exclude_from_weight_decay);
-    }
-  }
-  if (absl::Status s = options_.admission->AdmitModel(
-          "allocating the engine", model, world, client_->rank());
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::unique_ptr<StepEngine>> engine =
-      StepEngine::Create(std::move(config), init, backend_->shared(),
-                         backend_->private_memory(), backend_->math());
-  if (engine.ok()) {
-    (*engine)->SetGrowthAdmission(options_.admission->ForEngineGrowth());
-  }
-  return engine;
+absl::Mutex& NodeManager::TrainerOpMutex() { return trainer_ops_->op_mutex(); }
+
+NodeModelState NodeManager::ModelState() {
+  absl::MutexLock lock(&mu_);
+  NodeModelState state;
+  state.world_size = world_size_;
+  state.sharding_factor = sharding_factor_;
+  state.epoch = comms_.epoch();
+  state.engine = holder_.engine();
+  if (state.engine != nullptr) state.model = holder_.model_if_any();
+  return state;
 }
 
-absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
-    const v1::RegisterModelRequest& request, MonoTime deadline) {
-  if (request.transport() == v1::TRANSPORT_CUDA_IPC && !device_memory_) {
-    return absl::InvalidArgumentError(
-        "transport: CUDA IPC needs a CUDA device; this daemon runs on the "
-        "CPU (shared memory)");
-  }
-  if (request.transport() == v1::TRANSPORT_SHARED_MEMORY && device_memory_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "transport: this daemon keeps its buffers on ", backend_->name(),
-        " (CUDA IPC); shared memory is the CPU backend's"));
-  }
-  absl::StatusOr<core::ModelConfig> model =
-      ProtoConvert::ModelFromProto(request.model());
-  if (!model.ok()) return model.status();
-  if (absl::Status s = DeviceInitSupport::CheckBackend(*model, device_memory_);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = options_.admission->AdmitInitCopy(*model); !s.ok()) {
-    return s;
-  }
-  // Wait for the coordinator's topology (W and F) and a ready epoch, and
-  // only then take op_mu_: a replacement's epoch becomes ready after its
-  // epoch thread restored a checkpoint, which takes op_mu_ (a trainer that
-  // re-attached early would otherwise hold it until its deadline).
-  absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, 0);
-  absl::MutexLock op(&trainer_ops_->op_mutex());
-  int world = 0, factor = 0;
-  bool reattach = false;
-  bool abandon = false;
-  int64_t epoch_now = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    world = world_size_;
-    factor = sharding_factor_;
-    if (holder_.engine() != nullptr) {
-      absl::Status same = core::CompareModels(holder_.model(), *model,
-                                              core::InitScope::kExclude);
-      if (!same.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "model differs from the one this daemon holds (held vs new): "
-            "model.",
-            same.message()));
-      }
-      // A new trainer process: what the old one held is released, and a
-      // step it left half-way (peers wait in collectives it will never
-      // issue) is abandoned with the epoch, so that every rank redoes it.
-      abandon = trainer_ops_->Detach(*holder_.engine());
-      epoch_now = comms_.epoch();
-      reattach = true;
-    }
-  }
-  if (reattach) {
-    if (abandon) {
-      AbandonEpoch("the trainer re-attached in the middle of a step",
-                   v1::FAILURE_KIND_PROCESS_EXITED, epoch_now);
-    }
-    absl::MutexLock lock(&mu_);
-    v1::RegisterModelResponse response;
-    response.set_committed_step(holder_.engine()->committed_step());
-    response.set_epoch(comms_.epoch());
-    response.set_reattached(true);
-    *response.mutable_topology() = TopologyLocked();
-    *response.mutable_memory() = MemoryReportLocked();
-    response.set_model_fingerprint(holder_.fingerprint());
-    return response;
-  }
-  if (!epoch.ok()) {
-    if (world == 0) {
-      return absl::UnavailableError(
-          "the coordinator has not formed an epoch yet (W unknown)");
-    }
-    return epoch.status();
-  }
-  if (absl::Status s = core::Validate(*model, world); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("model.", s.message()));
-  }
-  absl::StatusOr<core::ShardPlan> plan = core::ShardPlan::Create(
-      world, model->config.strategy, model->config.sharding_factor);
-  if (!plan.ok()) return plan.status();
-  if (plan->sharding_factor() != factor) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model.config.sharding_factor: resolves to ", plan->sharding_factor(),
-        " but the coordinator runs the job with F = ", factor));
-  }
-  // Files named as the initial state (load_from, resume_from,
-  // TensorInit.file), checked before the ranks agree on the model: a bad
-  // one fails this rank's registration, and so every rank's.
-  absl::StatusOr<state::StateImport> import =
-      state::StateImport::Plan(request, options_.resume_from, *model, factor);
-  if (!import.ok()) return import.status();
-  if (absl::Status s = options_.admission->AdmitModel("RegisterModel", *model,
-                                                      world, client_->rank());
-      !s.ok()) {
-    return s;
-  }
-  // Ranks agree on digests of the initial values, never on the values.
-  absl::StatusOr<v1::ModelAgreement> agreement = ModelDigest::Agreement(
-      request.model(),
-      [](const v1::SharedMemoryRef& ref, const std::string& field) {
-        return SharedMemoryInitReader::Checksum(
-            {ref.path(), ref.segment_bytes(), ref.byte_offset(),
-             ref.byte_length()},
-            field);
-      });
-  if (!agreement.ok()) return agreement.status();
-  *agreement->mutable_state_source() = import->source_digest();
-  if (absl::Status s = ExchangeModel(*epoch, *agreement, deadline); !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::vector<core::UnitLayout>> layouts =
-      core::BuildLayouts(*model, factor);
-  if (!layouts.ok()) return layouts.status();
-  // Only this rank's shard is materialised (from shared memory: only its
-  // slice is read).
-  InitMaterializer materializer(*model, *layouts);
-  absl::StatusOr<std::unique_ptr<StepEngine>> created = CreateEngine(
-      *model, world, factor,
-      [&materializer](int unit, int64_t offset, float* out, int64_t n) {
-        materializer.Fill(unit, offset, out, n);
-      });
-  if (!created.ok()) return created.status();
-  if (!materializer.status().ok()) return materializer.status();
-  // The files overwrite this rank's shard of the initial values; the
-  // engine is not published yet.
-  absl::StatusOr<int64_t> imported_step = import->Apply(**created);
-  if (!imported_step.ok()) return imported_step.status();
-  std::shared_ptr<StepEngine> engine = std::move(*created);
-  {
-    absl::MutexLock lock(&mu_);
-    InstallEngineLocked(engine, *model,
-                        core::Fingerprint(*model, core::InitScope::kExclude));
-    epoch_now = comms_.epoch();
-  }
-  LogCommit(*imported_step > 0
-                ? recovery::CommitRecord::Kind::kCheckpointRestored
-                : recovery::CommitRecord::Kind::kInit,
-            *imported_step, epoch_now);
-  if (*imported_step > 0) {
-    // The coordinator counts steps from its votes: tell it the step the
-    // job resumes at, so that it expects the next one.
-    if (absl::Status s = client_->SetReady(epoch_now, *imported_step);
-        !s.ok()) {
-      // The next heartbeat reports the step again; a vote before it is
-      // refused and the step redone in the next epoch.
-      std::fprintf(stderr, "shardd: telling the coordinator step %lld: %s\n",
-                   static_cast<long long>(*imported_step),
-                   s.ToString().c_str());
-    }
-  }
-  ReportMemory(*engine);
+bool NodeManager::DetachTrainer(StepEngine& engine) {
+  return trainer_ops_->Detach(engine);
+}
+
+int64_t NodeManager::InstallRegistered(std::shared_ptr<StepEngine> engine,
+                                       core::ModelConfig model,
+                                       uint64_t fingerprint) {
+  absl::MutexLock lock(&mu_);
+  InstallEngineLocked(std::move(engine), std::move(model), fingerprint);
+  return comms_.epoch();
+}
+
+v1::RegisterModelResponse NodeManager::RegisteredModel() {
   absl::MutexLock lock(&mu_);
   v1::RegisterModelResponse response;
   response.set_committed_step(holder_.engine()->committed_step());
   response.set_epoch(comms_.epoch());
-  response.set_reattached(false);
   *response.mutable_topology() = TopologyLocked();
   *response.mutable_memory() = MemoryReportLocked();
   response.set_model_fingerprint(holder_.fingerprint());
   return response;
+}
+
+absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateZeroedEngine(
+    const core::ModelConfig& model, int world, int factor) {
+  return registration_->CreateEngine(model, world, factor,
+                                     [](int, int64_t, float* out, int64_t n) {
+                                       std::fill(out, out + n, 0.0f);
+                                     });
+}
+
+absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
+    const v1::RegisterModelRequest& request, MonoTime deadline) {
+  return registration_->RegisterModel(request, deadline);
 }
 
 absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
@@ -1095,10 +892,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
   const int rank = client_->rank();
   absl::StatusOr<ShardCheckpoints::Restore> restore = checkpoints_->Prepare(
       rank, step, std::move(engine), model, [&](const core::ModelConfig& m) {
-        return CreateEngine(m, world, factor,
-                            [](int, int64_t, float* out, int64_t n) {
-                              std::fill(out, out + n, 0.0f);
-                            });
+        return CreateZeroedEngine(m, world, factor);
       });
   if (!restore.ok()) return restore.status();
   // Trainer operations wait while the state is overwritten.

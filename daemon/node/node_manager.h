@@ -31,6 +31,7 @@
 #include "daemon/node/epoch_driver.h"
 #include "daemon/node/event_log.h"
 #include "daemon/node/membership.h"
+#include "daemon/node/model_registration.h"
 #include "daemon/node/peer_reachability.h"
 #include "daemon/node/shard_checkpoints.h"
 #include "daemon/node/shard_copy.h"
@@ -148,7 +149,9 @@ struct NodeOptions {
 // Threading: one background thread follows the membership and builds
 // communicators. Trainer operations are serialised by TrainerOps (one trainer
 // per daemon); GetStatus and Probe never block on a collective.
-class NodeManager : private EpochActions, private TrainerOpsHost {
+class NodeManager : private EpochActions,
+                    private TrainerOpsHost,
+                    private ModelRegistrationHost {
  public:
   // Joins the coordinator and starts following the membership.
   static absl::StatusOr<std::unique_ptr<NodeManager>> Start(
@@ -222,6 +225,27 @@ class NodeManager : private EpochActions, private TrainerOpsHost {
  private:
   explicit NodeManager(NodeOptions options);
 
+  // Start's steps, in order: each wires one component.
+  static absl::Status CheckOptions(const NodeOptions& options);
+  // The commit log (if configured), events and interval checkpoints.
+  absl::Status OpenCommitSink();
+  // The engine backend (options_.backend or the CPU one) and its memory.
+  void WireBackend();
+  // What the membership reports of this node (but the checkpoints and
+  // unreachable peers).
+  MembershipJoin JoinOptions();
+  // Verifies this rank's checkpoints before the join and reports them.
+  void OpenCheckpointCatalog(MembershipJoin& join);
+  // The probing of the peers (off without probe_peers or an interval).
+  void WireReachability(MembershipJoin& join);
+  // The trainer operations and the model registration (after the join).
+  void WireTrainerOps();
+  void WireCheckpoints();
+  void WireShardCopy();
+  void WireShardSource();
+  // Starts following the membership on epoch_thread_.
+  void StartEpochDriver();
+
   // EpochActions: what the epoch driver (epoch_thread_) asks of the node.
   LocalEpochState Local() override;
   int64_t CommittedStep() override;
@@ -266,14 +290,21 @@ class NodeManager : private EpochActions, private TrainerOpsHost {
   v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ModelRegistrationHost: what a model registration asks of the node.
+  absl::StatusOr<int64_t> AwaitReadyEpoch(MonoTime deadline) override;
+  absl::Mutex& TrainerOpMutex() override;
+  NodeModelState ModelState() override;
+  bool DetachTrainer(StepEngine& engine) override;
   // A rendezvous store client for `epoch`, with this rank's lease token.
-  std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch);
-  absl::Status ExchangeModel(int64_t epoch, const v1::ModelAgreement& agreement,
-                             MonoTime deadline);
-  // A StepEngine for `model` on this rank (layouts for F, optimizer, K).
-  absl::StatusOr<std::unique_ptr<StepEngine>> CreateEngine(
-      const core::ModelConfig& model, int world, int factor,
-      const ShardInitializer& init);
+  std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch) override;
+  int64_t InstallRegistered(std::shared_ptr<StepEngine> engine,
+                            core::ModelConfig model,
+                            uint64_t fingerprint) override;
+  v1::RegisterModelResponse RegisteredModel() override;
+  // A StepEngine on this rank whose shard starts at zero (a shard copy's
+  // or a checkpoint restore's, filled afterwards).
+  absl::StatusOr<std::unique_ptr<StepEngine>> CreateZeroedEngine(
+      const core::ModelConfig& model, int world, int factor);
   // A replacement's shard copy (JoinResponse.recovery): fetches parameters,
   // optimizer state and step from the planned sources in order, builds the
   // engine from the model in the stream and installs it. OK with nothing
@@ -316,15 +347,16 @@ class NodeManager : private EpochActions, private TrainerOpsHost {
   // a dead peer's lease expires on its own).
   // Only when `epoch` is still the communicators' epoch: a failure of an
   // already replaced epoch's collective changes nothing.
-  void AbandonEpoch(absl::string_view why, v1::FailureKind kind, int64_t epoch);
+  void AbandonEpoch(absl::string_view why, v1::FailureKind kind,
+                    int64_t epoch) override;
   // Counts an aborted step attempt for the metrics, once per attempt
   // (TrainerOps::CountAbort).
   void CountAbort(absl::string_view reason);
   // Tells the observer what the engine's buffers hold.
-  void ReportMemory(const StepEngine& engine) const;
+  void ReportMemory(const StepEngine& engine) const override;
   // Appends to the commit log, if configured (CRC of the current state).
   void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
-                 int64_t epoch);
+                 int64_t epoch) override;
 
   const NodeOptions options_;
   // Created before client_ (its report goes into the client's heartbeats)
@@ -350,6 +382,9 @@ class NodeManager : private EpochActions, private TrainerOpsHost {
   // The Trainer protocol's step operations and the per-operation lock
   // (taken before mu_).
   std::unique_ptr<TrainerOps> trainer_ops_;
+  // RegisterModel, and the engines of shard copies and checkpoint
+  // restores.
+  std::unique_ptr<ModelRegistration> registration_;
 
   mutable absl::Mutex mu_;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
