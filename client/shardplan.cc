@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, hidden, 1024,
 ABSL_FLAG(std::string, dtype, "fp32", "parameter dtype: fp32, bf16 or fp16");
 ABSL_FLAG(std::string, optimizer, "adamw", "adamw, sgd_momentum or sgd");
 ABSL_FLAG(int64_t, prefetch, 1, "units gathered at once (K)");
+ABSL_FLAG(int64_t, reducing, 2,
+          "units whose reduce-scatter may be in flight at once (G: gradient "
+          "slots when F > 1)");
 ABSL_FLAG(std::string, alignment, "element",
           "element, block:N (N elements per block) or whole_tensor");
 ABSL_FLAG(bool, bias, true, "each layer also has a bias of `hidden`");
@@ -140,6 +143,7 @@ core::ModelConfig ModelOf(core::ShardingStrategy strategy, core::DType dtype,
   model.config.strategy = strategy;
   model.config.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
   model.config.max_gathered_units = absl::GetFlag(FLAGS_prefetch);
+  model.config.max_reducing_units = absl::GetFlag(FLAGS_reducing);
   model.config.reduce_dtype = core::DType::kFloat32;
   if (optimizer == core::OptimizerKind::kAdamW) {
     model.config.optimizer = core::AdamWOptions{};
@@ -311,6 +315,7 @@ int Run() {
   core::MemoryOptions options;
   options.optimizer = *optimizer;
   options.max_gathered_units = absl::GetFlag(FLAGS_prefetch);
+  options.max_reducing_units = absl::GetFlag(FLAGS_reducing);
   std::printf("\n%-5s %12s %12s %12s %12s %12s %12s %14s %12s\n", "rank",
               "param shard", "lowp copy", "grad shard", "optimizer", "gathered",
               "grad buffer", "peak params", "total");

@@ -85,6 +85,12 @@ int64_t OptimizerStateBytesPerElement(OptimizerKind kind) {
   return -1;
 }
 
+int64_t GradientSlotCount(int64_t sharding_factor, int64_t units,
+                          int64_t max_reducing_units) {
+  if (sharding_factor <= 1) return 1;
+  return std::max<int64_t>(1, std::min(units, max_reducing_units));
+}
+
 absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
     const std::vector<UnitLayout>& units, const ShardPlan& plan, int64_t rank,
     const MemoryOptions& options) {
@@ -101,6 +107,10 @@ absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
     return absl::InvalidArgumentError(
         absl::StrCat("reduce_dtype: unsupported value ",
                      static_cast<int>(options.reduce_dtype)));
+  }
+  if (options.max_reducing_units < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_reducing_units must be >= 1, got ", options.max_reducing_units));
   }
   if (options.max_gathered_units < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -140,7 +150,10 @@ absl::StatusOr<MemoryBreakdown> MemoryPlan::ForRank(
                                             static_cast<int64_t>(units.size()));
     gathered.Add(slots, largest_gathered_bytes);
   }
-  unsharded_grad.Add(largest_grad_elements, DTypeSize(options.reduce_dtype));
+  unsharded_grad.Add(GradientSlotCount(f, static_cast<int64_t>(units.size()),
+                                       options.max_reducing_units) *
+                         largest_grad_elements,
+                     DTypeSize(options.reduce_dtype));
   if (options.comm_scratch != CommScratch::kNone &&
       options.comm_scratch != CommScratch::kNcclFixedOrder &&
       options.comm_scratch != CommScratch::kNcclNative) {

@@ -38,8 +38,17 @@ struct MemoryOptions {
   // Units gathered at once (FSDP's all-gather rate limit; 1 = no prefetch,
   // 2 = the next unit is prefetched while the current one is in use).
   int64_t max_gathered_units = 1;
+  // Units whose gradient may be reduced at once (GradientSlotCount).
+  int64_t max_reducing_units = 1;
   CommScratch comm_scratch = CommScratch::kNone;
 };
+
+// The gradient slots a rank keeps: with F > 1, one per unit whose
+// reduce-scatter may be in flight while the trainer writes the next unit's
+// gradient (at most one per unit); with F = 1 one (ReduceGrad copies the
+// slot into the gradient shard before it returns).
+int64_t GradientSlotCount(int64_t sharding_factor, int64_t units,
+                          int64_t max_reducing_units);
 
 // Bytes a rank holds, by category. Every figure is what the daemon
 // allocates, so the daemon's resident buffers must add up to `total_bytes`
@@ -59,8 +68,9 @@ struct MemoryBreakdown {
   // the largest unit (all units for SHARD_GRAD_OP, which keeps them from
   // forward to backward; none when F = 1, where a shard is the whole unit).
   int64_t gathered_parameter_bytes = 0;
-  // One slot, sized for the largest unit in the reduce dtype, that the
-  // trainer writes a unit's full gradient into before it is reduced.
+  // GradientSlotCount slots, each sized for the largest unit in the reduce
+  // dtype, that the trainer writes a unit's full gradient into before it
+  // is reduced (one allocation).
   int64_t unsharded_gradient_bytes = 0;
   // Device scratch of the shard group's and the replica group's
   // communicators (reserved when the communicators are given to the

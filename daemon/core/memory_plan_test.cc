@@ -84,6 +84,27 @@ TEST(MemoryPlanTest, AdamWCategoriesForFp32Units) {
   EXPECT_EQ(m->total_bytes, stored * 16 + 32 + 16);
 }
 
+TEST(MemoryPlanTest, GradientSlotsAreGWhenShardedAndOneOtherwise) {
+  EXPECT_EQ(GradientSlotCount(/*sharding_factor=*/4, /*units=*/8, 2), 2);
+  EXPECT_EQ(GradientSlotCount(4, 8, 1), 1);
+  EXPECT_EQ(GradientSlotCount(4, /*units=*/1, 2), 1);  // One per unit at most.
+  EXPECT_EQ(GradientSlotCount(/*sharding_factor=*/1, 8, 2), 1);
+  const std::vector<UnitLayout> units = {Layout("a", {8}, 2),
+                                         Layout("b", {5}, 2)};
+  MemoryOptions options;
+  options.max_reducing_units = 2;
+  auto two = MemoryPlan::ForRank(
+      units, Plan(4, ShardingStrategy::kHybridShard, 2), 0, options);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->unsharded_gradient_bytes, 2 * 8 * 4);
+  options.max_reducing_units = 0;
+  EXPECT_EQ(MemoryPlan::ForRank(
+                units, Plan(4, ShardingStrategy::kHybridShard, 2), 0, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MemoryPlanTest, LowPrecisionUnitsKeepAnFp32MasterAndAGatherCopy) {
   const std::vector<UnitLayout> units = {
       Layout("a", {16}, 4, DType::kBFloat16)};

@@ -499,6 +499,11 @@ absl::Status Validate(const ModelConfig& model, int64_t world_size) {
         absl::StrCat("must be finite and >= 0 (0: no clipping), got ",
                      config.max_grad_norm));
   }
+  if (config.max_reducing_units < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.max_reducing_units: must be >= 1, got ",
+                     config.max_reducing_units));
+  }
   if (config.max_gathered_units < 1) {
     return Invalid(
         "config.max_gathered_units",
@@ -569,6 +574,7 @@ MemoryOptions ToMemoryOptions(const ModelConfig& model) {
     options.optimizer = OptimizerKind::kAdamW;
   }
   options.max_gathered_units = model.config.max_gathered_units;
+  options.max_reducing_units = model.config.max_reducing_units;
   if (model.config.reduce_dtype.has_value()) {
     options.reduce_dtype = *model.config.reduce_dtype;
   } else if (model.config.param_dtype.has_value()) {

@@ -55,6 +55,9 @@ struct ShardingConfig {
   double max_grad_norm = 0.0;
   // K: units gathered or in flight at once.
   int64_t max_gathered_units = 2;
+  // G: units whose gradient is being reduced at once (gradient slots when
+  // F > 1). Not compared between ranks: it changes no collective.
+  int64_t max_reducing_units = 2;
 };
 
 struct ModelConfig {

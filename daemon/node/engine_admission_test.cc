@@ -148,9 +148,10 @@ TEST_F(EngineAdmissionTest, ShardedPlanPlacesSlotsInShmAndReportsF) {
   EXPECT_TRUE(check->status.ok()) << check->status;
   EXPECT_EQ(check->sharding_factor, 4);
   EXPECT_EQ(check->rank, 3);
-  // K = 2 gathered slots and the gradient slot, each a whole unit.
+  // K = 2 gathered slots and G = 2 gradient slots (a reduce-scatter in
+  // flight while the next gradient is written), each a whole unit.
   EXPECT_EQ(check->plan.BytesIn(core::MemoryPlacement::kSharedHost),
-            3 * 1024 * 1024 * 4);
+            4 * 1024 * 1024 * 4);
   ASSERT_EQ(check->checks.size(), 1u);
   EXPECT_EQ(check->checks[0].scope, core::LimitScope::kHost);
 }

@@ -327,6 +327,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> ModelRegistration::CreateEngine(
                       .optimizer = OptimizerOf(model),
                       .max_grad_norm = model.config.max_grad_norm,
                       .max_gathered_units = model.config.max_gathered_units,
+                      .max_reducing_units = model.config.max_reducing_units,
                       .exclude_from_weight_decay = {},
                       .comm_scratch = options_.backend->comm_scratch()};
   for (const core::UnitConfig& unit : model.units) {

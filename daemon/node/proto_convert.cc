@@ -303,6 +303,13 @@ absl::StatusOr<core::ShardingConfig> ConfigFromProto(
   }
   config.max_gathered_units =
       proto.max_gathered_units() == 0 ? 2 : proto.max_gathered_units();
+  if (proto.max_reducing_units() < 0) {
+    return Invalid(
+        path + ".max_reducing_units",
+        absl::StrCat("must be >= 0 (0: 2), got ", proto.max_reducing_units()));
+  }
+  config.max_reducing_units =
+      proto.max_reducing_units() == 0 ? 2 : proto.max_reducing_units();
   return config;
 }
 
@@ -427,6 +434,7 @@ v1::ModelSpec ProtoConvert::ModelToProto(const core::ModelConfig& model) {
   }
   out->set_max_grad_norm(config.max_grad_norm);
   out->set_max_gathered_units(static_cast<int32_t>(config.max_gathered_units));
+  out->set_max_reducing_units(static_cast<int32_t>(config.max_reducing_units));
   return spec;
 }
 

@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   memory_options.optimizer = config.optimizer.kind;
   memory_options.reduce_dtype = config.reduce_dtype;
   memory_options.max_gathered_units = config.max_gathered_units;
+  memory_options.max_reducing_units = config.max_reducing_units;
   memory_options.comm_scratch = config.comm_scratch;
   absl::StatusOr<core::MemoryBreakdown> planned = core::MemoryPlan::ForRank(
       config.units, config.plan, config.rank, memory_options);
@@ -178,6 +179,13 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
                 /*trainer_maps=*/true);
       !s.ok()) {
     return s;
+  }
+  {
+    const int64_t g =
+        core::GradientSlotCount(f, static_cast<int64_t>(e.config_.units.size()),
+                                e.config_.max_reducing_units);
+    e.grad_slot_bytes_ = p.unsharded_gradient_bytes / g;
+    e.grad_slots_.resize(g);
   }
   if (f > 1) {
     int64_t largest = 0;
@@ -608,6 +616,13 @@ void StepEngine::DrainLocked(int unit) {
 
 void StepEngine::DrainAllLocked() {
   for (size_t u = 0; u < units_.size(); ++u) DrainLocked(static_cast<int>(u));
+  // Reduce-scatters write into gradient slots the trainer maps; they are
+  // waited for, and their units count as not reduced.
+  for (size_t s = 0; s < grad_slots_.size(); ++s) {
+    if (grad_slots_[s].reducing == nullptr) continue;
+    (void)grad_slots_[s].reducing->Wait();
+    FreeGradSlotLocked(static_cast<int>(s));
+  }
   (void)WaitReplicaReducesLocked();
 }
 
@@ -641,9 +656,16 @@ absl::Status StepEngine::WaitReplicaReducesLocked() {
 }
 
 void StepEngine::ResetReductionsLocked() {
+  for (size_t s = 0; s < grad_slots_.size(); ++s) {
+    if (grad_slots_[s].reducing != nullptr) {
+      (void)grad_slots_[s].reducing->Wait();
+    }
+    FreeGradSlotLocked(static_cast<int>(s));
+  }
   (void)WaitReplicaReducesLocked();
   for (UnitState& st : units_) st.reduced = false;
   replica_issued_ = 0;
+  reduce_error_ = absl::OkStatus();
 }
 
 StepEngine::~StepEngine() {
@@ -672,9 +694,94 @@ absl::StatusOr<UnitData> StepEngine::GradientSlot(int unit) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const core::UnitLayout& layout = config_.units[unit];
-  return UnitData{grad_slot_.get(), 0,
+  const int slot = AcquireGradSlotLocked(unit);
+  return UnitData{grad_slot_.get(), slot * grad_slot_bytes_,
                   layout.padded_numel() * core::DTypeSize(config_.reduce_dtype),
                   config_.reduce_dtype};
+}
+
+int StepEngine::AcquireGradSlotLocked(int unit) {
+  UnitState& st = units_[unit];
+  if (st.grad_slot >= 0 && grad_slots_[st.grad_slot].reducing == nullptr) {
+    grad_slots_[st.grad_slot].last_use = ++use_counter_;
+    return st.grad_slot;
+  }
+  auto oldest = [&](bool reducing) {
+    int best = -1;
+    for (size_t s = 0; s < grad_slots_.size(); ++s) {
+      const GradSlot& g = grad_slots_[s];
+      if (g.unit < 0 || (g.reducing != nullptr) != reducing) continue;
+      if (best < 0 || g.last_use < grad_slots_[best].last_use) {
+        best = static_cast<int>(s);
+      }
+    }
+    return best;
+  };
+  int slot = -1;
+  for (size_t s = 0; s < grad_slots_.size() && slot < 0; ++s) {
+    if (grad_slots_[s].unit < 0) slot = static_cast<int>(s);
+  }
+  if (slot < 0) {
+    slot = oldest(/*reducing=*/true);
+    if (slot >= 0) FinishReduceLocked(slot);
+  }
+  if (slot < 0) {
+    // Every slot is handed to a unit not reduced yet: share, as the single
+    // slot always was (the trainer writes a unit's gradient right before
+    // its ReduceGrad).
+    slot = oldest(/*reducing=*/false);
+    units_[grad_slots_[slot].unit].grad_slot = -1;
+  }
+  grad_slots_[slot].unit = unit;
+  grad_slots_[slot].last_use = ++use_counter_;
+  st.grad_slot = slot;
+  return slot;
+}
+
+void StepEngine::FreeGradSlotLocked(int slot) {
+  GradSlot& g = grad_slots_[slot];
+  if (g.unit >= 0 && units_[g.unit].grad_slot == slot) {
+    units_[g.unit].grad_slot = -1;
+  }
+  g.unit = -1;
+  g.reducing.reset();
+}
+
+void StepEngine::FinishReduceLocked(int slot) {
+  GradSlot& g = grad_slots_[slot];
+  const int unit = g.unit;
+  absl::Status s = g.reducing->Wait();
+  if (s.ok()) {
+    const core::UnitLayout& layout = config_.units[unit];
+    const int64_t elem = core::DTypeSize(config_.reduce_dtype);
+    s = math_->Accumulate(
+        grad(unit),
+        GradSlotData(slot) + layout.shard(shard_index_).offset * elem,
+        config_.reduce_dtype, units_[unit].shard_stored, /*first=*/true);
+  }
+  const absl::Duration timeout = g.timeout;
+  FreeGradSlotLocked(slot);
+  if (!s.ok()) {
+    if (reduce_error_.ok()) reduce_error_ = s;
+    return;
+  }
+  units_[unit].reduced = true;
+  IssueReplicaReducesLocked(timeout);
+}
+
+void StepEngine::FinishReducesLocked() {
+  for (;;) {
+    int next = -1;
+    for (size_t s = 0; s < grad_slots_.size(); ++s) {
+      const GradSlot& g = grad_slots_[s];
+      if (g.reducing == nullptr) continue;
+      if (next < 0 || g.last_use < grad_slots_[next].last_use) {
+        next = static_cast<int>(s);
+      }
+    }
+    if (next < 0) return;
+    FinishReduceLocked(next);
+  }
 }
 
 absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
@@ -686,15 +793,21 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   pending_.reset();
   const core::UnitLayout& layout = config_.units[unit];
   UnitState& st = units_[unit];
-  if (st.reduced) {
+  const bool reducing =
+      st.grad_slot >= 0 && grad_slots_[st.grad_slot].reducing != nullptr;
+  if (st.reduced || reducing) {
     return absl::FailedPreconditionError(absl::StrCat(
         "unit ", unit, " ('", layout.name(),
         "') was already reduced in this step; accumulate micro-batches with "
         "accumulate_only"));
   }
+  // An earlier unit's reduce-scatter failed after its ReduceGrad returned:
+  // the communicator is broken, and the step with it.
+  if (!reduce_error_.ok()) return reduce_error_;
   const DType rd = config_.reduce_dtype;
   const int64_t elem = core::DTypeSize(rd);
-  uint8_t* slot = grad_slot_->data();
+  const int slot_index = AcquireGradSlotLocked(unit);
+  uint8_t* slot = GradSlotData(slot_index);
   const int64_t n = layout.numel();
   std::unique_ptr<memory::ByteBuffer>& acc = accumulation_[unit];
   if (accumulate_only) {
@@ -715,7 +828,8 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     }
     absl::Status s = math_->Accumulate(reinterpret_cast<float*>(acc->data()),
                                        slot, rd, n, first);
-    // A first micro-batch that did not land is not an accumulation.
+    // A first micro-batch that did not land is not an accumulation. The
+    // unit keeps its slot for its next micro-batch.
     if (!s.ok() && first) acc.reset();
     return s;
   }
@@ -728,8 +842,8 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     }
     acc.reset();
   }
-  // The slot is shared by every unit: the trainer writes the real
-  // elements; padding must add nothing.
+  // A slot serves every unit: the trainer writes the real elements;
+  // padding must add nothing.
   if (layout.padding_elements() > 0) {
     if (absl::Status s =
             math_->Zero(slot + n * elem, layout.padding_elements() * elem);
@@ -738,25 +852,36 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
     }
   }
   const core::ShardRange& shard = layout.shard(shard_index_);
-  const void* reduced = slot + shard.offset * elem;
   if (config_.plan.sharding_factor() > 1) {
     if (shard_group_ == nullptr) {
       return absl::FailedPreconditionError(
           "no communicators yet: the daemon is not in a ready epoch");
     }
     // In place: this rank's block of the slot receives the average.
-    std::shared_ptr<comm::Work> work = shard_group_->ReduceScatter(
-        slot, slot + shard.offset * elem, StoredCounts(unit), rd,
-        comm::ReduceOp::kAverage, WaitedOptions(timeout));
+    // With one slot the caller waits; with more it runs while the trainer
+    // writes the next unit's gradient into another slot, and is finished
+    // when its slot is needed again or at Step.
+    GradSlot& g = grad_slots_[slot_index];
+    comm::OpOptions options = WaitedOptions(timeout);
+    if (grad_slots_.size() > 1) options.caller_waits = false;
+    g.reducing = shard_group_->ReduceScatter(slot, slot + shard.offset * elem,
+                                             StoredCounts(unit), rd,
+                                             comm::ReduceOp::kAverage, options);
+    g.timeout = timeout;
+    g.last_use = ++use_counter_;
     SHARDD_FAILPOINT("reducescatter.mid");
-    absl::Status s = work->Wait();
-    if (!s.ok()) return s;
+    if (grad_slots_.size() == 1) {
+      FinishReduceLocked(slot_index);
+      absl::Status s = reduce_error_;
+      reduce_error_ = absl::OkStatus();
+      return s;
+    }
+    return absl::OkStatus();
   }
-  if (absl::Status s = math_->Accumulate(grad(unit), reduced, rd,
-                                         st.shard_stored, /*first=*/true);
-      !s.ok()) {
-    return s;
-  }
+  absl::Status s = math_->Accumulate(grad(unit), slot + shard.offset * elem, rd,
+                                     st.shard_stored, /*first=*/true);
+  FreeGradSlotLocked(slot_index);
+  if (!s.ok()) return s;
   st.reduced = true;
   IssueReplicaReducesLocked(timeout);
   return absl::OkStatus();
@@ -773,6 +898,10 @@ absl::StatusOr<StepResult> StepEngine::Step(
   // parameters would be stale after this step anyway). The replica
   // all-reduces are waited for below, their errors kept.
   for (size_t u = 0; u < units_.size(); ++u) DrainLocked(static_cast<int>(u));
+  // The reduce-scatters still in flight land in the gradient shards (their
+  // units become reduced); one that failed fails the step.
+  FinishReducesLocked();
+  if (!reduce_error_.ok()) return reduce_error_;
   if (expected_step != committed_step_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "expected_step ", expected_step, " is not the next step (committed ",

@@ -42,6 +42,9 @@ struct EngineConfig {
   OptimizerSpec optimizer;
   double max_grad_norm = 0.0;  // <= 0: no clipping.
   int64_t max_gathered_units = 1;
+  // G: units whose reduce-scatter may be in flight at once (gradient slots,
+  // core::GradientSlotCount).
+  int64_t max_reducing_units = 2;
   // [unit][tensor]: the optimizer runs on this tensor without weight decay
   // (biases, norms: PyTorch's parameter groups with weight_decay 0). Empty,
   // or a shorter inner vector: every tensor decays.
@@ -89,9 +92,14 @@ struct StepResult {
 //    needed, the parameters change or it is released with `reshard`. With F = 1
 //    the shard is the unit and Gather returns it without a collective.
 //  * ReduceGrad reduce-scatters (average) the unit's full gradient, which
-//    the trainer wrote into the gradient slot, within the shard group and
+//    the trainer wrote into its gradient slot, within the shard group and
 //    adds the result to the fp32 gradient shard (gradient accumulation over
-//    micro-batches sums).
+//    micro-batches sums). With G > 1 gradient slots (max_reducing_units) it
+//    returns once the reduce-scatter is issued: the reduce-scatter runs
+//    while the trainer writes the next unit's gradient into another slot,
+//    and is finished (waited for, added into the shard) when its slot is
+//    needed again or at Step. A failure it meets is returned by the next
+//    ReduceGrad or by Step.
 //  * With replicas (W/F > 1) the gradient shards are all-reduced (average)
 //    across the replica group, each as soon as it can be: a unit's
 //    all-reduce starts when the unit and every unit after it are reduced
@@ -184,7 +192,9 @@ class StepEngine {
   absl::Status Release(int unit, bool reshard = false);
 
   // The slot the trainer writes the unit's full gradient into (reduce
-  // dtype, the unit's flat layout). NOT_FOUND for an unknown unit.
+  // dtype, the unit's flat layout): one of G, the same one until the unit is
+  // reduced; it may wait for an earlier unit's reduce-scatter to free a
+  // slot. NOT_FOUND for an unknown unit.
   absl::StatusOr<UnitData> GradientSlot(int unit);
 
   // Asked before every allocation after Create (the accumulation buffers of
@@ -318,6 +328,9 @@ class StepEngine {
     bool held = false;  // Gathered and not released.
     int64_t gathered_at_step = -1;
     bool reduced = false;  // Reduced in the current step.
+    // The gradient slot handed out for the unit (GradientSlot) or holding
+    // its reduce-scatter in flight; -1: none.
+    int grad_slot = -1;
     // The replica all-reduce of the unit's gradient shard, issued by
     // ReduceGrad and not yet waited for (Step waits).
     std::shared_ptr<comm::Work> replica_reduce;
@@ -348,6 +361,23 @@ class StepEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for every issued replica all-reduce: the first error, or OK.
   absl::Status WaitReplicaReducesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gradient slot for `unit`: the one it was handed, else a free one,
+  // else the oldest whose reduce-scatter is in flight (finished first),
+  // else the least recently handed out (taken from the unit it was handed
+  // to, as when one slot served every unit).
+  int AcquireGradSlotLocked(int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint8_t* GradSlotData(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return grad_slot_->data() + slot * grad_slot_bytes_;
+  }
+  // Gives `slot` back (its unit no longer holds it).
+  void FreeGradSlotLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the reduce-scatter in flight in `slot`, adds this rank's
+  // block into the unit's gradient shard (the unit is then reduced and its
+  // replica all-reduce may start) and frees the slot. A failure is kept in
+  // reduce_error_ (ReduceGrad and Step return it).
+  void FinishReduceLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every reduce-scatter in flight, oldest first.
+  void FinishReducesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A step's reductions start over (nothing reduced, nothing issued).
   void ResetReductionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The optimizer on the local shards for pending_ (then cleared).
@@ -383,7 +413,21 @@ class StepEngine {
   std::vector<std::unique_ptr<memory::ByteBuffer>> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<int> slot_unit_ ABSL_GUARDED_BY(mu_);  // -1: free.
   std::vector<int64_t> slot_last_use_ ABSL_GUARDED_BY(mu_);
+  // G gradient slots of grad_slot_bytes_ each, in one allocation.
   std::unique_ptr<memory::ByteBuffer> grad_slot_ ABSL_GUARDED_BY(mu_);
+  int64_t grad_slot_bytes_ = 0;  // Set at Create.
+  struct GradSlot {
+    int unit = -1;  // Handed out to, or reducing; -1: free.
+    // The unit's reduce-scatter in flight in this slot, and its timeout
+    // (for the replica all-reduce that follows it).
+    std::shared_ptr<comm::Work> reducing;
+    absl::Duration timeout;
+    int64_t last_use = 0;
+  };
+  std::vector<GradSlot> grad_slots_ ABSL_GUARDED_BY(mu_);
+  // The first failure of a reduce-scatter finished after its ReduceGrad
+  // returned; cleared with the step's reductions.
+  absl::Status reduce_error_ ABSL_GUARDED_BY(mu_);
   // Device memory only: F gradient-norm partials, for their all-gather
   // (a collective moves engine memory).
   std::unique_ptr<memory::ByteBuffer> norm_scratch_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/comm/in_memory_store.h"
 #include "daemon/memory/testing/guarded_arena.h"
@@ -167,6 +168,8 @@ struct RunOptions {
   // others last to first (ranks of one shard group must agree: its
   // reduce-scatters are collectives in call order).
   bool mixed_reduce_order = false;
+  // G: gradient slots (1: every reduce-scatter waited for in ReduceGrad).
+  int64_t reducing_units = 2;
 };
 
 // One rank: communicators, engine, kSteps steps, then the gathered result.
@@ -254,6 +257,7 @@ RankResult RunRank(int w, int f, int rank, comm::Store& store,
   memory::BufferAllocator& allocator =
       run.device ? static_cast<memory::BufferAllocator&>(*arena) : heap;
   EngineConfig config = Config(w, f, rank, 1, run.decay, run.dtype);
+  config.max_reducing_units = run.reducing_units;
   // The guarded communicators keep scratch as NCCL's fixed order does.
   if (run.device && !run.no_scratch_in_plan) {
     config.comm_scratch = core::CommScratch::kNcclFixedOrder;
@@ -388,6 +392,106 @@ TEST(StepEngineTest, ReductionOrderDiffersBetweenReplicasBitForBit) {
       }
     }
   }
+}
+
+// G = 1 (no reduce-scatter in flight after its ReduceGrad: one gradient
+// slot) and G = 2 (the default: the next unit's gradient is written while
+// the last one's reduce-scatter runs) reach the same bits with the memory
+// each plans.
+TEST(StepEngineTest, OneOrTwoGradientSlotsGiveTheSameBitsAndPlannedMemory) {
+  for (const int64_t g : {1, 2}) {
+    RunOptions run;
+    run.reducing_units = g;
+    const std::vector<RankResult> results = RunAll(4, 4, run);
+    const auto reference = Reference(4);
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(results[r].status.ok())
+          << "G " << g << " rank " << r << ": " << results[r].status;
+      EXPECT_EQ(results[r].held, results[r].planned) << "G " << g;
+      for (size_t u = 0; u < reference.size(); ++u) {
+        EXPECT_EQ(
+            std::memcmp(results[r].gathered[u].data(), reference[u].data(),
+                        reference[u].size() * sizeof(float)),
+            0)
+            << "G " << g << " rank " << r << " unit " << u;
+      }
+    }
+  }
+  // The second slot costs one more of the largest unit's gradient.
+  auto planned = [](int64_t g) {
+    EngineConfig config = Config(4, 4, 0, 1, {}, DType::kFloat32);
+    config.max_reducing_units = g;
+    memory::HeapAllocator heap;
+    auto engine = StepEngine::Create(std::move(config), Init, heap);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? (*engine)->planned_memory().unsharded_gradient_bytes
+                       : -1;
+  };
+  EXPECT_EQ(planned(1),
+            20 * 4);  // Unit 0: 18 elements padded to 20 over F = 4.
+  EXPECT_EQ(planned(2), 2 * 20 * 4);
+}
+
+// A reduce-scatter still in flight when its ReduceGrad returned, whose
+// peer never takes part: the failure comes back from Step, and nothing of
+// the step is applied.
+TEST(StepEngineTest, AReduceScatterThatFailsLaterFailsTheStepUnapplied) {
+  constexpr int kW = 2;
+  comm::InMemoryStore store;
+  absl::Status reduced, stepped, setup;
+  int64_t committed = -1;
+  std::vector<float> master_before, master_after;
+  absl::Notification rank0_done;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      auto groups = ConnectFullShard(r, kW, store);
+      if (!groups.ok()) {
+        if (r == 0) setup = groups.status();
+        if (r == 1) rank0_done.WaitForNotification();
+        return;
+      }
+      if (r == 1) {
+        // The peer's process dies: its communicator goes, sockets closed.
+        groups->shard->Abort("peer gone");
+        groups->shard.reset();
+        rank0_done.WaitForNotification();
+        return;
+      }
+      memory::HeapAllocator heap;
+      EngineConfig config = Config(kW, kW, r, 1, {}, DType::kFloat32);
+      config.max_reducing_units = 2;
+      auto engine = StepEngine::Create(std::move(config), Init, heap);
+      if (!engine.ok()) {
+        setup = engine.status();
+        rank0_done.Notify();
+        return;
+      }
+      StepEngine& e = **engine;
+      e.SetCommunicators(groups->shard, groups->replica);
+      master_before = *e.MasterShard(1);
+      const absl::Duration timeout = absl::Seconds(5);
+      auto slot = e.GradientSlot(1);
+      const int64_t n = e.config().units[1].numel();
+      const std::vector<uint8_t> g = GradBytes(r, 1, 1, n, DType::kFloat32, 1);
+      std::memcpy(slot->buffer->data() + slot->offset, g.data(), g.size());
+      reduced = e.ReduceGrad(1, timeout);
+      stepped = e.Step(1, timeout).status();
+      committed = e.committed_step();
+      master_after = *e.MasterShard(1);
+      rank0_done.Notify();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(setup.ok()) << setup;
+  // Issued, not waited for: ReduceGrad could not know yet.
+  EXPECT_TRUE(reduced.ok()) << reduced;
+  EXPECT_FALSE(stepped.ok());
+  EXPECT_TRUE(absl::IsUnavailable(stepped) ||
+              absl::IsDeadlineExceeded(stepped) || absl::IsAborted(stepped))
+      << stepped;
+  EXPECT_EQ(committed, 0);
+  EXPECT_EQ(master_after, master_before);
 }
 
 // The replica all-reduce of a unit's gradient runs before Step, as soon as
@@ -706,7 +810,8 @@ TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
       for (int u = 0; u < 2; ++u) {
         auto slot = e.GradientSlot(u);
         if (!slot.ok()) return fail(slot.status());
-        float* g = reinterpret_cast<float*>(slot->buffer->data());
+        float* g =
+            reinterpret_cast<float*>(slot->buffer->data() + slot->offset);
         for (int64_t i = 0; i < e.config().units[u].padded_numel(); ++i) {
           g[i] = i < e.config().units[u].numel() ? GradValue(r, 1, u, i) : 0;
         }
