@@ -770,22 +770,49 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   if (!engine.ok()) return engine.status();
   core::ModelConfig model;
   int64_t epoch = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!trainer_ops_->Idle()) {
-      return absl::FailedPreconditionError(
-          "a step is in progress (units gathered or reduced); export between "
-          "steps");
-    }
-    model = holder_.model();
-    if (request.layout() == v1::EXPORT_LAYOUT_FULL) {
-      if (!ReadyLocked()) {
-        return absl::AbortedError("the daemon is not in a ready epoch");
-      }
-      op_epoch_ = comms_.epoch();
-    }
-    epoch = comms_.epoch();
+  if (absl::Status s = StartExport(request, &model, &epoch); !s.ok()) {
+    return s;
   }
+  StateExport state_export(
+      **engine, model, *options_.admission,
+      ExportOptions(epoch, deadline, std::move(cancelled)));
+  // What would end this rank's export before its gathers (the step, its
+  // memory) is decided before it joins: after "go" its peers would wait in
+  // the gathers.
+  absl::StatusOr<ExportAdmission> admitted = state_export.Admit(request);
+  if (!admitted.ok()) return admitted.status();
+  if (absl::Status s = AgreeOnExport(request, **engine, epoch); !s.ok()) {
+    return s;
+  }
+  return state_export.Run(request, deadline, *admitted);
+}
+
+// Exports run between steps; a FULL one (collective) only in a ready epoch,
+// which becomes the operation's epoch. The model and the epoch to export.
+absl::Status NodeManager::StartExport(const v1::ExportStateRequest& request,
+                                      core::ModelConfig* model,
+                                      int64_t* epoch) {
+  absl::MutexLock lock(&mu_);
+  if (!trainer_ops_->Idle()) {
+    return absl::FailedPreconditionError(
+        "a step is in progress (units gathered or reduced); export between "
+        "steps");
+  }
+  *model = holder_.model();
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL) {
+    if (!ReadyLocked()) {
+      return absl::AbortedError("the daemon is not in a ready epoch");
+    }
+    op_epoch_ = comms_.epoch();
+  }
+  *epoch = comms_.epoch();
+  return absl::OkStatus();
+}
+
+// The export's progress goes to the event log; a failed gather is handled
+// as any collective's.
+StateExport::Options NodeManager::ExportOptions(
+    int64_t epoch, MonoTime deadline, std::function<bool()> cancelled) {
   StateExport::Options options;
   options.gather_timeout = OpTimeout(deadline);
   options.progress = [this, epoch](const v1::ExportProgress& progress) {
@@ -798,31 +825,27 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
     return OnCollectiveError("ExportState", std::move(status));
   };
   options.cancelled = std::move(cancelled);
-  StateExport state_export(**engine, model, *options_.admission,
-                           std::move(options));
-  // What would end this rank's export before its gathers (the step, its
-  // memory) is decided before it joins: after "go" its peers would wait in
-  // the gathers.
-  absl::StatusOr<ExportAdmission> admitted = state_export.Admit(request);
-  if (!admitted.ok()) return admitted.status();
-  // Every rank agrees before the first gather that all take part: a rank
-  // that never calls ExportState fails the export on every rank cleanly,
-  // instead of a gather timeout that reads as a failed peer.
-  const EngineConfig& config = (*engine)->config();
-  if (request.layout() == v1::EXPORT_LAYOUT_FULL &&
-      config.plan.sharding_factor() > 1) {
-    std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
-    ExportRendezvous rendezvous(
-        *store, {.rank = config.rank,
-                 .world_size = static_cast<int>(config.plan.world_size()),
-                 .window = options_.collective_timeout,
-                 .attempt_id = nullptr});
-    if (absl::Status s = rendezvous.Agree((*engine)->committed_step());
-        !s.ok()) {
-      return s;
-    }
+  return options;
+}
+
+// Every rank agrees before the first gather that all take part: a rank
+// that never calls ExportState fails the export on every rank cleanly,
+// instead of a gather timeout that reads as a failed peer. Only a FULL
+// export with F > 1 gathers.
+absl::Status NodeManager::AgreeOnExport(const v1::ExportStateRequest& request,
+                                        StepEngine& engine, int64_t epoch) {
+  const EngineConfig& config = engine.config();
+  if (request.layout() != v1::EXPORT_LAYOUT_FULL ||
+      config.plan.sharding_factor() <= 1) {
+    return absl::OkStatus();
   }
-  return state_export.Run(request, deadline, *admitted);
+  std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
+  ExportRendezvous rendezvous(
+      *store, {.rank = config.rank,
+               .world_size = static_cast<int>(config.plan.world_size()),
+               .window = options_.collective_timeout,
+               .attempt_id = nullptr});
+  return rendezvous.Agree(engine.committed_step());
 }
 
 absl::Status NodeManager::ServeShard(
@@ -1098,18 +1121,7 @@ absl::Status NodeManager::WatchEvents(
 v1::GetStatusResponse NodeManager::GetStatus() const {
   v1::GetStatusResponse status;
   const coordinator::MembershipView view = client_->view();
-  if (reachability_ != nullptr) {
-    for (const PeerProbeState& p : reachability_->Peers()) {
-      v1::PeerReachabilityStatus* out = status.add_peers();
-      out->set_rank(p.rank);
-      out->set_peer_address(p.address);
-      out->set_incarnation(p.incarnation);
-      out->set_consecutive_failures(p.consecutive_failures);
-      out->set_probes_answered(p.probes_answered);
-      out->set_last_error(p.last_error);
-      out->set_reported_unreachable(p.reported);
-    }
-  }
+  AddPeerReachability(&status);
   if (options_.shm_usage) {
     const auto [leftover, swept] = options_.shm_usage();
     status.set_shm_leftover_bytes(leftover);
@@ -1144,37 +1156,38 @@ v1::GetStatusResponse NodeManager::GetStatus() const {
     *status.mutable_memory() = MemoryReportLocked();
   }
   for (int u : trainer_ops_->HeldUnits()) status.add_gathered_units(u);
+  AddCollectiveStatsLocked(&status);
+  return status;
+}
+
+// What the reachability prober knows of every peer (it has its own lock).
+void NodeManager::AddPeerReachability(v1::GetStatusResponse* status) const {
+  if (reachability_ == nullptr) return;
+  for (const PeerProbeState& p : reachability_->Peers()) {
+    v1::PeerReachabilityStatus* out = status->add_peers();
+    out->set_rank(p.rank);
+    out->set_peer_address(p.address);
+    out->set_incarnation(p.incarnation);
+    out->set_consecutive_failures(p.consecutive_failures);
+    out->set_probes_answered(p.probes_answered);
+    out->set_last_error(p.last_error);
+    out->set_reported_unreachable(p.reported);
+  }
+}
+
+// The counters of the epoch's shard and replica groups, those it has.
+void NodeManager::AddCollectiveStatsLocked(
+    v1::GetStatusResponse* status) const {
   const std::pair<v1::ProcessGroup, const comm::Collective*> groups[] = {
       {v1::PROCESS_GROUP_SHARD, comms_.shard_group().get()},
       {v1::PROCESS_GROUP_REPLICA, comms_.replica_group().get()}};
-  const std::pair<comm::OpKind, v1::CollectiveKind> kinds[] = {
-      {comm::OpKind::kAllGather, v1::COLLECTIVE_KIND_ALL_GATHER},
-      {comm::OpKind::kReduceScatter, v1::COLLECTIVE_KIND_REDUCE_SCATTER},
-      {comm::OpKind::kAllReduce, v1::COLLECTIVE_KIND_ALL_REDUCE}};
   for (const auto& [group, collective] : groups) {
     if (collective == nullptr) continue;
-    const comm::CollectiveStats stats = collective->Stats();
-    for (const auto& [op, kind] : kinds) {
-      const comm::OpCounters& c = stats.of(op);
-      v1::CollectiveStats* out = status.add_collectives();
-      out->set_kind(kind);
-      out->set_group(group);
-      out->set_calls(c.calls);
-      out->set_failures(c.failures);
-      out->set_buffer_bytes(c.bytes);
-      // Ring algorithms on n ranks move (n-1)/n of the buffer each way for
-      // all-gather and reduce-scatter, twice that for all-reduce (what the
-      // Gloo backend runs); so FULL_SHARD shows 1.5x NO_SHARD's bytes.
-      const int64_t n = collective->size();
-      const int64_t factor = op == comm::OpKind::kAllReduce ? 2 : 1;
-      const int64_t wire = n > 1 ? c.bytes * factor * (n - 1) / n : 0;
-      out->set_bytes_sent(wire);
-      out->set_bytes_received(wire);
-      out->set_seconds(absl::ToDoubleSeconds(c.busy));
+    for (v1::CollectiveStats& entry : ProtoConvert::CollectiveStatsToProto(
+             group, collective->size(), collective->Stats())) {
+      *status->add_collectives() = std::move(entry);
     }
   }
-  (void)view;
-  return status;
 }
 
 v1::ProbeResponse NodeManager::Probe(bool include_model) {

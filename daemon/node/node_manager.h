@@ -36,6 +36,7 @@
 #include "daemon/node/shard_checkpoints.h"
 #include "daemon/node/shard_copy.h"
 #include "daemon/node/shard_source.h"
+#include "daemon/node/state_export.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/node/trainer_ops.h"
 #include "daemon/recovery/commit_log.h"
@@ -288,6 +289,18 @@ class NodeManager : private EpochActions,
                                  absl::Status status) override;
   absl::Duration OpTimeout(MonoTime deadline) const;
   v1::Topology TopologyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ExportState's pieces.
+  absl::Status StartExport(const v1::ExportStateRequest& request,
+                           core::ModelConfig* model, int64_t* epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  StateExport::Options ExportOptions(int64_t epoch, MonoTime deadline,
+                                     std::function<bool()> cancelled);
+  absl::Status AgreeOnExport(const v1::ExportStateRequest& request,
+                             StepEngine& engine, int64_t epoch);
+  // GetStatus's pieces.
+  void AddPeerReachability(v1::GetStatusResponse* status) const;
+  void AddCollectiveStatsLocked(v1::GetStatusResponse* status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ModelRegistrationHost: what a model registration asks of the node.

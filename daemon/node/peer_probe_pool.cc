@@ -1,6 +1,10 @@
 #include "daemon/node/peer_probe_pool.h"
 
+#include <map>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/deadline_waker.h"
@@ -41,6 +45,59 @@ struct Call {
   v1::ProbeResponse response;
 };
 
+std::shared_ptr<Outcomes> NewOutcomes(size_t n) {
+  auto outcomes = std::make_shared<Outcomes>();
+  absl::MutexLock lock(&outcomes->mu);
+  outcomes->pending = static_cast<int>(n);
+  outcomes->status.resize(n);
+  outcomes->done.assign(n, false);
+  return outcomes;
+}
+
+// Calls Peer.Probe on every call's channel at once; each callback records
+// its status in `outcomes` (which it shares, so that it may run after the
+// round gave up on it).
+void StartProbes(const std::vector<std::unique_ptr<Call>>& calls,
+                 const std::shared_ptr<Outcomes>& outcomes, MonoTime deadline) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Call* call = calls[i].get();
+    call->stub = v1::Peer::NewStub(call->channel);
+    rpc::SetDeadline(&call->context, deadline);
+    call->request.set_from_rank(-1);
+    // The callback may run on this thread, before Probe returns.
+    call->stub->async()->Probe(&call->context, &call->request, &call->response,
+                               [outcomes, i](grpc::Status status) {
+                                 absl::MutexLock lock(&outcomes->mu);
+                                 outcomes->status[i] = std::move(status);
+                                 outcomes->done[i] = true;
+                                 --outcomes->pending;
+                               });
+  }
+}
+
+// Waits for every callback and copies out what they wrote: each call's
+// status and whether its callback came.
+void AwaitProbes(Outcomes& outcomes,
+                 const std::vector<std::unique_ptr<Call>>& calls,
+                 MonoTime deadline, std::vector<grpc::Status>* statuses,
+                 std::vector<bool>* done) {
+  const auto all_done = [&outcomes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                            outcomes.mu) { return outcomes.pending == 0; };
+  absl::MutexLock lock(&outcomes.mu);
+  if (!AwaitUntil(&outcomes.mu, absl::Condition(&all_done),
+                  deadline + kCallbackGrace)) {
+    // Never seen: every call has its deadline. Cancelling brings the
+    // callback at once.
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (!outcomes.done[i]) calls[i]->context.TryCancel();
+    }
+    AwaitUntil(&outcomes.mu, absl::Condition(&all_done),
+               MonoNow() + kCallbackGrace);
+  }
+  *statuses = outcomes.status;
+  *done = outcomes.done;
+}
+
 }  // namespace
 
 PeerProbePool::PeerProbePool(
@@ -63,16 +120,21 @@ std::shared_ptr<grpc::Channel> PeerProbePool::ChannelFor(
   return channel;
 }
 
+absl::Status PeerProbePool::ProbeResult(bool answered,
+                                        const absl::Status& status,
+                                        const std::string& address) {
+  const absl::Status result =
+      answered ? status
+               : absl::DeadlineExceededError("no answer by the deadline");
+  if (result.ok()) return result;
+  return absl::Status(result.code(),
+                      absl::StrCat("peer ", address, ": ", result.message()));
+}
+
 std::vector<absl::Status> PeerProbePool::ProbeAll(
     const std::vector<std::string>& addresses, MonoTime deadline) {
   const size_t n = addresses.size();
-  auto outcomes = std::make_shared<Outcomes>();
-  {
-    absl::MutexLock lock(&outcomes->mu);
-    outcomes->pending = static_cast<int>(n);
-    outcomes->status.resize(n);
-    outcomes->done.assign(n, false);
-  }
+  auto outcomes = NewOutcomes(n);
   std::vector<std::unique_ptr<Call>> calls;
   calls.reserve(n);
   {
@@ -92,64 +154,34 @@ std::vector<absl::Status> PeerProbePool::ProbeAll(
       calls.push_back(std::move(call));
     }
   }
-  for (size_t i = 0; i < n; ++i) {
-    Call* call = calls[i].get();
-    call->stub = v1::Peer::NewStub(call->channel);
-    rpc::SetDeadline(&call->context, deadline);
-    call->request.set_from_rank(-1);
-    // The callback may run on this thread, before Probe returns.
-    call->stub->async()->Probe(&call->context, &call->request, &call->response,
-                               [outcomes, i](grpc::Status status) {
-                                 absl::MutexLock lock(&outcomes->mu);
-                                 outcomes->status[i] = std::move(status);
-                                 outcomes->done[i] = true;
-                                 --outcomes->pending;
-                               });
-  }
-  const auto all_done = [&outcomes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                            outcomes->mu) { return outcomes->pending == 0; };
+  StartProbes(calls, outcomes, deadline);
   std::vector<grpc::Status> statuses;
   std::vector<bool> done;
-  {
-    absl::MutexLock lock(&outcomes->mu);
-    if (!AwaitUntil(&outcomes->mu, absl::Condition(&all_done),
-                    deadline + kCallbackGrace)) {
-      // Never seen: every call has its deadline. Cancelling brings the
-      // callback at once.
-      for (size_t i = 0; i < n; ++i) {
-        if (!outcomes->done[i]) calls[i]->context.TryCancel();
-      }
-      AwaitUntil(&outcomes->mu, absl::Condition(&all_done),
-                 MonoNow() + kCallbackGrace);
-    }
-    statuses = outcomes->status;
-    done = outcomes->done;
-  }
+  AwaitProbes(*outcomes, calls, deadline, &statuses, &done);
   std::vector<absl::Status> results;
   results.reserve(n);
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < n; ++i) {
     Call* call = calls[i].get();
     absl::Status status =
-        done[i] ? rpc::FromGrpc(statuses[i])
-                : absl::DeadlineExceededError("no answer by the deadline");
-    if (!status.ok()) {
-      status = absl::Status(
-          status.code(),
-          absl::StrCat("peer ", call->address, ": ", status.message()));
-      // A fresh connection for its next probe, unless another round has
-      // replaced the channel already.
-      if (auto it = channels_.find(call->address);
-          it != channels_.end() && it->second == call->channel) {
-        channels_.erase(it);
-      }
-    }
+        ProbeResult(done[i], rpc::FromGrpc(statuses[i]), call->address);
+    // A fresh connection for its next probe, unless another round has
+    // replaced the channel already.
+    if (!status.ok()) ForgetChannel(call->address, call->channel);
     results.push_back(std::move(status));
     // A call whose callback never came must outlive this round: gRPC may
-    // still write into it. Never seen (see above); leaked, not freed.
+    // still write into it. Never seen (see AwaitProbes); leaked, not freed.
     if (!done[i]) calls[i].release();
   }
   return results;
+}
+
+void PeerProbePool::ForgetChannel(
+    const std::string& address, const std::shared_ptr<grpc::Channel>& channel) {
+  if (auto it = channels_.find(address);
+      it != channels_.end() && it->second == channel) {
+    channels_.erase(it);
+  }
 }
 
 int PeerProbePool::channels() const {

@@ -50,7 +50,18 @@ class PeerProbePool {
   // Channels held now (for tests).
   int channels() const;
 
+  // What ProbeAll reports for one address: OK when it answered OK; else
+  // the error (DEADLINE_EXCEEDED when its callback never came) with the
+  // address in the message.
+  static absl::Status ProbeResult(bool answered, const absl::Status& status,
+                                  const std::string& address);
+
  private:
+  // Drops `address`'s channel so that its next probe connects afresh,
+  // unless another round has replaced `channel` already.
+  void ForgetChannel(const std::string& address,
+                     const std::shared_ptr<grpc::Channel>& channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

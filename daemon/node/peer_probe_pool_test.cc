@@ -203,5 +203,19 @@ TEST_F(PeerProbePoolTest, ForgetsPeersNoLongerProbed) {
   EXPECT_EQ(pool_.channels(), 0);
 }
 
+TEST(PeerProbeResultTest, AnAnswerIsOkAFailureOrSilenceNamesThePeer) {
+  EXPECT_TRUE(
+      PeerProbePool::ProbeResult(true, absl::OkStatus(), "peer-1:7000").ok());
+  const absl::Status refused = PeerProbePool::ProbeResult(
+      true, absl::UnavailableError("connection refused"), "peer-1:7000");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused.message(), "peer peer-1:7000: connection refused");
+  // No callback: whatever status slot it left, the probe timed out.
+  const absl::Status silent =
+      PeerProbePool::ProbeResult(false, absl::OkStatus(), "peer-2:7000");
+  EXPECT_EQ(silent.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(silent.message(), "peer peer-2:7000: no answer by the deadline");
+}
+
 }  // namespace
 }  // namespace shardd::node

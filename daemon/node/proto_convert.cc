@@ -4,8 +4,10 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace shardd::node {
 namespace {
@@ -75,6 +77,111 @@ absl::StatusOr<core::AlignmentSpec> AlignmentFromProto(
   return spec;
 }
 
+// A normal init: its std must be >= 0 (NaN is not).
+absl::StatusOr<core::InitSpec> NormalInitFromProto(const v1::TensorInit& init,
+                                                   const std::string& path) {
+  const v1::NormalInit& normal = init.normal();
+  if (!(normal.std() >= 0.0f)) {
+    return Invalid(path + ".normal.std",
+                   absl::StrCat("must be >= 0, got ", normal.std()));
+  }
+  return core::InitSpec::Normal(normal.seed(), normal.mean(), normal.std());
+}
+
+// A uniform init: finite bounds, low below high.
+absl::StatusOr<core::InitSpec> UniformInitFromProto(const v1::TensorInit& init,
+                                                    const std::string& path) {
+  const v1::UniformInit& uniform = init.uniform();
+  if (!std::isfinite(uniform.low())) {
+    return Invalid(path + ".uniform.low",
+                   absl::StrCat("must be finite, got ", uniform.low()));
+  }
+  if (!std::isfinite(uniform.high()) || !(uniform.low() < uniform.high())) {
+    return Invalid(path + ".uniform.high",
+                   absl::StrCat("must be finite and > uniform.low (",
+                                uniform.low(), "), got ", uniform.high()));
+  }
+  return core::InitSpec::Uniform(uniform.seed(), uniform.low(), uniform.high());
+}
+
+// A shared-memory init: only the signs of its sizes are checked here; the
+// range is checked against the segment when it is read.
+absl::StatusOr<core::InitSpec> SharedMemoryInitFromProto(
+    const v1::TensorInit& init, const std::string& path) {
+  const v1::SharedMemoryRef& ref = init.shared_memory();
+  if (ref.segment_bytes() < 0 || ref.byte_offset() < 0 ||
+      ref.byte_length() < 0) {
+    return Invalid(path + ".shared_memory",
+                   "segment_bytes, byte_offset and byte_length must be "
+                   ">= 0");
+  }
+  core::InitSpec spec;
+  spec.kind = core::InitKind::kSharedMemory;
+  spec.shared_memory = {ref.path(), ref.segment_bytes(), ref.byte_offset(),
+                        ref.byte_length()};
+  return spec;
+}
+
+// A CUDA IPC init: a 64-byte handle, no ready event, and a range inside
+// the allocation that is a whole number of `dtype` elements.
+absl::StatusOr<core::InitSpec> CudaIpcInitFromProto(const v1::TensorInit& init,
+                                                    core::DType dtype,
+                                                    const std::string& path) {
+  const v1::CudaIpcRef& ref = init.cuda_ipc();
+  const std::string field = path + ".cuda_ipc";
+  if (static_cast<int64_t>(ref.mem_handle().size()) !=
+      core::CudaIpcSource::kCudaIpcHandleBytes) {
+    return Invalid(field + ".mem_handle",
+                   absl::StrCat("must be the 64 bytes of a "
+                                "cudaIpcMemHandle_t, got ",
+                                ref.mem_handle().size()));
+  }
+  if (!ref.ready_event_handle().empty()) {
+    return Invalid(field + ".ready_event_handle",
+                   "must be empty for an init: finish the writes before "
+                   "RegisterModel");
+  }
+  if (ref.device_ordinal() < 0) {
+    return Invalid(field + ".device_ordinal",
+                   absl::StrCat("must be >= 0, got ", ref.device_ordinal()));
+  }
+  if (ref.allocation_bytes() < 0) {
+    return Invalid(field + ".allocation_bytes",
+                   absl::StrCat("must be >= 0, got ", ref.allocation_bytes()));
+  }
+  if (ref.byte_length() < 0 || ref.byte_length() > ref.allocation_bytes()) {
+    return Invalid(
+        field + ".byte_length",
+        absl::StrCat("must be in [0, allocation_bytes = ",
+                     ref.allocation_bytes(), "], got ", ref.byte_length()));
+  }
+  if (ref.byte_offset() < 0 ||
+      ref.byte_offset() > ref.allocation_bytes() - ref.byte_length()) {
+    return Invalid(
+        field + ".byte_offset",
+        absl::StrCat("range [", ref.byte_offset(), ", +", ref.byte_length(),
+                     ") outside the allocation of ", ref.allocation_bytes(),
+                     " bytes"));
+  }
+  const int64_t size = core::DTypeSize(dtype);
+  if (ref.byte_length() % size != 0) {
+    return Invalid(
+        field + ".byte_length",
+        absl::StrCat(ref.byte_length(), " bytes is not a whole number of ",
+                     core::DTypeName(dtype), " elements"));
+  }
+  if (ref.byte_offset() % size != 0) {
+    return Invalid(
+        field + ".byte_offset",
+        absl::StrCat("must be a multiple of ", size, " (",
+                     core::DTypeName(dtype), "), got ", ref.byte_offset()));
+  }
+  core::InitSpec spec;
+  spec.kind = core::InitKind::kCudaIpc;
+  spec.cuda_ipc = ProtoConvert::CudaIpcSourceFromProto(ref);
+  return spec;
+}
+
 absl::StatusOr<core::InitSpec> InitFromProto(const v1::TensorInit& init,
                                              core::DType dtype,
                                              const std::string& path) {
@@ -87,101 +194,16 @@ absl::StatusOr<core::InitSpec> InitFromProto(const v1::TensorInit& init,
       return core::InitSpec::Zeros();
     case v1::TensorInit::kConstant:
       return core::InitSpec::Constant(init.constant().value());
-    case v1::TensorInit::kNormal: {
-      const v1::NormalInit& normal = init.normal();
-      if (!(normal.std() >= 0.0f)) {
-        return Invalid(path + ".normal.std",
-                       absl::StrCat("must be >= 0, got ", normal.std()));
-      }
-      return core::InitSpec::Normal(normal.seed(), normal.mean(), normal.std());
-    }
-    case v1::TensorInit::kUniform: {
-      const v1::UniformInit& uniform = init.uniform();
-      if (!std::isfinite(uniform.low())) {
-        return Invalid(path + ".uniform.low",
-                       absl::StrCat("must be finite, got ", uniform.low()));
-      }
-      if (!std::isfinite(uniform.high()) || !(uniform.low() < uniform.high())) {
-        return Invalid(path + ".uniform.high",
-                       absl::StrCat("must be finite and > uniform.low (",
-                                    uniform.low(), "), got ", uniform.high()));
-      }
-      return core::InitSpec::Uniform(uniform.seed(), uniform.low(),
-                                     uniform.high());
-    }
+    case v1::TensorInit::kNormal:
+      return NormalInitFromProto(init, path);
+    case v1::TensorInit::kUniform:
+      return UniformInitFromProto(init, path);
     case v1::TensorInit::kValues:
       return core::InitSpec::Values(init.values().data(), dtype);
-    case v1::TensorInit::kSharedMemory: {
-      const v1::SharedMemoryRef& ref = init.shared_memory();
-      if (ref.segment_bytes() < 0 || ref.byte_offset() < 0 ||
-          ref.byte_length() < 0) {
-        return Invalid(path + ".shared_memory",
-                       "segment_bytes, byte_offset and byte_length must be "
-                       ">= 0");
-      }
-      core::InitSpec spec;
-      spec.kind = core::InitKind::kSharedMemory;
-      spec.shared_memory = {ref.path(), ref.segment_bytes(), ref.byte_offset(),
-                            ref.byte_length()};
-      return spec;
-    }
-    case v1::TensorInit::kCudaIpc: {
-      const v1::CudaIpcRef& ref = init.cuda_ipc();
-      const std::string field = path + ".cuda_ipc";
-      if (static_cast<int64_t>(ref.mem_handle().size()) !=
-          core::CudaIpcSource::kCudaIpcHandleBytes) {
-        return Invalid(field + ".mem_handle",
-                       absl::StrCat("must be the 64 bytes of a "
-                                    "cudaIpcMemHandle_t, got ",
-                                    ref.mem_handle().size()));
-      }
-      if (!ref.ready_event_handle().empty()) {
-        return Invalid(field + ".ready_event_handle",
-                       "must be empty for an init: finish the writes before "
-                       "RegisterModel");
-      }
-      if (ref.device_ordinal() < 0) {
-        return Invalid(
-            field + ".device_ordinal",
-            absl::StrCat("must be >= 0, got ", ref.device_ordinal()));
-      }
-      if (ref.allocation_bytes() < 0) {
-        return Invalid(
-            field + ".allocation_bytes",
-            absl::StrCat("must be >= 0, got ", ref.allocation_bytes()));
-      }
-      if (ref.byte_length() < 0 || ref.byte_length() > ref.allocation_bytes()) {
-        return Invalid(
-            field + ".byte_length",
-            absl::StrCat("must be in [0, allocation_bytes = ",
-                         ref.allocation_bytes(), "], got ", ref.byte_length()));
-      }
-      if (ref.byte_offset() < 0 ||
-          ref.byte_offset() > ref.allocation_bytes() - ref.byte_length()) {
-        return Invalid(
-            field + ".byte_offset",
-            absl::StrCat("range [", ref.byte_offset(), ", +", ref.byte_length(),
-                         ") outside the allocation of ", ref.allocation_bytes(),
-                         " bytes"));
-      }
-      const int64_t size = core::DTypeSize(dtype);
-      if (ref.byte_length() % size != 0) {
-        return Invalid(
-            field + ".byte_length",
-            absl::StrCat(ref.byte_length(), " bytes is not a whole number of ",
-                         core::DTypeName(dtype), " elements"));
-      }
-      if (ref.byte_offset() % size != 0) {
-        return Invalid(
-            field + ".byte_offset",
-            absl::StrCat("must be a multiple of ", size, " (",
-                         core::DTypeName(dtype), "), got ", ref.byte_offset()));
-      }
-      core::InitSpec spec;
-      spec.kind = core::InitKind::kCudaIpc;
-      spec.cuda_ipc = ProtoConvert::CudaIpcSourceFromProto(ref);
-      return spec;
-    }
+    case v1::TensorInit::kSharedMemory:
+      return SharedMemoryInitFromProto(init, path);
+    case v1::TensorInit::kCudaIpc:
+      return CudaIpcInitFromProto(init, dtype, path);
   }
   return Invalid(
       path, absl::StrCat("unknown kind ", static_cast<int>(init.kind_case())));
@@ -463,6 +485,35 @@ v1::MemoryBreakdown ProtoConvert::MemoryToProto(
   out.set_peak_parameter_bytes(memory.peak_parameter_bytes);
   out.set_total_bytes(memory.total_bytes);
   out.set_comm_scratch_bytes(memory.comm_scratch_bytes);
+  return out;
+}
+
+std::vector<v1::CollectiveStats> ProtoConvert::CollectiveStatsToProto(
+    v1::ProcessGroup group, int64_t group_size,
+    const comm::CollectiveStats& stats) {
+  const std::pair<comm::OpKind, v1::CollectiveKind> kinds[] = {
+      {comm::OpKind::kAllGather, v1::COLLECTIVE_KIND_ALL_GATHER},
+      {comm::OpKind::kReduceScatter, v1::COLLECTIVE_KIND_REDUCE_SCATTER},
+      {comm::OpKind::kAllReduce, v1::COLLECTIVE_KIND_ALL_REDUCE}};
+  std::vector<v1::CollectiveStats> out;
+  for (const auto& [op, kind] : kinds) {
+    const comm::OpCounters& c = stats.of(op);
+    v1::CollectiveStats& entry = out.emplace_back();
+    entry.set_kind(kind);
+    entry.set_group(group);
+    entry.set_calls(c.calls);
+    entry.set_failures(c.failures);
+    entry.set_buffer_bytes(c.bytes);
+    // Ring algorithms on n ranks move (n-1)/n of the buffer each way for
+    // all-gather and reduce-scatter, twice that for all-reduce (what the
+    // Gloo backend runs); so FULL_SHARD shows 1.5x NO_SHARD's bytes.
+    const int64_t n = group_size;
+    const int64_t factor = op == comm::OpKind::kAllReduce ? 2 : 1;
+    const int64_t wire = n > 1 ? c.bytes * factor * (n - 1) / n : 0;
+    entry.set_bytes_sent(wire);
+    entry.set_bytes_received(wire);
+    entry.set_seconds(absl::ToDoubleSeconds(c.busy));
+  }
   return out;
 }
 

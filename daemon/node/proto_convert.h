@@ -1,9 +1,13 @@
 #ifndef SHARDD_DAEMON_NODE_PROTO_CONVERT_H_
 #define SHARDD_DAEMON_NODE_PROTO_CONVERT_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/comm/collective.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/model_config.h"
 #include "shardd/v1/common.pb.h"
@@ -46,6 +50,13 @@ class ProtoConvert {
   static core::CudaIpcSource CudaIpcSourceFromProto(const v1::CudaIpcRef& ref);
 
   static v1::MemoryBreakdown MemoryToProto(const core::MemoryBreakdown& memory);
+
+  // GetStatus's view of one process group of `group_size` ranks: one entry
+  // per all-gather, reduce-scatter and all-reduce (in that order), with
+  // the bytes on the wire as the ring algorithms move them.
+  static std::vector<v1::CollectiveStats> CollectiveStatsToProto(
+      v1::ProcessGroup group, int64_t group_size,
+      const comm::CollectiveStats& stats);
 };
 
 }  // namespace shardd::node

@@ -2,7 +2,10 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "absl/time/time.h"
+#include "daemon/comm/collective.h"
 #include "gtest/gtest.h"
 
 namespace shardd::node {
@@ -373,6 +376,40 @@ TEST_F(ProtoConvertTest, RejectsUniformWithoutLowBelowHigh) {
   uniform->set_low(0.0f);
   uniform->set_high(std::numeric_limits<float>::quiet_NaN());
   ExpectInvalid(spec, "units[0].tensors[0].init.uniform.high");
+}
+
+TEST(CollectiveStatsToProtoTest, RingBytesOnTheWirePerCollective) {
+  comm::CollectiveStats stats;
+  comm::OpCounters& gather =
+      stats.ops[static_cast<int>(comm::OpKind::kAllGather)];
+  gather.calls = 3;
+  gather.failures = 1;
+  gather.bytes = 400;
+  gather.busy = absl::Milliseconds(250);
+  stats.ops[static_cast<int>(comm::OpKind::kAllReduce)].bytes = 400;
+  stats.ops[static_cast<int>(comm::OpKind::kBroadcast)].bytes =
+      999;  // Not shown.
+  const std::vector<v1::CollectiveStats> out =
+      ProtoConvert::CollectiveStatsToProto(v1::PROCESS_GROUP_SHARD, 4, stats);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].kind(), v1::COLLECTIVE_KIND_ALL_GATHER);
+  EXPECT_EQ(out[1].kind(), v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+  EXPECT_EQ(out[2].kind(), v1::COLLECTIVE_KIND_ALL_REDUCE);
+  EXPECT_EQ(out[0].group(), v1::PROCESS_GROUP_SHARD);
+  EXPECT_EQ(out[0].calls(), 3);
+  EXPECT_EQ(out[0].failures(), 1);
+  EXPECT_EQ(out[0].buffer_bytes(), 400);
+  EXPECT_DOUBLE_EQ(out[0].seconds(), 0.25);
+  // Ring on 4 ranks: 3/4 of the buffer each way, twice for all-reduce.
+  EXPECT_EQ(out[0].bytes_sent(), 300);
+  EXPECT_EQ(out[0].bytes_received(), 300);
+  EXPECT_EQ(out[1].bytes_sent(), 0);
+  EXPECT_EQ(out[2].bytes_sent(), 600);
+  // One rank moves nothing.
+  EXPECT_EQ(ProtoConvert::CollectiveStatsToProto(v1::PROCESS_GROUP_REPLICA, 1,
+                                                 stats)[2]
+                .bytes_sent(),
+            0);
 }
 
 }  // namespace

@@ -89,6 +89,70 @@ absl::StatusOr<bool> ShardCopy::Run(int64_t epoch,
   return true;
 }
 
+// What the stream's two callbacks (the assembler's destinations and
+// FetchShard's per-message handler) share during one attempt. The members
+// are destroyed in reverse order, as the locals they replace were: the
+// engine before the receives that wrote into it (those were waited for).
+struct ShardCopy::Attempt {
+  int64_t epoch = 0;
+  int source = -1;
+  int world = 0;
+  int factor = 0;
+  MonoTime deadline = MonoTime();
+  // Prepare's engine, taken so that a failed attempt does not leave it
+  // half-written for the next: that one builds its own.
+  std::optional<PreparedEngine> prepared = std::nullopt;
+  // Our replica group when the payload comes over it; null: in the stream.
+  std::shared_ptr<comm::Collective> replica = nullptr;
+  // One Recv per out-of-band piece, and how many of them were waited for.
+  std::vector<std::shared_ptr<comm::Work>> recvs = {};
+  size_t pieces_done = 0;
+  // Built (or taken from `prepared`) when the header arrives.
+  std::shared_ptr<StepEngine> engine = nullptr;
+  std::vector<StepEngine::StateSection> mine = {};
+  std::optional<core::ModelConfig> model = std::nullopt;
+  int64_t total = -1;  // The header's total bytes; -1 before it.
+  bool fired = false;  // The mid-copy fail point ran.
+};
+
+v1::FetchShardRequest ShardCopy::RequestFor(int64_t epoch, int requester_rank,
+                                            const v1::ShardTransfer& plan,
+                                            bool over_replica_group) {
+  v1::FetchShardRequest request;
+  request.set_epoch(epoch);
+  request.set_requester_rank(requester_rank);
+  request.set_shard_index(plan.shard_index());
+  request.set_step(plan.step());
+  if (over_replica_group) {
+    request.set_payload_over_replica_group(true);
+    request.set_max_chunk_bytes(recovery::kMaxPieceBytesCap);
+  }
+  return request;
+}
+
+absl::Status ShardCopy::CheckSectionCount(int theirs, size_t ours) {
+  if (static_cast<int>(ours) != theirs) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the source sends ", theirs,
+                     " sections, this rank's shard has ", ours));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardCopy::CheckSection(const v1::ShardSection& theirs,
+                                     const StepEngine::StateSection& ours,
+                                     int index) {
+  if (theirs.unit() != ours.unit || theirs.kind() != ToSectionKind(ours.kind) ||
+      theirs.byte_length() != ours.bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "section ", index, " (unit ", theirs.unit(), ", ",
+        v1::ShardSectionKind_Name(theirs.kind()), ", ", theirs.byte_length(),
+        " bytes) does not match this rank's (unit ", ours.unit, ", ",
+        ours.bytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
                                   int source, int world, int factor,
                                   MonoTime deadline) {
@@ -102,206 +166,256 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
         absl::StrCat("source rank ", source, " is not a live member"));
   }
   const MonoTime started = MonoNow();
-  const int rank = options_.membership->rank();
-  // An engine prepared from this source's model (for this W and F), taken
-  // here so that a failed attempt does not leave it half-written for the
-  // next: that one builds its own.
-  std::optional<PreparedEngine> prepared;
-  {
-    absl::MutexLock lock(&mu_);
-    if (prepared_.has_value() && prepared_->world_size == world &&
-        prepared_->sharding_factor == factor) {
-      prepared = std::move(prepared_);
-    }
-    prepared_.reset();
-  }
-  if (!prepared.has_value() || prepared->source != source) {
+  Attempt attempt{.epoch = epoch,
+                  .source = source,
+                  .world = world,
+                  .factor = factor,
+                  .deadline = deadline,
+                  .prepared = TakePrepared(world, factor)};
+  if (!attempt.prepared.has_value() || attempt.prepared->source != source) {
     // Its Probe said it holds the model; otherwise ask now.
-    absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
-        address, std::min(deadline, MonoNow() + absl::Seconds(2)),
-        /*include_model=*/false);
-    if (!probe.ok()) return probe.status();
-    if (!probe->registered()) {
-      return absl::NotFoundError(absl::StrCat(
-          "rank ", source, " holds no model yet: nothing to recover"));
+    if (absl::Status s = CheckSourceHoldsModel(address, source, deadline);
+        !s.ok()) {
+      return s;
     }
   }
-  v1::FetchShardRequest request;
-  request.set_epoch(epoch);
-  request.set_requester_rank(rank);
-  request.set_shard_index(plan.shard_index());
-  request.set_step(plan.step());
   // The bytes over our replica group when it is healthy (the source is in
   // it: it holds our shard index); else inside the stream.
-  std::shared_ptr<comm::Collective> replica;
   if (options_.over_replica_group && factor > 0) {
-    replica = options_.replica_group_of(epoch);
+    attempt.replica = options_.replica_group_of(epoch);
   }
-  if (replica != nullptr) {
-    request.set_payload_over_replica_group(true);
-    request.set_max_chunk_bytes(recovery::kMaxPieceBytesCap);
-  }
-  std::vector<std::shared_ptr<comm::Work>> recvs;
-  size_t pieces_done = 0;
-  std::shared_ptr<StepEngine> engine;
-  std::vector<StepEngine::StateSection> mine;
-  std::optional<core::ModelConfig> model;
+  const v1::FetchShardRequest request = RequestFor(
+      epoch, options_.membership->rank(), plan, attempt.replica != nullptr);
   recovery::ShardStreamAssembler assembler(
-      [&](const v1::ShardHeader& header,
-          int index) -> absl::StatusOr<uint8_t*> {
-        if (engine == nullptr) {
-          const MonoTime t_create = MonoNow();
-          const bool was_prepared =
-              prepared.has_value() &&
-              prepared->fingerprint == header.model_fingerprint();
-          absl::Duration build_time;
-          if (was_prepared) {
-            build_time = prepared->build_time;
-            engine = std::move(prepared->engine);
-            model = std::move(prepared->model);
-          } else {
-            absl::StatusOr<core::ModelConfig> m =
-                ProtoConvert::ModelFromProto(header.model());
-            if (!m.ok()) return m.status();
-            absl::StatusOr<std::unique_ptr<StepEngine>> created =
-                options_.create_engine(*m, world, factor);
-            if (!created.ok()) return created.status();
-            engine = std::move(*created);
-            model = *std::move(m);
-          }
-          prepared.reset();
-          mine = engine->StateSections();
-          if (!was_prepared) build_time = MonoNow() - t_create;
-          std::printf(
-              "shardd rank %d: engine ready for the shard copy (%s)\n", rank,
+      [this, &attempt](const v1::ShardHeader& header, int index) {
+        return SectionDestination(attempt, header, index);
+      },
+      /*resume_from_byte=*/0, /*crc_so_far=*/0, *options_.shard_memory);
+  AnnounceTransferring(epoch);
+  absl::Status streamed = options_.fetch_shard(
+      address, request, deadline, [&](const v1::FetchShardResponse& message) {
+        return OnMessage(attempt, assembler, message);
+      });
+  if (streamed.ok()) streamed = assembler.Finish();
+  if (attempt.replica != nullptr && !streamed.ok()) {
+    AbandonReceives(attempt, streamed);
+  }
+  RecordTransfer(assembler.verified_bytes(), streamed.ok());
+  if (!streamed.ok()) return streamed;
+  if (absl::Status s = InstallCopy(attempt, assembler.header()); !s.ok()) {
+    return s;
+  }
+  AnnounceCopied(attempt, plan.shard_index(), assembler.header(),
+                 MonoNow() - started);
+  return absl::OkStatus();
+}
+
+std::optional<ShardCopy::PreparedEngine> ShardCopy::TakePrepared(int world,
+                                                                 int factor) {
+  std::optional<PreparedEngine> taken;
+  absl::MutexLock lock(&mu_);
+  if (prepared_.has_value() && prepared_->world_size == world &&
+      prepared_->sharding_factor == factor) {
+    taken = std::move(prepared_);
+  }
+  prepared_.reset();
+  return taken;
+}
+
+absl::Status ShardCopy::CheckSourceHoldsModel(const std::string& address,
+                                              int source, MonoTime deadline) {
+  absl::StatusOr<v1::ProbeResponse> probe = options_.probe_peer(
+      address, std::min(deadline, MonoNow() + absl::Seconds(2)),
+      /*include_model=*/false);
+  if (!probe.ok()) return probe.status();
+  if (!probe->registered()) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", source, " holds no model yet: nothing to recover"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint8_t*> ShardCopy::SectionDestination(
+    Attempt& attempt, const v1::ShardHeader& header, int index) {
+  // The header's first section: only now is the source's model known.
+  if (attempt.engine == nullptr) {
+    if (absl::Status s = ReadyEngine(attempt, header); !s.ok()) return s;
+  }
+  const StepEngine::StateSection& ours = attempt.mine[index];
+  if (absl::Status s = CheckSection(header.sections(index), ours, index);
+      !s.ok()) {
+    return s;
+  }
+  return ours.data;
+}
+
+// The engine the copy fills: the prepared one when it was built for the
+// model the header announces (same fingerprint), else a new one.
+absl::Status ShardCopy::ReadyEngine(Attempt& attempt,
+                                    const v1::ShardHeader& header) {
+  const MonoTime t_create = MonoNow();
+  const bool was_prepared =
+      attempt.prepared.has_value() &&
+      attempt.prepared->fingerprint == header.model_fingerprint();
+  absl::Duration build_time;
+  if (was_prepared) {
+    build_time = attempt.prepared->build_time;
+    attempt.engine = std::move(attempt.prepared->engine);
+    attempt.model = std::move(attempt.prepared->model);
+  } else {
+    absl::StatusOr<core::ModelConfig> m =
+        ProtoConvert::ModelFromProto(header.model());
+    if (!m.ok()) return m.status();
+    absl::StatusOr<std::unique_ptr<StepEngine>> created =
+        options_.create_engine(*m, attempt.world, attempt.factor);
+    if (!created.ok()) return created.status();
+    attempt.engine = std::move(*created);
+    attempt.model = *std::move(m);
+  }
+  attempt.prepared.reset();
+  attempt.mine = attempt.engine->StateSections();
+  if (!was_prepared) build_time = MonoNow() - t_create;
+  AnnounceEngineReady(attempt, was_prepared, build_time);
+  return CheckSectionCount(header.sections_size(), attempt.mine.size());
+}
+
+void ShardCopy::AnnounceTransferring(int64_t epoch) {
+  v1::TrainerEvent event;
+  event.set_epoch(epoch);
+  event.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  options_.events->Append(std::move(event));
+}
+
+void ShardCopy::AnnounceEngineReady(const Attempt& attempt, bool was_prepared,
+                                    absl::Duration build_time) {
+  std::printf("shardd rank %d: engine ready for the shard copy (%s)\n",
+              options_.membership->rank(),
               was_prepared ? "prepared during the rendezvous"
                            : absl::StrFormat("created in %.3f s",
                                              absl::ToDoubleSeconds(build_time))
                                  .c_str());
-          std::fflush(stdout);
-          // bench/recovery splits the copy at this event: engine vs. stream.
-          v1::TrainerEvent event;
-          event.set_epoch(epoch);
-          v1::CopyEngineReady* ready = event.mutable_copy_engine_ready();
-          ready->set_source_rank(source);
-          ready->set_prepared_during_rendezvous(was_prepared);
-          ready->set_build_seconds(absl::ToDoubleSeconds(build_time));
-          options_.events->Append(std::move(event));
-          if (static_cast<int>(mine.size()) != header.sections_size()) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("the source sends ", header.sections_size(),
-                             " sections, this rank's shard has ", mine.size()));
-          }
-        }
-        const v1::ShardSection& theirs = header.sections(index);
-        const StepEngine::StateSection& ours = mine[index];
-        if (theirs.unit() != ours.unit ||
-            theirs.kind() != ToSectionKind(ours.kind) ||
-            theirs.byte_length() != ours.bytes) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "section ", index, " (unit ", theirs.unit(), ", ",
-              v1::ShardSectionKind_Name(theirs.kind()), ", ",
-              theirs.byte_length(), " bytes) does not match this rank's (unit ",
-              ours.unit, ", ", ours.bytes, " bytes)"));
-        }
-        return ours.data;
-      },
-      /*resume_from_byte=*/0, /*crc_so_far=*/0, *options_.shard_memory);
-  int64_t total = -1;
-  bool fired = false;
-  {
-    v1::TrainerEvent event;
-    event.set_epoch(epoch);
-    event.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
-    options_.events->Append(std::move(event));
+  std::fflush(stdout);
+  // bench/recovery splits the copy at this event: engine vs. stream.
+  v1::TrainerEvent event;
+  event.set_epoch(attempt.epoch);
+  v1::CopyEngineReady* ready = event.mutable_copy_engine_ready();
+  ready->set_source_rank(attempt.source);
+  ready->set_prepared_during_rendezvous(was_prepared);
+  ready->set_build_seconds(absl::ToDoubleSeconds(build_time));
+  options_.events->Append(std::move(event));
+}
+
+absl::Status ShardCopy::OnMessage(Attempt& attempt,
+                                  recovery::ShardStreamAssembler& assembler,
+                                  const v1::FetchShardResponse& message) {
+  if (message.has_chunk() && !attempt.recvs.empty()) {
+    if (absl::Status got = AwaitNextPiece(attempt); !got.ok()) return got;
   }
-  absl::Status streamed = options_.fetch_shard(
-      address, request, deadline,
-      [&](const v1::FetchShardResponse& message) -> absl::Status {
-        if (message.has_chunk() && !recvs.empty()) {
-          // An out-of-band piece: its chunk is checked over the bytes
-          // once they are in place.
-          if (pieces_done == recvs.size()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("FetchShard: more chunks than the header's ",
-                             recvs.size(), " pieces"));
-          }
-          if (absl::Status got = recvs[pieces_done++]->Wait(); !got.ok()) {
-            return got;
-          }
-        }
-        if (absl::Status s = assembler.Add(message); !s.ok()) return s;
-        if (message.has_header()) {
-          total = message.header().total_bytes();
-          if (message.header().payload_out_of_band()) {
-            if (replica == nullptr) {
-              return absl::FailedPreconditionError(
-                  "FetchShard: the source sends the payload over the replica "
-                  "group, which this request did not ask for");
-            }
-            comm::OpOptions op;
-            op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
-            for (const recovery::PayloadPiece& piece :
-                 assembler.PendingPieces()) {
-              recvs.push_back(replica->Recv(piece.data, piece.length,
-                                            source / factor, kShardTransferTag,
-                                            op));
-            }
-          }
-        }
-        if (!fired && total >= 0 && assembler.verified_bytes() * 2 >= total) {
-          fired = true;
-          SHARDD_FAILPOINT("transfer.target.mid");
-        }
-        return absl::OkStatus();
-      });
-  if (streamed.ok()) streamed = assembler.Finish();
-  if (replica != nullptr && !streamed.ok()) {
-    // A copy over the replica group failed: end our receives before the
-    // engine they write into can go away, and close our pairs so that the
-    // source's Sends (queued before its header, perhaps never matched) end
-    // now, not at their deadline with its replica group held. The epoch's
-    // communicator is never mended; the next source streams inline.
-    replica->Abort(absl::StrCat("the shard copy from rank ", source,
-                                " failed: ", streamed.ToString()));
-    WaitAll(recvs);
+  if (absl::Status s = assembler.Add(message); !s.ok()) return s;
+  if (message.has_header()) {
+    attempt.total = message.header().total_bytes();
+    if (message.header().payload_out_of_band()) {
+      if (absl::Status s = PostReceives(attempt, assembler); !s.ok()) return s;
+    }
   }
-  if (options_.observer != nullptr) {
-    options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
-                                     assembler.verified_bytes());
-    options_.observer->RecoveryTransfer(metrics::node_labels::kTarget,
-                                        streamed.ok());
+  if (!attempt.fired && attempt.total >= 0 &&
+      assembler.verified_bytes() * 2 >= attempt.total) {
+    attempt.fired = true;
+    SHARDD_FAILPOINT("transfer.target.mid");
   }
-  if (!streamed.ok()) return streamed;
-  const v1::ShardHeader& header = assembler.header();
-  if (absl::Status s = engine->InstallState(header.step()); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+// An out-of-band piece's chunk is checked over the bytes once they are in
+// place: its Recv (the next, in order) must have completed first.
+absl::Status ShardCopy::AwaitNextPiece(Attempt& attempt) {
+  if (attempt.pieces_done == attempt.recvs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FetchShard: more chunks than the header's ",
+                     attempt.recvs.size(), " pieces"));
+  }
+  return attempt.recvs[attempt.pieces_done++]->Wait();
+}
+
+// The header said the payload comes over the replica group: one Recv per
+// piece, straight into the engine's sections, all posted at once.
+absl::Status ShardCopy::PostReceives(
+    Attempt& attempt, const recovery::ShardStreamAssembler& assembler) {
+  if (attempt.replica == nullptr) {
+    return absl::FailedPreconditionError(
+        "FetchShard: the source sends the payload over the replica "
+        "group, which this request did not ask for");
+  }
+  comm::OpOptions op;
+  op.timeout = std::max(attempt.deadline - MonoNow(), absl::Milliseconds(1));
+  for (const recovery::PayloadPiece& piece : assembler.PendingPieces()) {
+    attempt.recvs.push_back(attempt.replica->Recv(
+        piece.data, piece.length, attempt.source / attempt.factor,
+        kShardTransferTag, op));
+  }
+  return absl::OkStatus();
+}
+
+// A copy over the replica group failed: end our receives before the engine
+// they write into can go away, and close our pairs so that the source's
+// Sends (queued before its header, perhaps never matched) end now, not at
+// their deadline with its replica group held. The epoch's communicator is
+// never mended; the next source streams inline.
+void ShardCopy::AbandonReceives(Attempt& attempt, const absl::Status& failure) {
+  attempt.replica->Abort(absl::StrCat("the shard copy from rank ",
+                                      attempt.source,
+                                      " failed: ", failure.ToString()));
+  WaitAll(attempt.recvs);
+}
+
+void ShardCopy::RecordTransfer(int64_t verified_bytes, bool ok) {
+  if (options_.observer == nullptr) return;
+  options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
+                                   verified_bytes);
+  options_.observer->RecoveryTransfer(metrics::node_labels::kTarget, ok);
+}
+
+// Every piece verified: the engine takes the copied step, and the model it
+// was built for must be the one the source announced before it is the
+// node's.
+absl::Status ShardCopy::InstallCopy(Attempt& attempt,
+                                    const v1::ShardHeader& header) {
+  if (absl::Status s = attempt.engine->InstallState(header.step()); !s.ok()) {
+    return s;
+  }
   const uint64_t fingerprint =
-      core::Fingerprint(*model, core::InitScope::kExclude);
+      core::Fingerprint(*attempt.model, core::InitScope::kExclude);
   if (fingerprint != header.model_fingerprint()) {
     return absl::DataLossError(
         absl::StrCat("the model in the stream has fingerprint ", fingerprint,
                      " but the source announced ", header.model_fingerprint()));
   }
-  options_.install(engine, *std::move(model), fingerprint, header.step(),
-                   epoch);
-  const double seconds = absl::ToDoubleSeconds(MonoNow() - started);
+  options_.install(attempt.engine, *std::move(attempt.model), fingerprint,
+                   header.step(), attempt.epoch);
+  return absl::OkStatus();
+}
+
+void ShardCopy::AnnounceCopied(const Attempt& attempt, int shard_index,
+                               const v1::ShardHeader& header,
+                               absl::Duration took) {
+  const double seconds = absl::ToDoubleSeconds(took);
   std::printf(
       "shardd rank %d recovered shard %d at step %lld from rank %d: %lld "
       "bytes in %.3f s (%.1f MB/s, %s)\n",
-      rank, plan.shard_index(), static_cast<long long>(header.step()), source,
+      options_.membership->rank(), shard_index,
+      static_cast<long long>(header.step()), attempt.source,
       static_cast<long long>(header.total_bytes()), seconds,
       seconds > 0 ? header.total_bytes() / seconds / 1e6 : 0.0,
       header.payload_out_of_band() ? "over the replica group"
                                    : "in the stream");
   std::fflush(stdout);
   v1::TrainerEvent event;
-  event.set_epoch(epoch);
+  event.set_epoch(attempt.epoch);
   v1::RecoveryProgress* progress = event.mutable_recovery();
   progress->set_phase(v1::RECOVERY_PHASE_COMPLETE);
   progress->set_bytes_done(header.total_bytes());
   progress->set_bytes_total(header.total_bytes());
   options_.events->Append(std::move(event));
-  return absl::OkStatus();
 }
 
 }  // namespace shardd::node

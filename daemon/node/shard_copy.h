@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -20,6 +21,7 @@
 #include "daemon/node/shard_transfer.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/recovery/shard_memory.h"
+#include "daemon/recovery/shard_stream.h"
 #include "shardd/v1/common.pb.h"
 
 namespace shardd::node {
@@ -82,6 +84,22 @@ class ShardCopy {
   absl::StatusOr<bool> Run(int64_t epoch, const v1::ShardTransfer& plan,
                            int world, int factor);
 
+  // The FetchShard request for `plan` from `requester_rank` in `epoch`,
+  // asking for the payload over the replica group when `over_replica_group`
+  // (in pieces of the largest size, so that the source's precomputed CRCs
+  // apply).
+  static v1::FetchShardRequest RequestFor(int64_t epoch, int requester_rank,
+                                          const v1::ShardTransfer& plan,
+                                          bool over_replica_group);
+  // FAILED_PRECONDITION unless the source's section count (its header's)
+  // is this rank's: the two shards must have the same layout.
+  static absl::Status CheckSectionCount(int theirs, size_t ours);
+  // FAILED_PRECONDITION unless section `index` of the source's header
+  // (`theirs`) has this rank's unit, kind and length (`ours`).
+  static absl::Status CheckSection(const v1::ShardSection& theirs,
+                                   const StepEngine::StateSection& ours,
+                                   int index);
+
  private:
   struct PreparedEngine {
     std::shared_ptr<StepEngine> engine;
@@ -92,9 +110,40 @@ class ShardCopy {
     int sharding_factor = 0;
     absl::Duration build_time;
   };
+  // One attempt at copying from one source; defined in the .cc.
+  struct Attempt;
+
+  // One attempt: probe (unless prepared from it), stream, verify, install.
   absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
                          int source, int world, int factor, MonoTime deadline);
   std::string AddressOf(int rank) const;
+  // The prepared engine if it was built for (world, factor); the slot is
+  // emptied either way.
+  std::optional<PreparedEngine> TakePrepared(int world, int factor);
+  // NOT_FOUND when the source holds no model (nothing to recover).
+  absl::Status CheckSourceHoldsModel(const std::string& address, int source,
+                                     MonoTime deadline);
+  // The assembler's destination for section `index`: builds (or takes) the
+  // engine on the first call.
+  absl::StatusOr<uint8_t*> SectionDestination(Attempt& attempt,
+                                              const v1::ShardHeader& header,
+                                              int index);
+  void AnnounceTransferring(int64_t epoch);
+  absl::Status ReadyEngine(Attempt& attempt, const v1::ShardHeader& header);
+  void AnnounceEngineReady(const Attempt& attempt, bool was_prepared,
+                           absl::Duration build_time);
+  // Handles one streamed message (FetchShard's callback).
+  absl::Status OnMessage(Attempt& attempt,
+                         recovery::ShardStreamAssembler& assembler,
+                         const v1::FetchShardResponse& message);
+  absl::Status AwaitNextPiece(Attempt& attempt);
+  absl::Status PostReceives(Attempt& attempt,
+                            const recovery::ShardStreamAssembler& assembler);
+  void AbandonReceives(Attempt& attempt, const absl::Status& failure);
+  void RecordTransfer(int64_t verified_bytes, bool ok);
+  absl::Status InstallCopy(Attempt& attempt, const v1::ShardHeader& header);
+  void AnnounceCopied(const Attempt& attempt, int shard_index,
+                      const v1::ShardHeader& header, absl::Duration took);
 
   const Options options_;
   mutable absl::Mutex mu_;

@@ -341,5 +341,66 @@ TEST_F(ShardCopyTest, WithoutPeerClientsNoCopyIsPossible) {
   EXPECT_EQ(copied.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// The pure pieces of an attempt: the request, and whether the source's
+// sections fit this rank's shard.
+
+TEST(ShardCopyRequestTest, InlineByDefaultOverTheReplicaGroupWhenAsked) {
+  v1::ShardTransfer plan;
+  plan.set_shard_index(1);
+  plan.set_step(42);
+  const v1::FetchShardRequest inline_request =
+      ShardCopy::RequestFor(kEpoch, 3, plan, /*over_replica_group=*/false);
+  EXPECT_EQ(inline_request.epoch(), kEpoch);
+  EXPECT_EQ(inline_request.requester_rank(), 3);
+  EXPECT_EQ(inline_request.shard_index(), 1);
+  EXPECT_EQ(inline_request.step(), 42);
+  EXPECT_FALSE(inline_request.payload_over_replica_group());
+  EXPECT_EQ(inline_request.max_chunk_bytes(), 0);  // The source's choice.
+  const v1::FetchShardRequest replica_request =
+      ShardCopy::RequestFor(kEpoch, 3, plan, /*over_replica_group=*/true);
+  EXPECT_TRUE(replica_request.payload_over_replica_group());
+  // The precomputed pieces' size, so that the source's CRCs apply.
+  EXPECT_EQ(replica_request.max_chunk_bytes(), recovery::kMaxPieceBytesCap);
+  EXPECT_EQ(replica_request.step(), 42);
+}
+
+TEST(ShardCopySectionTest, CountsMustMatch) {
+  EXPECT_TRUE(ShardCopy::CheckSectionCount(3, 3).ok());
+  const absl::Status fewer = ShardCopy::CheckSectionCount(2, 3);
+  EXPECT_EQ(fewer.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fewer.message(),
+            "the source sends 2 sections, this rank's shard has 3");
+}
+
+TEST(ShardCopySectionTest, UnitKindAndLengthMustMatch) {
+  StepEngine::StateSection ours;
+  ours.unit = 1;
+  ours.kind = StepEngine::StateKind::kExpAvg;
+  ours.bytes = 48;
+  v1::ShardSection theirs;
+  theirs.set_unit(1);
+  theirs.set_kind(v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG);
+  theirs.set_byte_length(48);
+  EXPECT_TRUE(ShardCopy::CheckSection(theirs, ours, 4).ok());
+
+  v1::ShardSection other_unit = theirs;
+  other_unit.set_unit(2);
+  const absl::Status unit = ShardCopy::CheckSection(other_unit, ours, 4);
+  EXPECT_EQ(unit.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(unit.message(),
+            "section 4 (unit 2, SHARD_SECTION_KIND_ADAMW_EXP_AVG, 48 bytes) "
+            "does not match this rank's (unit 1, 48 bytes)");
+
+  v1::ShardSection other_kind = theirs;
+  other_kind.set_kind(v1::SHARD_SECTION_KIND_ADAMW_EXP_AVG_SQ);
+  EXPECT_EQ(ShardCopy::CheckSection(other_kind, ours, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  v1::ShardSection other_length = theirs;
+  other_length.set_byte_length(44);
+  EXPECT_EQ(ShardCopy::CheckSection(other_length, ours, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace shardd::node

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,54 @@
 #include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
+namespace {
+
+// The Sends of an out-of-band copy's pieces, all queued at once, and how
+// far the stream got with them: the pieces whose chunk (CRC) was written,
+// and those whose Send was waited for.
+struct PieceSends {
+  std::vector<std::shared_ptr<comm::Work>> works;
+  size_t described = 0;
+  size_t sent = 0;
+
+  // Waits, in order, for the Sends of the first n pieces.
+  absl::Status WaitFirst(size_t n) {
+    for (; sent < n; ++sent) {
+      if (absl::Status s = works[sent]->Wait(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Queues a Send to `peer` on `replica` for every piece the writer has.
+std::vector<std::shared_ptr<comm::Work>> QueueSends(
+    comm::Collective& replica, const recovery::ShardStreamWriter& writer,
+    int peer, MonoTime deadline) {
+  comm::OpOptions op;
+  op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
+  std::vector<std::shared_ptr<comm::Work>> sends;
+  for (const recovery::PayloadPiece& piece : writer.PendingPieces()) {
+    sends.push_back(
+        replica.Send(piece.data, piece.length, peer, kShardTransferTag, op));
+  }
+  return sends;
+}
+
+// After the last message: the shard's memory was read whole, every queued
+// piece was described by a chunk, and every Send completed.
+absl::Status FinishStream(const recovery::ShardStreamWriter& writer,
+                          PieceSends& sends) {
+  // Reading the shard's memory (a GPU's, through the engine's math) failed.
+  if (!writer.status().ok()) return writer.status();
+  if (sends.described != sends.works.size()) {
+    return absl::InternalError(absl::StrCat(
+        "FetchShard: ", sends.works.size() - sends.described, " of ",
+        sends.works.size(), " pieces were queued but never described"));
+  }
+  return sends.WaitFirst(sends.works.size());
+}
+
+}  // namespace
 
 ShardSource::ShardSource(Options options) : options_(std::move(options)) {}
 
@@ -29,6 +79,59 @@ absl::Status ShardSource::CheckRequest(const v1::FetchShardRequest& request) {
   return absl::OkStatus();
 }
 
+absl::Status ShardSource::CheckServable(const v1::FetchShardRequest& request,
+                                        int rank, int f, int64_t epoch,
+                                        int64_t step) {
+  if (rank % f != request.shard_index()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard_index: this daemon (rank ", rank, ") holds shard ", rank % f,
+        ", not ", request.shard_index(), ": the plan is stale"));
+  }
+  if (request.epoch() != epoch) {
+    return absl::AbortedError(absl::StrCat(
+        "epoch: ", request.epoch(), " is not this daemon's epoch ", epoch));
+  }
+  if (request.step() != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step: the plan asks for step ", request.step(),
+        " but this daemon's committed step is ", step, ": the plan is stale"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardSource::CheckRequesterInReplicaGroup(
+    const v1::FetchShardRequest& request, int f, int replica_rank,
+    int replica_size) {
+  // The requester holds our shard index, so it is a member of our replica
+  // group, at rank requester / F there.
+  const int peer = request.requester_rank() / f;
+  if (request.requester_rank() < 0 ||
+      request.requester_rank() % f != request.shard_index() ||
+      peer == replica_rank || peer >= replica_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "requester_rank: ", request.requester_rank(),
+        " is not another member of shard ", request.shard_index(),
+        "'s replica group (F = ", f, ", ", replica_size, " replicas)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardSource::CheckStillServing(bool deadline_passed,
+                                            int64_t current_epoch,
+                                            int64_t epoch, int64_t bytes_sent,
+                                            int64_t total) {
+  if (deadline_passed) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("FetchShard: deadline reached after ", bytes_sent, " of ",
+                     total, " bytes"));
+  }
+  if (current_epoch != epoch) {
+    return absl::AbortedError(absl::StrCat(
+        "FetchShard: the epoch changed from ", epoch, " mid-stream"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardSource::Serve(
     const v1::FetchShardRequest& request, MonoTime deadline,
     const std::function<bool(const v1::FetchShardResponse&)>& send) {
@@ -40,69 +143,33 @@ absl::Status ShardSource::Serve(
   }
   const std::shared_ptr<StepEngine> engine = snapshot.engine;
   const int f = engine->config().plan.sharding_factor();
-  const int rank = engine->config().rank;
-  if (rank % f != request.shard_index()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard_index: this daemon (rank ", rank, ") holds shard ", rank % f,
-        ", not ", request.shard_index(), ": the plan is stale"));
-  }
-  v1::ShardHeader& header = snapshot.header;
   const int64_t epoch = options_.membership->view().epoch;
-  if (request.epoch() != epoch) {
-    return absl::AbortedError(absl::StrCat(
-        "epoch: ", request.epoch(), " is not this daemon's epoch ", epoch));
-  }
   const int64_t step = engine->committed_step();
-  if (request.step() != step) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step: the plan asks for step ", request.step(),
-        " but this daemon's committed step is ", step, ": the plan is stale"));
+  if (absl::Status s =
+          CheckServable(request, engine->config().rank, f, epoch, step);
+      !s.ok()) {
+    return s;
   }
-  header.set_epoch(epoch);
-  header.set_step(step);
-  header.set_optimizer_step(step);
+  snapshot.header.set_epoch(epoch);
+  snapshot.header.set_step(step);
+  snapshot.header.set_optimizer_step(step);
 
-  // The payload over this epoch's replica group, when asked and possible:
-  // the requester holds our shard index, so it is a member of our replica
-  // group (rank requester / F there).
+  // The payload over this epoch's replica group, when asked and possible.
   std::shared_ptr<comm::Collective> replica;
-  int peer = -1;
   if (request.payload_over_replica_group()) {
     replica = options_.replica_group_of(
         epoch, std::min(deadline, MonoNow() + absl::Seconds(5)));
-    peer = request.requester_rank() / f;
-    if (replica != nullptr &&
-        (request.requester_rank() < 0 ||
-         request.requester_rank() % f != request.shard_index() ||
-         peer == replica->rank() || peer >= replica->size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "requester_rank: ", request.requester_rank(),
-          " is not another member of shard ", request.shard_index(),
-          "'s replica group (F = ", f, ", ", replica->size(), " replicas)"));
+    if (replica != nullptr) {
+      if (absl::Status s = CheckRequesterInReplicaGroup(
+              request, f, replica->rank(), replica->size());
+          !s.ok()) {
+        return s;
+      }
     }
   }
-  // The pieces' CRCs, if computed ahead of this copy (after the
-  // replacement's Probe) from this very state and for this piece size.
-  std::vector<uint32_t> piece_crcs;
-  if (replica != nullptr && request.resume_from_byte() == 0 &&
-      request.max_chunk_bytes() == recovery::kMaxPieceBytesCap) {
-    piece_crcs =
-        PieceCrcsFor(engine, std::min(deadline, MonoNow() + absl::Seconds(5)));
-  }
-  const bool precomputed = !piece_crcs.empty();
+  bool precomputed = false;
   absl::StatusOr<recovery::ShardStreamWriter> writer =
-      recovery::ShardStreamWriter::Create(
-          header, snapshot.sources, request.max_chunk_bytes(),
-          request.resume_from_byte(),
-          /*payload_out_of_band=*/replica != nullptr, std::move(piece_crcs),
-          *options_.shard_memory);
-  if (!writer.ok() && precomputed) {
-    // Not the same pieces after all: compute them while sending.
-    writer = recovery::ShardStreamWriter::Create(
-        header, std::move(snapshot.sources), request.max_chunk_bytes(),
-        request.resume_from_byte(),
-        /*payload_out_of_band=*/replica != nullptr, {}, *options_.shard_memory);
-  }
+      OpenWriter(request, snapshot, replica != nullptr, deadline, &precomputed);
   if (!writer.ok()) return writer.status();
   std::printf("shardd rank %d: sending shard %d at step %lld to rank %d %s\n",
               options_.membership->rank(), request.shard_index(),
@@ -111,48 +178,69 @@ absl::Status ShardSource::Serve(
               : precomputed ? "over the replica group (piece CRCs precomputed)"
                             : "over the replica group");
   std::fflush(stdout);
+  int64_t total = 0;
+  for (const StepEngine::StateSection& section : engine->StateSections()) {
+    total += section.bytes;
+  }
+  return Stream(*writer, replica, request.requester_rank() / f, epoch, total,
+                deadline, send);
+}
+
+absl::StatusOr<recovery::ShardStreamWriter> ShardSource::OpenWriter(
+    const v1::FetchShardRequest& request, Snapshot& snapshot, bool out_of_band,
+    MonoTime deadline, bool* precomputed) {
+  // The pieces' CRCs, if computed ahead of this copy (after the
+  // replacement's Probe) from this very state and for this piece size.
+  std::vector<uint32_t> piece_crcs;
+  if (out_of_band && request.resume_from_byte() == 0 &&
+      request.max_chunk_bytes() == recovery::kMaxPieceBytesCap) {
+    piece_crcs = PieceCrcsFor(snapshot.engine,
+                              std::min(deadline, MonoNow() + absl::Seconds(5)));
+  }
+  *precomputed = !piece_crcs.empty();
+  absl::StatusOr<recovery::ShardStreamWriter> writer =
+      recovery::ShardStreamWriter::Create(
+          snapshot.header, snapshot.sources, request.max_chunk_bytes(),
+          request.resume_from_byte(), out_of_band, std::move(piece_crcs),
+          *options_.shard_memory);
+  if (!writer.ok() && *precomputed) {
+    // Not the same pieces after all: compute them while sending.
+    writer = recovery::ShardStreamWriter::Create(
+        snapshot.header, std::move(snapshot.sources), request.max_chunk_bytes(),
+        request.resume_from_byte(), out_of_band, {}, *options_.shard_memory);
+  }
+  return writer;
+}
+
+absl::Status ShardSource::Stream(
+    recovery::ShardStreamWriter& writer,
+    const std::shared_ptr<comm::Collective>& replica, int peer, int64_t epoch,
+    int64_t total, MonoTime deadline,
+    const std::function<bool(const v1::FetchShardResponse&)>& send) {
   // Every piece is queued at once, straight from the shard: the
   // communicator sends them one after another while this thread computes
   // the chunks' CRCs. Any failure below aborts the replica group (the
   // epoch's communicators are never mended: its Sends would otherwise hold
   // it until their deadline) and waits for the Sends before returning.
-  std::vector<std::shared_ptr<comm::Work>> sends;
+  PieceSends sends;
   if (replica != nullptr) {
-    comm::OpOptions op;
-    op.timeout = std::max(deadline - MonoNow(), absl::Milliseconds(1));
-    for (const recovery::PayloadPiece& piece : writer->PendingPieces()) {
-      sends.push_back(
-          replica->Send(piece.data, piece.length, peer, kShardTransferTag, op));
-    }
+    sends.works = QueueSends(*replica, writer, peer, deadline);
   }
   bool ok = false;
   absl::Cleanup abort_unfinished = [&] {
-    if (ok || sends.empty()) return;
+    if (ok || sends.works.empty()) return;
     replica->Abort("a shard copy over the replica group failed");
-    WaitAll(sends);
+    WaitAll(sends.works);
   };
   absl::Cleanup report = [&] {
     if (options_.observer == nullptr) return;
     options_.observer->RecoveryBytes(metrics::node_labels::kSent,
-                                     writer->bytes_sent());
+                                     writer.bytes_sent());
     options_.observer->RecoveryTransfer(metrics::node_labels::kSource, ok);
   };
-  // Pieces whose chunk was written, and whose Send was waited for.
-  size_t pieces_described = 0;
-  size_t pieces_sent = 0;
-  auto wait_sends = [&](size_t n) -> absl::Status {
-    for (; pieces_sent < n; ++pieces_sent) {
-      if (absl::Status s = sends[pieces_sent]->Wait(); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  int64_t total = 0;
-  for (const StepEngine::StateSection& section : engine->StateSections()) {
-    total += section.bytes;
-  }
   bool fired = false;
   v1::FetchShardResponse message;
-  while (writer->Next(&message)) {
+  while (writer.Next(&message)) {
     if (!send(message)) {
       return absl::UnavailableError(
           "FetchShard: the receiver closed the stream");
@@ -160,35 +248,25 @@ absl::Status ShardSource::Serve(
     // Chunks (each piece's CRC) and the trailer go out as soon as they are
     // computed, ahead of the bytes: the receiver checks a piece only once
     // its Recv completed, so nothing waits on them at the end.
-    if (message.has_chunk() && !sends.empty()) ++pieces_described;
-    if (!fired && writer->bytes_sent() * 2 >= total) {
+    if (message.has_chunk() && !sends.works.empty()) ++sends.described;
+    if (!fired && writer.bytes_sent() * 2 >= total) {
       fired = true;
       // Half the bytes out, not only described.
-      if (absl::Status sent = wait_sends(pieces_described); !sent.ok()) {
+      if (absl::Status sent = sends.WaitFirst(sends.described); !sent.ok()) {
         return sent;
       }
       SHARDD_FAILPOINT("transfer.source.mid");
     }
-    if (MonoNow() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("FetchShard: deadline reached after ",
-                       writer->bytes_sent(), " of ", total, " bytes"));
-    }
-    if (options_.membership->view().epoch != epoch) {
-      return absl::AbortedError(absl::StrCat(
-          "FetchShard: the epoch changed from ", epoch, " mid-stream"));
+    if (absl::Status s = CheckStillServing(MonoNow() >= deadline,
+                                           options_.membership->view().epoch,
+                                           epoch, writer.bytes_sent(), total);
+        !s.ok()) {
+      return s;
     }
   }
-  // Reading the shard's memory (a GPU's, through the engine's math) failed.
-  if (!writer->status().ok()) return writer->status();
-  if (pieces_described != sends.size()) {
-    return absl::InternalError(
-        absl::StrCat("FetchShard: ", sends.size() - pieces_described, " of ",
-                     sends.size(), " pieces were queued but never described"));
-  }
-  if (absl::Status sent = wait_sends(sends.size()); !sent.ok()) return sent;
-  ok = true;
-  return absl::OkStatus();
+  absl::Status finished = FinishStream(writer, sends);
+  ok = finished.ok();
+  return finished;
 }
 
 void ShardSource::StartPrecompute() {

@@ -72,6 +72,24 @@ class ShardSource {
   // background, unless a computation is under way.
   void StartPrecompute();
 
+  // Whether this node (`rank`, sharding factor `f`, in `epoch`, committed
+  // at `step`) can serve `request`: FAILED_PRECONDITION for another shard
+  // or step (a stale plan), ABORTED for another epoch.
+  static absl::Status CheckServable(const v1::FetchShardRequest& request,
+                                    int rank, int f, int64_t epoch,
+                                    int64_t step);
+  // INVALID_ARGUMENT unless the requester is another member of this node's
+  // replica group (of `replica_size` members, this node at `replica_rank`):
+  // only there can the payload go over the group.
+  static absl::Status CheckRequesterInReplicaGroup(
+      const v1::FetchShardRequest& request, int f, int replica_rank,
+      int replica_size);
+  // What ends a stream between two messages: DEADLINE_EXCEEDED once the
+  // deadline passed, ABORTED when the epoch moved on from `epoch`.
+  static absl::Status CheckStillServing(bool deadline_passed,
+                                        int64_t current_epoch, int64_t epoch,
+                                        int64_t bytes_sent, int64_t total);
+
  private:
   // The CRC-32C of every piece of an out-of-band copy (pieces of
   // recovery::kMaxPieceBytesCap from byte 0), for the engine and state
@@ -81,6 +99,18 @@ class ShardSource {
     uint64_t state_version = 0;
     std::vector<uint32_t> crcs;
   };
+  // The writer of the stream for `request`, with the pieces' CRCs computed
+  // ahead when they apply; `precomputed` says whether there were some.
+  absl::StatusOr<recovery::ShardStreamWriter> OpenWriter(
+      const v1::FetchShardRequest& request, Snapshot& snapshot,
+      bool out_of_band, MonoTime deadline, bool* precomputed);
+  // Sends the writer's messages (and, with `replica`, its pieces to `peer`
+  // over the group), reporting the transfer to the observer.
+  absl::Status Stream(
+      recovery::ShardStreamWriter& writer,
+      const std::shared_ptr<comm::Collective>& replica, int peer, int64_t epoch,
+      int64_t total, MonoTime deadline,
+      const std::function<bool(const v1::FetchShardResponse&)>& send);
   void PrecomputePieceCrcs();
   // The precomputed CRCs if they match the engine's current state (waiting
   // until `deadline` for a computation in progress); else empty.

@@ -243,5 +243,67 @@ TEST_F(ShardSourceTest, PrecomputingWhileAComputationRunsStartsNoOther) {
   }
 }
 
+// The pure decisions of Serve: whom it serves, who may receive over the
+// replica group, and what ends a stream.
+
+v1::FetchShardRequest ServableRequest() {
+  v1::FetchShardRequest request;
+  request.set_shard_index(1);
+  request.set_epoch(7);
+  request.set_step(3);
+  return request;
+}
+
+TEST(ShardSourceCheckTest, ServesOnlyItsShardAtItsEpochAndStep) {
+  // Rank 5 with F = 2 holds shard 1.
+  EXPECT_TRUE(ShardSource::CheckServable(ServableRequest(), 5, 2, 7, 3).ok());
+  v1::FetchShardRequest other_shard = ServableRequest();
+  other_shard.set_shard_index(0);
+  const absl::Status shard =
+      ShardSource::CheckServable(other_shard, 5, 2, 7, 3);
+  EXPECT_EQ(shard.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.message(),
+            "shard_index: this daemon (rank 5) holds shard 1, not 0: the "
+            "plan is stale");
+  EXPECT_EQ(ShardSource::CheckServable(ServableRequest(), 5, 2, 8, 3).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(ShardSource::CheckServable(ServableRequest(), 5, 2, 7, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A stale shard is named before the epoch.
+  EXPECT_EQ(ShardSource::CheckServable(other_shard, 5, 2, 8, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardSourceCheckTest, OnlyAnotherMemberOfTheReplicaGroupReceivesOverIt) {
+  // F = 2, shard 1, this node at replica rank 2 of 3 (rank 5).
+  v1::FetchShardRequest request = ServableRequest();
+  request.set_requester_rank(1);  // Replica rank 0.
+  EXPECT_TRUE(ShardSource::CheckRequesterInReplicaGroup(request, 2, 2, 3).ok());
+  for (int requester : {-1, 0, 5, 7}) {
+    // Negative; another shard; this node itself; past the group.
+    request.set_requester_rank(requester);
+    const absl::Status s =
+        ShardSource::CheckRequesterInReplicaGroup(request, 2, 2, 3);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << requester;
+  }
+  request.set_requester_rank(7);
+  EXPECT_EQ(
+      ShardSource::CheckRequesterInReplicaGroup(request, 2, 2, 3).message(),
+      "requester_rank: 7 is not another member of shard 1's replica "
+      "group (F = 2, 3 replicas)");
+}
+
+TEST(ShardSourceCheckTest, ADeadlineOrANewEpochEndsTheStream) {
+  EXPECT_TRUE(ShardSource::CheckStillServing(false, 7, 7, 10, 100).ok());
+  const absl::Status late = ShardSource::CheckStillServing(true, 8, 7, 10, 100);
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.message(),
+            "FetchShard: deadline reached after 10 of 100 bytes");
+  const absl::Status moved =
+      ShardSource::CheckStillServing(false, 8, 7, 10, 100);
+  EXPECT_EQ(moved.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(moved.message(), "FetchShard: the epoch changed from 7 mid-stream");
+}
+
 }  // namespace
 }  // namespace shardd::node

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,6 +27,36 @@ const char* StateKindName(StepEngine::StateKind kind) {
       return "momentum_buffer";
   }
   return "unknown";
+}
+
+// The payload bytes of `tensors` (the file's size without its header).
+int64_t DataBytes(const std::vector<state::SafetensorsTensor>& tensors) {
+  int64_t data = 0;
+  for (const state::SafetensorsTensor& t : tensors) data += t.bytes;
+  return data;
+}
+
+// A FULL export's tensors: per unit its tensors' parameters, then per state
+// kind its tensors' state (the order of the data in the file).
+std::vector<state::SafetensorsTensor> FullFileTensors(
+    const EngineConfig& config, const core::ModelConfig& model,
+    const std::vector<StepEngine::StateKind>& state_kinds) {
+  std::vector<state::SafetensorsTensor> tensors;
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    const std::string& unit = model.units[u].name;
+    for (const core::TensorView& t : config.units[u].tensors()) {
+      tensors.push_back({absl::StrCat(unit, ".", t.name), "F32", t.shape,
+                         t.numel * static_cast<int64_t>(sizeof(float))});
+    }
+    for (StepEngine::StateKind kind : state_kinds) {
+      for (const core::TensorView& t : config.units[u].tensors()) {
+        tensors.push_back(
+            {absl::StrCat(unit, ".", t.name, ".", StateKindName(kind)), "F32",
+             t.shape, t.numel * static_cast<int64_t>(sizeof(float))});
+      }
+    }
+  }
+  return tensors;
 }
 
 int64_t HeaderAndDataBytes(
@@ -158,59 +190,22 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
     const v1::ExportStateRequest& request, Metadata metadata,
     const std::vector<StepEngine::StateKind>& state_kinds, int64_t step,
     MonoTime deadline) {
-  const EngineConfig& config = engine_.config();
-  const int rank = config.rank;
-  const int f = config.plan.sharding_factor();
+  const int rank = engine_.config().rank;
   if (mkdir(request.path().c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::ErrnoToStatus(errno,
                                absl::StrCat("cannot create ", request.path()));
   }
   metadata.push_back({"layout", "sharded"});
   metadata.push_back({"rank", absl::StrCat(rank)});
-  // The file's layout first (header written before any data): per unit
-  // its master shard (the parameters section), then its optimizer state
-  // sections asked for, in StateSections' order.
+  // The file's layout first (header written before any data).
   const std::vector<StepEngine::StateSection> sections =
       engine_.StateSections();
   std::vector<state::SafetensorsTensor> tensors;
-  std::vector<std::vector<const StepEngine::StateSection*>> unit_sections(
-      config.units.size());
-  for (size_t u = 0; u < config.units.size(); ++u) {
-    const core::ShardRange& range = config.units[u].shard(rank % f);
-    const std::string& name = model_.units[u].name;
-    metadata.push_back(
-        {absl::StrCat(name, ".shard_offset"), absl::StrCat(range.offset)});
-    metadata.push_back(
-        {absl::StrCat(name, ".shard_numel"), absl::StrCat(range.numel)});
-    metadata.push_back({absl::StrCat(name, ".unit_numel"),
-                        absl::StrCat(config.units[u].numel())});
-    const int64_t bytes = range.numel * static_cast<int64_t>(sizeof(float));
-    for (const StepEngine::StateSection& section : sections) {
-      if (section.unit != static_cast<int>(u) ||
-          section.kind != StepEngine::StateKind::kParameters) {
-        continue;
-      }
-      tensors.push_back(
-          {absl::StrCat(name, ".master"), "F32", {range.numel}, bytes});
-      unit_sections[u].push_back(&section);
-    }
-    for (const StepEngine::StateSection& section : sections) {
-      if (section.unit != static_cast<int>(u) ||
-          std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
-              state_kinds.end()) {
-        continue;
-      }
-      tensors.push_back({absl::StrCat(name, ".", StateKindName(section.kind)),
-                         "F32",
-                         {range.numel},
-                         bytes});
-      unit_sections[u].push_back(&section);
-    }
-  }
+  std::vector<std::vector<const StepEngine::StateSection*>> unit_sections;
+  LayOutShard(sections, state_kinds, metadata, &tensors, &unit_sections);
   const std::string path =
       absl::StrCat(request.path(), "/rank-", rank, ".safetensors");
   const int64_t total = HeaderAndDataBytes(tensors, metadata);
-  absl::Status status;
   auto finish = [&](absl::Status s) {
     Report(request.path(), s.ok() ? total : 0, total, true, s);
     return s;
@@ -219,28 +214,10 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
       state::SafetensorsWriter::Create(path, tensors, metadata,
                                        request.overwrite());
   if (!writer.ok()) return finish(writer.status());
-  Report(request.path(), (*writer)->written_bytes(), total, false, status);
-  // Sections may be device memory: each goes through one host buffer,
-  // reused, so one shard is in host memory at a time.
-  std::vector<uint8_t> buffer;
-  for (size_t u = 0; u < config.units.size(); ++u) {
-    if (absl::Status s = Interrupted(path, deadline); !s.ok()) {
-      return finish(s);
-    }
-    const int64_t bytes = config.units[u].shard(rank % f).numel *
-                          static_cast<int64_t>(sizeof(float));
-    for (const StepEngine::StateSection* section : unit_sections[u]) {
-      buffer.resize(bytes);
-      if (absl::Status s =
-              engine_.math().Download(buffer.data(), section->data, bytes);
-          !s.ok()) {
-        return finish(s);
-      }
-      if (absl::Status s = (*writer)->Append(buffer.data(), bytes); !s.ok()) {
-        return finish(s);
-      }
-    }
-    Report(request.path(), (*writer)->written_bytes(), total, false, status);
+  if (absl::Status s = WriteShard(**writer, unit_sections, request.path(), path,
+                                  total, deadline);
+      !s.ok()) {
+    return finish(s);
   }
   absl::StatusOr<state::WrittenFile> file = (*writer)->Finish();
   if (!file.ok()) return finish(file.status());
@@ -251,6 +228,94 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunSharded(
   return response;
 }
 
+void StateExport::LayOutShard(
+    const std::vector<StepEngine::StateSection>& sections,
+    const std::vector<StepEngine::StateKind>& state_kinds, Metadata& metadata,
+    std::vector<state::SafetensorsTensor>* tensors,
+    std::vector<std::vector<const StepEngine::StateSection*>>* unit_sections) {
+  const EngineConfig& config = engine_.config();
+  const int f = config.plan.sharding_factor();
+  unit_sections->resize(config.units.size());
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    const core::ShardRange& range = config.units[u].shard(config.rank % f);
+    const std::string& name = model_.units[u].name;
+    metadata.push_back(
+        {absl::StrCat(name, ".shard_offset"), absl::StrCat(range.offset)});
+    metadata.push_back(
+        {absl::StrCat(name, ".shard_numel"), absl::StrCat(range.numel)});
+    metadata.push_back({absl::StrCat(name, ".unit_numel"),
+                        absl::StrCat(config.units[u].numel())});
+    const int64_t bytes = range.numel * static_cast<int64_t>(sizeof(float));
+    // Its master shard (the parameters section) first, then its optimizer
+    // state sections asked for, in StateSections' order.
+    for (const StepEngine::StateSection& section : sections) {
+      if (section.unit != static_cast<int>(u) ||
+          section.kind != StepEngine::StateKind::kParameters) {
+        continue;
+      }
+      tensors->push_back(
+          {absl::StrCat(name, ".master"), "F32", {range.numel}, bytes});
+      (*unit_sections)[u].push_back(&section);
+    }
+    for (const StepEngine::StateSection& section : sections) {
+      if (section.unit != static_cast<int>(u) ||
+          std::find(state_kinds.begin(), state_kinds.end(), section.kind) ==
+              state_kinds.end()) {
+        continue;
+      }
+      tensors->push_back({absl::StrCat(name, ".", StateKindName(section.kind)),
+                          "F32",
+                          {range.numel},
+                          bytes});
+      (*unit_sections)[u].push_back(&section);
+    }
+  }
+}
+
+absl::Status StateExport::WriteShard(
+    state::SafetensorsWriter& writer,
+    const std::vector<std::vector<const StepEngine::StateSection*>>&
+        unit_sections,
+    const std::string& report_path, const std::string& path, int64_t total,
+    MonoTime deadline) {
+  const EngineConfig& config = engine_.config();
+  const int f = config.plan.sharding_factor();
+  Report(report_path, writer.written_bytes(), total, false, absl::OkStatus());
+  // Sections may be device memory: each goes through one host buffer,
+  // reused, so one shard is in host memory at a time.
+  std::vector<uint8_t> buffer;
+  for (size_t u = 0; u < config.units.size(); ++u) {
+    if (absl::Status s = Interrupted(path, deadline); !s.ok()) return s;
+    const int64_t bytes = config.units[u].shard(config.rank % f).numel *
+                          static_cast<int64_t>(sizeof(float));
+    for (const StepEngine::StateSection* section : unit_sections[u]) {
+      buffer.resize(bytes);
+      if (absl::Status s =
+              engine_.math().Download(buffer.data(), section->data, bytes);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = writer.Append(buffer.data(), bytes); !s.ok()) {
+        return s;
+      }
+    }
+    Report(report_path, writer.written_bytes(), total, false, absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+// A FULL export's file as this rank writes it (only rank 0 has a writer)
+// and how far the export got.
+struct StateExport::FullFile {
+  std::string path;
+  int64_t done = 0;  // The header's bytes and every unit's gathered so far.
+  int64_t total = 0;
+  // The first error of this rank's writing; the gathers go on without it.
+  absl::Status status;
+  // Dropped (removing the partial file) on the first error.
+  std::unique_ptr<state::SafetensorsWriter> writer;
+};
+
 absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
     const v1::ExportStateRequest& request, Metadata metadata,
     const std::vector<StepEngine::StateKind>& state_kinds, int64_t step,
@@ -260,76 +325,11 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
   // rank 0 writes.
   const EngineConfig& config = engine_.config();
   metadata.push_back({"layout", "full"});
-  // Per unit: its tensors' parameters, then per state kind its tensors'
-  // state (the order of the data in the file).
-  std::vector<state::SafetensorsTensor> tensors;
-  for (size_t u = 0; u < config.units.size(); ++u) {
-    const std::string& unit = model_.units[u].name;
-    for (const core::TensorView& t : config.units[u].tensors()) {
-      tensors.push_back({absl::StrCat(unit, ".", t.name), "F32", t.shape,
-                         t.numel * static_cast<int64_t>(sizeof(float))});
-    }
-    for (StepEngine::StateKind kind : state_kinds) {
-      for (const core::TensorView& t : config.units[u].tensors()) {
-        tensors.push_back(
-            {absl::StrCat(unit, ".", t.name, ".", StateKindName(kind)), "F32",
-             t.shape, t.numel * static_cast<int64_t>(sizeof(float))});
-      }
-    }
-  }
-  const std::string& path = request.path();
-  const int64_t total = HeaderAndDataBytes(tensors, metadata);
-  int64_t done = total - [&] {
-    int64_t data = 0;
-    for (const state::SafetensorsTensor& t : tensors) data += t.bytes;
-    return data;
-  }();
-  // The first error of this rank's writing; the gathers go on without it.
-  absl::Status write_status = admitted.status;
-  std::unique_ptr<state::SafetensorsWriter> writer;
-  if (config.rank == 0 && write_status.ok()) {
-    absl::StatusOr<std::unique_ptr<state::SafetensorsWriter>> created =
-        state::SafetensorsWriter::Create(path, tensors, metadata,
-                                         request.overwrite());
-    if (created.ok()) {
-      writer = std::move(*created);
-    } else {
-      write_status = created.status();
-    }
-  }
-  Report(path, done, total, false, absl::OkStatus());
-  // Appends one gathered unit's tensors; on the first error the writer is
-  // dropped (removing the partial file) and the gathers go on.
-  auto append = [&](const float* unit,
-                    const std::vector<core::TensorView>& views) {
-    for (const core::TensorView& t : views) {
-      if (writer == nullptr) return;
-      absl::Status s = Interrupted(path, deadline);
-      if (s.ok()) {
-        s = writer->Append(unit + t.offset,
-                           t.numel * static_cast<int64_t>(sizeof(float)));
-      }
-      if (!s.ok()) {
-        write_status = s;
-        writer.reset();
-      }
-    }
-  };
-  auto gather_failed = [&](int u, absl::Status s) {
-    if (u == 0) {
-      // Most likely some rank did not call ExportState at all.
-      s = absl::Status(
-          s.code(),
-          absl::StrCat(
-              "a FULL export is collective: every rank's daemon must call "
-              "ExportState at the same committed step (shardctl export "
-              "--sockets=<every rank's socket>, or shardctl export on every "
-              "node at once); the gather of the first unit failed: ",
-              s.message()));
-    }
-    Report(path, done, total, true, s);
-    return options_.on_gather_error ? options_.on_gather_error(s) : s;
-  };
+  const std::vector<state::SafetensorsTensor> tensors =
+      FullFileTensors(config, model_, state_kinds);
+  FullFile file = OpenFullFile(request, tensors, metadata, admitted);
+  Report(file.path, file.done, file.total, false, absl::OkStatus());
+  // F = 1 in host memory: this rank holds every whole unit.
   const bool local =
       config.plan.sharding_factor() == 1 && !engine_.memory_on_device();
   const std::vector<StepEngine::StateSection> sections =
@@ -339,44 +339,120 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
   kinds.insert(kinds.end(), state_kinds.begin(), state_kinds.end());
   std::vector<float> gathered;
   for (size_t u = 0; u < config.units.size(); ++u) {
-    const std::vector<core::TensorView>& views = config.units[u].tensors();
     for (StepEngine::StateKind kind : kinds) {
-      if (local) {
-        // F = 1 in host memory: this rank holds the whole unit; it is
-        // written from the engine's buffer, with no gather and no copy.
-        for (const StepEngine::StateSection& section : sections) {
-          if (section.unit == static_cast<int>(u) && section.kind == kind) {
-            append(reinterpret_cast<const float*>(section.data), views);
-          }
-        }
-      } else {
-        // One gathered unit (of one kind) in memory at a time, in one
-        // buffer reused for every unit.
-        if (absl::Status s = engine_.GatherStateInto(
-                u, kind, options_.gather_timeout, gathered);
-            !s.ok()) {
-          return gather_failed(u, s);
-        }
-        append(gathered.data(), views);
+      if (absl::Status s = ExportUnitKind(
+              file, u, kind, local ? &sections : nullptr, gathered, deadline);
+          !s.ok()) {
+        return GatherFailed(file, u, s);
       }
-      for (const core::TensorView& t : views) {
-        done += t.numel * static_cast<int64_t>(sizeof(float));
+      for (const core::TensorView& t : config.units[u].tensors()) {
+        file.done += t.numel * static_cast<int64_t>(sizeof(float));
       }
     }
-    Report(path, done, total, false, absl::OkStatus());
+    Report(file.path, file.done, file.total, false, absl::OkStatus());
   }
+  return FinishFull(file, step);
+}
+
+StateExport::FullFile StateExport::OpenFullFile(
+    const v1::ExportStateRequest& request,
+    const std::vector<state::SafetensorsTensor>& tensors,
+    const Metadata& metadata, const ExportAdmission& admitted) {
+  FullFile file;
+  file.path = request.path();
+  file.total = HeaderAndDataBytes(tensors, metadata);
+  file.done = file.total - DataBytes(tensors);
+  file.status = admitted.status;
+  if (engine_.config().rank == 0 && file.status.ok()) {
+    absl::StatusOr<std::unique_ptr<state::SafetensorsWriter>> created =
+        state::SafetensorsWriter::Create(file.path, tensors, metadata,
+                                         request.overwrite());
+    if (created.ok()) {
+      file.writer = std::move(*created);
+    } else {
+      file.status = created.status();
+    }
+  }
+  return file;
+}
+
+// On the first error the writer is dropped (removing the partial file) and
+// the gathers go on.
+void StateExport::AppendUnit(FullFile& file, MonoTime deadline,
+                             const float* unit,
+                             const std::vector<core::TensorView>& views) {
+  for (const core::TensorView& t : views) {
+    if (file.writer == nullptr) return;
+    absl::Status s = Interrupted(file.path, deadline);
+    if (s.ok()) {
+      s = file.writer->Append(unit + t.offset,
+                              t.numel * static_cast<int64_t>(sizeof(float)));
+    }
+    if (!s.ok()) {
+      file.status = s;
+      file.writer.reset();
+    }
+  }
+}
+
+absl::Status StateExport::ExportUnitKind(
+    FullFile& file, size_t u, StepEngine::StateKind kind,
+    const std::vector<StepEngine::StateSection>* sections,
+    std::vector<float>& gathered, MonoTime deadline) {
+  const std::vector<core::TensorView>& views =
+      engine_.config().units[u].tensors();
+  if (sections != nullptr) {
+    // The unit is written from the engine's buffer, with no gather and no
+    // copy.
+    for (const StepEngine::StateSection& section : *sections) {
+      if (section.unit == static_cast<int>(u) && section.kind == kind) {
+        AppendUnit(file, deadline, reinterpret_cast<const float*>(section.data),
+                   views);
+      }
+    }
+    return absl::OkStatus();
+  }
+  // One gathered unit (of one kind) in memory at a time, in one buffer
+  // reused for every unit.
+  if (absl::Status s =
+          engine_.GatherStateInto(u, kind, options_.gather_timeout, gathered);
+      !s.ok()) {
+    return s;
+  }
+  AppendUnit(file, deadline, gathered.data(), views);
+  return absl::OkStatus();
+}
+
+absl::Status StateExport::GatherFailed(FullFile& file, int u, absl::Status s) {
+  if (u == 0) {
+    // Most likely some rank did not call ExportState at all.
+    s = absl::Status(
+        s.code(),
+        absl::StrCat(
+            "a FULL export is collective: every rank's daemon must call "
+            "ExportState at the same committed step (shardctl export "
+            "--sockets=<every rank's socket>, or shardctl export on every "
+            "node at once); the gather of the first unit failed: ",
+            s.message()));
+  }
+  Report(file.path, file.done, file.total, true, s);
+  return options_.on_gather_error ? options_.on_gather_error(s) : s;
+}
+
+absl::StatusOr<v1::ExportStateResponse> StateExport::FinishFull(FullFile& file,
+                                                                int64_t step) {
   v1::ExportStateResponse response;
   response.set_step(step);
-  if (writer != nullptr) {
-    absl::StatusOr<state::WrittenFile> file = writer->Finish();
-    if (file.ok()) {
-      *response.add_files() = ToProto(*file);
+  if (file.writer != nullptr) {
+    absl::StatusOr<state::WrittenFile> written = file.writer->Finish();
+    if (written.ok()) {
+      *response.add_files() = ToProto(*written);
     } else {
-      write_status = file.status();
+      file.status = written.status();
     }
   }
-  Report(path, done, total, true, write_status);
-  if (!write_status.ok()) return write_status;
+  Report(file.path, file.done, file.total, true, file.status);
+  if (!file.status.ok()) return file.status;
   return response;
 }
 

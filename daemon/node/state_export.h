@@ -91,6 +91,44 @@ class StateExport {
       const std::vector<StepEngine::StateKind>& state_kinds, int64_t step,
       const ExportAdmission& admitted, MonoTime deadline);
 
+  // RunSharded's pieces. The file's layout: per unit its master shard,
+  // then the optimizer state sections asked for (`tensors`), the sections
+  // that fill them (`unit_sections`, pointing into `sections`), and each
+  // unit's shard range in `metadata`.
+  void LayOutShard(
+      const std::vector<StepEngine::StateSection>& sections,
+      const std::vector<StepEngine::StateKind>& state_kinds, Metadata& metadata,
+      std::vector<state::SafetensorsTensor>* tensors,
+      std::vector<std::vector<const StepEngine::StateSection*>>* unit_sections);
+  // Writes every unit's sections through one reused host buffer.
+  absl::Status WriteShard(
+      state::SafetensorsWriter& writer,
+      const std::vector<std::vector<const StepEngine::StateSection*>>&
+          unit_sections,
+      const std::string& report_path, const std::string& path, int64_t total,
+      MonoTime deadline);
+
+  // RunFull's pieces: rank 0's file, and the first error of writing it.
+  struct FullFile;
+  FullFile OpenFullFile(const v1::ExportStateRequest& request,
+                        const std::vector<state::SafetensorsTensor>& tensors,
+                        const Metadata& metadata,
+                        const ExportAdmission& admitted);
+  // Appends one unit's tensors (of one kind) to the file.
+  void AppendUnit(FullFile& file, MonoTime deadline, const float* unit,
+                  const std::vector<core::TensorView>& views);
+  // Appends unit `u`'s `kind` to the file: from the engine's buffer when
+  // `sections` (this rank holds the whole unit in host memory), else
+  // gathered into `gathered`. The gather's error, if it failed.
+  absl::Status ExportUnitKind(
+      FullFile& file, size_t u, StepEngine::StateKind kind,
+      const std::vector<StepEngine::StateSection>* sections,
+      std::vector<float>& gathered, MonoTime deadline);
+  // What a failed gather of unit `u` ends the export with.
+  absl::Status GatherFailed(FullFile& file, int u, absl::Status s);
+  absl::StatusOr<v1::ExportStateResponse> FinishFull(FullFile& file,
+                                                     int64_t step);
+
   // Reports progress: at most about every 1% of bytes_total, and always
   // the first and the last (done) report.
   void Report(const std::string& path, int64_t done, int64_t total,
