@@ -75,10 +75,33 @@
 //     all ranks), unit bytes / median Gather time, against memcpy of the
 //     same number of bytes in this process (buffers pre-faulted).
 //
+// The step profile (issue #21): every example trainer runs with --profile
+// and prints, per step, the time it spent computing (batch, forward, loss,
+// backward), blocked in Gather, in ReduceGrad, in Step (the vote and the
+// optimizer) and the rest (Release and bookkeeping). A second table gives
+// per configuration the mean over the measured steps (the first left out)
+// and over ranks, beside two floors measured in the same run:
+//   - compute-only: W example trainers with --compute_only at once, no
+//     daemon: each rank's batch, forward, backward, clipping and AdamW over
+//     all the parameters (client/reference_trainer.h); its step is the
+//     slowest rank's median (the ranks do not run in step);
+//   - torch: /usr/bin/python3 bench/torch_step.py --rows=ddp --model=step
+//     (one thread per process, and glibc malloc settings that keep torch's
+//     temporaries mapped: torch_step.py's MALLOC_ENV): torch DDP (gloo, W
+//     processes, OpenBLAS) on this model and batch with torch.optim.AdamW
+//     and clip_grad_norm_, and torch's compute-only floor (W processes, no
+//     communication), each from fresh processes.
+// Figures: exposed_comm_ms_<row> = step - the floor of the row's own
+// trainer (the example trainer's for shardd rows, torch's for ddp), and
+// exposed_comm_ratio_<row>_to_ddp (null when DDP exposes nothing).
+// --python=PATH picks the interpreter; --python= (empty) leaves the torch
+// rows out.
+//
 // --quick: F = 1 and F = 4 only, 1 warm-up step and 4 measured steps (4
 // more each with --reshard_after_forward and --daemon_prefetch), 200
 // latency calls and 5 fresh
-// gathers (the model is the same). --gather_only: only the Gather
+// gathers (the model is the same); compute-only 2 + 4 steps, torch 1 + 3
+// steps per row. --gather_only: only the Gather
 // measurements, on a FULL_SHARD cluster that registers the model without
 // training (for profiling the control path); --gather_calls=N: N latency
 // calls instead.
@@ -104,6 +127,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,6 +137,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -121,6 +146,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_report.h"
+#include "bench/step_profile.h"
 #include "client/example_model.h"
 #include "client/trainer_client.h"
 #include "daemon/core/mono_time.h"
@@ -150,6 +176,10 @@ struct Options {
   int gather_calls = 0;  // 0: 200 with --quick, else 1000.
   std::string out;
   std::string bin_dir = "bazel-bin";
+  // The torch DDP and compute-only rows: this interpreter runs this script
+  // (--rows=ddp --model=step); "" skips them.
+  std::string python = "/usr/bin/python3";
+  std::string torch_step = "bench/torch_step.py";
 };
 
 struct Config {
@@ -171,7 +201,41 @@ struct ConfigResult {
   // Rank 0's collective calls per step.
   double all_gathers = 0, reduce_scatters = 0, all_reduces = 0;
   double ag_mb = 0, rs_mb = 0, ar_mb = 0;  // Rank 0's MB sent per step.
+  // Where a step's time goes (example_trainer --profile, ms): per rank the
+  // mean over the measured steps but the first, then the mean over ranks;
+  // total_ms = compute_ms + gather_ms + reduce_grad_ms + step_call_ms +
+  // other_ms (release_ms is part of other_ms).
+  KeyValues breakdown;
 };
+
+// A trainer run: rank 0's "step N" line times, and every rank's profile
+// records ("profile step=N ..." lines).
+struct TrainRun {
+  std::vector<MonoTime> times;
+  std::vector<std::vector<KeyValues>> profiles;
+};
+
+// Reads `trainer`'s stdout to its end: "profile ..." lines into `profile`;
+// with `times`, the arrival time of each "step N" line (an aborted step
+// fails).
+absl::Status ReadTrainer(Subprocess& trainer, absl::Time deadline,
+                         const std::string& name,
+                         std::vector<KeyValues>& profile,
+                         std::vector<MonoTime>* times) {
+  for (;;) {
+    absl::StatusOr<std::string> line = trainer.ReadLine(deadline);
+    if (absl::IsOutOfRange(line.status())) return absl::OkStatus();
+    if (!line.ok()) return line.status();
+    if (std::optional<KeyValues> kv = ParseKeyValues(*line, "profile")) {
+      profile.push_back(*std::move(kv));
+    } else if (times != nullptr && absl::StartsWith(*line, "step ")) {
+      if (absl::StrContains(*line, "aborted")) {
+        return absl::AbortedError(absl::StrCat(name, ": ", *line));
+      }
+      times->push_back(MonoNow());
+    }
+  }
+}
 
 struct GatherResult {
   double rpc_p50_us = 0;
@@ -349,8 +413,7 @@ class Cluster {
   // each unit after its forward with reshard, so backward gathers every
   // unit again; with daemon_prefetch they gather synchronously with the
   // next unit as the daemon's prefetch hint.
-  absl::StatusOr<std::vector<MonoTime>> Train(int64_t steps,
-                                              const std::string& trainer) {
+  absl::StatusOr<TrainRun> Train(int64_t steps, const std::string& trainer) {
     std::vector<std::unique_ptr<Subprocess>> trainers;
     for (int r = 0; r < kWorld; ++r) {
       absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
@@ -368,28 +431,24 @@ class Cluster {
                         trainer == "reshard_fwd" ? "true" : "false"),
            absl::StrCat("--daemon_prefetch=",
                         trainer == "daemon_prefetch" ? "true" : "false"),
-           absl::StrCat("--seed=", kSeed)},
+           absl::StrCat("--seed=", kSeed), "--profile"},
           absl::StrCat(dir_, "/trainer-", r, ".log"),
           absl::StrCat("trainer-", r));
       if (!t.ok()) return t.status();
       trainers.push_back(std::move(*t));
     }
     const absl::Time deadline = absl::Now() + absl::Minutes(10);
-    std::vector<MonoTime> times;
-    for (;;) {
-      absl::StatusOr<std::string> line = trainers[0]->ReadLine(deadline);
-      if (absl::IsOutOfRange(line.status())) break;
-      if (!line.ok()) return line.status();
-      if (absl::StartsWith(*line, "step ")) {
-        if (absl::StrContains(*line, "aborted")) {
-          return absl::AbortedError(absl::StrCat("trainer-0: ", *line));
-        }
-        times.push_back(MonoNow());
+    TrainRun run;
+    run.profiles.resize(kWorld);
+    for (int r = 0; r < kWorld; ++r) {
+      if (absl::Status s =
+              ReadTrainer(*trainers[r], deadline, absl::StrCat("trainer-", r),
+                          run.profiles[r], r == 0 ? &run.times : nullptr);
+          !s.ok()) {
+        return s;
       }
     }
     for (int r = 0; r < kWorld; ++r) {
-      while (trainers[r]->ReadLine(deadline).ok()) {
-      }
       absl::StatusOr<int> code = trainers[r]->Wait(deadline);
       if (!code.ok()) return code.status();
       if (*code != 0) {
@@ -397,7 +456,7 @@ class Cluster {
                                                 *code, " (log in ", dir_, ")"));
       }
     }
-    return times;
+    return run;
   }
 
   // bytes_sent over all collectives, per rank, and rank 0's calls per kind.
@@ -634,9 +693,15 @@ absl::Status MeasureSteps(Cluster& cluster, int64_t until, int measured,
                           ConfigResult& result) {
   absl::StatusOr<Cluster::Counters> before = cluster.ReadCounters();
   if (!before.ok()) return before.status();
-  absl::StatusOr<std::vector<MonoTime>> times =
-      cluster.Train(until, result.trainer);
-  if (!times.ok()) return times.status();
+  absl::StatusOr<TrainRun> run = cluster.Train(until, result.trainer);
+  if (!run.ok()) return run.status();
+  const std::vector<MonoTime>* times = &run->times;
+  // The first measured step follows the trainers' start (as the step time,
+  // which is taken between step lines): left out.
+  absl::StatusOr<KeyValues> breakdown =
+      MeanOverRanks(run->profiles, until - measured + 1);
+  if (!breakdown.ok()) return breakdown.status();
+  result.breakdown = *std::move(breakdown);
   absl::StatusOr<Cluster::Counters> after = cluster.ReadCounters();
   if (!after.ok()) return after.status();
   if (static_cast<int>(times->size()) != measured) {
@@ -691,7 +756,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
                                     "--daemon_prefetch")
                      : "")
             << "\n";
-  absl::StatusOr<std::vector<MonoTime>> warm = cluster.Train(warmup, "default");
+  absl::StatusOr<TrainRun> warm = cluster.Train(warmup, "default");
   if (!warm.ok()) return warm.status();
 
   std::vector<ConfigResult> results(full ? 3 : 1);
@@ -736,8 +801,137 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
   return results;
 }
 
-int WriteReport(const Options& options, const BenchReport& report) {
-  std::cout << report.Table() << std::flush;
+// The compute-only floor: W example trainers with --compute_only (no
+// daemon: this rank's batch, forward, backward, clipping and AdamW over all
+// the parameters) at once, as many steps as a configuration's warm-up and
+// measured ones.
+struct ComputeOnlyResult {
+  double step_ms = 0;  // The slowest rank's median (they run unsynchronised).
+  KeyValues breakdown;
+};
+
+absl::StatusOr<ComputeOnlyResult> RunComputeOnly(const Options& options,
+                                                 int warmup, int measured) {
+  char dir_template[] = "/tmp/shardd-step-compute.XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    return absl::InternalError("mkdtemp failed");
+  }
+  const std::string dir = dir_template;
+  absl::Cleanup remove_dir = [&] {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  };
+  std::cerr << "step: compute-only: " << kWorld
+            << " example trainers without a daemon, " << warmup << " warm-up + "
+            << measured << " measured steps\n";
+  std::vector<std::unique_ptr<Subprocess>> trainers;
+  for (int r = 0; r < kWorld; ++r) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> t = bench::Start(
+        options.bin_dir + "/client/example_trainer",
+        {"--compute_only", "--profile", WidthsFlag(),
+         absl::StrCat("--batch_per_rank=", kBatchPerRank),
+         absl::StrCat("--steps=", warmup + measured),
+         absl::StrCat("--lr=", kLr), "--weight_decay=0",
+         absl::StrCat("--max_grad_norm=", kMaxGradNorm),
+         absl::StrCat("--seed=", kSeed)},
+        absl::StrCat(dir, "/trainer-", r, ".log"), absl::StrCat("compute-", r));
+    if (!t.ok()) return t.status();
+    trainers.push_back(std::move(*t));
+  }
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  std::vector<std::vector<KeyValues>> profiles(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    if (absl::Status s =
+            ReadTrainer(*trainers[r], deadline, absl::StrCat("compute-", r),
+                        profiles[r], nullptr);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<int> code = trainers[r]->Wait(deadline);
+    if (!code.ok()) return code.status();
+    if (*code != 0) {
+      std::ifstream log(absl::StrCat(dir, "/trainer-", r, ".log"));
+      std::string text((std::istreambuf_iterator<char>(log)),
+                       std::istreambuf_iterator<char>());
+      return absl::InternalError(absl::StrCat(
+          "compute-only trainer ", r, " exited with ", *code, ": ", text));
+    }
+  }
+  ComputeOnlyResult result;
+  absl::StatusOr<double> step_ms =
+      SlowestRankMedian(profiles, warmup, "total_ms");
+  if (!step_ms.ok()) return step_ms.status();
+  result.step_ms = *step_ms;
+  absl::StatusOr<KeyValues> breakdown = MeanOverRanks(profiles, warmup);
+  if (!breakdown.ok()) return breakdown.status();
+  result.breakdown = *std::move(breakdown);
+  return result;
+}
+
+// torch DDP (gloo, W processes, OpenBLAS, one thread each) on this bench's
+// model and batch, and torch's compute-only floor (the same processes
+// before DDP: the same model, batch, clipping and AdamW, no
+// communication), run by bench/torch_step.py --rows=ddp --model=step: by
+// row ("ddp", "compute") its torch_row figures (step_ms: the median of
+// the slowest rank per step, compute-only: the slowest rank's median;
+// rank_step_ms, fwd_ms, bwd_ms, opt_ms: per rank means, then over ranks).
+absl::StatusOr<std::map<std::string, KeyValues>> RunTorch(
+    const Options& options, int warmup, int measured) {
+  if (access(options.python.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat(options.python, " is not there (scripts/install-deps)"));
+  }
+  std::cerr << "step: torch DDP and compute-only rows: " << options.python
+            << " " << options.torch_step
+            << " --rows=ddp --model=step, OMP_NUM_THREADS=1\n";
+  char log_template[] = "/tmp/shardd-step-torch.XXXXXX";
+  const int fd = mkstemp(log_template);
+  if (fd < 0) return absl::InternalError("mkstemp failed");
+  close(fd);
+  const std::string log = log_template;
+  absl::Cleanup remove_log = [&] { std::remove(log.c_str()); };
+  absl::StatusOr<std::unique_ptr<Subprocess>> torch = bench::Start(
+      "/usr/bin/env",
+      {"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", options.python,
+       options.torch_step, "--rows=ddp", "--model=step", "--rounds=1",
+       absl::StrCat("--warmup=", warmup), absl::StrCat("--steps=", measured),
+       "--machine_lines"},
+      log, "torch_step");
+  if (!torch.ok()) return torch.status();
+  const absl::Time deadline = absl::Now() + absl::Minutes(8);
+  std::map<std::string, KeyValues> rows;
+  for (;;) {
+    absl::StatusOr<std::string> line = (*torch)->ReadLine(deadline);
+    if (absl::IsOutOfRange(line.status())) break;
+    if (!line.ok()) return line.status();
+    if (absl::StartsWith(*line, "  round ")) {
+      std::cerr << "step: torch:" << line->substr(1) << "\n";
+    }
+    for (const char* name : {"ddp", "compute"}) {
+      if (std::optional<KeyValues> kv =
+              ParseKeyValues(*line, absl::StrCat("torch_row name=", name))) {
+        rows[name] = *std::move(kv);
+      }
+    }
+  }
+  absl::StatusOr<int> code = (*torch)->Wait(deadline);
+  if (!code.ok()) return code.status();
+  if (*code != 0 || rows.size() != 2) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    return absl::InternalError(
+        absl::StrCat(options.torch_step, " exited with ", *code, " and ",
+                     rows.size(), " of 2 rows: ",
+                     text.substr(text.size() > 2000 ? text.size() - 2000 : 0)));
+  }
+  return rows;
+}
+
+int WriteReport(const Options& options, const BenchReport& report,
+                bool print = true) {
+  if (print) std::cout << report.Table();
+  std::cout << std::flush;
   if (!options.out.empty()) {
     if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
       std::cerr << "step: " << status << "\n";
@@ -872,7 +1066,95 @@ int Run(const Options& options) {
       "peak_param_bytes_minus_formula",
       static_cast<double>(full->planned_peak_param - full->formula));
   if (gather.has_value()) AddGatherRows(*gather, report);
-  return WriteReport(options, report);
+
+  // The profile: the compute-only floor of the example trainer, torch DDP
+  // and its floor, and where each row's step goes.
+  const int warmup = options.quick ? 1 : 2;
+  const int measured = options.quick ? 4 : 10;
+  // One warm-up step more than the trained rows: the trainers start one by
+  // one (each computes the initial values first) and run unsynchronised.
+  absl::StatusOr<ComputeOnlyResult> floor =
+      RunComputeOnly(options, warmup + 1, measured);
+  if (!floor.ok()) {
+    std::cerr << "step: compute-only: " << floor.status() << "\n";
+    return 1;
+  }
+  std::optional<std::map<std::string, KeyValues>> torch;
+  if (!options.python.empty()) {
+    // --quick: 1 + 3 steps per row, to stay near a minute in all.
+    absl::StatusOr<std::map<std::string, KeyValues>> t =
+        RunTorch(options, options.quick ? 1 : 3, options.quick ? 3 : measured);
+    if (!t.ok()) {
+      std::cerr << "step: torch rows: " << t.status() << "\n";
+      return 1;
+    }
+    torch = *std::move(t);
+  }
+  BenchReport breakdown("step breakdown (ms)");
+  std::map<std::string, StepAndFloor> exposed_rows;
+  const std::vector<std::string> parts = {
+      "compute_ms", "gather_ms", "reduce_grad_ms", "step_call_ms", "release_ms",
+      "other_ms",   "fwd_ms",    "bwd_ms",         "opt_ms"};
+  auto add_breakdown = [&](const std::string& row, const std::string& trainer,
+                           double step_ms, std::optional<double> floor_ms,
+                           const KeyValues& kv) {
+    BenchReport::Row out = {{"what", std::string("breakdown")},
+                            {"row", row},
+                            {"trainer", trainer},
+                            {"step_ms", step_ms}};
+    if (floor_ms.has_value()) {
+      out.push_back({"exposed_comm_ms", step_ms - *floor_ms});
+    }
+    auto total = kv.find("total_ms");
+    if (total == kv.end()) total = kv.find("rank_step_ms");
+    if (total != kv.end()) out.push_back({"rank_step_ms", total->second});
+    for (const std::string& part : parts) {
+      if (auto it = kv.find(part); it != kv.end()) {
+        out.push_back({part, it->second});
+      }
+    }
+    breakdown.AddRow(std::move(out));
+  };
+  add_breakdown("compute-only", "example_trainer", floor->step_ms, std::nullopt,
+                floor->breakdown);
+  for (const ConfigResult& r : results) {
+    std::string key = absl::AsciiStrToLower(r.config.name);
+    if (r.trainer != "default") absl::StrAppend(&key, "_", r.trainer);
+    add_breakdown(key,
+                  r.trainer == "default"
+                      ? std::string("example_trainer")
+                      : absl::StrCat("example_trainer ", r.trainer),
+                  r.step_ms_median, floor->step_ms, r.breakdown);
+    if (r.trainer == "default") {
+      exposed_rows[key] = {r.step_ms_median, floor->step_ms};
+    }
+  }
+  report.SetFigure("compute_only_step_ms", floor->step_ms);
+  if (torch.has_value()) {
+    const KeyValues& compute = torch->at("compute");
+    const KeyValues& ddp = torch->at("ddp");
+    add_breakdown("torch compute-only", "torch", compute.at("step_ms"),
+                  std::nullopt, compute);
+    add_breakdown("ddp", "torch", ddp.at("step_ms"), compute.at("step_ms"),
+                  ddp);
+    exposed_rows["ddp"] = {ddp.at("step_ms"), compute.at("step_ms")};
+    report.SetFigure("torch_ddp_step_ms", ddp.at("step_ms"));
+    report.SetFigure("torch_compute_only_step_ms", compute.at("step_ms"));
+  }
+  for (const auto& [name, value] : ExposedCommFigures(exposed_rows)) {
+    report.SetFigure(name, value);
+  }
+  std::cout << report.Table() << breakdown.Table()
+            << "breakdown: per rank the mean over the measured steps (the "
+               "first left out), then the mean over ranks; rank_step_ms = "
+               "compute + gather + reduce_grad + step_call + other "
+               "(release_ms is part of other_ms). exposed_comm_ms = step_ms "
+               "- the compute-only step_ms of the same trainer (example "
+               "trainer's for shardd rows, torch's for DDP). torch rows: "
+               "fwd/bwd/opt (DDP's all-reduce waits are in bwd_ms).\n";
+  // The JSON has both tables' rows.
+  for (const BenchReport::Row& row : breakdown.rows()) report.AddRow(row);
+  return WriteReport(options, report, /*print=*/false);
 }
 
 }  // namespace
@@ -888,6 +1170,10 @@ int main(int argc, char** argv) {
       options.out = arg.substr(6);
     } else if (absl::StartsWith(arg, "--bin_dir=")) {
       options.bin_dir = arg.substr(10);
+    } else if (absl::StartsWith(arg, "--python=")) {
+      options.python = arg.substr(9);
+    } else if (absl::StartsWith(arg, "--torch_step=")) {
+      options.torch_step = arg.substr(13);
     } else if (arg == "--gather_only") {
       options.gather_only = true;
     } else if (absl::StartsWith(arg, "--gather_calls=")) {
@@ -900,7 +1186,8 @@ int main(int argc, char** argv) {
     } else {
       std::cerr << "usage: " << argv[0]
                 << " [--quick] [--gather_only] [--gather_calls=N] "
-                   "[--out=PATH] [--bin_dir=DIR]\n";
+                   "[--out=PATH] [--bin_dir=DIR] [--python=PATH (empty: no "
+                   "torch rows)] [--torch_step=PATH]\n";
       return 2;
     }
   }

@@ -32,6 +32,26 @@
 // and rank 0 writes the final parameters, layer after layer, as raw
 // little-endian fp32 [weight, bias] (Mlp layout), for comparisons.
 //
+// --profile: after each "step N" line, prints where that step's wall time
+// went, in ms:
+//   "profile step=N total_ms=T compute_ms=C gather_ms=G reduce_grad_ms=R
+//    step_call_ms=S release_ms=E other_ms=O"
+// C: this process's own work (the batch, forward, loss, backward); G: in
+// Gather calls (issuing an asynchronous one, and waiting for it); R: in
+// ReduceGrad (and the gradient slot's Flush); S: in Step (the daemons'
+// vote and optimizer); E: in Release; O = T - C - G - R - S (Release and
+// the rest: bookkeeping between the calls). A step that aborted and was
+// redone reports its last attempt.
+//
+// --compute_only: no daemon: the same work per process that a rank of a
+// data-parallel run computes, as a floor to set the runs above against:
+// ReferenceTrainer (client/reference_trainer.h) with world_size 1 and
+// --batch_per_rank samples, i.e. the batch, forward, loss and backward of
+// one rank's batch, gradient clipping and AdamW over all the parameters
+// (what a DDP rank's optimizer does), from the daemon's initial values.
+// Prints the same "step N loss L grad_norm G" lines (and profile lines,
+// where all the time is compute_ms) up to --steps; --socket is not used.
+//
 // A trainer that restarts against the same daemon re-attaches (RegisterModel
 // with the same model) and continues from the daemon's committed step.
 // --pause_after_step=N (tests) blocks after step N so that a test can
@@ -67,6 +87,7 @@
 #include "client/example_model.h"
 #include "client/init_values_file.h"
 #include "client/mlp.h"
+#include "client/reference_trainer.h"
 #include "client/teacher_student.h"
 #include "client/trainer_client.h"
 #include "daemon/core/deadline_waker.h"
@@ -100,6 +121,13 @@ ABSL_FLAG(bool, reshard_after_forward, false,
 ABSL_FLAG(bool, daemon_prefetch, false,
           "Gather synchronously with the next unit as the daemon's prefetch "
           "hint, instead of asynchronous Gathers from this trainer");
+ABSL_FLAG(bool, profile, false,
+          "print a \"profile step=N ...\" line of per-call timings (ms) "
+          "after each step");
+ABSL_FLAG(bool, compute_only, false,
+          "no daemon: run this rank's compute alone (ReferenceTrainer, "
+          "world size 1, --batch_per_rank samples, AdamW over all the "
+          "parameters) for --steps steps, as a floor for the other runs");
 ABSL_FLAG(uint64_t, seed, 1, "names the task (teacher, data) and the init");
 ABSL_FLAG(std::string, init_values_dir, "",
           "write the initial weights to a file in this folder (e.g. /dev/shm) "
@@ -130,6 +158,37 @@ struct StepOutcome {
   v1::StepResponse response;
 };
 
+// Where one step's wall time went (see --profile).
+struct StepTimes {
+  absl::Duration total;
+  absl::Duration compute;
+  absl::Duration gather;
+  absl::Duration reduce_grad;
+  absl::Duration step_call;
+  absl::Duration release;
+};
+
+// Runs f() and adds its wall time to *into; returns what f returns.
+template <typename F>
+auto Timed(absl::Duration* into, F&& f) {
+  const MonoTime t0 = MonoNow();
+  auto result = f();
+  *into += MonoNow() - t0;
+  return result;
+}
+
+void PrintProfile(int64_t step, const StepTimes& t) {
+  const absl::Duration other =
+      t.total - t.compute - t.gather - t.reduce_grad - t.step_call;
+  auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+  std::printf(
+      "profile step=%lld total_ms=%.4f compute_ms=%.4f gather_ms=%.4f "
+      "reduce_grad_ms=%.4f step_call_ms=%.4f release_ms=%.4f "
+      "other_ms=%.4f\n",
+      static_cast<long long>(step), ms(t.total), ms(t.compute), ms(t.gather),
+      ms(t.reduce_grad), ms(t.step_call), ms(t.release), ms(other));
+}
+
 // Trains through one daemon. Not thread-safe; owns its buffers.
 class ExampleTrainer {
  public:
@@ -158,9 +217,22 @@ class ExampleTrainer {
 
   // Runs step `step` once: forward, backward, ReduceGrad, Step.
   absl::StatusOr<StepOutcome> RunStep(int64_t step) {
+    times_ = StepTimes();
+    const MonoTime start = MonoNow();
+    absl::StatusOr<StepOutcome> outcome = RunStepTimed(step);
+    times_.total = MonoNow() - start;
+    return outcome;
+  }
+
+  // The last RunStep's times.
+  const StepTimes& times() const { return times_; }
+
+ private:
+  absl::StatusOr<StepOutcome> RunStepTimed(int64_t step) {
     const int L = mlp_.num_layers();
-    absl::StatusOr<client::TaskBatch> batch =
-        task_->Batch(step, rank_, world_size_, batch_);
+    absl::StatusOr<client::TaskBatch> batch = Timed(&times_.compute, [&] {
+      return task_->Batch(step, rank_, world_size_, batch_);
+    });
     if (!batch.ok()) return batch.status();
     acts_[0] = batch->inputs;
 
@@ -168,22 +240,32 @@ class ExampleTrainer {
     // (an asynchronous Gather), or in the daemon (--daemon_prefetch).
     PendingGather next;
     if (!daemon_prefetch_) {
-      next = client_->GatherAsync(0, v1::PASS_FORWARD, {},
-                                  MonoNow() + rpc_timeout_);
+      next = Timed(&times_.gather, [&] {
+        return client_->GatherAsync(0, v1::PASS_FORWARD, {},
+                                    MonoNow() + rpc_timeout_);
+      });
     }
     for (int l = 0; l < L; ++l) {
-      absl::StatusOr<GatheredUnit> unit =
-          daemon_prefetch_ ? client_->Gather(l, v1::PASS_FORWARD, Hint(l + 1),
-                                             MonoNow() + rpc_timeout_)
-                           : next.Wait(MonoNow() + rpc_timeout_);
+      absl::StatusOr<GatheredUnit> unit = Timed(&times_.gather, [&] {
+        return daemon_prefetch_
+                   ? client_->Gather(l, v1::PASS_FORWARD, Hint(l + 1),
+                                     MonoNow() + rpc_timeout_)
+                   : next.Wait(MonoNow() + rpc_timeout_);
+      });
       if (!unit.ok()) return Annotate(unit.status(), "Gather", l);
       CountGather(*unit);
       if (l + 1 < L && !daemon_prefetch_) {
-        next = client_->GatherAsync(l + 1, v1::PASS_FORWARD, {},
-                                    MonoNow() + rpc_timeout_);
+        next = Timed(&times_.gather, [&] {
+          return client_->GatherAsync(l + 1, v1::PASS_FORWARD, {},
+                                      MonoNow() + rpc_timeout_);
+        });
       }
-      if (absl::Status s = mlp_.ForwardLayer(l, unit->params.flat, acts_[l],
-                                             absl::MakeSpan(acts_[l + 1]));
+      if (absl::Status s = Timed(&times_.compute,
+                                 [&] {
+                                   return mlp_.ForwardLayer(
+                                       l, unit->params.flat, acts_[l],
+                                       absl::MakeSpan(acts_[l + 1]));
+                                 });
           !s.ok()) {
         return s;
       }
@@ -191,12 +273,16 @@ class ExampleTrainer {
       release.set_unit(l);
       release.set_pass(v1::PASS_FORWARD);
       release.set_reshard(reshard_after_forward_);
-      if (auto r = client_->Release(release); !r.ok()) {
+      if (auto r =
+              Timed(&times_.release, [&] { return client_->Release(release); });
+          !r.ok()) {
         return Annotate(r.status(), "Release", l);
       }
     }
-    absl::StatusOr<double> loss = client::Mlp::MseLoss(
-        acts_[L], batch->targets, absl::MakeSpan(grad_acts_[L]));
+    absl::StatusOr<double> loss = Timed(&times_.compute, [&] {
+      return client::Mlp::MseLoss(acts_[L], batch->targets,
+                                  absl::MakeSpan(grad_acts_[L]));
+    });
     if (!loss.ok()) return loss.status();
 
     // Backward in reverse order. The Gather of layer l-1 overlaps layer l's
@@ -206,10 +292,12 @@ class ExampleTrainer {
     // With --daemon_prefetch, Gather(l) names l-1 and the daemon queues
     // that AllGather before ReduceGrad(l) on every rank; the trainer's own
     // Gather(l-1) then comes after ReduceGrad(l) and finds it.
-    absl::StatusOr<GatheredUnit> current =
-        client_->Gather(L - 1, v1::PASS_BACKWARD,
-                        daemon_prefetch_ ? Hint(L - 2) : std::vector<int>{},
-                        MonoNow() + rpc_timeout_);
+    absl::StatusOr<GatheredUnit> current = Timed(&times_.gather, [&] {
+      return client_->Gather(
+          L - 1, v1::PASS_BACKWARD,
+          daemon_prefetch_ ? Hint(L - 2) : std::vector<int>{},
+          MonoNow() + rpc_timeout_);
+    });
     for (int l = L - 1; l >= 0; --l) {
       if (!current.ok()) {
         return Annotate(current.status(), "Gather(backward)", l);
@@ -217,42 +305,60 @@ class ExampleTrainer {
       CountGather(*current);
       PendingGather below;
       if (l > 0 && !daemon_prefetch_) {
-        below = client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
-                                     MonoNow() + rpc_timeout_);
+        below = Timed(&times_.gather, [&] {
+          return client_->GatherAsync(l - 1, v1::PASS_BACKWARD, {},
+                                      MonoNow() + rpc_timeout_);
+        });
       }
       // The gradient goes straight into the daemon's gradient slot.
-      absl::Status computed = mlp_.BackwardLayer(
-          l, current->params.flat, grad_acts_[l + 1], current->grad->flat,
-          l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
-      absl::StatusOr<GatheredUnit> next =
-          l > 0 && !daemon_prefetch_
-              ? below.Wait(MonoNow() + rpc_timeout_)
-              : absl::StatusOr<GatheredUnit>(
-                    absl::CancelledError("no layer below"));
+      absl::Status computed = Timed(&times_.compute, [&] {
+        return mlp_.BackwardLayer(
+            l, current->params.flat, grad_acts_[l + 1], current->grad->flat,
+            l > 0 ? absl::Span<float>(grad_acts_[l]) : absl::Span<float>());
+      });
+      absl::StatusOr<GatheredUnit> next = Timed(&times_.gather, [&] {
+        return l > 0 && !daemon_prefetch_
+                   ? below.Wait(MonoNow() + rpc_timeout_)
+                   : absl::StatusOr<GatheredUnit>(
+                         absl::CancelledError("no layer below"));
+      });
       if (!computed.ok()) return computed;
       // A GPU daemon's slot was written on the host: upload it first (a
       // no-op for shared memory).
-      if (absl::Status s = current->grad->Flush(); !s.ok()) {
+      if (absl::Status s = Timed(&times_.reduce_grad,
+                                 [&] { return current->grad->Flush(); });
+          !s.ok()) {
         return Annotate(s, "ReduceGrad", l);
       }
-      if (auto r = client_->ReduceGrad(l, current->response.grad_buffer());
+      if (auto r = Timed(&times_.reduce_grad,
+                         [&] {
+                           return client_->ReduceGrad(
+                               l, current->response.grad_buffer());
+                         });
           !r.ok()) {
         return Annotate(r.status(), "ReduceGrad", l);
       }
-      if (auto r = client_->Release(l, v1::PASS_BACKWARD); !r.ok()) {
+      if (auto r =
+              Timed(&times_.release,
+                    [&] { return client_->Release(l, v1::PASS_BACKWARD); });
+          !r.ok()) {
         return Annotate(r.status(), "Release(backward)", l);
       }
       if (l > 0 && daemon_prefetch_) {
-        next = client_->Gather(l - 1, v1::PASS_BACKWARD, Hint(l - 2),
-                               MonoNow() + rpc_timeout_);
+        next = Timed(&times_.gather, [&] {
+          return client_->Gather(l - 1, v1::PASS_BACKWARD, Hint(l - 2),
+                                 MonoNow() + rpc_timeout_);
+        });
       }
       current = std::move(next);
     }
-    absl::StatusOr<v1::StepResponse> committed = client_->Step(step);
+    absl::StatusOr<v1::StepResponse> committed =
+        Timed(&times_.step_call, [&] { return client_->Step(step); });
     if (!committed.ok()) return Annotate(committed.status(), "Step", -1);
     return StepOutcome{*loss, *committed};
   }
 
+ public:
   int64_t gathers() const { return gathers_; }
   int64_t ready_gathers() const { return ready_gathers_; }
   int64_t prefetched_gathers() const { return prefetched_gathers_; }
@@ -314,6 +420,7 @@ class ExampleTrainer {
   int64_t prefetched_gathers_ = 0;
   std::vector<std::vector<float>> acts_;
   std::vector<std::vector<float>> grad_acts_;
+  StepTimes times_;
 };
 
 absl::StatusOr<std::vector<int64_t>> Widths() {
@@ -372,6 +479,46 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// --compute_only: see the file comment. Returns the exit code.
+int RunComputeOnly(const client::ExampleModel& model,
+                   const client::TeacherStudent& task, int64_t batch_per_rank,
+                   int64_t steps) {
+  absl::StatusOr<std::vector<std::vector<float>>> initial =
+      model.InitialParams();
+  if (!initial.ok()) return Fail(initial.status());
+  client::ReferenceTrainerOptions options;
+  options.world_size = 1;
+  options.batch_per_rank = batch_per_rank;
+  options.adamw = model.options().adamw;
+  options.max_grad_norm = model.options().max_grad_norm;
+  absl::StatusOr<client::ReferenceTrainer> trainer =
+      client::ReferenceTrainer::Create(&task, options, *std::move(initial));
+  if (!trainer.ok()) return Usage(trainer.status());
+  std::printf("compute only: no daemon, batch %lld\n",
+              static_cast<long long>(batch_per_rank));
+  std::fflush(stdout);
+  double last_loss = 0.0;
+  while (trainer->step() < steps) {
+    const MonoTime t0 = MonoNow();
+    absl::StatusOr<client::ReferenceStepResult> result = trainer->Step();
+    const absl::Duration took = MonoNow() - t0;
+    if (!result.ok()) return Fail(result.status());
+    last_loss = result->loss;
+    std::printf("step %lld loss %.6g grad_norm %.6g\n",
+                static_cast<long long>(result->step), result->loss,
+                result->grad_norm);
+    if (absl::GetFlag(FLAGS_profile)) {
+      StepTimes times;
+      times.total = times.compute = took;
+      PrintProfile(result->step, times);
+    }
+    std::fflush(stdout);
+  }
+  std::printf("final loss %.6g steps %lld\n", last_loss,
+              static_cast<long long>(trainer->step()));
+  return 0;
+}
+
 int Run() {
   absl::StatusOr<std::vector<int64_t>> widths = Widths();
   if (!widths.ok()) return Usage(widths.status());
@@ -403,6 +550,9 @@ int Run() {
   absl::StatusOr<client::TeacherStudent> task =
       client::TeacherStudent::Create({*widths, absl::GetFlag(FLAGS_seed)});
   if (!task.ok()) return Usage(task.status());
+  if (absl::GetFlag(FLAGS_compute_only)) {
+    return RunComputeOnly(*model, *task, batch_per_rank, steps);
+  }
   absl::StatusOr<client::Mlp> mlp =
       client::Mlp::Create(*widths, batch_per_rank);
   if (!mlp.ok()) return Usage(mlp.status());
@@ -513,6 +663,7 @@ int Run() {
     std::printf("step %lld loss %.6g grad_norm %.6g\n",
                 static_cast<long long>(committed), outcome->loss,
                 outcome->response.grad_norm());
+    if (absl::GetFlag(FLAGS_profile)) PrintProfile(committed, trainer.times());
     std::fflush(stdout);
     if (committed == absl::GetFlag(FLAGS_pause_after_step)) {
       std::printf("paused after step %lld\n",
