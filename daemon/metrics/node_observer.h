@@ -24,6 +24,8 @@ inline constexpr char kReplicaGroup[] = "replica";
 inline constexpr char kPeerFailure[] = "peer_failure";
 inline constexpr char kVoteRejected[] = "vote_rejected";
 inline constexpr char kEpochChanged[] = "epoch_changed";
+// An operation failed with INTERNAL or UNKNOWN: a bug in shardd.
+inline constexpr char kInternalError[] = "internal_error";
 // RecoveryBytes direction.
 inline constexpr char kSent[] = "sent";
 inline constexpr char kReceived[] = "received";
@@ -75,8 +77,8 @@ class NodeObserver {
   // A Step whose vote said commit was applied; `step_time` is the whole
   // Step RPC (all-reduce + vote + optimizer), `step` the new committed step.
   virtual void StepCommitted(absl::Duration /*step_time*/, int64_t /*step*/) {}
-  // A Step returned ABORTED; reason: node_labels::kPeerFailure,
-  // kVoteRejected or kEpochChanged.
+  // A Step returned ABORTED (or INTERNAL); reason: node_labels::kPeerFailure,
+  // kVoteRejected, kEpochChanged or kInternalError.
   virtual void StepAborted(absl::string_view /*reason*/) {}
   // One collective finished. op: all_gather, reduce_scatter, all_reduce,
   // broadcast; group: shard, replica; bytes: buffer bytes moved (the

@@ -142,11 +142,13 @@ PrometheusNodeObserver::PrometheusNodeObserver(
                                        "shardd_collective_failures_total",
                                        "Collectives that returned an error.",
                                        {"op", "group"}, {Ops(), Groups()})),
-      steps_aborted_(
-          NewCounters(registry, "shardd_steps_aborted_total",
-                      "Steps that returned ABORTED, by reason.", {"reason"},
-                      {{node_labels::kPeerFailure, node_labels::kVoteRejected,
-                        node_labels::kEpochChanged}})),
+      steps_aborted_(NewCounters(
+          registry, "shardd_steps_aborted_total",
+          "Step attempts that returned ABORTED (or INTERNAL: internal_error), "
+          "by reason.",
+          {"reason"},
+          {{node_labels::kPeerFailure, node_labels::kVoteRejected,
+            node_labels::kEpochChanged, node_labels::kInternalError}})),
       recovery_bytes_(
           NewCounters(registry, "shardd_recovery_bytes_total",
                       "Shard bytes moved by Peer.FetchShard.", {"direction"},

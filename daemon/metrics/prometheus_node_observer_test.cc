@@ -54,7 +54,7 @@ TEST_F(PrometheusNodeObserverTest, ExportsEverySeriesAtZeroBeforeAnyEvent) {
     }
   }
   for (const char* reason :
-       {"peer_failure", "vote_rejected", "epoch_changed"}) {
+       {"peer_failure", "vote_rejected", "epoch_changed", "internal_error"}) {
     EXPECT_EQ(s.at(absl::StrCat("shardd_steps_aborted_total{reason=\"", reason,
                                 "\"}")),
               0);

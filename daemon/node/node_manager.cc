@@ -564,8 +564,11 @@ absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
 
 absl::Status NodeManager::OnCollectiveError(absl::string_view what,
                                             absl::Status status) {
-  if (!IsCollectiveFailure(status)) return status;
-  CountAbort(metrics::node_labels::kPeerFailure);
+  const OperationFailure failure = ClassifyFailure(status);
+  if (failure == OperationFailure::kRequest) return status;
+  const bool bug = failure == OperationFailure::kBug;
+  CountAbort(bug ? metrics::node_labels::kInternalError
+                 : metrics::node_labels::kPeerFailure);
   int64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -583,11 +586,19 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
     aborted->set_reason(absl::StrCat(what, ": ", status.message()));
     events_.Append(std::move(event));
   }
-  AbandonEpoch(absl::StrCat(what, ": ", status.message()),
-               absl::IsDeadlineExceeded(status)
-                   ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
-                   : v1::FAILURE_KIND_COLLECTIVE_FAILED,
-               epoch);
+  // A bug blames no peer (not even with W = 2): the coordinator starts a
+  // new epoch and removes nobody.
+  AbandonEpochOf(
+      absl::StrCat(bug ? "shardd bug: " : "", what, ": ", status.message()),
+      absl::IsDeadlineExceeded(status) ? v1::FAILURE_KIND_COLLECTIVE_TIMEOUT
+                                       : v1::FAILURE_KIND_COLLECTIVE_FAILED,
+      epoch, /*blame_peer=*/!bug);
+  if (bug) {
+    return absl::InternalError(absl::StrCat(
+        what, " failed in epoch ", epoch, " with a shardd bug (not a peer ",
+        "failure): ", status.ToString(),
+        "; the epoch was abandoned so that no peer waits for this rank"));
+  }
   return absl::AbortedError(absl::StrCat(
       what, " failed in epoch ", epoch, ": ", status.ToString(),
       "; wait for the next ready epoch (WaitReady) and redo the step"));
@@ -595,6 +606,11 @@ absl::Status NodeManager::OnCollectiveError(absl::string_view what,
 
 void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind,
                                int64_t epoch) {
+  AbandonEpochOf(why, kind, epoch, /*blame_peer=*/true);
+}
+
+void NodeManager::AbandonEpochOf(absl::string_view why, v1::FailureKind kind,
+                                 int64_t epoch, bool blame_peer) {
   int world = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -604,7 +620,7 @@ void NodeManager::AbandonEpoch(absl::string_view why, v1::FailureKind kind,
   // With two ranks the culprit is known: the other one. Otherwise the
   // coordinator starts a new epoch without removing anyone; a dead peer's
   // lease runs out on its own.
-  const int suspect = world == 2 ? 1 - client_->rank() : -1;
+  const int suspect = blame_peer && world == 2 ? 1 - client_->rank() : -1;
   (void)client_->ReportFailure(suspect, kind, why, epoch);
 }
 

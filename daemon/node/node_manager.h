@@ -362,6 +362,10 @@ class NodeManager : private EpochActions,
   // already replaced epoch's collective changes nothing.
   void AbandonEpoch(absl::string_view why, v1::FailureKind kind,
                     int64_t epoch) override;
+  // As AbandonEpoch; with blame_peer false no suspect is named even when
+  // it could be (W = 2): the failure is this rank's own (a bug).
+  void AbandonEpochOf(absl::string_view why, v1::FailureKind kind,
+                      int64_t epoch, bool blame_peer);
   // Counts an aborted step attempt for the metrics, once per attempt
   // (TrainerOps::CountAbort).
   void CountAbort(absl::string_view reason);

@@ -810,29 +810,7 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   uint8_t* slot = GradSlotData(slot_index);
   const int64_t n = layout.numel();
   std::unique_ptr<memory::ByteBuffer>& acc = accumulation_[unit];
-  if (accumulate_only) {
-    const bool first = acc == nullptr;
-    if (first) {
-      const std::string name = absl::StrCat(layout.name(), ".accumulation");
-      if (admit_growth_) {
-        if (absl::Status s =
-                admit_growth_(name, n * 4, HeldMemoryLocked().total_bytes);
-            !s.ok()) {
-          return s;
-        }
-      }
-      absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
-          math_->AllocateScratch(name, n * 4);
-      if (!b.ok()) return b.status();
-      acc = *std::move(b);
-    }
-    absl::Status s = math_->Accumulate(reinterpret_cast<float*>(acc->data()),
-                                       slot, rd, n, first);
-    // A first micro-batch that did not land is not an accumulation. The
-    // unit keeps its slot for its next micro-batch.
-    if (!s.ok() && first) acc.reset();
-    return s;
-  }
+  if (accumulate_only) return AccumulateLocked(unit, slot);
   if (acc != nullptr) {
     // slot += accumulated, rounded once into the reduce dtype.
     if (absl::Status s = math_->AddRounded(
@@ -853,30 +831,7 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   }
   const core::ShardRange& shard = layout.shard(shard_index_);
   if (config_.plan.sharding_factor() > 1) {
-    if (shard_group_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "no communicators yet: the daemon is not in a ready epoch");
-    }
-    // In place: this rank's block of the slot receives the average.
-    // With one slot the caller waits; with more it runs while the trainer
-    // writes the next unit's gradient into another slot, and is finished
-    // when its slot is needed again or at Step.
-    GradSlot& g = grad_slots_[slot_index];
-    comm::OpOptions options = WaitedOptions(timeout);
-    if (grad_slots_.size() > 1) options.caller_waits = false;
-    g.reducing = shard_group_->ReduceScatter(slot, slot + shard.offset * elem,
-                                             StoredCounts(unit), rd,
-                                             comm::ReduceOp::kAverage, options);
-    g.timeout = timeout;
-    g.last_use = ++use_counter_;
-    SHARDD_FAILPOINT("reducescatter.mid");
-    if (grad_slots_.size() == 1) {
-      FinishReduceLocked(slot_index);
-      absl::Status s = reduce_error_;
-      reduce_error_ = absl::OkStatus();
-      return s;
-    }
-    return absl::OkStatus();
+    return ReduceScatterLocked(unit, slot_index, timeout);
   }
   absl::Status s = math_->Accumulate(grad(unit), slot + shard.offset * elem, rd,
                                      st.shard_stored, /*first=*/true);
@@ -885,6 +840,62 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   st.reduced = true;
   IssueReplicaReducesLocked(timeout);
   return absl::OkStatus();
+}
+
+absl::Status StepEngine::AccumulateLocked(int unit, const uint8_t* slot) {
+  const core::UnitLayout& layout = config_.units[unit];
+  const int64_t n = layout.numel();
+  std::unique_ptr<memory::ByteBuffer>& acc = accumulation_[unit];
+  const bool first = acc == nullptr;
+  if (first) {
+    const std::string name = absl::StrCat(layout.name(), ".accumulation");
+    if (admit_growth_) {
+      if (absl::Status s =
+              admit_growth_(name, n * 4, HeldMemoryLocked().total_bytes);
+          !s.ok()) {
+        return s;
+      }
+    }
+    absl::StatusOr<std::unique_ptr<memory::ByteBuffer>> b =
+        math_->AllocateScratch(name, n * 4);
+    if (!b.ok()) return b.status();
+    acc = *std::move(b);
+  }
+  absl::Status s = math_->Accumulate(reinterpret_cast<float*>(acc->data()),
+                                     slot, config_.reduce_dtype, n, first);
+  // A first micro-batch that did not land is not an accumulation. The unit
+  // keeps its slot for its next micro-batch.
+  if (!s.ok() && first) acc.reset();
+  return s;
+}
+
+absl::Status StepEngine::ReduceScatterLocked(int unit, int slot_index,
+                                             absl::Duration timeout) {
+  if (shard_group_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no communicators yet: the daemon is not in a ready epoch");
+  }
+  const int64_t elem = core::DTypeSize(config_.reduce_dtype);
+  uint8_t* slot = GradSlotData(slot_index);
+  const core::ShardRange& shard = config_.units[unit].shard(shard_index_);
+  // In place: this rank's block of the slot receives the average. With one
+  // slot the caller waits; with more it runs while the trainer writes the
+  // next unit's gradient into another slot, and is finished when its slot
+  // is needed again or at Step.
+  GradSlot& g = grad_slots_[slot_index];
+  comm::OpOptions options = WaitedOptions(timeout);
+  if (grad_slots_.size() > 1) options.caller_waits = false;
+  g.reducing = shard_group_->ReduceScatter(
+      slot, slot + shard.offset * elem, StoredCounts(unit),
+      config_.reduce_dtype, comm::ReduceOp::kAverage, options);
+  g.timeout = timeout;
+  g.last_use = ++use_counter_;
+  SHARDD_FAILPOINT("reducescatter.mid");
+  if (grad_slots_.size() > 1) return absl::OkStatus();
+  FinishReduceLocked(slot_index);
+  absl::Status s = reduce_error_;
+  reduce_error_ = absl::OkStatus();
+  return s;
 }
 
 absl::StatusOr<StepResult> StepEngine::Step(

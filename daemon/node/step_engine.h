@@ -378,6 +378,14 @@ class StepEngine {
   void FinishReduceLocked(int slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every reduce-scatter in flight, oldest first.
   void FinishReducesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReduceGrad with accumulate_only: adds `slot` into the unit's private
+  // accumulation buffer (allocated on first use, if admitted).
+  absl::Status AccumulateLocked(int unit, const uint8_t* slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReduceGrad with F > 1: issues the unit's reduce-scatter in `slot`
+  // (finished at once with one slot, later with more).
+  absl::Status ReduceScatterLocked(int unit, int slot, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A step's reductions start over (nothing reduced, nothing issued).
   void ResetReductionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The optimizer on the local shards for pending_ (then cleared).

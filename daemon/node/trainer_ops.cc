@@ -42,10 +42,17 @@ constexpr char kGradRequired[] =
 
 }  // namespace
 
+OperationFailure ClassifyFailure(const absl::Status& s) {
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+      absl::IsAborted(s) || absl::IsCancelled(s)) {
+    return OperationFailure::kPeer;
+  }
+  if (absl::IsInternal(s) || absl::IsUnknown(s)) return OperationFailure::kBug;
+  return OperationFailure::kRequest;
+}
+
 bool IsCollectiveFailure(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
-         absl::IsAborted(s) || absl::IsCancelled(s) || absl::IsInternal(s) ||
-         absl::IsUnknown(s);
+  return ClassifyFailure(s) == OperationFailure::kPeer;
 }
 
 TrainerOps::TrainerOps(TrainerOpsOptions options)
@@ -196,6 +203,58 @@ absl::StatusOr<v1::ReleaseResponse> TrainerOps::Release(
   return response;
 }
 
+absl::Status TrainerOps::CopyFromSharedMemory(EngineMath& math,
+                                              const UnitData& slot,
+                                              const v1::DataRef& grad,
+                                              uint8_t* dst) {
+  const v1::SharedMemoryRef& ref = grad.shared_memory();
+  if (ref.byte_length() != grad.byte_length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad.shared_memory.byte_length: ", ref.byte_length(),
+                     " differs from grad.byte_length ", grad.byte_length()));
+  }
+  if (ref.path() == slot.buffer->name() && ref.byte_offset() == slot.offset) {
+    return absl::OkStatus();  // The trainer wrote into the slot: no copy.
+  }
+  if (ref.byte_offset() < 0 ||
+      ref.byte_offset() + ref.byte_length() > ref.segment_bytes()) {
+    return absl::InvalidArgumentError(
+        "grad.shared_memory: range outside the segment");
+  }
+  absl::StatusOr<memory::SharedMemorySegment> seg =
+      memory::SharedMemorySegment::Open(
+          ref.path(), ref.segment_bytes(),
+          memory::SharedMemorySegment::Access::kReadOnly);
+  if (!seg.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("grad.shared_memory.path: ", seg.status().message()));
+  }
+  return math.Upload(
+      dst, static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
+      grad.byte_length());
+}
+
+absl::Status TrainerOps::CheckCudaIpcGradient(EngineMath& math,
+                                              const UnitData& slot,
+                                              const v1::DataRef& grad) {
+  const v1::CudaIpcRef& ref = grad.cuda_ipc();
+  if (!math.device_memory()) {
+    return absl::InvalidArgumentError(
+        "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
+  }
+  absl::StatusOr<memory::CudaIpcName> slot_name =
+      memory::ParseCudaIpcName(slot.buffer->name());
+  if (!slot_name.ok() || ref.mem_handle() != slot_name->mem_handle ||
+      ref.byte_offset() != slot.offset ||
+      ref.byte_length() != grad.byte_length()) {
+    return absl::InvalidArgumentError(
+        "grad.cuda_ipc: must be the gradient slot Gather named (its "
+        "handle, byte_offset and byte_length); other device memory is "
+        "not accepted");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TrainerOps::TakeGradient(StepEngine& engine, int unit,
                                       const UnitData& slot,
                                       const v1::DataRef& grad) {
@@ -219,38 +278,12 @@ absl::Status TrainerOps::TakeGradient(StepEngine& engine, int unit,
   // written through the engine's math.
   EngineMath& math = engine.math();
   switch (grad.location_case()) {
-    case v1::DataRef::kSharedMemory: {
-      const v1::SharedMemoryRef& ref = grad.shared_memory();
-      if (ref.byte_length() != grad.byte_length()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "grad.shared_memory.byte_length: ", ref.byte_length(),
-            " differs from grad.byte_length ", grad.byte_length()));
-      }
-      if (ref.path() == slot.buffer->name() &&
-          ref.byte_offset() == slot.offset) {
-        break;  // The trainer wrote into the gradient slot: no copy.
-      }
-      if (ref.byte_offset() < 0 ||
-          ref.byte_offset() + ref.byte_length() > ref.segment_bytes()) {
-        return absl::InvalidArgumentError(
-            "grad.shared_memory: range outside the segment");
-      }
-      absl::StatusOr<memory::SharedMemorySegment> seg =
-          memory::SharedMemorySegment::Open(
-              ref.path(), ref.segment_bytes(),
-              memory::SharedMemorySegment::Access::kReadOnly);
-      if (!seg.ok()) {
-        return absl::NotFoundError(
-            absl::StrCat("grad.shared_memory.path: ", seg.status().message()));
-      }
-      if (absl::Status s = math.Upload(
-              dst, static_cast<const uint8_t*>(seg->data()) + ref.byte_offset(),
-              grad.byte_length());
+    case v1::DataRef::kSharedMemory:
+      if (absl::Status s = CopyFromSharedMemory(math, slot, grad, dst);
           !s.ok()) {
         return s;
       }
       break;
-    }
     case v1::DataRef::kInlineData:
       if (static_cast<int64_t>(grad.inline_data().size()) !=
           grad.byte_length()) {
@@ -264,24 +297,12 @@ absl::Status TrainerOps::TakeGradient(StepEngine& engine, int unit,
         return s;
       }
       break;
-    case v1::DataRef::kCudaIpc: {
-      const v1::CudaIpcRef& ref = grad.cuda_ipc();
-      if (!math.device_memory()) {
-        return absl::InvalidArgumentError(
-            "grad.cuda_ipc: this daemon runs on the CPU (shared memory only)");
+    case v1::DataRef::kCudaIpc:
+      // Written in place by the trainer; only the slot itself is accepted.
+      if (absl::Status s = CheckCudaIpcGradient(math, slot, grad); !s.ok()) {
+        return s;
       }
-      absl::StatusOr<memory::CudaIpcName> slot_name =
-          memory::ParseCudaIpcName(slot.buffer->name());
-      if (!slot_name.ok() || ref.mem_handle() != slot_name->mem_handle ||
-          ref.byte_offset() != slot.offset ||
-          ref.byte_length() != grad.byte_length()) {
-        return absl::InvalidArgumentError(
-            "grad.cuda_ipc: must be the gradient slot Gather named (its "
-            "handle, byte_offset and byte_length); other device memory is "
-            "not accepted");
-      }
-      break;  // Written in place by the trainer.
-    }
+      break;
     default:
       return absl::InvalidArgumentError(kGradRequired);
   }
@@ -383,64 +404,14 @@ absl::StatusOr<v1::StepResponse> TrainerOps::Step(
   if (!entered.ok()) return entered.status();
   const int64_t epoch = *entered;
   const uint64_t fingerprint = options_.host->ModelFingerprint();
-  // The commit vote (invariant 1): after the gradient collectives and the
-  // norm, before the optimizer. Every member gets the same answer, so
-  // either all apply the step or none does.
-  // Only an answer that says "do not commit" is final; a vote that got no
-  // answer leaves the prepared step in doubt (the node resolves it from
-  // the next epoch's view). Why the vote failed, as the abort metric's
-  // reason: known here, so never read back from the message.
-  bool decided_no = false;
-  bool vote_unanswered = false;
-  const auto vote = [&](const StepResult& prepared) -> absl::Status {
-    SHARDD_FAILPOINT("vote.before");
-    absl::StatusOr<v1::ShouldCommitResponse> decision =
-        options_.membership->ShouldCommit(
-            epoch, prepared.step, /*vote=*/true, "",
-            StepFingerprint(fingerprint, lr),
-            MonoNow() + options_.collective_timeout);
-    if (SHARDD_FAILPOINT_FAILS("vote.answer")) {
-      decision = absl::UnavailableError(
-          "the answer was lost (fail point vote.answer)");
-    }
-    if (!decision.ok()) {
-      vote_unanswered = true;
-      return absl::AbortedError(absl::StrCat("commit vote on step ",
-                                             prepared.step, ": ",
-                                             decision.status().ToString()));
-    }
-    if (!decision->commit()) {
-      decided_no = true;
-      return absl::AbortedError(
-          absl::StrCat("step ", prepared.step,
-                       " rejected by the commit vote: ", decision->reason()));
-    }
-    SHARDD_FAILPOINT("vote.after");
-    return absl::OkStatus();
+  VoteOutcome outcome = VoteOutcome::kNotAsked;
+  const auto vote = [&](const StepResult& prepared) {
+    return Vote(epoch, StepFingerprint(fingerprint, lr), prepared, outcome);
   };
   const MonoTime step_started = MonoNow();
   absl::StatusOr<StepResult> result =
       (*engine)->Step(request.step(), options_.collective_timeout, vote, lr);
-  if (!result.ok()) {
-    if (decided_no) {
-      (*engine)->DropPending();
-    } else if (const std::optional<int64_t> pending =
-                   (*engine)->pending_step()) {
-      std::printf(
-          "shardd rank %d: step %lld is in doubt (its commit vote got no "
-          "answer: %s); the next epoch's view says whether the others "
-          "committed it\n",
-          options_.membership->rank(), static_cast<long long>(*pending),
-          result.status().ToString().c_str());
-      std::fflush(stdout);
-    }
-    if (IsCollectiveFailure(result.status())) {
-      CountAbort(decided_no        ? metrics::node_labels::kVoteRejected
-                 : vote_unanswered ? metrics::node_labels::kEpochChanged
-                                   : metrics::node_labels::kPeerFailure);
-    }
-    return options_.host->OnCollectiveError("Step", result.status());
-  }
+  if (!result.ok()) return StepFailed(**engine, result.status(), outcome);
   options_.host->Committed(**engine, *result, epoch, MonoNow() - step_started);
   v1::StepResponse response;
   response.set_committed_step(result->step);
@@ -451,6 +422,58 @@ absl::StatusOr<v1::StepResponse> TrainerOps::Step(
   absl::MutexLock lock(&mu_);
   ledger_.NoteCommitted(response);
   return response;
+}
+
+absl::Status TrainerOps::Vote(int64_t epoch, uint64_t step_fingerprint,
+                              const StepResult& prepared,
+                              VoteOutcome& outcome) {
+  SHARDD_FAILPOINT("vote.before");
+  absl::StatusOr<v1::ShouldCommitResponse> decision =
+      options_.membership->ShouldCommit(
+          epoch, prepared.step, /*vote=*/true, "", step_fingerprint,
+          MonoNow() + options_.collective_timeout);
+  if (SHARDD_FAILPOINT_FAILS("vote.answer")) {
+    decision =
+        absl::UnavailableError("the answer was lost (fail point vote.answer)");
+  }
+  if (!decision.ok()) {
+    outcome = VoteOutcome::kUnanswered;
+    return absl::AbortedError(absl::StrCat("commit vote on step ",
+                                           prepared.step, ": ",
+                                           decision.status().ToString()));
+  }
+  if (!decision->commit()) {
+    outcome = VoteOutcome::kRejected;
+    return absl::AbortedError(
+        absl::StrCat("step ", prepared.step,
+                     " rejected by the commit vote: ", decision->reason()));
+  }
+  SHARDD_FAILPOINT("vote.after");
+  return absl::OkStatus();
+}
+
+absl::Status TrainerOps::StepFailed(StepEngine& engine,
+                                    const absl::Status& status,
+                                    VoteOutcome outcome) {
+  if (outcome == VoteOutcome::kRejected) {
+    engine.DropPending();
+  } else if (const std::optional<int64_t> pending = engine.pending_step()) {
+    std::printf(
+        "shardd rank %d: step %lld is in doubt (its commit vote got no "
+        "answer: %s); the next epoch's view says whether the others "
+        "committed it\n",
+        options_.membership->rank(), static_cast<long long>(*pending),
+        status.ToString().c_str());
+    std::fflush(stdout);
+  }
+  if (IsCollectiveFailure(status)) {
+    CountAbort(outcome == VoteOutcome::kRejected
+                   ? metrics::node_labels::kVoteRejected
+               : outcome == VoteOutcome::kUnanswered
+                   ? metrics::node_labels::kEpochChanged
+                   : metrics::node_labels::kPeerFailure);
+  }
+  return options_.host->OnCollectiveError("Step", status);
 }
 
 v1::DataRef TrainerOps::MakeRef(const StepEngine& engine, const UnitData& data,

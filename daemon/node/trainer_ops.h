@@ -118,10 +118,32 @@ class TrainerOps {
                              int unit, const std::string& pci_bus_id);
 
  private:
+  // What the commit vote answered, as the abort metric's reason: known
+  // here, so never read back from a message.
+  enum class VoteOutcome { kNotAsked, kUnanswered, kRejected };
+  // The commit vote (invariant 1), run by the engine after the gradient
+  // collectives and the norm, before the optimizer. Every member gets the
+  // same answer, so either all apply the step or none does. Only an answer
+  // that says "do not commit" is final; a vote that got no answer leaves
+  // the prepared step in doubt (the node resolves it from the next epoch's
+  // view).
+  absl::Status Vote(int64_t epoch, uint64_t step_fingerprint,
+                    const StepResult& prepared, VoteOutcome& outcome);
+  // A Step that failed with `status`: drops a rejected step (or says that
+  // an unanswered one is in doubt), counts the abort and maps the status.
+  absl::Status StepFailed(StepEngine& engine, const absl::Status& status,
+                          VoteOutcome outcome);
   // The host's ready epoch, or ABORTED counted as an epoch change.
   absl::StatusOr<int64_t> EnterReadyEpoch();
   // Copies (or checks, when written in place) a ReduceGrad's gradient into
   // the unit's gradient slot, zeroing the padding.
+  static absl::Status CopyFromSharedMemory(EngineMath& math,
+                                           const UnitData& slot,
+                                           const v1::DataRef& grad,
+                                           uint8_t* dst);
+  static absl::Status CheckCudaIpcGradient(EngineMath& math,
+                                           const UnitData& slot,
+                                           const v1::DataRef& grad);
   static absl::Status TakeGradient(StepEngine& engine, int unit,
                                    const UnitData& slot,
                                    const v1::DataRef& grad);
@@ -132,8 +154,25 @@ class TrainerOps {
   StepLedger ledger_ ABSL_GUARDED_BY(mu_);
 };
 
-// Whether a failed collective means its communicators are dead (the epoch
-// is abandoned), as opposed to a bad request.
+// How the node reads a failed operation's status, by code only.
+enum class OperationFailure {
+  // Anything else: the request or this daemon's state (INVALID_ARGUMENT,
+  // FAILED_PRECONDITION, RESOURCE_EXHAUSTED, NOT_FOUND...): passed
+  // through, nothing else changes.
+  kRequest,
+  // UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED: a peer died or hung
+  // (or the epoch moved on); the communicators are dead, the epoch is
+  // abandoned and the trainer redoes the step in the next one (ABORTED).
+  kPeer,
+  // INTERNAL, UNKNOWN: a bug in shardd, not a peer's failure. The epoch is
+  // abandoned all the same (peers must not wait in collectives this rank
+  // will not finish), but the trainer gets INTERNAL, the abort is counted
+  // as internal_error, and the failure is reported without blaming a peer.
+  kBug,
+};
+OperationFailure ClassifyFailure(const absl::Status& status);
+
+// ClassifyFailure(status) == kPeer.
 bool IsCollectiveFailure(const absl::Status& status);
 
 }  // namespace shardd::node

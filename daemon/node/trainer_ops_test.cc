@@ -336,5 +336,23 @@ TEST_F(TrainerOpsTest, DetachReleasesWhatTheOldTrainerHeld) {
   EXPECT_FALSE(ops_->Detach(*engine_));
 }
 
+// Statuses are read by code: a dead or hung peer is a peer failure, INTERNAL
+// and UNKNOWN are shardd's own bugs, the rest the request's.
+TEST(ClassifyFailureTest, ReadsTheCodeOnly) {
+  using F = OperationFailure;
+  EXPECT_EQ(ClassifyFailure(absl::UnavailableError("peer")), F::kPeer);
+  EXPECT_EQ(ClassifyFailure(absl::DeadlineExceededError("hung")), F::kPeer);
+  EXPECT_EQ(ClassifyFailure(absl::AbortedError("epoch")), F::kPeer);
+  EXPECT_EQ(ClassifyFailure(absl::CancelledError("aborted")), F::kPeer);
+  EXPECT_EQ(ClassifyFailure(absl::InternalError("peer died")), F::kBug);
+  EXPECT_EQ(ClassifyFailure(absl::UnknownError("?")), F::kBug);
+  EXPECT_EQ(ClassifyFailure(absl::InvalidArgumentError("unavailable")),
+            F::kRequest);
+  EXPECT_EQ(ClassifyFailure(absl::ResourceExhaustedError("x")), F::kRequest);
+  EXPECT_EQ(ClassifyFailure(absl::FailedPreconditionError("x")), F::kRequest);
+  EXPECT_TRUE(IsCollectiveFailure(absl::UnavailableError("x")));
+  EXPECT_FALSE(IsCollectiveFailure(absl::InternalError("x")));
+}
+
 }  // namespace
 }  // namespace shardd::node
