@@ -91,44 +91,8 @@ const std::vector<std::string>& Groups() {
 
 }  // namespace
 
-// shardd_checkpoint_age_seconds: now minus the last checkpoint's time, at
-// each scrape; nothing before the first checkpoint.
-class PrometheusNodeObserver::CheckpointAge : public prometheus::Collectable {
- public:
-  explicit CheckpointAge(std::function<absl::Time()> clock)
-      : clock_(std::move(clock)) {}
-
-  void Set(absl::Time when) {
-    absl::MutexLock lock(&mu_);
-    last_ = std::max(last_, when);
-  }
-
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    absl::Time last;
-    {
-      absl::MutexLock lock(&mu_);
-      last = last_;
-    }
-    if (last == absl::InfinitePast()) return {};
-    prometheus::MetricFamily family;
-    family.name = "shardd_checkpoint_age_seconds";
-    family.help = "Seconds since the last sharded checkpoint was written.";
-    family.type = prometheus::MetricType::Gauge;
-    prometheus::ClientMetric metric;
-    metric.gauge.value = std::max(0.0, absl::ToDoubleSeconds(clock_() - last));
-    family.metric.push_back(std::move(metric));
-    return {std::move(family)};
-  }
-
- private:
-  const std::function<absl::Time()> clock_;
-  mutable absl::Mutex mu_;
-  absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-};
-
-PrometheusNodeObserver::PrometheusNodeObserver(
-    prometheus::Registry& registry, absl::string_view version,
-    std::function<absl::Time()> clock)
+PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
+                                               absl::string_view version)
     : collective_duration_(NewHistograms(
           registry, "shardd_collective_duration_seconds",
           "Time inside each collective that succeeded.", {"op", "group"},
@@ -181,8 +145,7 @@ PrometheusNodeObserver::PrometheusNodeObserver(
                                "engine admission found it (the binding limit "
                                "less the safety margin; 0 before the first).")
                          .Register(registry)](const prometheus::Labels& l)
-              -> prometheus::Gauge& { return family.Add(l); }),
-      checkpoint_age_(std::make_shared<CheckpointAge>(std::move(clock))) {
+              -> prometheus::Gauge& { return family.Add(l); }) {
   auto& shard_bytes = prometheus::BuildGauge()
                           .Name("shardd_shard_bytes")
                           .Help("Bytes of this rank's shards held, by kind.")
@@ -216,6 +179,10 @@ PrometheusNodeObserver::PrometheusNodeObserver(
   checkpoints_written_ =
       NewCounter(registry, "shardd_checkpoints_written_total",
                  "Sharded checkpoints written.");
+  checkpoint_last_written_ = NewGauge(
+      registry, "shardd_checkpoint_last_written_timestamp_seconds",
+      "Unix time the newest sharded checkpoint was written (0 before the "
+      "first); its age is time() minus this.");
   checkpoint_restores_ =
       NewCounter(registry, "shardd_checkpoint_restores_total",
                  "Shards restored from a checkpoint (no replica had them).");
@@ -249,11 +216,6 @@ PrometheusNodeObserver::PrometheusNodeObserver(
 }
 
 PrometheusNodeObserver::~PrometheusNodeObserver() = default;
-
-std::shared_ptr<prometheus::Collectable>
-PrometheusNodeObserver::checkpoint_age() const {
-  return checkpoint_age_;
-}
 
 void PrometheusNodeObserver::StepCommitted(absl::Duration step_time,
                                            int64_t step) {
@@ -338,7 +300,12 @@ void PrometheusNodeObserver::ShmSwept(int64_t files, int64_t bytes) {
 
 void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
   checkpoints_written_->Increment();
-  checkpoint_age_->Set(when);
+  // The newest: a checkpoint reported late never moves it back.
+  const double unix_seconds = absl::ToDoubleSeconds(when - absl::UnixEpoch());
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (unix_seconds > checkpoint_last_written_->Value()) {
+    checkpoint_last_written_->Set(unix_seconds);
+  }
 }
 
 void PrometheusNodeObserver::CheckpointRestored() {

@@ -25,27 +25,21 @@ namespace shardd::metrics {
 // event. Histograms are in seconds: collectives 100 us .. 30 s, steps
 // 1 ms .. 60 s (1-2.5-5 steps per decade).
 //
-// shardd_checkpoint_age_seconds is computed at scrape time, which a
-// registry cannot do: it is the separate collectable checkpoint_age(), to
-// be served next to the registry (MetricsServer::AddCollectable). It
-// exports nothing before the first checkpoint.
+// The last checkpoint is a *_timestamp_seconds gauge (Prometheus'
+// convention), not an age: its age is time() - it in a query, and no
+// scrape-time computation is needed.
 //
 // Thread-safe (prometheus-cpp metrics are). Borrows the registry, which
 // must outlive this object.
 class PrometheusNodeObserver : public NodeObserver {
  public:
-  // `version` labels shardd_build_info; `clock` is read at each scrape of
-  // checkpoint_age() (tests inject a fixed one).
-  PrometheusNodeObserver(
-      prometheus::Registry& registry, absl::string_view version,
-      std::function<absl::Time()> clock = [] { return absl::Now(); });
+  // `version` labels shardd_build_info.
+  PrometheusNodeObserver(prometheus::Registry& registry,
+                         absl::string_view version);
   ~PrometheusNodeObserver() override;
 
   PrometheusNodeObserver(const PrometheusNodeObserver&) = delete;
   PrometheusNodeObserver& operator=(const PrometheusNodeObserver&) = delete;
-
-  // The shardd_checkpoint_age_seconds gauge.
-  std::shared_ptr<prometheus::Collectable> checkpoint_age() const;
 
   void StepCommitted(absl::Duration step_time, int64_t step) override;
   void StepAborted(absl::string_view reason) override;
@@ -66,8 +60,6 @@ class PrometheusNodeObserver : public NodeObserver {
   void MemoryLimit(absl::string_view scope, int64_t usable_bytes) override;
 
  private:
-  class CheckpointAge;
-
   prometheus::Gauge* shard_parameters_;
   prometheus::Gauge* shard_lowp_parameters_;
   prometheus::Gauge* shard_gradients_;
@@ -95,7 +87,10 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* shm_swept_bytes_;
   BoundedSeries<prometheus::Counter> memory_admissions_;
   BoundedSeries<prometheus::Gauge> memory_usable_;
-  std::shared_ptr<CheckpointAge> checkpoint_age_;
+  // Unix seconds of the newest checkpoint; checkpoint_mu_ makes its
+  // read-compare-set one step.
+  absl::Mutex checkpoint_mu_;
+  prometheus::Gauge* checkpoint_last_written_ ABSL_GUARDED_BY(checkpoint_mu_);
 };
 
 }  // namespace shardd::metrics

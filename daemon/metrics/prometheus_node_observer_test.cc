@@ -18,13 +18,9 @@ namespace {
 
 class PrometheusNodeObserverTest : public ::testing::Test {
  protected:
-  // What a scrape of the registry and the checkpoint age returns.
+  // What a scrape of the registry returns.
   std::string Exposition() {
-    std::vector<prometheus::MetricFamily> families = registry_.Collect();
-    for (auto& f : observer_.checkpoint_age()->Collect()) {
-      families.push_back(std::move(f));
-    }
-    return prometheus::TextSerializer().Serialize(families);
+    return prometheus::TextSerializer().Serialize(registry_.Collect());
   }
 
   std::map<std::string, double> Samples() {
@@ -36,7 +32,7 @@ class PrometheusNodeObserverTest : public ::testing::Test {
 
   prometheus::Registry registry_;
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
-  PrometheusNodeObserver observer_{registry_, "1.2.3", [this] { return now_; }};
+  PrometheusNodeObserver observer_{registry_, "1.2.3"};
 };
 
 TEST_F(PrometheusNodeObserverTest, ExportsEverySeriesAtZeroBeforeAnyEvent) {
@@ -69,8 +65,8 @@ TEST_F(PrometheusNodeObserverTest, ExportsEverySeriesAtZeroBeforeAnyEvent) {
   EXPECT_EQ(s.at("shardd_recovery_bytes_total{direction=\"sent\"}"), 0);
   EXPECT_EQ(s.at("shardd_build_info{version=\"1.2.3\"}"), 1);
   EXPECT_EQ(s.at("shardd_ready"), 0);
-  EXPECT_EQ(s.count("shardd_checkpoint_age_seconds"), 0u)
-      << "absent before the first checkpoint";
+  EXPECT_EQ(s.at("shardd_checkpoint_last_written_timestamp_seconds"), 0)
+      << "0 before the first checkpoint";
   // No label value outside the contract before any event.
   EXPECT_FALSE(absl::StrContains(Exposition(), "other"));
 }
@@ -218,20 +214,19 @@ TEST_F(PrometheusNodeObserverTest, PrefetchCountsHintsByResultAndUses) {
   EXPECT_EQ(s.at("shardd_prefetched_gathers_total"), 1);
 }
 
-TEST_F(PrometheusNodeObserverTest, CheckpointAgeCountsFromTheLatestCheckpoint) {
+TEST_F(PrometheusNodeObserverTest, CheckpointTimestampIsTheNewestCheckpoint) {
   observer_.CheckpointWritten(now_ - absl::Seconds(90));
   observer_.CheckpointWritten(now_ - absl::Seconds(30));
   observer_.CheckpointRestored();
   auto s = Samples();
   EXPECT_EQ(s.at("shardd_checkpoints_written_total"), 2);
   EXPECT_EQ(s.at("shardd_checkpoint_restores_total"), 1);
-  EXPECT_EQ(s.at("shardd_checkpoint_age_seconds"), 30);
-  now_ += absl::Seconds(15);
-  EXPECT_EQ(Samples().at("shardd_checkpoint_age_seconds"), 45)
-      << "computed at each scrape";
-  // An older checkpoint reported late does not make the age grow.
+  EXPECT_EQ(s.at("shardd_checkpoint_last_written_timestamp_seconds"),
+            1'700'000'000 - 30);
+  // An older checkpoint reported late does not move it back.
   observer_.CheckpointWritten(now_ - absl::Seconds(500));
-  EXPECT_EQ(Samples().at("shardd_checkpoint_age_seconds"), 45);
+  EXPECT_EQ(Samples().at("shardd_checkpoint_last_written_timestamp_seconds"),
+            1'700'000'000 - 30);
 }
 
 TEST_F(PrometheusNodeObserverTest,
@@ -329,7 +324,8 @@ TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
   observer_.MemoryAdmission(node_labels::kAdmitExport, false);
   observer_.MemoryLimit(node_labels::kLimitDevice, 1 << 20);
   const std::string text = Exposition();
-  ASSERT_TRUE(absl::StrContains(text, "shardd_checkpoint_age_seconds 1"))
+  ASSERT_TRUE(absl::StrContains(
+      text, "shardd_checkpoint_last_written_timestamp_seconds 1699999999"))
       << text;
   const absl::Status check = PromtoolCheckMetrics(text);
   EXPECT_TRUE(check.ok()) << check << "\n" << text;

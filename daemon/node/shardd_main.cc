@@ -328,7 +328,6 @@ absl::StatusOr<Metrics> StartMetrics(int metrics_port, int insecure_endpoints) {
         "--metrics_address/--metrics_port: ", started.status().ToString()));
   }
   m.server = *std::move(started);
-  m.server->AddCollectable(m.observer->checkpoint_age());
   return m;
 }
 

@@ -328,8 +328,8 @@ check "every metric of exported_metrics.txt is exported by a binary" bash -c '
 check "every metric the binaries export is in exported_metrics.txt" bash -c '
   extra=$(comm -13 "$0" "$1"); [[ -z $extra ]] || { echo "not listed:"; echo "$extra"; exit 1; }' \
   "$d/listed.txt" "$d/families.txt"
-check "shardd_checkpoint_age_seconds is exported on every daemon" bash -c '
-  for f; do grep -q "^shardd_checkpoint_age_seconds " "$f" || { echo "$f: none"; exit 1; }; done' \
+check "shardd_checkpoint_last_written_timestamp_seconds is exported on every daemon" bash -c '
+  for f; do grep -q "^shardd_checkpoint_last_written_timestamp_seconds " "$f" || { echo "$f: none"; exit 1; }; done' \
   _ "$d"/shardd-*.metrics
 stamp "done"
 finish

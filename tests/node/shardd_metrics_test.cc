@@ -105,7 +105,7 @@ TEST_F(ShardMetricsTest, ServesNodeAndProcessMetricsThatPromtoolAccepts) {
         "process_open_fds", "process_max_fds"}) {
     EXPECT_EQ(s->count(name), 1u) << name << "\n" << *body;
   }
-  EXPECT_EQ(s->count("shardd_checkpoint_age_seconds"), 0u)
+  EXPECT_EQ(s->at("shardd_checkpoint_last_written_timestamp_seconds"), 0)
       << "no checkpoint written yet";
 }
 
