@@ -65,6 +65,8 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Counter* recoveries_started_;
   prometheus::Counter* recoveries_completed_;
   BoundedSeries<prometheus::Histogram> recovery_duration_;
+  // The whole recovery (RecoveryPhase(labels::kTotal, ...)).
+  prometheus::Histogram* recovery_total_;
   prometheus::Gauge* shards_without_replica_;
   prometheus::Gauge* broken_peer_links_;
   prometheus::Counter* checkpoint_fallbacks_;

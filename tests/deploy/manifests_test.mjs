@@ -614,8 +614,8 @@ describe("alert rules", () => {
       "shardd_coordinator_job_failed",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
-      "shardd_coordinator_recovery_duration_seconds_count",
-      "shardd_coordinator_recovery_duration_seconds_sum",
+      "shardd_coordinator_recovery_seconds_count",
+      "shardd_coordinator_recovery_seconds_sum",
       "shardd_coordinator_shards_without_replica",
       "shardd_shm_leftover_bytes",
     ]);
