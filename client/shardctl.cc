@@ -36,12 +36,18 @@
 #include "daemon/core/mono_time.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
+#include "google/protobuf/util/json_util.h"
 #include "shardd/v1/trainer.pb.h"
 
 ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
           "the daemon's trainer socket (a path, unix:PATH or host:port)");
 ABSL_FLAG(std::string, path, "", "export: absolute target path");
 ABSL_FLAG(std::string, layout, "full", "export: full or sharded");
+ABSL_FLAG(std::string, output, "text",
+          "text, or json for status (the daemon's GetStatus reply), memory "
+          "(its memory report), units (the report's units) and members (the "
+          "topology); field names as in the .proto files, every field "
+          "printed, 64-bit integers as strings (proto3 JSON)");
 ABSL_FLAG(bool, overwrite, false, "export: replace existing files");
 ABSL_FLAG(bool, optimizer_state, false, "export: include optimizer state");
 ABSL_FLAG(int64_t, timeout_ms, 5000,
@@ -93,6 +99,38 @@ int Fail(const TrainerClient& client, const absl::Status& status) {
                  std::string(status.message()).c_str());
   }
   return 1;
+}
+
+// `message` as one line of proto3 JSON; false (and a message on stderr)
+// when it cannot be converted.
+bool PrintJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  // protobuf's own Status type (not absl's in Debian's 3.21).
+  if (const auto s =
+          google::protobuf::util::MessageToJsonString(message, &out, options);
+      !s.ok()) {
+    std::fprintf(stderr, "shardctl: cannot print JSON: %s\n",
+                 s.ToString().c_str());
+    return false;
+  }
+  std::printf("%s\n", out.c_str());
+  return true;
+}
+
+// The part of `s` a status-family command prints, as JSON.
+bool PrintStatusJson(const std::string& command,
+                     const v1::GetStatusResponse& s) {
+  if (command == "memory") return PrintJson(s.memory());
+  if (command == "members") return PrintJson(s.topology());
+  if (command == "units") {
+    v1::MemoryReport units;
+    *units.mutable_units() = s.memory().units();
+    return PrintJson(units);
+  }
+  return PrintJson(s);
 }
 
 void PrintStatus(const v1::GetStatusResponse& s) {
@@ -439,6 +477,12 @@ int Run(const std::vector<char*>& args) {
     return 2;
   }
   const std::string command = args[1];
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output != "text" && output != "json") {
+    std::fprintf(stderr, "shardctl: --output must be text or json, got '%s'\n",
+                 output.c_str());
+    return 2;
+  }
   client::TrainerClientOptions options;
   options.target = absl::GetFlag(FLAGS_socket);
   options.default_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
@@ -473,6 +517,7 @@ int Run(const std::vector<char*>& args) {
       command == "members") {
     auto status = client.GetStatus();
     if (!status.ok()) return Fail(client, status.status());
+    if (output == "json") return PrintStatusJson(command, *status) ? 0 : 1;
     if (command == "status") PrintStatus(*status);
     if (command == "units") PrintUnits(*status);
     if (command == "memory") PrintMemory(*status);
@@ -489,7 +534,8 @@ int Run(const std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "shardctl [--socket=PATH] status|units|memory|members|export");
+      "shardctl [--socket=PATH] [--output=text|json] "
+      "status|units|memory|members|export");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   return shardd::Run(args);
 }

@@ -35,4 +35,9 @@ out=$(timeout 20 "$bin" --socket="$dir/shardd.sock" export --path=rel 2>&1)
 expect "relative export path exits 2" "[[ $? -eq 2 ]]"
 out=$(timeout 20 "$bin" 2>&1)
 expect "no command exits 2" "[[ $? -eq 2 ]]"
+out=$(timeout 20 "$bin" --socket="$dir/shardd.sock" --output=yaml status 2>&1)
+expect "--output=yaml exits 2" "[[ $? -eq 2 ]]"
+expect "--output=yaml is named" "grep -qF -- \"--output must be text or json, got 'yaml'\" <<<\"\$out\""
+out=$(timeout 20 "$bin" --socket="$dir/shardd.sock" --output=json status 2>&1)
+expect "--output=json, daemon down: exits 1" "[[ $? -eq 1 ]]"
 exit $fail

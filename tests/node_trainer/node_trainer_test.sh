@@ -132,6 +132,13 @@ run() {
   echo "$st" >"$d/status.txt"
   expect "$name: shardctl status shows step $STEPS" \
     "grep -q 'committed step  $STEPS' <<<\"\$st\""
+  local js
+  js=$("$shardctl" --socket="$d/s0.sock" --output=json status 2>&1)
+  expect "$name: shardctl --output=json status is JSON with step $STEPS" \
+    "/usr/bin/python3 -c 'import json, sys; d = json.loads(sys.argv[1]); sys.exit(0 if int(d[\"committed_step\"]) == $STEPS and d[\"registered\"] else 1)' \"\$js\""
+  js=$("$shardctl" --socket="$d/s0.sock" --output=json members 2>&1)
+  expect "$name: shardctl --output=json members is the topology (W = $w)" \
+    "/usr/bin/python3 -c 'import json, sys; d = json.loads(sys.argv[1]); sys.exit(0 if d[\"world_size\"] == $w else 1)' \"\$js\""
   if ((w > 1)); then
     # A FULL export is collective: one daemon alone is refused with what it
     # needs; --sockets drives every rank at once, with progress.
