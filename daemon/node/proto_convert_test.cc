@@ -95,6 +95,7 @@ TEST_F(ProtoConvertTest, ConvertsEveryFieldAndResolvesDefaults) {
   EXPECT_EQ(std::get<core::AdamWOptions>(model->config.optimizer).lr, 1e-3);
   EXPECT_EQ(model->config.max_grad_norm, 1.0);
   EXPECT_EQ(model->config.max_gathered_units, 2);  // 0 means 2.
+  EXPECT_EQ(model->config.max_reducing_units, 2);  // 0 means 2.
   EXPECT_TRUE(core::Validate(*model, 4).ok()) << core::Validate(*model, 4);
 }
 
@@ -174,6 +175,9 @@ TEST_F(ProtoConvertTest, NegativeNumbersAreRejected) {
   spec = ValidSpec();
   spec.mutable_config()->set_max_gathered_units(-1);
   ExpectInvalid(spec, "model.config.max_gathered_units");
+  spec.mutable_config()->set_max_gathered_units(0);
+  spec.mutable_config()->set_max_reducing_units(-1);
+  ExpectInvalid(spec, "model.config.max_reducing_units");
   spec = ValidSpec();
   spec.mutable_config()->set_max_grad_norm(-0.5);
   ExpectInvalid(spec, "model.config.max_grad_norm");

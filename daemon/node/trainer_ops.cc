@@ -110,15 +110,27 @@ absl::StatusOr<int64_t> TrainerOps::EnterReadyEpoch() {
   return epoch;
 }
 
+absl::StatusOr<std::shared_ptr<StepEngine>> TrainerOps::EngineForUnit(
+    int unit) {
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine = options_.host->Engine();
+  if (!engine.ok()) return engine.status();
+  if (absl::Status s = CheckUnitIndex(
+          unit, static_cast<int>((*engine)->config().units.size()));
+      !s.ok()) {
+    return s;
+  }
+  return engine;
+}
+
 absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
     const v1::GatherRequest& request, MonoTime deadline) {
   (void)deadline;  // Collectives run to the collective timeout.
   absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = options_.host->Engine();
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine =
+      EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
   const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   for (int i = 0; i < request.prefetch_size(); ++i) {
     if (request.prefetch(i) < 0 || request.prefetch(i) >= units) {
       return absl::InvalidArgumentError(
@@ -184,11 +196,10 @@ absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
 absl::StatusOr<v1::ReleaseResponse> TrainerOps::Release(
     const v1::ReleaseRequest& request) {
   absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = options_.host->Engine();
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine =
+      EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
-  const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   v1::ReleaseResponse response;
   absl::MutexLock lock(&mu_);
   if (!ledger_.IsHeld(unit)) {
@@ -316,11 +327,10 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
     const v1::ReduceGradRequest& request, MonoTime deadline) {
   (void)deadline;  // Collectives run to the collective timeout.
   absl::MutexLock op(&op_mu_);
-  absl::StatusOr<std::shared_ptr<StepEngine>> engine = options_.host->Engine();
+  absl::StatusOr<std::shared_ptr<StepEngine>> engine =
+      EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
-  const int units = static_cast<int>((*engine)->config().units.size());
   const int unit = request.unit();
-  if (absl::Status s = CheckUnitIndex(unit, units); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s =

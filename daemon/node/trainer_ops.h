@@ -133,6 +133,9 @@ class TrainerOps {
   // an unanswered one is in doubt), counts the abort and maps the status.
   absl::Status StepFailed(StepEngine& engine, const absl::Status& status,
                           VoteOutcome outcome);
+  // The host's engine when `unit` is one of its units: FAILED_PRECONDITION
+  // (no model) or INVALID_ARGUMENT (unit out of range) otherwise.
+  absl::StatusOr<std::shared_ptr<StepEngine>> EngineForUnit(int unit);
   // The host's ready epoch, or ABORTED counted as an epoch change.
   absl::StatusOr<int64_t> EnterReadyEpoch();
   // Copies (or checks, when written in place) a ReduceGrad's gradient into
