@@ -171,6 +171,13 @@ absl::StatusOr<GatheredUnit> TrainerClient::Gather(
   request.set_unit(unit);
   request.set_pass(pass);
   for (int p : prefetch) request.add_prefetch(p);
+  return Gather(request, deadline);
+}
+
+absl::StatusOr<GatheredUnit> TrainerClient::Gather(
+    const v1::GatherRequest& request, std::optional<MonoTime> deadline) {
+  const int unit = request.unit();
+  const v1::Pass pass = request.pass();
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::GatherResponse response;
@@ -232,6 +239,11 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
   request.set_unit(unit);
   *request.mutable_grad() = gradient_slot;
   request.set_accumulate_only(accumulate_only);
+  return ReduceGrad(request, deadline);
+}
+
+absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
+    const v1::ReduceGradRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
   v1::ReduceGradResponse response;

@@ -129,7 +129,11 @@ class TrainerClient {
   absl::StatusOr<GatheredUnit> Gather(
       int unit, v1::Pass pass, const std::vector<int>& prefetch = {},
       std::optional<MonoTime> deadline = std::nullopt);
-  // The same, running on another thread.
+  // The same with every field of the request (e.g. `release_first`).
+  absl::StatusOr<GatheredUnit> Gather(
+      const v1::GatherRequest& request,
+      std::optional<MonoTime> deadline = std::nullopt);
+  // Gather(unit, pass, prefetch), running on another thread.
   PendingGather GatherAsync(int unit, v1::Pass pass,
                             std::vector<int> prefetch = {},
                             std::optional<MonoTime> deadline = std::nullopt);
@@ -145,6 +149,10 @@ class TrainerClient {
   // of a BACKWARD Gather's grad_buffer).
   absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
       int unit, const v1::DataRef& gradient_slot, bool accumulate_only = false,
+      std::optional<MonoTime> deadline = std::nullopt);
+  // The same with every field of the request (e.g. `release`).
+  absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
+      const v1::ReduceGradRequest& request,
       std::optional<MonoTime> deadline = std::nullopt);
 
   absl::StatusOr<v1::StepResponse> Step(

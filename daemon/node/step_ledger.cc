@@ -5,8 +5,12 @@
 
 namespace shardd::node {
 
-absl::Status StepLedger::CheckGather(int unit, int64_t max_gathered) const {
-  if (!IsHeld(unit) && static_cast<int64_t>(held_.size()) >= max_gathered) {
+absl::Status StepLedger::CheckGather(int unit, int64_t max_gathered,
+                                     const std::set<int>& releasing) const {
+  int64_t held_after = 0;
+  for (int u : held_) held_after += releasing.count(u) == 0 ? 1 : 0;
+  const bool held = IsHeld(unit) && releasing.count(unit) == 0;
+  if (!held && held_after >= max_gathered) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_gathered_units (", max_gathered,
         ") units are gathered and not released: [", absl::StrJoin(held_, ", "),

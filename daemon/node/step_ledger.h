@@ -29,7 +29,10 @@ class StepLedger {
   // Whether the trainer holds `unit` gathered.
   bool IsHeld(int unit) const { return held_.count(unit) > 0; }
   // RESOURCE_EXHAUSTED when `unit` is not held and `max_gathered` are.
-  absl::Status CheckGather(int unit, int64_t max_gathered) const;
+  // `releasing`: units released first, in the same call (they do not
+  // count against max_gathered).
+  absl::Status CheckGather(int unit, int64_t max_gathered,
+                           const std::set<int>& releasing = {}) const;
   void NoteGathered(int unit) { held_.insert(unit); }
   void NoteReleased(int unit) { held_.erase(unit); }
 

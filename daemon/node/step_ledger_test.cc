@@ -27,6 +27,20 @@ TEST_F(StepLedgerTest, RefusesAGatherBeyondKButNotOneAlreadyHeld) {
   EXPECT_TRUE(ledger_.CheckGather(5, 2).ok());
 }
 
+TEST_F(StepLedgerTest, UnitsReleasedInTheSameCallDoNotCountAgainstK) {
+  ledger_.NoteGathered(0);
+  ledger_.NoteGathered(3);
+  EXPECT_TRUE(ledger_.CheckGather(5, 2, /*releasing=*/{3}).ok());
+  EXPECT_TRUE(ledger_.CheckGather(5, 2, /*releasing=*/{0, 3}).ok());
+  // Releasing a unit that is not held frees nothing.
+  EXPECT_EQ(ledger_.CheckGather(5, 2, /*releasing=*/{4}).code(),
+            absl::StatusCode::kResourceExhausted);
+  // A held unit released and gathered again in one call is a new gather.
+  EXPECT_EQ(ledger_.CheckGather(3, 1, /*releasing=*/{3}).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(ledger_.CheckGather(3, 2, /*releasing=*/{3}).ok());
+}
+
 TEST_F(StepLedgerTest, RejectsAUnitReducedTwiceInAStep) {
   EXPECT_TRUE(ledger_.CheckNotReduced(1, 7).ok());
   ledger_.NoteReduced(1);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -138,14 +139,29 @@ absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
                        " is out of range (the model has ", units, " units)"));
     }
   }
+  std::set<int> releasing;
+  for (int i = 0; i < request.release_first_size(); ++i) {
+    const int r = request.release_first(i).unit();
+    if (r < 0 || r >= units) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("release_first[", i, "].unit: ", r,
+                       " is out of range (the model has ", units, " units)"));
+    }
+    releasing.insert(r);
+  }
   bool was_ready = false;
   {
     absl::MutexLock lock(&mu_);
-    was_ready = ledger_.IsHeld(unit);
-    if (absl::Status s =
-            ledger_.CheckGather(unit, (*engine)->config().max_gathered_units);
+    was_ready = ledger_.IsHeld(unit) && releasing.count(unit) == 0;
+    if (absl::Status s = ledger_.CheckGather(
+            unit, (*engine)->config().max_gathered_units, releasing);
         !s.ok()) {
       return s;
+    }
+    // Checked with the rest: from here on the request is carried out.
+    for (const v1::ReleaseRequest& r : request.release_first()) {
+      absl::StatusOr<bool> released = ReleaseHeld(**engine, r);
+      if (!released.ok()) return released.status();
     }
   }
   absl::StatusOr<int64_t> epoch = EnterReadyEpoch();
@@ -199,19 +215,23 @@ absl::StatusOr<v1::ReleaseResponse> TrainerOps::Release(
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
-  const int unit = request.unit();
-  v1::ReleaseResponse response;
   absl::MutexLock lock(&mu_);
-  if (!ledger_.IsHeld(unit)) {
-    response.set_was_gathered(false);
-    return response;
-  }
-  if (absl::Status s = (*engine)->Release(unit, request.reshard()); !s.ok()) {
+  absl::StatusOr<bool> released = ReleaseHeld(**engine, request);
+  if (!released.ok()) return released.status();
+  v1::ReleaseResponse response;
+  response.set_was_gathered(*released);
+  return response;
+}
+
+absl::StatusOr<bool> TrainerOps::ReleaseHeld(
+    StepEngine& engine, const v1::ReleaseRequest& request) {
+  const int unit = request.unit();
+  if (!ledger_.IsHeld(unit)) return false;
+  if (absl::Status s = engine.Release(unit, request.reshard()); !s.ok()) {
     return s;
   }
   ledger_.NoteReleased(unit);
-  response.set_was_gathered(true);
-  return response;
+  return true;
 }
 
 absl::Status TrainerOps::CopyFromSharedMemory(EngineMath& math,
@@ -357,7 +377,7 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
     absl::MutexLock lock(&mu_);
     response.set_accumulated(ledger_.NoteAccumulated(unit));
     response.set_reduce_started(false);
-    return response;
+    return ReleaseAfterReduce(**engine, request, response);
   }
   if (absl::StatusOr<int64_t> epoch = EnterReadyEpoch(); !epoch.ok()) {
     return epoch.status();
@@ -370,6 +390,19 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
   absl::MutexLock lock(&mu_);
   response.set_accumulated(ledger_.NoteReduced(unit));
   response.set_reduce_started(true);
+  return ReleaseAfterReduce(**engine, request, response);
+}
+
+absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReleaseAfterReduce(
+    StepEngine& engine, const v1::ReduceGradRequest& request,
+    v1::ReduceGradResponse& response) {
+  if (!request.release()) return response;
+  v1::ReleaseRequest release;
+  release.set_unit(request.unit());
+  release.set_pass(v1::PASS_BACKWARD);
+  absl::StatusOr<bool> released = ReleaseHeld(engine, release);
+  if (!released.ok()) return released.status();
+  response.set_released(*released);
   return response;
 }
 

@@ -136,6 +136,16 @@ class TrainerOps {
   // The host's engine when `unit` is one of its units: FAILED_PRECONDITION
   // (no model) or INVALID_ARGUMENT (unit out of range) otherwise.
   absl::StatusOr<std::shared_ptr<StepEngine>> EngineForUnit(int unit);
+  // Releases `request.unit` when the trainer holds it (false when it does
+  // not): what Release, Gather's release_first and ReduceGrad's release do.
+  absl::StatusOr<bool> ReleaseHeld(StepEngine& engine,
+                                   const v1::ReleaseRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReduceGrad's `release`, once the gradient is taken: `response` with
+  // `released` set.
+  absl::StatusOr<v1::ReduceGradResponse> ReleaseAfterReduce(
+      StepEngine& engine, const v1::ReduceGradRequest& request,
+      v1::ReduceGradResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The host's ready epoch, or ABORTED counted as an epoch change.
   absl::StatusOr<int64_t> EnterReadyEpoch();
   // Copies (or checks, when written in place) a ReduceGrad's gradient into

@@ -272,6 +272,47 @@ TEST_F(TrainerOpsTest, RejectsABadGradientAndChangesNothing) {
   EXPECT_TRUE(ops_->Step(StepOf(1), Deadline()).ok());
 }
 
+TEST_F(TrainerOpsTest, GatherReleasesFirstAndABadRequestReleasesNothing) {
+  ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline()).ok());
+  v1::GatherRequest bad = GatherOf(0);
+  bad.add_release_first()->set_unit(0);
+  bad.add_release_first()->set_unit(7);
+  const absl::Status refused = ops_->Gather(bad, Deadline()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("release_first[1].unit"), std::string::npos)
+      << refused;
+  EXPECT_EQ(ops_->HeldUnits(), std::vector<int>{0});
+  // Released, then gathered again: held once.
+  v1::GatherRequest again = GatherOf(0);
+  again.add_release_first()->set_unit(0);
+  absl::StatusOr<v1::GatherResponse> gathered = ops_->Gather(again, Deadline());
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_EQ(ops_->HeldUnits(), std::vector<int>{0});
+  v1::ReleaseRequest release;
+  release.set_unit(0);
+  EXPECT_TRUE(ops_->Release(release)->was_gathered());
+  EXPECT_TRUE(ops_->HeldUnits().empty());
+}
+
+TEST_F(TrainerOpsTest, ReduceGradReleasesItsUnitOnlyWhenItSucceeds) {
+  ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline()).ok());
+  v1::ReduceGradRequest short_grad = InlineGrad(0, 2.0f, /*n=*/11);
+  short_grad.set_release(true);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ops_->ReduceGrad(short_grad, Deadline()).status()));
+  EXPECT_EQ(ops_->HeldUnits(), std::vector<int>{0});
+  v1::ReduceGradRequest good = InlineGrad(0, 2.0f);
+  good.set_release(true);
+  absl::StatusOr<v1::ReduceGradResponse> reduced =
+      ops_->ReduceGrad(good, Deadline());
+  ASSERT_TRUE(reduced.ok()) << reduced.status();
+  EXPECT_TRUE(reduced->released());
+  EXPECT_TRUE(ops_->HeldUnits().empty());
+  // Nothing else to release: the step commits at once.
+  EXPECT_TRUE(ops_->Step(StepOf(1), Deadline()).ok());
+  EXPECT_EQ(Params(), std::vector<float>(12, 0.0f));
+}
+
 TEST_F(TrainerOpsTest, OutsideAReadyEpochOperationsAbortAndCountOnce) {
   host_.SetReady(false);
   EXPECT_TRUE(absl::IsAborted(ops_->Gather(GatherOf(0), Deadline()).status()));

@@ -134,15 +134,23 @@ class TrainerClient:
         return self._call(self._stub.RegisterModel, request, timeout,
                           default=self.register_timeout)
 
-    def gather(self, unit, pass_=FORWARD, prefetch=(), timeout=None):
+    def gather(self, unit, pass_=FORWARD, prefetch=(), timeout=None,
+               release_first=()):
         """Gathers `unit` (with prefetch hints) and maps its buffers.
+
+        `release_first`: (unit, pass) pairs the daemon releases before it
+        gathers, as release() would, in the same call.
 
         Returns a GatheredUnit; raises SegmentError when the reply's
         buffers cannot be mapped as described.
         """
         # `pass` is a Python keyword: the field is set by name.
-        request = trainer_pb2.GatherRequest(unit=unit, prefetch=list(prefetch),
-                                            **{"pass": pass_})
+        request = trainer_pb2.GatherRequest(
+            unit=unit, prefetch=list(prefetch), **{"pass": pass_},
+            release_first=[
+                trainer_pb2.ReleaseRequest(unit=u, **{"pass": p})
+                for u, p in release_first
+            ])
         response = self._call(self._stub.Gather, request, timeout)
         params = self.segments.read_view(response.params, "params")
         grad = None
@@ -160,15 +168,19 @@ class TrainerClient:
                                              **{"pass": pass_})
         return self._call(self._stub.Release, request, timeout)
 
-    def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None):
+    def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None,
+                    release=False):
         """Hands the daemon the gradient of `unit`.
 
         `grad` is the BufferView of a BACKWARD gather's slot (after writing
         it), or any DataRef (a trainer-owned segment, inline bytes).
+        `release`: the daemon then releases the unit (BACKWARD) in the same
+        call.
         """
         ref = grad.ref if isinstance(grad, BufferView) else grad
         request = trainer_pb2.ReduceGradRequest(
-            unit=unit, grad=ref, accumulate_only=accumulate_only)
+            unit=unit, grad=ref, accumulate_only=accumulate_only,
+            release=release)
         return self._call(self._stub.ReduceGrad, request, timeout)
 
     def step(self, step, learning_rate=None, timeout=None):

@@ -363,6 +363,10 @@ class ShardedModule(nn.Module):
         self._fresh = set()  # Units whose module copy is current.
         self._live = {}  # zero_copy: unit -> _Live, gathered for forward.
         self._backward_gathered = {}  # zero_copy: unit -> GatheredUnit.
+        # Releases the next Gather carries (release_first): (unit, pass).
+        # A unit the trainer no longer reads is released in the call that
+        # gathers the next one, a round trip less per unit.
+        self._deferred_releases = []
         self._release_queued = False
         # zero_copy: saved tensors kept as views of a unit, and the units
         # gathered again for backward because of them (cumulative).
@@ -468,7 +472,7 @@ class ShardedModule(nn.Module):
             live.depth += 1
             return
         hint = [index + 1] if index + 1 < len(self._units) else []
-        gathered = self.client.gather(index, _client.FORWARD, prefetch=hint)
+        gathered = self._gather(index, _client.FORWARD, prefetch=hint)
         views = gathered.params.tensors
         for name, _, p in self._units[index].tensors:
             view = views[name]
@@ -485,7 +489,20 @@ class ShardedModule(nn.Module):
         del self._live[index]
         for _, _, p in self._units[index].tensors:
             p.data = torch.zeros((), dtype=p.dtype).expand(p.shape)
-        self.client.release(index, _client.FORWARD)
+        self._deferred_releases.append((index, _client.FORWARD))
+
+    def _gather(self, index, pass_, prefetch=()):
+        """Gather, carrying the deferred releases (done first, in the same
+        call)."""
+        releases, self._deferred_releases = self._deferred_releases, []
+        return self.client.gather(index, pass_, prefetch=prefetch,
+                                  release_first=releases)
+
+    def _flush_releases(self):
+        """The deferred releases, sent now (before Step or an export)."""
+        releases, self._deferred_releases = self._deferred_releases, []
+        for index, pass_ in releases:
+            self.client.release(index, pass_)
 
     def _pack(self, tensor):
         """A tensor autograd saves that lies in a gathered buffer is kept
@@ -510,7 +527,7 @@ class ShardedModule(nn.Module):
         gathered = self._backward_gathered.get(saved.unit)
         if gathered is None:
             try:
-                gathered = self.client.gather(saved.unit, _client.BACKWARD)
+                gathered = self._gather(saved.unit, _client.BACKWARD)
             except errors.ShardError as e:
                 # torch turns it into a RuntimeError: backward() re-raises
                 # this one instead.
@@ -547,7 +564,7 @@ class ShardedModule(nn.Module):
         hint = [index + 1] if (index + 1 < len(self._units) and
                                index + 1 not in self._fresh) else []
         unit = self._units[index]
-        gathered = self.client.gather(index, _client.FORWARD, prefetch=hint)
+        gathered = self._gather(index, _client.FORWARD, prefetch=hint)
         try:
             views = gathered.params.tensors
             with torch.no_grad():
@@ -555,7 +572,7 @@ class ShardedModule(nn.Module):
                     p.copy_(views[name])
         finally:
             del gathered
-            self.client.release(index, _client.FORWARD)
+            self._deferred_releases.append((index, _client.FORWARD))
         self._fresh.add(index)
 
     def _install_grad_hooks(self):
@@ -633,16 +650,17 @@ class ShardedModule(nn.Module):
     def _reduce_unit(self, index):
         unit = self._units[index]
         hint = [index - 1] if index > 0 else []
-        gathered = self.client.gather(index, _client.BACKWARD, prefetch=hint)
+        gathered = self._gather(index, _client.BACKWARD, prefetch=hint)
         slots = gathered.grad.tensors
         for name, _, p in unit.tensors:
             if p.grad is None:
                 slots[name].zero_()
             else:
                 slots[name].copy_(p.grad)
-        self.client.reduce_grad(index, gathered.grad)
+        # Released by the same call (its BACKWARD gather, and the one
+        # _unpack made).
+        self.client.reduce_grad(index, gathered.grad, release=True)
         del gathered, slots
-        self.client.release(index, _client.BACKWARD)
         self._backward_gathered.pop(index, None)
         for _, _, p in unit.tensors:
             p.grad = None
@@ -659,6 +677,7 @@ class ShardedModule(nn.Module):
         return self.optimizer.step()  # Counted by a scheduler's wrapper.
 
     def _commit(self, lr):
+        self._flush_releases()
         response = self.client.step(self.next_step, learning_rate=lr)
         self.committed_step = response.committed_step
         self._fresh.clear()
@@ -684,6 +703,7 @@ class ShardedModule(nn.Module):
                 p.grad = None
         self._fresh.clear()
         self._backward_gathered.clear()
+        self._deferred_releases = []  # Released below, with the rest.
         self._release_queued = False
         self._live.clear()
         if self.zero_copy:
@@ -733,6 +753,7 @@ class ShardedModule(nn.Module):
         steps (each unit is gathered FORWARD and released).
         """
         state = {}
+        self._flush_releases()
         for index, unit in enumerate(self._units):
             gathered = self.client.gather(index, _client.FORWARD)
             try:
@@ -776,6 +797,7 @@ class ShardedModule(nn.Module):
             path=os.path.abspath(path), layout=trainer_pb2.EXPORT_LAYOUT_FULL,
             include_optimizer_state=include_optimizer_state,
             overwrite=overwrite, step=self.committed_step)
+        self._flush_releases()
         return self.client.export_state(request, timeout=timeout)
 
     def export_names(self):

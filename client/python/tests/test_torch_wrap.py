@@ -277,7 +277,10 @@ class StepClient(FakeClient):
                  t.name if spec.name == "root" else f"{spec.name}.{t.name}")
                 for t in spec.tensors]
 
-    def gather(self, unit, pass_, prefetch=(), timeout=None):
+    def gather(self, unit, pass_, prefetch=(), timeout=None,
+               release_first=()):
+        for released, pass_released in release_first:  # As the daemon.
+            self.release(released, pass_released)
         self.gathers.append((unit, pass_))
         if (unit, pass_) == self.fail_gather:
             raise errors.StepAborted(grpc.StatusCode.ABORTED, "peer")
@@ -291,6 +294,11 @@ class StepClient(FakeClient):
     def release(self, unit, pass_=1, reshard=False, timeout=None):
         self.gathers.append((unit, -pass_))
 
+    def calls(self):
+        """Round trips so far: a release carried by a gather or a
+        reduction is not one."""
+        return len(self.gathers) - sum(1 for _, p in self.gathers if p < 0)
+
     def held(self):
         """Units gathered BACKWARD and not released since."""
         held = set()
@@ -301,13 +309,16 @@ class StepClient(FakeClient):
                 held.discard(unit)
         return held
 
-    def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None):
+    def reduce_grad(self, unit, grad, accumulate_only=False, timeout=None,
+                    release=False):
         if unit == self.fail_unit:
             raise errors.StepAborted(grpc.StatusCode.ABORTED, "peer")
         first = self.module[0].weight.grad
         self.reduced.append((unit, {n: t.clone()
                                     for n, t in grad.tensors.items()},
                              None if first is None else first.clone()))
+        if release:
+            self.release(unit, 2)
 
 
 def three_layers():
@@ -492,6 +503,22 @@ def test_zero_copy_computes_on_gathered_views_and_regathers_saved_ones(
     # No parameter memory left in the module, no unit left gathered.
     assert all(p.data.stride() == (0,) * p.ndim for p in module.parameters())
     assert client.held() == set()
+
+
+def test_a_step_carries_each_release_in_the_next_call(shm_dir):
+    """Copy mode, three units: each forward release rides on the next
+    Gather, each backward one on its ReduceGrad; nothing is held at Step."""
+    module = three_layers()
+    client = StepClient(module)
+    model = st.wrap(module, client, units=(nn.Linear,),
+                    optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    model.backward(model(torch.ones(2, 3)).sum())
+    model.step()
+    forward = [(0, 1), (0, -1), (1, 1), (1, -1), (2, 1)]
+    backward = [(2, -1), (2, 2), (2, -2), (1, 2), (1, -2), (0, 2), (0, -2)]
+    assert client.gathers == forward + backward
+    assert client.calls() == 6 and len(client.reduced) == 3
+    assert client.held() == set() and len(client.steps) == 1
 
 
 def test_zero_copy_plain_backward_of_a_micro_batch_releases_its_gathers(
