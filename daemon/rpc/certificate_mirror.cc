@@ -67,6 +67,19 @@ absl::StatusOr<std::unique_ptr<CertificateMirror>> CertificateMirror::Start(
     mirror->published_ = initial;
     mirror->generation_ = 1;
   }
+  // gRPC reads the copies by name: fail now, not at every handshake, where
+  // /proc is not mounted.
+  for (const std::string& path : {mirror->identity_path_, mirror->ca_path_}) {
+    if (path.empty()) continue;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot open ", path,
+                              ", the copy of the TLS files that gRPC reads "
+                              "(is /proc mounted?)"));
+    }
+    close(fd);
+  }
   mirror->thread_ = std::thread([m = mirror.get()] { m->Run(); });
   return mirror;
 }

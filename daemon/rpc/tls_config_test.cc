@@ -444,5 +444,35 @@ TEST_F(TlsRotationTest, HalfWrittenRotationNeverRefusesAConnection) {
   EXPECT_EQ(*seen, new_cert);
 }
 
+// The channel side rotates too: a client whose certificate the server's CA
+// did not sign is refused until its files hold one that it did.
+TEST_F(TlsRotationTest, ChannelPresentsTheRotatedClientCertificate) {
+  const TlsPaths client_paths{dir_ + "/rotating.crt", dir_ + "/rotating.key",
+                              certs_.ca};
+  Install(certs_.rogue_cert, client_paths.cert);  // Of the other CA.
+  Install(certs_.rogue_key, client_paths.key);
+  TlsReloadOptions reload;
+  reload.interval = absl::Hours(1);
+  auto client = TlsConfig::Load(client_paths, TlsRole::kClient, reload);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto connect = [&] {
+    return tests::PresentedCertificate(
+        tests::FreshChannel(address_, client->ChannelCredentials()));
+  };
+  EXPECT_EQ(connect().status().code(), absl::StatusCode::kUnavailable);
+  Install(certs_.client_key, client_paths.key);
+  Install(certs_.client_cert, client_paths.cert);
+  ASSERT_TRUE(client->mirror()->Refresh().ok());
+  absl::StatusOr<std::string> seen = connect();
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (!seen.ok() && absl::Now() < deadline) {
+    EXPECT_EQ(seen.status().code(), absl::StatusCode::kUnavailable);
+    absl::SleepFor(absl::Milliseconds(50));  // Polling, with a deadline.
+    seen = connect();
+  }
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, tests::FirstCertificateOfFile(certs_.node_cert));
+}
+
 }  // namespace
 }  // namespace shardd::rpc

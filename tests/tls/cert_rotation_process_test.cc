@@ -108,13 +108,13 @@ class CertRotationProcessTest : public ::testing::Test {
     ASSERT_EQ(rename(staged.c_str(), to.c_str()), 0) << to;
   }
 
-  static std::shared_ptr<grpc::ChannelCredentials> Credentials(
+  std::shared_ptr<grpc::ChannelCredentials> Credentials(
       const rpc::TlsPaths& paths) {
     absl::StatusOr<rpc::TlsConfig> config =
         rpc::TlsConfig::Load(paths, rpc::TlsRole::kClient);
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return grpc::InsecureChannelCredentials();
-    clients_.push_back(*config);  // Kept while its credentials are used.
+    clients_.push_back(*config);
     return config->ChannelCredentials();
   }
   std::shared_ptr<grpc::ChannelCredentials> Good() {
@@ -152,10 +152,9 @@ class CertRotationProcessTest : public ::testing::Test {
   std::string cert_, key_, ca_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
-  static std::vector<rpc::TlsConfig> clients_;
+  // The clients' configurations, kept while their credentials are used.
+  std::vector<rpc::TlsConfig> clients_;
 };
-
-std::vector<rpc::TlsConfig> CertRotationProcessTest::clients_;
 
 TEST_F(CertRotationProcessTest,
        NewPairReachesNewConnectionsOldOnesKeepWorking) {
