@@ -493,7 +493,7 @@ int Run(const std::vector<char*>& args) {
   // TLS for a host:port --socket (the daemon's --listen_tcp with TLS): the
   // daemon's CA, and this client's certificate where it requires one.
   absl::StatusOr<rpc::TlsConfig> tls =
-      rpc::TlsConfigFromFlags(rpc::TlsRole::kClient);
+      rpc::TlsConfigFromFlags(rpc::TlsRole::kClient, "shardctl");
   if (!tls.ok()) {
     std::fprintf(stderr, "shardctl: %s\n", tls.status().ToString().c_str());
     return 2;

@@ -28,7 +28,8 @@ struct TrainerClientOptions {
   // RegisterModel waits for every rank: it gets this longer default.
   absl::Duration register_timeout = absl::Minutes(2);
   // Credentials of a host:port target: rpc::TlsConfig::ChannelCredentials
-  // when the daemon's --listen_tcp uses TLS. Null: insecure. A unix: target
+  // when the daemon's --listen_tcp uses TLS (keep that TlsConfig while the
+  // client lives: it reloads rotated files). Null: insecure. A unix: target
   // ignores them (the socket's file mode, 0600, is its access control).
   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
   // Who writes a GPU gradient slot (segment_cache.h): a trainer that

@@ -3,6 +3,7 @@
 //
 //   coordinator --listen=0.0.0.0:7070 --world_size=4 --sharding_factor=2
 //               [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]]
+//               [--tls_refresh_interval=60s]
 //               [--health_listen=0.0.0.0:7072]
 //
 // Prints "coordinator listening on HOST:PORT" once it serves (with

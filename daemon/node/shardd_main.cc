@@ -6,6 +6,7 @@
 //          [--listen_unix=/dev/shm/shardd.sock] [--listen_tcp=HOST:PORT]
 //          [--peer_listen=127.0.0.1:0] [--shm_dir=/dev/shm] [--device=cpu]
 //          [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM]]
+//          [--tls_refresh_interval=60s]
 //          [--health_listen=0.0.0.0:7072]
 //
 // Prints "shardd rank R listening on unix:PATH peer HOST:PORT" once joined,

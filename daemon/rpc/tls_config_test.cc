@@ -1,17 +1,20 @@
 #include "daemon/rpc/tls_config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/testing/health_check.h"
+#include "daemon/testing/peer_certificate.h"
 #include "daemon/testing/test_certs.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -145,26 +148,63 @@ TEST_F(TlsConfigTest, UnreadableFileIsPermissionDenied) {
 }
 
 TEST_F(TlsConfigTest, ModesFollowTheFlagsGiven) {
-  const std::string cert = Write("cert.pem", kFakeCert);
-  const std::string key = Write("key.pem", kFakeKey);
-  const std::string ca = Write("ca.pem", kFakeCert);
-  auto server_tls = TlsConfig::Load({cert, key, ""}, TlsRole::kServer);
+  const tests::TestCerts certs = Certs();
+  ASSERT_FALSE(certs.dir.empty());
+  auto server_tls =
+      TlsConfig::Load({certs.node_cert, certs.node_key, ""}, TlsRole::kServer);
   ASSERT_TRUE(server_tls.ok()) << server_tls.status();
   EXPECT_TRUE(server_tls->enabled());
   EXPECT_FALSE(server_tls->mutual());
-  auto server_mtls = TlsConfig::Load({cert, key, ca}, TlsRole::kServer);
+  auto server_mtls = TlsConfig::Load(
+      {certs.node_cert, certs.node_key, certs.ca}, TlsRole::kServer);
   ASSERT_TRUE(server_mtls.ok()) << server_mtls.status();
   EXPECT_TRUE(server_mtls->mutual());
   EXPECT_TRUE(absl::StrContains(server_mtls->Describe(), "mutual TLS"));
-  EXPECT_TRUE(absl::StrContains(server_mtls->Describe(), ca));
+  EXPECT_TRUE(absl::StrContains(server_mtls->Describe(), certs.ca));
+  EXPECT_TRUE(absl::StrContains(server_mtls->Describe(),
+                                "read again every 1m (--tls_refresh_interval)"))
+      << server_mtls->Describe();
   // A client with a CA only verifies the server and presents nothing: it
   // cannot serve.
-  auto client = TlsConfig::Load({"", "", ca}, TlsRole::kClient);
+  auto client = TlsConfig::Load({"", "", certs.ca}, TlsRole::kClient);
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_TRUE(client->enabled());
   EXPECT_FALSE(client->mutual());
   EXPECT_EQ(client->ServerCredentials().status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Start fails fast on a pair that cannot work, instead of a server that
+// refuses every handshake.
+TEST_F(TlsConfigTest, KeyOfAnotherCertificateOrCorruptBlockStopsLoad) {
+  const tests::TestCerts certs = Certs();
+  ASSERT_FALSE(certs.dir.empty());
+  for (TlsRole role : {TlsRole::kServer, TlsRole::kClient}) {
+    auto config =
+        TlsConfig::Load({certs.node_cert, certs.client_key, certs.ca}, role);
+    ExpectError(config, absl::StatusCode::kInvalidArgument, "--tls_key",
+                certs.client_key);
+    EXPECT_TRUE(absl::StrContains(config.status().message(), certs.node_cert))
+        << config.status();
+  }
+  const std::string fake = Write("fake-cert.pem", kFakeCert);
+  ExpectError(
+      TlsConfig::Load({fake, certs.node_key, certs.ca}, TlsRole::kServer),
+      absl::StatusCode::kInvalidArgument, "--tls_cert", fake);
+}
+
+TEST_F(TlsConfigTest, RefreshIntervalUnderOneSecondIsInvalidArgument) {
+  const tests::TestCerts certs = Certs();
+  ASSERT_FALSE(certs.dir.empty());
+  TlsReloadOptions reload;
+  reload.interval = absl::Milliseconds(500);
+  auto config = TlsConfig::Load({certs.node_cert, certs.node_key, ""},
+                                TlsRole::kServer, reload);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(config.status().message(), "--tls_refresh_interval"))
+      << config.status();
 }
 
 // A mutual-TLS server (gRPC's health service only) and clients of every
@@ -238,6 +278,200 @@ TEST_F(TlsConfigTest, ServerWithoutCaAcceptsClientsWithoutCertificate) {
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(*answer, 1);
   server->Shutdown();
+}
+
+// The server's certificate must name the host dialled: 127.0.0.2 is this
+// machine too, but node_cert names only localhost and 127.0.0.1.
+TEST_F(TlsConfigTest, ChannelChecksTheServerNameItDialled) {
+  const tests::TestCerts certs = Certs();
+  ASSERT_FALSE(certs.dir.empty());
+  auto server_tls =
+      TlsConfig::Load({certs.node_cert, certs.node_key, ""}, TlsRole::kServer);
+  ASSERT_TRUE(server_tls.ok()) << server_tls.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("0.0.0.0:0", *server_tls->ServerCredentials(),
+                           &port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto client = TlsConfig::Load({"", "", certs.ca}, TlsRole::kClient);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<int> named =
+      tests::CheckHealth(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                             client->ChannelCredentials()),
+                         "");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(*named, 1);
+  EXPECT_EQ(
+      tests::CheckHealth(grpc::CreateChannel(absl::StrCat("127.0.0.2:", port),
+                                             client->ChannelCredentials()),
+                         "")
+          .status()
+          .code(),
+      absl::StatusCode::kUnavailable);
+  server->Shutdown();
+}
+
+// Rotation in process: a TLS server whose files are replaced (a new file
+// renamed over the old one, as kubelet and cert-manager do) presents the
+// new certificate on new connections, and an established connection keeps
+// working with the one it was made with. A rotation caught half-way (the
+// new key next to the old certificate) never refuses a connection.
+class TlsRotationTest : public TlsConfigTest {
+ protected:
+  void SetUp() override {
+    TlsConfigTest::SetUp();
+    certs_ = Certs();
+    ASSERT_FALSE(certs_.dir.empty());
+    absl::StatusOr<tests::TestPair> next =
+        tests::GenerateNodePair(certs_, "next");
+    ASSERT_TRUE(next.ok()) << next.status();
+    next_ = *next;
+    paths_ = {dir_ + "/tls.crt", dir_ + "/tls.key", dir_ + "/ca.crt"};
+    Install(certs_.node_cert, paths_.cert);
+    Install(certs_.node_key, paths_.key);
+    Install(certs_.ca, paths_.ca);
+    // The mirror's own thread never runs during the test: Refresh() does
+    // its work at a known moment. gRPC's provider still polls every second.
+    TlsReloadOptions reload;
+    reload.interval = absl::Hours(1);
+    auto server_tls = TlsConfig::Load(paths_, TlsRole::kServer, reload);
+    ASSERT_TRUE(server_tls.ok()) << server_tls.status();
+    server_tls_ = *server_tls;
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", *server_tls_.ServerCredentials(),
+                             &port);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = absl::StrCat("127.0.0.1:", port);
+    auto client = TlsConfig::Load(
+        {certs_.client_cert, certs_.client_key, certs_.ca}, TlsRole::kClient);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *client;
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  void Install(const std::string& from, const std::string& to) {
+    const std::string staged = to + ".new";
+    std::ofstream(staged) << Read(from);
+    ASSERT_EQ(rename(staged.c_str(), to.c_str()), 0) << to;
+  }
+
+  // The certificate a new connection is shown.
+  absl::StatusOr<std::string> NewConnection() {
+    return tests::PresentedCertificate(
+        tests::FreshChannel(address_, client_.ChannelCredentials()));
+  }
+
+  tests::TestCerts certs_;
+  tests::TestPair next_;
+  TlsPaths paths_;
+  TlsConfig server_tls_;
+  TlsConfig client_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+TEST_F(TlsRotationTest, NewConnectionsGetTheNewCertificateOldOnesKeepTheirs) {
+  const std::string old_cert = tests::FirstCertificateOfFile(certs_.node_cert);
+  const std::string new_cert = tests::FirstCertificateOfFile(next_.cert);
+  ASSERT_FALSE(old_cert.empty());
+  ASSERT_NE(old_cert, new_cert);
+  std::shared_ptr<grpc::Channel> established =
+      tests::FreshChannel(address_, client_.ChannelCredentials());
+  absl::StatusOr<std::string> first = tests::PresentedCertificate(established);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, old_cert);
+
+  Install(next_.key, paths_.key);
+  Install(next_.cert, paths_.cert);
+  ASSERT_TRUE(server_tls_.mirror()->Refresh().ok());
+  absl::StatusOr<std::string> seen = NewConnection();
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while ((!seen.ok() || *seen != new_cert) && absl::Now() < deadline) {
+    // A connection that still sees the old certificate must be answered.
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    EXPECT_EQ(*seen, old_cert);
+    absl::SleepFor(absl::Milliseconds(50));  // Polling, with a deadline.
+    seen = NewConnection();
+  }
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, new_cert);
+  absl::StatusOr<std::string> again = tests::PresentedCertificate(established);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, old_cert);  // The same connection, answered.
+}
+
+TEST_F(TlsRotationTest, HalfWrittenRotationNeverRefusesAConnection) {
+  const std::string old_cert = tests::FirstCertificateOfFile(certs_.node_cert);
+  const std::string new_cert = tests::FirstCertificateOfFile(next_.cert);
+  Install(next_.key, paths_.key);  // The certificate is not there yet.
+  EXPECT_EQ(server_tls_.mirror()->Refresh().code(),
+            absl::StatusCode::kInvalidArgument);
+  // gRPC's provider polls every second: over 2.5 s it looks at least twice,
+  // and every new connection is still served with the last good pair.
+  const absl::Time until = absl::Now() + absl::Milliseconds(2500);
+  int connections = 0;
+  while (absl::Now() < until) {
+    absl::StatusOr<std::string> seen = NewConnection();
+    ASSERT_TRUE(seen.ok()) << seen.status() << " after " << connections;
+    EXPECT_EQ(*seen, old_cert);
+    ++connections;
+  }
+  EXPECT_GT(connections, 2);
+  Install(next_.cert, paths_.cert);
+  ASSERT_TRUE(server_tls_.mirror()->Refresh().ok());
+  absl::StatusOr<std::string> seen = NewConnection();
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (seen.ok() && *seen != new_cert && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // Polling, with a deadline.
+    seen = NewConnection();
+  }
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, new_cert);
+}
+
+// The channel side rotates too: a client whose certificate the server's CA
+// did not sign is refused until its files hold one that it did.
+TEST_F(TlsRotationTest, ChannelPresentsTheRotatedClientCertificate) {
+  const TlsPaths client_paths{dir_ + "/rotating.crt", dir_ + "/rotating.key",
+                              certs_.ca};
+  Install(certs_.rogue_cert, client_paths.cert);  // Of the other CA.
+  Install(certs_.rogue_key, client_paths.key);
+  TlsReloadOptions reload;
+  reload.interval = absl::Hours(1);
+  auto client = TlsConfig::Load(client_paths, TlsRole::kClient, reload);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto connect = [&] {
+    return tests::PresentedCertificate(
+        tests::FreshChannel(address_, client->ChannelCredentials()));
+  };
+  EXPECT_EQ(connect().status().code(), absl::StatusCode::kUnavailable);
+  Install(certs_.client_key, client_paths.key);
+  Install(certs_.client_cert, client_paths.cert);
+  ASSERT_TRUE(client->mirror()->Refresh().ok());
+  absl::StatusOr<std::string> seen = connect();
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (!seen.ok() && absl::Now() < deadline) {
+    EXPECT_EQ(seen.status().code(), absl::StatusCode::kUnavailable);
+    absl::SleepFor(absl::Milliseconds(50));  // Polling, with a deadline.
+    seen = connect();
+  }
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, tests::FirstCertificateOfFile(certs_.node_cert));
 }
 
 }  // namespace

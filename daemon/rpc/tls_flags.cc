@@ -18,6 +18,13 @@ ABSL_FLAG(std::string, tls_ca, "",
           "servers then require and verify client certificates (mutual "
           "TLS), clients verify the server against it");
 
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(60),
+          "how often --tls_cert, --tls_key and --tls_ca are read again: a "
+          "rotated certificate (cert-manager, kubelet) is used for new "
+          "connections without a restart; a set that does not parse or "
+          "whose key is not the certificate's is skipped and the last good "
+          "one kept (at least 1s)");
+
 namespace shardd::rpc {
 
 TlsPaths TlsPathsFromFlags() {
@@ -28,8 +35,12 @@ TlsPaths TlsPathsFromFlags() {
   return paths;
 }
 
-absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role) {
-  return TlsConfig::Load(TlsPathsFromFlags(), role);
+absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role,
+                                             const std::string& who) {
+  TlsReloadOptions reload;
+  reload.interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  reload.who = who;
+  return TlsConfig::Load(TlsPathsFromFlags(), role, reload);
 }
 
 absl::StatusOr<int> CheckPlaintextFromFlags(
@@ -51,7 +62,7 @@ absl::StatusOr<int> CheckPlaintextFromFlags(
 absl::StatusOr<ServerTls> ServerTlsFromFlags(
     const char* who, const std::vector<Endpoint>& endpoints,
     const std::string& health_listen) {
-  absl::StatusOr<TlsConfig> tls = TlsConfigFromFlags(TlsRole::kServer);
+  absl::StatusOr<TlsConfig> tls = TlsConfigFromFlags(TlsRole::kServer, who);
   if (!tls.ok()) {
     return absl::Status(tls.status().code(), tls.status().ToString());
   }
@@ -69,7 +80,8 @@ absl::StatusOr<ServerTls> ServerTlsFromFlags(
       CheckPlaintextFromFlags(who, *tls, endpoints);
   if (!insecure.ok()) return insecure.status();
   out.insecure_endpoints = *insecure;
-  if (tls->enabled() && health_listen.empty()) {
+  out.config = *std::move(tls);
+  if (out.enabled && health_listen.empty()) {
     std::fprintf(stderr,
                  "%s: no --health_listen: grpc.health.v1 is only served over "
                  "TLS, which probes cannot use\n",

@@ -7,6 +7,9 @@
 //   --tls_key=PEM   its private key
 //   --tls_ca=PEM    the CA that signs the other side's certificates (on a
 //                   server: mutual TLS, client certificates required)
+//   --tls_refresh_interval=DURATION  how often the three files are read
+//                   again (default 60s): a rotated certificate is used
+//                   without a restart (TlsConfig)
 //   --insecure      allow plaintext gRPC beyond this machine (see
 //                   plaintext_policy.h)
 // None given: TLS off, plaintext only on loopback addresses and Unix
@@ -18,6 +21,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/rpc/plaintext_policy.h"
 #include "daemon/rpc/tls_config.h"
 #include "grpcpp/security/credentials.h"
@@ -26,6 +30,7 @@
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(absl::Duration, tls_refresh_interval);
 ABSL_DECLARE_FLAG(bool, insecure);
 
 namespace shardd::rpc {
@@ -33,8 +38,10 @@ namespace shardd::rpc {
 // The paths the flags hold.
 TlsPaths TlsPathsFromFlags();
 
-// TlsConfig::Load(TlsPathsFromFlags(), role).
-absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role);
+// TlsConfig::Load(TlsPathsFromFlags(), role) with --tls_refresh_interval;
+// `who` prefixes the reload log lines.
+absl::StatusOr<TlsConfig> TlsConfigFromFlags(TlsRole role,
+                                             const std::string& who = "tls");
 
 // CheckPlaintextEndpoints with `tls`'s mode and --insecure. Each endpoint
 // allowed only by --insecure gets a warning line on stderr, prefixed with
@@ -46,8 +53,11 @@ absl::StatusOr<int> CheckPlaintextFromFlags(
 
 // What a server program's TLS flags give it: the credentials of its
 // servers and of its channels, whether TLS is on, and how many endpoints
-// carry plaintext beyond this machine (allowed by --insecure).
+// carry plaintext beyond this machine (allowed by --insecure). Keep it for
+// as long as the credentials are used: `config` keeps reloading the files
+// they read.
 struct ServerTls {
+  TlsConfig config;
   bool enabled = false;
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;

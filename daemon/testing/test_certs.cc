@@ -133,4 +133,17 @@ absl::StatusOr<TestCerts> GenerateTestCerts(const std::string& dir) {
   return certs;
 }
 
+absl::StatusOr<TestPair> GenerateNodePair(const TestCerts& certs,
+                                          const std::string& name,
+                                          bool other_ca) {
+  absl::Status s =
+      MakeLeaf(FindOpenssl(), certs.dir, name, "shardd node",
+               other_ca ? "other-ca" : "ca", certs.dir + "/node.ext");
+  if (!s.ok()) return s;
+  TestPair pair;
+  pair.cert = absl::StrCat(certs.dir, "/", name, ".pem");
+  pair.key = absl::StrCat(certs.dir, "/", name, ".key");
+  return pair;
+}
+
 }  // namespace shardd::tests

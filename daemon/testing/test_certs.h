@@ -30,6 +30,18 @@ struct TestCerts {
 // is missing or fails (the message names the command).
 absl::StatusOr<TestCerts> GenerateTestCerts(const std::string& dir);
 
+// A certificate and its key.
+struct TestPair {
+  std::string cert, key;
+};
+
+// Another certificate with node_cert's names and usages and a new key,
+// `name`.pem and `name`.key in certs.dir, signed by the test CA (or, with
+// `other_ca`, by other_ca): what a rotation installs.
+absl::StatusOr<TestPair> GenerateNodePair(const TestCerts& certs,
+                                          const std::string& name,
+                                          bool other_ca = false);
+
 }  // namespace shardd::tests
 
 #endif  // SHARDD_DAEMON_TESTING_TEST_CERTS_H_

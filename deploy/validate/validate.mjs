@@ -1319,6 +1319,12 @@ export function checkTls(objects) {
           continue;
         }
         if (mount.readOnly !== true) errors.push(`${where}: --${name} ${file}: mount ${mount.mountPath} must be readOnly`);
+        // The binaries re-read the files (--tls_refresh_interval): a renewal
+        // reaches them only through a whole-volume mount; the kubelet never
+        // updates a subPath mount.
+        if (mount.subPath !== undefined || mount.subPathExpr !== undefined) {
+          errors.push(`${where}: --${name} ${file}: mount ${mount.mountPath} uses subPath, which the kubelet never updates: a renewed certificate would not reach the process; mount the whole Secret`);
+        }
         // Secret files belong to root (group fsGroup when the pod has one).
         const key = file.slice(mount.mountPath.replace(/\/$/, "").length + 1);
         const item = (volume.secret.items ?? []).find((i) => i.path === key);

@@ -258,6 +258,12 @@ describe("TLS checks fail when", () => {
     delete sidecarOf(objects).volumeMounts.find((m) => m.name === "shardd-tls").readOnly;
     assert.ok(some(v.checkTls(objects), /container shardd: --tls_key \/etc\/shardd\/tls\/tls.key: mount \/etc\/shardd\/tls must be readOnly/));
   });
+  test("the Secret is mounted with subPath, which rotation never reaches", () => {
+    const objects = render("production");
+    const c = sidecarOf(objects);
+    c.volumeMounts.find((m) => m.name === "shardd-tls").subPath = "tls.crt";
+    assert.ok(some(v.checkTls(objects), /container shardd: --tls_cert \/etc\/shardd\/tls\/tls.crt: mount \/etc\/shardd\/tls uses subPath, which the kubelet never updates/));
+  });
   test("the container's user cannot read the Secret's files", () => {
     const objects = render("production");
     const coordinator = objects.find((o) => o.kind === "Deployment");

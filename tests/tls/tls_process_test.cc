@@ -16,8 +16,10 @@
 //    daemons mirror "", "shardd.v1.Trainer" and "shardd.ready"), which
 //    serve neither the Coordinator, the Peer nor the Trainer API;
 //  - shardctl reaches the TCP trainer API with a client certificate only;
-//  - a TLS flag naming a missing file, or a key without its certificate,
-//    stops either binary at start (exit code 2).
+//  - a TLS flag naming a missing file, a key without its certificate or
+//    of another certificate, or a --tls_refresh_interval under 1s stops
+//    either binary at start (exit code 2).
+// Rotation while running: cert_rotation_process_test.
 // The Unix socket's mode 0600 is checked by tests/node:shardd_process_test.
 //
 //   tls_process_test COORDINATOR_BINARY SHARDD_BINARY SHARDCTL_BINARY
@@ -642,7 +644,11 @@ TEST_F(TlsFlagsProcessTest, BadTlsFlagsStopBothBinariesAtStart) {
       {"--tls_cert=" + certs_.node_cert},  // No key.
       {"--tls_ca=" + certs_.ca},           // A server needs a certificate.
       {"--tls_cert=" + certs_.node_cert, "--tls_key=" + certs_.node_key,
-       "--tls_ca=" + missing}};
+       "--tls_ca=" + missing},
+      // A key of another certificate.
+      {"--tls_cert=" + certs_.node_cert, "--tls_key=" + certs_.client_key},
+      {"--tls_cert=" + certs_.node_cert, "--tls_key=" + certs_.node_key,
+       "--tls_refresh_interval=0s"}};
   for (const std::vector<std::string>& tls : bad_tls) {
     std::vector<std::string> coordinator = {
         g_coordinator_binary, "--listen=127.0.0.1:0", "--world_size=2",
