@@ -1598,21 +1598,44 @@ function dnsCovers(dnsNames, host) {
   return host.includes(".") && dnsNames.includes(`*.${rest}`);
 }
 
-// A $(VAR) in an argument, as the pod expands it: $(POD_NAME) is any pod
-// (the wildcard), $(POD_NAMESPACE) the object's namespace, a literal env
-// value itself; anything else is unknown (null).
-function expandHost(host, c, namespace) {
+// The host the JobSet controller writes into every pod's annotation
+// jobset.sigs.k8s.io/coordinator: the coordinator pod's hostname under the
+// JobSet's subdomain (its name unless network.subdomain says otherwise).
+function jobSetCoordinatorHost(js) {
+  const sc = js.spec.coordinator ?? {};
+  const subdomain = js.spec.network?.subdomain ?? js.metadata.name;
+  return `${js.metadata.name}-${sc.replicatedJob}-${sc.jobIndex ?? 0}-${sc.podIndex ?? 0}.${subdomain}`;
+}
+
+// Fields of the downward API that differ from pod to pod of one template.
+const PER_POD_FIELDS = [
+  "metadata.name",
+  "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+  "metadata.labels['batch.kubernetes.io/job-completion-index']",
+  "metadata.labels['batch.kubernetes.io/job-name']",
+];
+
+// A $(VAR) in an argument of a container of `o`, as the pod expands it: a
+// per-pod field (the pod's name, its completion index or Job) makes its
+// DNS label any label (the wildcard), $(POD_NAMESPACE) is the object's
+// namespace, a JobSet's name label and coordinator annotation what its
+// controller writes, a literal env value itself; anything else is unknown
+// (null).
+function expandHost(host, c, namespace, o) {
   let unknown = false;
   const out = host.replace(/\$\((\w+)\)/g, (_, v) => {
     const env = (c.env ?? []).find((e) => e.name === v);
     const field = env?.valueFrom?.fieldRef?.fieldPath;
-    if (field === "metadata.name") return "*";
+    if (PER_POD_FIELDS.includes(field)) return "*";
     if (field === "metadata.namespace" && namespace) return namespace;
+    if (o?.kind === "JobSet" && field === "metadata.labels['jobset.sigs.k8s.io/jobset-name']") return o.metadata.name;
+    if (o?.kind === "JobSet" && field === "metadata.annotations['jobset.sigs.k8s.io/coordinator']") return jobSetCoordinatorHost(o);
     if (env?.value !== undefined) return env.value;
     unknown = true;
     return "";
   });
-  return unknown ? null : out;
+  if (unknown) return null;
+  return out.split(".").map((label) => (label.includes("*") ? "*" : label)).join(".");
 }
 
 // cert-manager Certificates: each issued by a deployed Issuer (a CA
@@ -1639,7 +1662,13 @@ export function checkCertificates(objects) {
     if (ca && ca.spec.isCA !== true) errors.push(`${objectId(issuer)}: signs with Secret ${caSecret}, made by ${objectId(ca)}, which is not a CA (isCA: true)`);
   }
   const dialled = new Set();  // --coordinator hosts
-  for (const o of objects) for (const c of podContainers(o)) if (flag(c, "coordinator") !== undefined) dialled.add(hostOf(flag(c, "coordinator")));
+  for (const o of objects) {
+    for (const c of podContainers(o)) {
+      if (flag(c, "coordinator") === undefined) continue;
+      const host = hostOf(flag(c, "coordinator"));
+      dialled.add(expandHost(host, c, o.metadata.namespace, o) ?? host);
+    }
+  }
   for (const { o, spec, id } of allTemplates(objects)) {
     for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
       const file = flag(c, "tls_cert");
@@ -1658,7 +1687,7 @@ export function checkCertificates(objects) {
       const needed = [];
       if (flag(c, "listen") !== undefined) needed.push(...[...dialled].map((h) => [h, "--coordinator of the daemons"]));
       if (flag(c, "peer_listen") !== undefined) {
-        const host = expandHost(hostOf(flag(c, "peer_listen")), c, o.metadata.namespace);
+        const host = expandHost(hostOf(flag(c, "peer_listen")), c, o.metadata.namespace, o);
         if (host === null) errors.push(`${where}: --peer_listen ${flag(c, "peer_listen")}: cannot tell which host peers dial`);
         else needed.push([host, "--peer_listen"]);
       }
@@ -1939,6 +1968,7 @@ export const KUSTOMIZATIONS = {
   "jobset-cpu": path.join(DEPLOY, "k8s/overlays/jobset-cpu"),
   "jobset-gpu-dra": path.join(DEPLOY, "k8s/overlays/jobset-gpu-dra"),
   "jobset-gpu-device-plugin": path.join(DEPLOY, "k8s/overlays/jobset-gpu-device-plugin"),
+  "jobset-tls": path.join(DEPLOY, "k8s/overlays/jobset-tls"),
   "two-jobs/job-a": path.join(DEPLOY, "k8s/examples/two-jobs/job-a"),
   "two-jobs/job-b": path.join(DEPLOY, "k8s/examples/two-jobs/job-b"),
   example: path.join(DEPLOY, "k8s/overlays/example"),

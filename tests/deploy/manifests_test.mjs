@@ -397,6 +397,16 @@ describe("certificate checks fail when", () => {
     assert.ok(some(errors, /dnsNames do not cover \*\.shardd-peers\.ml-training\.svc\.cluster\.local \(--peer_listen of StatefulSet/), errors.join("\n"));
     assert.ok(some(errors, /dnsNames do not cover shardd-coordinator \(--coordinator of the daemons of Deployment/), errors.join("\n"));
   });
+  test("the JobSet form's certificate does not name the JobSet's subdomain (a JobSet renamed without its dnsNames)", () => {
+    const objects = render("jobset-tls");
+    assert.deepEqual(v.checkCertificates(objects), []);
+    const tls = cert(objects, "shardd-tls");
+    assert.deepEqual(tls.spec.dnsNames, ["*.shardd", "*.shardd.ml-training.svc", "*.shardd.ml-training.svc.cluster.local"]);
+    objects.find((o) => o.kind === "JobSet").metadata.name = "run-7";
+    const errors = v.checkCertificates(objects);
+    assert.ok(some(errors, /dnsNames do not cover run-7-coordinator-0-0\.run-7 \(--coordinator of the daemons/), errors.join("\n"));
+    assert.ok(some(errors, /dnsNames do not cover \*\.run-7\.ml-training\.svc\.cluster\.local \(--peer_listen of JobSet/), errors.join("\n"));
+  });
   test("it lacks client auth", () => {
     const objects = render("production");
     cert(objects, "shardd-tls").spec.usages = ["server auth"];
@@ -684,7 +694,7 @@ test("validate.mjs check passes on the repository", async () => {
 // The JobSet form (deploy/k8s/jobset and its overlays), several jobs per
 // namespace (deploy/k8s/examples/two-jobs), GPU variants.
 
-const JOBSET_FORMS = ["jobset", "jobset-cpu", "jobset-gpu-dra", "jobset-gpu-device-plugin", "two-jobs/job-a", "two-jobs/job-b"];
+const JOBSET_FORMS = ["jobset", "jobset-cpu", "jobset-gpu-dra", "jobset-gpu-device-plugin", "jobset-tls", "two-jobs/job-a", "two-jobs/job-b"];
 const jobSetOf = (objects) => objects.find((o) => o.kind === "JobSet");
 const rjOf = (objects, name) => jobSetOf(objects).spec.replicatedJobs.find((r) => r.name === name);
 const workerPod = (objects) => rjOf(objects, "workers").template.spec.template.spec;
@@ -695,13 +705,15 @@ for (const name of JOBSET_FORMS) {
     test("renders a JobSet, the job's ConfigMap, rules, NetworkPolicies and two PodMonitors, and no StatefulSet or Deployment", () => {
       const kinds = render(name).map((o) => o.kind).sort();
       const gpu = name === "jobset-gpu-dra" ? ["ResourceClaimTemplate"] : [];
-      assert.deepEqual(kinds, ["ConfigMap", "JobSet", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "PodMonitor", "PodMonitor", "PrometheusRule", ...gpu].sort());
+      const tls = name === "jobset-tls" ? ["Certificate", "Certificate", "Issuer", "Issuer"] : [];
+      assert.deepEqual(kinds, ["ConfigMap", "JobSet", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "PodMonitor", "PodMonitor", "PrometheusRule", ...gpu, ...tls].sort());
     });
     test("every object validates (the JobSet against its CRD, each replicatedJob as a batch/v1 Job), no unknown field", async () => {
       assert.deepEqual(await v.validateSchemas(render(name)), []);
     });
     for (const [what, check] of [["sidecar", "checkSidecar"], ["restricted", "checkRestricted"], ["probes", "checkProbes"], ["TLS", "checkTls"],
-      ["job shape, exit codes, success and failure policies", "checkJob"], ["rules", "checkRules"], ["NetworkPolicies", "checkNetworkPolicies"], ["--insecure", "checkInsecure"]]) {
+      ["job shape, exit codes, success and failure policies", "checkJob"], ["rules", "checkRules"], ["NetworkPolicies", "checkNetworkPolicies"], ["--insecure", "checkInsecure"],
+      ["certificates", "checkCertificates"]]) {
       test(`${what} (${check})`, () => assert.deepEqual(v[check](render(name)), []));
     }
     if (name !== "jobset") test("images pinned", () => assert.deepEqual(v.checkImagesPinned(render(name)), []));
