@@ -1090,6 +1090,7 @@ export function checkJob(objects) {
     if (!selects(sm.spec.selector, coordSvc.metadata.labels ?? {})) errors.push(`${objectId(sm)}: selector does not match Service shardd-coordinator's labels`);
     for (const ep of sm.spec.endpoints ?? []) if (!coordSvc.spec.ports.some((p) => p.name === ep.port)) errors.push(`${objectId(sm)}: port '${ep.port}' is not a port of Service shardd-coordinator`);
   }
+  errors.push(...checkStallAlertAfter(objects, c, objectId(coordinator)));
   // The alert waits longer than the lease.
   const rule = objects.find((o) => o.kind === "PrometheusRule");
   const missing = rule?.spec.groups.flatMap((g) => g.rules).find((r) => r.alert === "SharddMemberMissing");
@@ -1098,6 +1099,23 @@ export function checkJob(objects) {
     errors.push(`${objectId(rule)}: SharddMemberMissing 'for' (${missing.for}) must be longer than the lease (LEASE_MS ${cm.data?.LEASE_MS})`);
   }
   return errors;
+}
+
+// The coordinator's --stall_alert_after (SharddTrainingStalled's stall
+// time), when it names a ConfigMap key through $(VAR), must be a duration
+// absl parses ("15m", "1h30m", "0"): else the coordinator does not start.
+export function checkStallAlertAfter(objects, container, id) {
+  let value = flag(container, "stall_alert_after");
+  if (value === undefined) return [];
+  const v = /^\$\((\w+)\)$/.exec(value);
+  if (v) {
+    const ref = (container.env ?? []).find((e) => e.name === v[1])?.valueFrom?.configMapKeyRef;
+    const cm = ref && objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === ref.name);
+    if (!cm || cm.data?.[ref.key] === undefined) return [`${id}: --stall_alert_after=${value}: ${v[1]} is not a key of a deployed ConfigMap`];
+    value = cm.data[ref.key];
+  }
+  if (!/^(0|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$/.test(value)) return [`${id}: --stall_alert_after '${value}' is no duration (e.g. 15m, 1h30m; 0 turns the alert off)`];
+  return [];
 }
 
 // The Prometheus meta label of a pod field (metadata.labels['K'] or
@@ -1253,6 +1271,7 @@ export function checkJobSet(objects) {
     for (const ep of pm.spec.podMetricsEndpoints ?? []) if (!names.includes(ep.port)) errors.push(`${objectId(pm)}: port '${ep.port}' is not a named port of the ${what} pods`);
     if (what === "trainer") errors.push(...checkRankLabel(pm, sidecar));
   }
+  errors.push(...checkStallAlertAfter(objects, coord, c.id));
   const rule = objects.find((o) => o.kind === "PrometheusRule");
   const missing = rule?.spec.groups.flatMap((g) => g.rules).find((r) => r.alert === "SharddMemberMissing");
   if (missing && parseDuration(missing.for ?? "0s") * 1000 <= Number(cm.data?.LEASE_MS)) {

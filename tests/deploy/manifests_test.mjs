@@ -613,6 +613,17 @@ describe("job checks fail when", () => {
     assert.ok(some(v.checkJob(byName), /--rank \(\$\(POD_INDEX\)\) is no pod label or annotation/), v.checkJob(byName).join("\n"));
     assert.equal(v.podMetaLabel("metadata.annotations['batch.kubernetes.io/job-completion-index']"), "__meta_kubernetes_pod_annotation_batch_kubernetes_io_job_completion_index");
   });
+  test("the stall time is no duration the coordinator parses", () => {
+    assert.deepEqual(v.checkStallAlertAfter(render("base"), coordinatorOf(render("base")), "c"), []);
+    const objects = render("base");
+    objects.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER = "15 minutes";
+    assert.ok(some(v.checkJob(objects), /--stall_alert_after '15 minutes' is no duration/), v.checkJob(objects).join("\n"));
+    objects.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER = "0";
+    assert.ok(!some(v.checkJob(objects), /stall_alert_after/));
+    const jobset = render("jobset-cpu");
+    delete jobset.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER;
+    assert.ok(some(v.checkJob(jobset), /STALL_ALERT_AFTER is not a key of a deployed ConfigMap/), v.checkJob(jobset).join("\n"));
+  });
   test("SharddMemberMissing waits no longer than the lease", () => {
     const objects = render("base");
     objects.find((o) => o.kind === "ConfigMap").data.LEASE_MS = "60000";
@@ -633,13 +644,14 @@ describe("alert rules", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
       "shardd_coordinator_broken_peer_links",
-      "shardd_coordinator_committed_step",
       "shardd_coordinator_job_failed",
+      "shardd_coordinator_last_step_timestamp_seconds",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
       "shardd_coordinator_recovery_seconds_count",
       "shardd_coordinator_recovery_seconds_sum",
       "shardd_coordinator_shards_without_replica",
+      "shardd_coordinator_stall_alert_after_seconds",
       "shardd_shm_leftover_bytes",
     ]);
   });

@@ -17,6 +17,9 @@
 #     one observation of each recovery phase's duration, recovery bytes
 #     received (= sent), a step count of STEPS on the coordinator and every
 #     daemon, committed steps on every daemon, and up == 1 for all 5 targets;
+#   * every rank's trainer waited on collectives in all three calls, and
+#     the dashboard's per-rank queries (trainer wait per step, rank state)
+#     answer for every rank; the stall alert's gauges are set and quiet;
 #   * promtool check metrics passes on every binary's /metrics;
 #   * deploy/exported_metrics.txt lists exactly the metric families the
 #     binaries export (after training, a checkpoint and a recovery).
@@ -301,6 +304,27 @@ expect_query "the coordinator is at step $STEPS" \
 expect_query "the coordinator has $W live members" \
   'shardd_coordinator_members_live' "[[ \$v == $W ]]"
 expect_query "every target is up" "count(up == 1)" "[[ \$v == $((W + 1)) ]]"
+# The trainer wait and the per-rank views of the dashboard (the rank label
+# comes from the file_sd targets here, from the PodMonitor in Kubernetes).
+expect_query "every rank's trainer waited on collectives" \
+  'count(sum by (rank) (shardd_trainer_wait_seconds_sum) > 0)' "[[ \$v == $W ]]"
+expect_query "every rank reported its Gather, ReduceGrad and Step waits" \
+  'count(count by (rank) (shardd_trainer_wait_seconds_count > 0) == 3)' \
+  "[[ \$v == $W ]]"
+expect_query "the dashboard's trainer wait per step answers for every rank" \
+  'count(sum by (rank) (rate(shardd_trainer_wait_seconds_sum[5m])) / sum by (rank) (rate(shardd_steps_committed_total[5m])) >= 0)' \
+  "[[ \$v == $W ]]"
+expect_query "the rank state timeline shows every rank ready" \
+  'count((max by (rank) (shardd_ready{rank!=""} + 1) or max by (rank) (up{rank!=""} * 0)) == 2)' \
+  "[[ \$v == $W ]]"
+expect_query "the stall time is the coordinator's default (15m)" \
+  'shardd_coordinator_stall_alert_after_seconds' '[[ $v == 900 ]]'
+expect_query "the coordinator saw a step within the last 2 minutes" \
+  'time() - shardd_coordinator_last_step_timestamp_seconds' \
+  "$(num 'v >= 0 && v < 120')"
+expect_query "the stall alert's expression is quiet" \
+  'count((time() - shardd_coordinator_last_step_timestamp_seconds) > shardd_coordinator_stall_alert_after_seconds and shardd_coordinator_stall_alert_after_seconds > 0 and shardd_coordinator_members_live > 0) or vector(0)' \
+  '[[ $v == 0 ]]'
 stamp "final state scraped"
 echo "PromQL results:"
 run_queries
