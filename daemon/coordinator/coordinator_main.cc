@@ -93,6 +93,11 @@ ABSL_FLAG(int, metrics_port, 0,
           "port, printed)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
           "IP address /metrics listens on");
+ABSL_FLAG(absl::Duration, stall_alert_after, absl::Minutes(15),
+          "how long the job may go without a committed step, members live, "
+          "before the SharddTrainingStalled alert fires (exported as "
+          "shardd_coordinator_stall_alert_after_seconds for the rule; 0: "
+          "never)");
 ABSL_FLAG(std::string, health_listen, "",
           "also serve grpc.health.v1, and nothing else, in plaintext on this "
           "host:port (port 0: any), for probes that cannot present a "
@@ -120,6 +125,7 @@ struct ServeFlags {
   absl::Duration heartbeat;
   absl::Duration quarantine;
   int metrics_port = 0;
+  absl::Duration stall_alert_after;
   std::string health_listen;
 };
 
@@ -156,6 +162,11 @@ absl::StatusOr<ServeFlags> ParseServeFlags() {
   if (flags.metrics_port < -1 || flags.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         "--metrics_port must be in [-1, 65535] (0: off, -1: any)");
+  }
+  flags.stall_alert_after = absl::GetFlag(FLAGS_stall_alert_after);
+  if (flags.stall_alert_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--stall_alert_after must not be negative (0: the alert never fires)");
   }
   flags.health_listen = absl::GetFlag(FLAGS_health_listen);
   return flags;
@@ -343,6 +354,7 @@ int Run() {
     observer =
         std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
     observer->InsecureEndpoints(credentials->insecure_endpoints);
+    observer->StallAlertAfter(flags->stall_alert_after);
   }
   absl::StatusOr<CoordinatorOptions> options =
       BuildOptions(*flags, observer.get());

@@ -76,6 +76,11 @@ class CoordinatorObserver {
   virtual void CommitVote(absl::string_view /*decision*/) {}
   // The lease members must renew within.
   virtual void Lease(absl::Duration /*lease*/) {}
+  // How long the job may go without a committed step while members are
+  // live before the stall alert fires (--stall_alert_after; 0: never). An
+  // operator's setting the coordinator only reports, so that the alert
+  // rule reads each job's own value.
+  virtual void StallAlertAfter(absl::Duration /*after*/) {}
   // Links between live members that both ends report unreachable (a
   // network partition between nodes; 0 when none).
   virtual void BrokenPeerLinks(int /*n*/) {}

@@ -47,6 +47,10 @@ inline constexpr char kLimitHost[] = "host";
 inline constexpr char kLimitShm[] = "shm";
 inline constexpr char kLimitDevice[] = "device";
 inline constexpr char kLimitPlanned[] = "planned";
+// TrainerWaited call: the trainer operation that waited.
+inline constexpr char kCallGather[] = "gather";
+inline constexpr char kCallReduceGrad[] = "reduce_grad";
+inline constexpr char kCallStep[] = "step";
 }  // namespace node_labels
 
 // The bytes a daemon holds, by category: what the StepEngine's buffers hold
@@ -124,6 +128,12 @@ class NodeObserver {
   // limit less the safety margin.
   virtual void MemoryLimit(absl::string_view /*scope*/,
                            int64_t /*usable_bytes*/) {}
+  // A trainer operation that reached the engine ended (whatever its
+  // status); `waited` is the part of it spent blocked on collectives
+  // (StepEngine::collective_wait), zero when none had to be waited for.
+  // call: kCallGather, kCallReduceGrad or kCallStep.
+  virtual void TrainerWaited(absl::string_view /*call*/,
+                             absl::Duration /*waited*/) {}
 };
 
 }  // namespace shardd::metrics

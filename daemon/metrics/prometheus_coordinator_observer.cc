@@ -1,5 +1,6 @@
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,7 @@ BoundedSeries<Histogram> NewRecoveryHistograms(Registry& registry) {
 }  // namespace
 
 PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
-    prometheus::Registry& registry)
+    prometheus::Registry& registry, std::function<absl::Time()> now)
     : failures_detected_(
           NewCounters(registry, "shardd_coordinator_failures_detected_total",
                       "Members removed as failed, by cause.", "cause",
@@ -88,7 +89,8 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
       commit_votes_(
           NewCounters(registry, "shardd_coordinator_commit_votes_total",
                       "ShouldCommit decisions, by decision.", "decision",
-                      {labels::kCommit, labels::kReject, labels::kAborted})) {
+                      {labels::kCommit, labels::kReject, labels::kAborted})),
+      now_(std::move(now)) {
   epoch_ = NewGauge(registry, "shardd_coordinator_membership_epoch",
                     "The current membership epoch.");
   ready_ = NewGauge(registry, "shardd_coordinator_ready",
@@ -118,6 +120,20 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
                  "Recoveries that had to use a checkpoint.");
   lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
                     "The lease members must renew within, in seconds.");
+  stall_alert_after_ = NewGauge(
+      registry, "shardd_coordinator_stall_alert_after_seconds",
+      "How long the job may go without a committed step while members are "
+      "live before SharddTrainingStalled fires (--stall_alert_after; 0: "
+      "never).");
+  {
+    absl::MutexLock lock(&step_mu_);
+    last_step_time_ = NewGauge(
+        registry, "shardd_coordinator_last_step_timestamp_seconds",
+        "Unix time the committed step last advanced (the coordinator's "
+        "start before the first step); time() minus it is how long the job "
+        "has gone without a step.");
+    last_step_time_->Set(absl::ToDoubleSeconds(now_() - absl::UnixEpoch()));
+  }
   insecure_endpoints_ = NewGauge(
       registry, "shardd_coordinator_insecure_endpoints",
       "gRPC endpoints of the coordinator that carry plaintext beyond its "
@@ -145,6 +161,13 @@ void PrometheusCoordinatorObserver::Members(int live, int expected) {
 
 void PrometheusCoordinatorObserver::CommittedStep(int64_t step) {
   committed_step_->Set(static_cast<double>(step));
+  // A step that went back (a restarted coordinator rebuilding its view)
+  // is no progress; the rebuilt step after a restart counts as progress,
+  // like the start itself.
+  absl::MutexLock lock(&step_mu_);
+  if (step <= last_step_) return;
+  last_step_ = step;
+  last_step_time_->Set(absl::ToDoubleSeconds(now_() - absl::UnixEpoch()));
 }
 
 void PrometheusCoordinatorObserver::MemberFailed(absl::string_view cause) {
@@ -190,6 +213,11 @@ void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {
 
 void PrometheusCoordinatorObserver::Lease(absl::Duration lease) {
   lease_->Set(absl::ToDoubleSeconds(lease));
+}
+
+void PrometheusCoordinatorObserver::StallAlertAfter(absl::Duration after) {
+  stall_alert_after_->Set(
+      absl::ToDoubleSeconds(std::max(after, absl::ZeroDuration())));
 }
 
 void PrometheusCoordinatorObserver::InsecureEndpoints(int n) {

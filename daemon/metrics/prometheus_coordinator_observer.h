@@ -2,8 +2,11 @@
 #define SHARDD_DAEMON_METRICS_PROMETHEUS_COORDINATOR_OBSERVER_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/metrics/bounded_series.h"
 #include "daemon/metrics/coordinator_observer.h"
@@ -26,12 +29,20 @@ namespace shardd::metrics {
 // label (it would make a series per message): the gauge only says that the
 // job failed, GetClusterState and the coordinator's log say why.
 //
+// When the committed step last advanced is a *_timestamp_seconds gauge
+// (wall time, read by Prometheus' time()); before the first step it is
+// this object's construction, i.e. the coordinator's start, so that the
+// stall alert also covers a job that never commits.
+//
 // Thread-safe and non-blocking (prometheus-cpp metrics are), as
 // CoordinatorObserver requires. Borrows the registry, which must outlive
 // this object.
 class PrometheusCoordinatorObserver : public CoordinatorObserver {
  public:
-  explicit PrometheusCoordinatorObserver(prometheus::Registry& registry);
+  // `now` is the wall clock (tests pass their own).
+  explicit PrometheusCoordinatorObserver(
+      prometheus::Registry& registry,
+      std::function<absl::Time()> now = absl::Now);
   ~PrometheusCoordinatorObserver() override;
 
   PrometheusCoordinatorObserver(const PrometheusCoordinatorObserver&) = delete;
@@ -51,6 +62,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void CheckpointFallback() override;
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
+  void StallAlertAfter(absl::Duration after) override;
   void JobFailed(bool failed, absl::string_view reason) override;
   void InsecureEndpoints(int n) override;
 
@@ -72,6 +84,13 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Counter* checkpoint_fallbacks_;
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;
+  prometheus::Gauge* stall_alert_after_;
+  const std::function<absl::Time()> now_;
+  // The highest committed step seen, and (the gauge) when it was first
+  // seen; step_mu_ makes the compare and the two sets one step.
+  absl::Mutex step_mu_;
+  int64_t last_step_ ABSL_GUARDED_BY(step_mu_) = 0;
+  prometheus::Gauge* last_step_time_ ABSL_GUARDED_BY(step_mu_);
   prometheus::Gauge* job_failed_;
   prometheus::Gauge* insecure_endpoints_;
 };

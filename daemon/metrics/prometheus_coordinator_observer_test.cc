@@ -181,6 +181,37 @@ TEST_F(PrometheusCoordinatorObserverTest,
   EXPECT_EQ(s.at(h + "_count{phase=\"rendezvous\"}"), 0);
 }
 
+TEST(PrometheusCoordinatorObserverClockTest,
+     LastStepTimeIsTheStartThenEachAdvanceOfTheStep) {
+  prometheus::Registry registry;
+  absl::Time now = absl::FromUnixSeconds(1'700'000'000);
+  PrometheusCoordinatorObserver observer(registry, [&now] { return now; });
+  const auto sample = [&registry](const std::string& name) {
+    auto s = ParseExposition(
+        prometheus::TextSerializer().Serialize(registry.Collect()));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() && s->count(name) ? s->at(name) : -1.0;
+  };
+  const std::string last = "shardd_coordinator_last_step_timestamp_seconds";
+  EXPECT_EQ(sample(last), 1'700'000'000) << "the start, before any step";
+  EXPECT_EQ(sample("shardd_coordinator_stall_alert_after_seconds"), 0);
+  now += absl::Seconds(30);
+  observer.CommittedStep(1);
+  EXPECT_EQ(sample(last), 1'700'000'030);
+  now += absl::Seconds(30);
+  observer.CommittedStep(1);  // The same step again: no progress.
+  observer.CommittedStep(0);  // Back: no progress either.
+  EXPECT_EQ(sample(last), 1'700'000'030);
+  EXPECT_EQ(sample("shardd_coordinator_committed_step"), 0);
+  now += absl::Seconds(5);
+  observer.CommittedStep(2);
+  EXPECT_EQ(sample(last), 1'700'000'065);
+  observer.StallAlertAfter(absl::Minutes(15));
+  EXPECT_EQ(sample("shardd_coordinator_stall_alert_after_seconds"), 900);
+  observer.StallAlertAfter(-absl::Seconds(1));
+  EXPECT_EQ(sample("shardd_coordinator_stall_alert_after_seconds"), 0);
+}
+
 TEST_F(PrometheusCoordinatorObserverTest, CommitVotesCountByDecision) {
   observer_.CommitVote(labels::kCommit);
   observer_.CommitVote(labels::kCommit);

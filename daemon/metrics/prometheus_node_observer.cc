@@ -145,7 +145,18 @@ PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
                                "engine admission found it (the binding limit "
                                "less the safety margin; 0 before the first).")
                          .Register(registry)](const prometheus::Labels& l)
-              -> prometheus::Gauge& { return family.Add(l); }) {
+              -> prometheus::Gauge& { return family.Add(l); }),
+      // One observation per trainer call (not per step): its _sum over
+      // the committed steps is the wait per step, and rate() of its _sum
+      // the share of the trainer's time spent waiting (docs/metrics.md).
+      trainer_wait_(NewHistograms(
+          registry, "shardd_trainer_wait_seconds",
+          "Time each trainer call (Gather, ReduceGrad, Step) spent blocked "
+          "on collectives, by call.",
+          {"call"},
+          {{node_labels::kCallGather, node_labels::kCallReduceGrad,
+            node_labels::kCallStep}},
+          CollectiveBuckets())) {
   auto& shard_bytes = prometheus::BuildGauge()
                           .Name("shardd_shard_bytes")
                           .Help("Bytes of this rank's shards held, by kind.")
@@ -291,6 +302,12 @@ void PrometheusNodeObserver::MemoryLimit(absl::string_view scope,
                                          int64_t usable_bytes) {
   memory_usable_.Get({scope}).Set(
       static_cast<double>(std::max<int64_t>(usable_bytes, 0)));
+}
+
+void PrometheusNodeObserver::TrainerWaited(absl::string_view call,
+                                           absl::Duration waited) {
+  trainer_wait_.Get({call}).Observe(
+      absl::ToDoubleSeconds(std::max(waited, absl::ZeroDuration())));
 }
 
 void PrometheusNodeObserver::ShmSwept(int64_t files, int64_t bytes) {

@@ -22,8 +22,8 @@ namespace shardd::metrics {
 //
 // Every family, and every series with a known label value, is registered
 // at construction, so a scrape shows them (at zero) before the first
-// event. Histograms are in seconds: collectives 100 us .. 30 s, steps
-// 1 ms .. 60 s (1-2.5-5 steps per decade).
+// event. Histograms are in seconds: collectives and the trainer's waits on
+// them 100 us .. 30 s, steps 1 ms .. 60 s (1-2.5-5 steps per decade).
 //
 // The last checkpoint is a *_timestamp_seconds gauge (Prometheus'
 // convention), not an age: its age is time() - it in a query, and no
@@ -58,6 +58,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void ShmSwept(int64_t files, int64_t bytes) override;
   void MemoryAdmission(absl::string_view request, bool admitted) override;
   void MemoryLimit(absl::string_view scope, int64_t usable_bytes) override;
+  void TrainerWaited(absl::string_view call, absl::Duration waited) override;
 
  private:
   prometheus::Gauge* shard_parameters_;
@@ -87,6 +88,7 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* shm_swept_bytes_;
   BoundedSeries<prometheus::Counter> memory_admissions_;
   BoundedSeries<prometheus::Gauge> memory_usable_;
+  BoundedSeries<prometheus::Histogram> trainer_wait_;
   // Unix seconds of the newest checkpoint; checkpoint_mu_ makes its
   // read-compare-set one step.
   absl::Mutex checkpoint_mu_;

@@ -280,6 +280,35 @@ TEST_F(PrometheusNodeObserverTest, MemoryAdmissionsAndUsableBytesByLabel) {
             1 << 29);
 }
 
+TEST_F(PrometheusNodeObserverTest, TrainerWaitIsOneObservationPerCallByCall) {
+  auto zero = Samples();
+  for (const char* call : {"gather", "reduce_grad", "step"}) {
+    EXPECT_EQ(zero.at(absl::StrCat("shardd_trainer_wait_seconds_count{call=\"",
+                                   call, "\"}")),
+              0)
+        << call;
+  }
+  observer_.TrainerWaited(node_labels::kCallGather, absl::Milliseconds(3));
+  observer_.TrainerWaited(node_labels::kCallGather, absl::ZeroDuration());
+  observer_.TrainerWaited(node_labels::kCallStep, absl::Milliseconds(250));
+  observer_.TrainerWaited("typo", absl::Seconds(1));
+  // A clock that stepped back is no negative wait.
+  observer_.TrainerWaited(node_labels::kCallReduceGrad, -absl::Seconds(1));
+  auto s = Samples();
+  EXPECT_EQ(s.at("shardd_trainer_wait_seconds_count{call=\"gather\"}"), 2);
+  EXPECT_DOUBLE_EQ(s.at("shardd_trainer_wait_seconds_sum{call=\"gather\"}"),
+                   0.003);
+  // A call that waited for nothing lands in the first bucket.
+  EXPECT_EQ(
+      s.at("shardd_trainer_wait_seconds_bucket{call=\"gather\",le=\"0.0001\"}"),
+      1);
+  EXPECT_DOUBLE_EQ(s.at("shardd_trainer_wait_seconds_sum{call=\"step\"}"),
+                   0.25);
+  EXPECT_EQ(s.at("shardd_trainer_wait_seconds_count{call=\"reduce_grad\"}"), 1);
+  EXPECT_EQ(s.at("shardd_trainer_wait_seconds_sum{call=\"reduce_grad\"}"), 0);
+  EXPECT_EQ(s.at("shardd_trainer_wait_seconds_count{call=\"other\"}"), 1);
+}
+
 TEST_F(PrometheusNodeObserverTest, ConcurrentEventsAreAllCounted) {
   constexpr int kThreads = 4;
   constexpr int kEach = 2000;
@@ -323,6 +352,7 @@ TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
   observer_.ShmSwept(1, 4096);
   observer_.MemoryAdmission(node_labels::kAdmitExport, false);
   observer_.MemoryLimit(node_labels::kLimitDevice, 1 << 20);
+  observer_.TrainerWaited(node_labels::kCallReduceGrad, absl::Milliseconds(7));
   const std::string text = Exposition();
   ASSERT_TRUE(absl::StrContains(
       text, "shardd_checkpoint_last_written_timestamp_seconds 1699999999"))

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/node/host_engine_math.h"
 #include "daemon/recovery/failpoint.h"
 
@@ -479,7 +480,7 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   if (st.inflight != nullptr) {
     // Prefetched: wait for it here, as this call's own AllGather would.
     was_ready = st.inflight->Done();
-    const absl::Status s = st.inflight->Wait();
+    const absl::Status s = WaitCounted(*st.inflight);
     st.inflight.reset();
     if (!s.ok()) {
       slot_unit_[st.slot] = -1;
@@ -525,11 +526,13 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   }
   TakeSlotLocked(slot, unit);
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
+  const MonoTime issued = MonoNow();
   std::shared_ptr<comm::Work> work =
       shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
                               dtype, WaitedOptions(timeout));
+  CountWait(issued);
   SHARDD_FAILPOINT("allgather.mid");
-  absl::Status s = work->Wait();
+  absl::Status s = WaitCounted(*work);
   if (!s.ok()) return s;
   st.gathered_at_step = committed_step_;
   st.held = true;
@@ -605,7 +608,7 @@ StepEngine::PrefetchResult StepEngine::Prefetch(int unit,
 void StepEngine::DrainLocked(int unit) {
   UnitState& st = units_[unit];
   if (st.inflight == nullptr) return;
-  (void)st.inflight->Wait();
+  (void)WaitCounted(*st.inflight);
   st.inflight.reset();
   st.gathered_at_step = -1;
   if (st.slot >= 0) {
@@ -620,7 +623,7 @@ void StepEngine::DrainAllLocked() {
   // waited for, and their units count as not reduced.
   for (size_t s = 0; s < grad_slots_.size(); ++s) {
     if (grad_slots_[s].reducing == nullptr) continue;
-    (void)grad_slots_[s].reducing->Wait();
+    (void)WaitCounted(*grad_slots_[s].reducing);
     FreeGradSlotLocked(static_cast<int>(s));
   }
   (void)WaitReplicaReducesLocked();
@@ -648,7 +651,7 @@ absl::Status StepEngine::WaitReplicaReducesLocked() {
   absl::Status first = absl::OkStatus();
   for (UnitState& st : units_) {
     if (st.replica_reduce == nullptr) continue;
-    absl::Status s = st.replica_reduce->Wait();
+    absl::Status s = WaitCounted(*st.replica_reduce);
     st.replica_reduce.reset();
     if (first.ok() && !s.ok()) first = s;
   }
@@ -658,7 +661,7 @@ absl::Status StepEngine::WaitReplicaReducesLocked() {
 void StepEngine::ResetReductionsLocked() {
   for (size_t s = 0; s < grad_slots_.size(); ++s) {
     if (grad_slots_[s].reducing != nullptr) {
-      (void)grad_slots_[s].reducing->Wait();
+      (void)WaitCounted(*grad_slots_[s].reducing);
     }
     FreeGradSlotLocked(static_cast<int>(s));
   }
@@ -750,7 +753,7 @@ void StepEngine::FreeGradSlotLocked(int slot) {
 void StepEngine::FinishReduceLocked(int slot) {
   GradSlot& g = grad_slots_[slot];
   const int unit = g.unit;
-  absl::Status s = g.reducing->Wait();
+  absl::Status s = WaitCounted(*g.reducing);
   if (s.ok()) {
     const core::UnitLayout& layout = config_.units[unit];
     const int64_t elem = core::DTypeSize(config_.reduce_dtype);
@@ -885,9 +888,11 @@ absl::Status StepEngine::ReduceScatterLocked(int unit, int slot_index,
   GradSlot& g = grad_slots_[slot_index];
   comm::OpOptions options = WaitedOptions(timeout);
   if (grad_slots_.size() > 1) options.caller_waits = false;
+  const MonoTime issued = MonoNow();
   g.reducing = shard_group_->ReduceScatter(
       slot, slot + shard.offset * elem, StoredCounts(unit),
       config_.reduce_dtype, comm::ReduceOp::kAverage, options);
+  CountWait(issued);
   g.timeout = timeout;
   g.last_use = ++use_counter_;
   SHARDD_FAILPOINT("reducescatter.mid");
@@ -970,11 +975,12 @@ absl::StatusOr<StepResult> StepEngine::Step(
         return s;
       }
     }
-    absl::Status s =
-        shard_group_
-            ->AllGather(input, exchange, std::vector<int64_t>(f, kWords),
-                        DType::kFloat32, options)
-            ->Wait();
+    const MonoTime issued = MonoNow();
+    std::shared_ptr<comm::Work> work = shard_group_->AllGather(
+        input, exchange, std::vector<int64_t>(f, kWords), DType::kFloat32,
+        options);
+    CountWait(issued);
+    absl::Status s = WaitCounted(*work);
     if (!s.ok()) return s;
     if (norm_scratch_ != nullptr) {
       s = math_->Download(partials.data(), norm_scratch_->data(), f * kBytes);
@@ -1084,6 +1090,21 @@ double StepEngine::learning_rate() const {
 }
 
 int64_t StepEngine::committed_step() const { return committed_step_.load(); }
+
+absl::Duration StepEngine::collective_wait() const {
+  return absl::Nanoseconds(collective_wait_ns_.load());
+}
+
+void StepEngine::CountWait(MonoTime since) {
+  collective_wait_ns_.fetch_add(absl::ToInt64Nanoseconds(MonoNow() - since));
+}
+
+absl::Status StepEngine::WaitCounted(comm::Work& work) {
+  const MonoTime start = MonoNow();
+  absl::Status s = work.Wait();
+  CountWait(start);
+  return s;
+}
 
 uint64_t StepEngine::state_version() const { return state_version_.load(); }
 

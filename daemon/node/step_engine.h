@@ -19,6 +19,7 @@
 #include "daemon/core/dtype.h"
 #include "daemon/core/grad_clip.h"
 #include "daemon/core/memory_plan.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/core/sgd.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
@@ -251,6 +252,14 @@ class StepEngine {
   double learning_rate() const;
 
   int64_t committed_step() const;
+  // The total time this engine has spent blocked on its collectives: the
+  // issue of each one it waits for at once (a backend may run it on the
+  // calling thread) and every Wait, prefetches and asynchronous reductions
+  // included when something waits for them; GatherState's excepted (it
+  // serves export and recovery, not the trainer). Monotonic; the trainer
+  // operations report the part of each call (TrainerOps), so a call's wait is
+  // the difference across it. Read without the engine's lock.
+  absl::Duration collective_wait() const;
   // Changes whenever StateSections' bytes may have: an applied step, an
   // InstallState. A reader that sees the same version before and after
   // reading them read one consistent state.
@@ -391,6 +400,12 @@ class StepEngine {
   // The optimizer on the local shards for pending_ (then cleared).
   absl::StatusOr<StepResult> ApplyPendingLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the time since `since` to collective_wait_ns_: around the issue
+  // of a collective the caller waits for (OpOptions::caller_waits), which
+  // the backend may run to completion on the calling thread.
+  void CountWait(MonoTime since);
+  // work->Wait(), its time added to collective_wait_ns_.
+  absl::Status WaitCounted(comm::Work& work);
   // Frees `slot` for `unit`: detaches the unit that held it.
   void TakeSlotLocked(int slot, int unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least recently used slot of a released unit that is (or is not)
@@ -466,6 +481,7 @@ class StepEngine {
   std::optional<PendingStep> pending_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> committed_step_{0};
   std::atomic<uint64_t> state_version_{0};
+  std::atomic<int64_t> collective_wait_ns_{0};
   int64_t use_counter_ ABSL_GUARDED_BY(mu_) = 0;
   // How many replica all-reduces of this step were issued: they go from
   // the last unit down, so the next is unit N - 1 - replica_issued_.

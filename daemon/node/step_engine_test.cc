@@ -10,8 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "daemon/comm/gloo_collective.h"
 #include "daemon/comm/in_memory_store.h"
+#include "daemon/core/mono_time.h"
 #include "daemon/memory/testing/guarded_arena.h"
 #include "daemon/node/host_engine_math.h"
 #include "daemon/node/testing/guarded_collective.h"
@@ -846,6 +848,63 @@ TEST(StepEngineTest, PrefetchServesTheNextGatherWithinK) {
   }
 }
 
+TEST(StepEngineTest, CollectiveWaitIsTheTimeBlockedOnALatePeer) {
+  constexpr int kW = 2;
+  // Rank 1 issues its AllGather this long after rank 0 has started its
+  // own, which cannot complete before: rank 0 waits about this long.
+  constexpr absl::Duration kLate = absl::Milliseconds(300);
+  comm::InMemoryStore store;
+  absl::Notification rank0_gathers;
+  struct Seen {
+    absl::Status status;
+    absl::Duration waited;     // collective_wait() across the Gather.
+    absl::Duration call_time;  // The Gather call, end to end.
+  };
+  std::vector<Seen> seen(kW);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      Seen& out = seen[r];
+      auto groups = ConnectFullShard(r, kW, store);
+      if (!groups.ok()) {
+        out.status = groups.status();
+        if (r == 0) rank0_gathers.Notify();
+        return;
+      }
+      memory::HeapAllocator heap;
+      auto engine = StepEngine::Create(Config(kW, kW, r, 1), Init, heap);
+      if (!engine.ok()) {
+        out.status = engine.status();
+        if (r == 0) rank0_gathers.Notify();
+        return;
+      }
+      StepEngine& e = **engine;
+      e.SetCommunicators(groups->shard, groups->replica);
+      if (r == 0) {
+        rank0_gathers.Notify();
+      } else {
+        rank0_gathers.WaitForNotification();
+        absl::SleepFor(kLate);
+      }
+      const absl::Duration before = e.collective_wait();
+      const MonoTime started = MonoNow();
+      out.status = e.Gather(0, absl::Seconds(30)).status();
+      out.call_time = MonoNow() - started;
+      out.waited = e.collective_wait() - before;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kW; ++r) {
+    ASSERT_TRUE(seen[r].status.ok()) << "rank " << r << ": " << seen[r].status;
+    EXPECT_LE(seen[r].waited, seen[r].call_time) << "rank " << r;
+  }
+  // Rank 0's wait ends after rank 1 issued, at least kLate after rank 0
+  // announced its Gather; the part of the call before its Wait is
+  // microseconds, so half of kLate leaves room for a slow machine.
+  EXPECT_GE(seen[0].waited, kLate / 2);
+  EXPECT_LT(seen[1].waited, seen[0].waited);
+}
+
 class StepEngineSingleRankTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -856,6 +915,19 @@ class StepEngineSingleRankTest : public ::testing::Test {
   memory::HeapAllocator heap_;
   std::unique_ptr<StepEngine> engine_;
 };
+
+TEST_F(StepEngineSingleRankTest, WithoutCollectivesNothingIsWaitedFor) {
+  ASSERT_TRUE(engine_->Gather(0, absl::Seconds(1)).ok());
+  ASSERT_TRUE(engine_->Release(0).ok());
+  ASSERT_TRUE(engine_->GradientSlot(0).ok());
+  ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
+  for (int u = 1; u < static_cast<int>(engine_->config().units.size()); ++u) {
+    ASSERT_TRUE(engine_->GradientSlot(u).ok());
+    ASSERT_TRUE(engine_->ReduceGrad(u, absl::Seconds(1)).ok());
+  }
+  ASSERT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
+  EXPECT_EQ(engine_->collective_wait(), absl::ZeroDuration());
+}
 
 TEST_F(StepEngineSingleRankTest, RejectsUnknownUnits) {
   EXPECT_EQ(engine_->Gather(2, absl::Seconds(1)).status().code(),

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/model_config.h"
 #include "daemon/memory/cuda_ipc_name.h"
@@ -166,6 +167,9 @@ absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
   }
   absl::StatusOr<int64_t> epoch = EnterReadyEpoch();
   if (!epoch.ok()) return epoch.status();
+  absl::Cleanup report_wait = [&, before = (*engine)->collective_wait()] {
+    ReportWait(metrics::node_labels::kCallGather, **engine, before);
+  };
   const absl::Duration timeout = options_.collective_timeout;
   absl::StatusOr<UnitData> data = (*engine)->Gather(unit, timeout);
   if (!data.ok()) {
@@ -359,6 +363,10 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
       return s;
     }
   }
+  // The slot may be one whose reduce-scatter must finish first.
+  absl::Cleanup report_wait = [&, before = (*engine)->collective_wait()] {
+    ReportWait(metrics::node_labels::kCallReduceGrad, **engine, before);
+  };
   absl::StatusOr<UnitData> slot = (*engine)->GradientSlot(unit);
   if (!slot.ok()) return slot.status();
   if (absl::Status s = TakeGradient(**engine, unit, *slot, request.grad());
@@ -446,6 +454,9 @@ absl::StatusOr<v1::StepResponse> TrainerOps::Step(
   absl::StatusOr<int64_t> entered = EnterReadyEpoch();
   if (!entered.ok()) return entered.status();
   const int64_t epoch = *entered;
+  absl::Cleanup report_wait = [&, before = (*engine)->collective_wait()] {
+    ReportWait(metrics::node_labels::kCallStep, **engine, before);
+  };
   const uint64_t fingerprint = options_.host->ModelFingerprint();
   VoteOutcome outcome = VoteOutcome::kNotAsked;
   const auto vote = [&](const StepResult& prepared) {
@@ -465,6 +476,12 @@ absl::StatusOr<v1::StepResponse> TrainerOps::Step(
   absl::MutexLock lock(&mu_);
   ledger_.NoteCommitted(response);
   return response;
+}
+
+void TrainerOps::ReportWait(absl::string_view call, const StepEngine& engine,
+                            absl::Duration before) {
+  if (options_.observer == nullptr) return;
+  options_.observer->TrainerWaited(call, engine.collective_wait() - before);
 }
 
 absl::Status TrainerOps::Vote(int64_t epoch, uint64_t step_fingerprint,

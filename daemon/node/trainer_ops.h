@@ -146,6 +146,10 @@ class TrainerOps {
   absl::StatusOr<v1::ReduceGradResponse> ReleaseAfterReduce(
       StepEngine& engine, const v1::ReduceGradRequest& request,
       v1::ReduceGradResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the observer what one call (node_labels::kCall*) waited on
+  // collectives: `engine`'s collective wait since `before`.
+  void ReportWait(absl::string_view call, const StepEngine& engine,
+                  absl::Duration before);
   // The host's ready epoch, or ABORTED counted as an epoch change.
   absl::StatusOr<int64_t> EnterReadyEpoch();
   // Copies (or checks, when written in place) a ReduceGrad's gradient into

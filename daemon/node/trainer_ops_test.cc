@@ -130,10 +130,26 @@ class CountingObserver : public metrics::NodeObserver {
     absl::MutexLock lock(&mu_);
     return aborts_;
   }
+  void TrainerWaited(absl::string_view call, absl::Duration waited) override {
+    absl::MutexLock lock(&mu_);
+    waits_.push_back(std::string(call));
+    total_wait_ += waited;
+  }
+  // The calls that reported a wait, in order.
+  std::vector<std::string> waits() {
+    absl::MutexLock lock(&mu_);
+    return waits_;
+  }
+  absl::Duration total_wait() {
+    absl::MutexLock lock(&mu_);
+    return total_wait_;
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<std::string> aborts_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> waits_ ABSL_GUARDED_BY(mu_);
+  absl::Duration total_wait_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::ShouldCommitResponse Decision(bool commit) {
@@ -244,6 +260,26 @@ TEST_F(TrainerOpsTest, AStepCommitsOnceAndARetryGetsTheSameAnswer) {
   EXPECT_EQ(membership_.Count("vote(3,1)"), 1);
   EXPECT_EQ(Params(), std::vector<float>(12, 0.0f));
   EXPECT_TRUE(ops_->Idle());
+}
+
+TEST_F(TrainerOpsTest, EachCallThatReachesTheEngineReportsItsWaitOnce) {
+  // Refused before any engine work: no report.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ops_->ReduceGrad(InlineGrad(/*unit=*/5, 2.0f), Deadline()).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(ops_->Step(StepOf(0), Deadline()).status()));
+  EXPECT_TRUE(observer_.waits().empty());
+  ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline()).ok());
+  v1::ReleaseRequest release;
+  release.set_unit(0);
+  ASSERT_TRUE(ops_->Release(release).ok());
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  ASSERT_TRUE(ops_->Step(StepOf(1), Deadline()).ok());
+  EXPECT_EQ(observer_.waits(),
+            (std::vector<std::string>{"gather", "reduce_grad", "step"}));
+  // One rank, F = 1: no collective, nothing waited for.
+  EXPECT_EQ(observer_.total_wait(), absl::ZeroDuration());
+  EXPECT_EQ(engine_->collective_wait(), absl::ZeroDuration());
 }
 
 TEST_F(TrainerOpsTest, RejectsABadGradientAndChangesNothing) {

@@ -1082,6 +1082,7 @@ export function checkJob(objects) {
     if (!selects(pm.spec.selector, podLabels)) errors.push(`${objectId(pm)}: selector does not match the trainer pods`);
     const names = podContainers(sts).flatMap((x) => (x.ports ?? []).map((p) => p.name));
     for (const ep of pm.spec.podMetricsEndpoints ?? []) if (!names.includes(ep.port)) errors.push(`${objectId(pm)}: port '${ep.port}' is not a named port of the trainer pods`);
+    if (sidecar) errors.push(...checkRankLabel(pm, sidecar));
   }
   const sm = objects.find((o) => o.kind === "ServiceMonitor" || (o.kind === "PodMonitor" && o !== pm && selects(o.spec.selector, coordinator.spec.template.metadata.labels)));
   if (!sm) errors.push("no ServiceMonitor or PodMonitor for the coordinator");
@@ -1089,12 +1090,59 @@ export function checkJob(objects) {
     if (!selects(sm.spec.selector, coordSvc.metadata.labels ?? {})) errors.push(`${objectId(sm)}: selector does not match Service shardd-coordinator's labels`);
     for (const ep of sm.spec.endpoints ?? []) if (!coordSvc.spec.ports.some((p) => p.name === ep.port)) errors.push(`${objectId(sm)}: port '${ep.port}' is not a port of Service shardd-coordinator`);
   }
+  errors.push(...checkStallAlertAfter(objects, c, objectId(coordinator)));
   // The alert waits longer than the lease.
   const rule = objects.find((o) => o.kind === "PrometheusRule");
   const missing = rule?.spec.groups.flatMap((g) => g.rules).find((r) => r.alert === "SharddMemberMissing");
   if (!missing) errors.push("PrometheusRule: no SharddMemberMissing alert");
   else if (parseDuration(missing.for ?? "0s") * 1000 <= Number(cm.data?.LEASE_MS)) {
     errors.push(`${objectId(rule)}: SharddMemberMissing 'for' (${missing.for}) must be longer than the lease (LEASE_MS ${cm.data?.LEASE_MS})`);
+  }
+  return errors;
+}
+
+// The coordinator's --stall_alert_after (SharddTrainingStalled's stall
+// time), when it names a ConfigMap key through $(VAR), must be a duration
+// absl parses ("15m", "1h30m", "0"): else the coordinator does not start.
+export function checkStallAlertAfter(objects, container, id) {
+  let value = flag(container, "stall_alert_after");
+  if (value === undefined) return [];
+  const v = /^\$\((\w+)\)$/.exec(value);
+  if (v) {
+    const ref = (container.env ?? []).find((e) => e.name === v[1])?.valueFrom?.configMapKeyRef;
+    const cm = ref && objects.find((o) => o.kind === "ConfigMap" && o.metadata.name === ref.name);
+    if (!cm || cm.data?.[ref.key] === undefined) return [`${id}: --stall_alert_after=${value}: ${v[1]} is not a key of a deployed ConfigMap`];
+    value = cm.data[ref.key];
+  }
+  if (!/^(0|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$/.test(value)) return [`${id}: --stall_alert_after '${value}' is no duration (e.g. 15m, 1h30m; 0 turns the alert off)`];
+  return [];
+}
+
+// The Prometheus meta label of a pod field (metadata.labels['K'] or
+// metadata.annotations['K']) in Kubernetes service discovery.
+export function podMetaLabel(fieldPath) {
+  const m = /^metadata\.(labels|annotations)\['([^']+)'\]$/.exec(fieldPath ?? "");
+  if (!m) return undefined;
+  return `__meta_kubernetes_pod_${m[1] === "labels" ? "label" : "annotation"}_${m[2].replace(/[^a-zA-Z0-9_]/g, "_")}`;
+}
+
+// The dashboard's per-rank panels group by a `rank` target label
+// (METRICS.md, "Target labels"): every endpoint of the daemons' PodMonitor
+// copies it from the pod field the daemon's --rank comes from, so the
+// label and the daemon's rank cannot disagree.
+export function checkRankLabel(pm, sidecar) {
+  const v = /^\$\((\w+)\)$/.exec(flag(sidecar, "rank") ?? "");
+  // Kubernetes sets JOB_COMPLETION_INDEX from the annotation.
+  const field = v && (v[1] === "JOB_COMPLETION_INDEX" ? "metadata.annotations['batch.kubernetes.io/job-completion-index']" : fieldRefOf(sidecar, v[1]));
+  const source = podMetaLabel(field);
+  if (!source) return [`${objectId(pm)}: the shardd container's --rank (${flag(sidecar, "rank")}) is no pod label or annotation, so no series can be labelled with it`];
+  const errors = [];
+  for (const ep of pm.spec.podMetricsEndpoints ?? []) {
+    const r = (ep.relabelings ?? []).filter((x) => x.targetLabel === "rank");
+    const ok = r.length === 1 && (r[0].action ?? "replace").toLowerCase() === "replace" &&
+      JSON.stringify(r[0].sourceLabels) === JSON.stringify([source]) &&
+      (r[0].regex ?? "(.*)") === "(.*)" && (r[0].replacement ?? "$1") === "$1";
+    if (!ok) errors.push(`${objectId(pm)}: endpoint '${ep.port}' needs one relabeling {sourceLabels: [${source}], targetLabel: rank} (the pod field of the daemon's --rank; the per-rank panels group by it)`);
   }
   return errors;
 }
@@ -1221,7 +1269,9 @@ export function checkJobSet(objects) {
     }
     const names = [...(tpl.spec.initContainers ?? []), ...(tpl.spec.containers ?? [])].flatMap((x) => (x.ports ?? []).map((p) => p.name));
     for (const ep of pm.spec.podMetricsEndpoints ?? []) if (!names.includes(ep.port)) errors.push(`${objectId(pm)}: port '${ep.port}' is not a named port of the ${what} pods`);
+    if (what === "trainer") errors.push(...checkRankLabel(pm, sidecar));
   }
+  errors.push(...checkStallAlertAfter(objects, coord, c.id));
   const rule = objects.find((o) => o.kind === "PrometheusRule");
   const missing = rule?.spec.groups.flatMap((g) => g.rules).find((r) => r.alert === "SharddMemberMissing");
   if (missing && parseDuration(missing.for ?? "0s") * 1000 <= Number(cm.data?.LEASE_MS)) {
@@ -1752,6 +1802,21 @@ export function metricTypes(file = path.join(DEPLOY, "METRICS.md")) {
   return types;
 }
 
+// The GPU exporter's metric names the dashboard may use besides ours: the
+// table of METRICS.md's section "GPU exporter (DCGM)" (the documented
+// allow-list; an unlisted DCGM_ name is refused like a typo of ours).
+export function dcgmMetrics(file = path.join(DEPLOY, "METRICS.md")) {
+  const text = fs.readFileSync(file, "utf8");
+  const start = text.indexOf("\n## GPU exporter (DCGM)");
+  if (start < 0) return [];
+  const end = text.indexOf("\n## ", start + 1);
+  const section = text.slice(start, end < 0 ? undefined : end);
+  return [...section.matchAll(/^\|\s*(DCGM_[A-Z0-9_]+)\s*\|/gm)].map((m) => m[1]);
+}
+
+// Series Prometheus makes itself for every target.
+export const PROMETHEUS_TARGET_SERIES = ["up"];
+
 export function exportedMetrics(file = path.join(DEPLOY, "exported_metrics.txt")) {
   return fs.readFileSync(file, "utf8").split("\n").map((l) => l.trim()).filter((l) => l !== "");
 }
@@ -1827,6 +1892,10 @@ export function dashboardQueries(dashboard) {
     }
   };
   walk(dashboard.panels);
+  // Prometheus annotation queries (Grafana's own built-in has no expr).
+  for (const a of dashboard.annotations?.list ?? []) {
+    if (typeof a.expr === "string") out.push({ where: `annotation '${a.name}'`, expr: a.expr });
+  }
   for (const v of dashboard.templating?.list ?? []) {
     if (v.type !== "query") continue;
     const q = typeof v.query === "string" ? v.query : v.query?.query ?? "";
@@ -1846,6 +1915,19 @@ const DASHBOARD_METRICS = [
   ["step duration", "shardd_step_duration_seconds_bucket"],
   ["collective latency", "shardd_collective_duration_seconds_bucket"],
   ["memory by kind", "shardd_shard_bytes"],
+  ["trainer wait", "shardd_trainer_wait_seconds_sum"],
+  ["memory against plan", "shardd_planned_bytes"],
+  ["rank state", "shardd_ready"],
+  ["GPU utilisation (DCGM)", "DCGM_FI_DEV_GPU_UTIL"],
+  ["GPU memory (DCGM)", "DCGM_FI_DEV_FB_USED"],
+];
+
+// Per-rank views: a panel that must group by the rank target label.
+const PER_RANK_PANELS = [
+  ["rank state", "shardd_ready"],
+  ["step time", "shardd_step_duration_seconds_sum"],
+  ["trainer wait", "shardd_trainer_wait_seconds_sum"],
+  ["memory against plan", "shardd_planned_bytes"],
 ];
 
 export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboard.json")) {
@@ -1857,6 +1939,7 @@ export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboar
   }
   const errors = [];
   const allowed = seriesNames(exportedMetrics(), metricTypes());
+  for (const n of [...dcgmMetrics(), ...PROMETHEUS_TARGET_SERIES]) allowed.add(n);
   const walk = (panels) => {
     for (const p of panels ?? []) {
       if (p.type === "row") {
@@ -1875,12 +1958,19 @@ export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboar
     if (names.length === 0) errors.push(`${file}: ${q.where} selects no metric: ${q.expr}`);
     for (const n of names) {
       used.add(n);
-      if (!allowed.has(n)) errors.push(`${file}: ${q.where}: '${n}' is not an exported metric (deploy/exported_metrics.txt)`);
+      if (!allowed.has(n)) errors.push(`${file}: ${q.where}: '${n}' is not an exported metric (deploy/exported_metrics.txt), a GPU exporter metric of METRICS.md or Prometheus' up`);
     }
   }
   for (const [what, metric] of DASHBOARD_METRICS) {
     if (!used.has(metric)) errors.push(`${file}: no panel shows ${what} (${metric})`);
   }
+  const queries = dashboardQueries(dashboard);
+  for (const [what, metric] of PER_RANK_PANELS) {
+    const perRank = queries.some((q) => q.where.startsWith("panel") && promqlMetricNames(q.expr).includes(metric) && /\bby\s*\([^)]*\brank\b/.test(q.expr));
+    if (!perRank) errors.push(`${file}: no panel shows ${what} per rank (${metric} ... by (..., rank))`);
+  }
+  const epoch = (dashboard.annotations?.list ?? []).some((a) => promqlMetricNames(a.expr ?? "").includes("shardd_coordinator_membership_epoch"));
+  if (!epoch) errors.push(`${file}: no annotation marks the membership epoch changes (shardd_coordinator_membership_epoch)`);
   return errors;
 }
 

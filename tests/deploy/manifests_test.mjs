@@ -606,6 +606,34 @@ describe("job checks fail when", () => {
     assert.ok(some(errors, /port 'prom' is not a named port/), errors.join("\n"));
     assert.ok(some(errors, /selector does not match Service shardd-coordinator/), errors.join("\n"));
   });
+  test("the daemons' series get no rank label, or one from another field than --rank", () => {
+    const objects = render("base");
+    const pm = objects.find((o) => o.kind === "PodMonitor");
+    assert.deepEqual(pm.spec.podMetricsEndpoints[0].relabelings, [
+      { sourceLabels: ["__meta_kubernetes_pod_label_apps_kubernetes_io_pod_index"], targetLabel: "rank", action: "replace" },
+    ]);
+    delete pm.spec.podMetricsEndpoints[0].relabelings;
+    assert.ok(some(v.checkJob(objects), /PodMonitor.*endpoint 'metrics' needs one relabeling \{sourceLabels: \[__meta_kubernetes_pod_label_apps_kubernetes_io_pod_index\], targetLabel: rank\}/), v.checkJob(objects).join("\n"));
+    const moved = render("base");
+    moved.find((o) => o.kind === "PodMonitor").spec.podMetricsEndpoints[0].relabelings[0].regex = "(\\d)";
+    assert.ok(some(v.checkJob(moved), /needs one relabeling/));
+    // --rank from the pod's name: nothing a relabeling could copy.
+    const byName = render("base");
+    sidecarOf(byName).env.find((e) => e.name === "POD_INDEX").valueFrom.fieldRef.fieldPath = "metadata.name";
+    assert.ok(some(v.checkJob(byName), /--rank \(\$\(POD_INDEX\)\) is no pod label or annotation/), v.checkJob(byName).join("\n"));
+    assert.equal(v.podMetaLabel("metadata.annotations['batch.kubernetes.io/job-completion-index']"), "__meta_kubernetes_pod_annotation_batch_kubernetes_io_job_completion_index");
+  });
+  test("the stall time is no duration the coordinator parses", () => {
+    assert.deepEqual(v.checkStallAlertAfter(render("base"), coordinatorOf(render("base")), "c"), []);
+    const objects = render("base");
+    objects.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER = "15 minutes";
+    assert.ok(some(v.checkJob(objects), /--stall_alert_after '15 minutes' is no duration/), v.checkJob(objects).join("\n"));
+    objects.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER = "0";
+    assert.ok(!some(v.checkJob(objects), /stall_alert_after/));
+    const jobset = render("jobset-cpu");
+    delete jobset.find((o) => o.kind === "ConfigMap").data.STALL_ALERT_AFTER;
+    assert.ok(some(v.checkJob(jobset), /STALL_ALERT_AFTER is not a key of a deployed ConfigMap/), v.checkJob(jobset).join("\n"));
+  });
   test("SharddMemberMissing waits no longer than the lease", () => {
     const objects = render("base");
     objects.find((o) => o.kind === "ConfigMap").data.LEASE_MS = "60000";
@@ -626,13 +654,14 @@ describe("alert rules", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
       "shardd_coordinator_broken_peer_links",
-      "shardd_coordinator_committed_step",
       "shardd_coordinator_job_failed",
+      "shardd_coordinator_last_step_timestamp_seconds",
       "shardd_coordinator_members_expected",
       "shardd_coordinator_members_live",
       "shardd_coordinator_recovery_seconds_count",
       "shardd_coordinator_recovery_seconds_sum",
       "shardd_coordinator_shards_without_replica",
+      "shardd_coordinator_stall_alert_after_seconds",
       "shardd_shm_leftover_bytes",
     ]);
   });
@@ -683,6 +712,42 @@ describe("dashboard", () => {
     assert.ok(some(errors, /panel 'empty' has no query/), errors.join("\n"));
     fs.writeFileSync(file, "{");
     assert.equal(v.checkDashboard(file).length, 1);
+  });
+  test("GPU exporter metrics: the documented names pass, any other DCGM_ name is an error", () => {
+    const allowed = v.dcgmMetrics();
+    for (const n of ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]) assert.ok(allowed.includes(n), n);
+    assert.ok(allowed.every((n) => /^DCGM_FI_(DEV|PROF)_[A-Z0-9_]+$/.test(n)), allowed.join(" "));
+    const dir = tmpDir();
+    const file = path.join(dir, "d.json");
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    dashboard.panels.push({ type: "timeseries", title: "power", targets: [{ refId: "A", expr: "max by (exported_pod) (DCGM_FI_DEV_POWER_USAGE)" }] });
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    assert.deepEqual(v.checkDashboard(file), []);
+    dashboard.panels.push({ type: "timeseries", title: "typo", targets: [{ refId: "A", expr: "DCGM_FI_DEV_GPU_UTILISATION" }] });
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    assert.ok(some(v.checkDashboard(file), /panel 'typo' target A: 'DCGM_FI_DEV_GPU_UTILISATION' is not an exported metric/));
+  });
+  test("per-rank panels, the rank state timeline and the epoch annotations are required", () => {
+    const dir = tmpDir();
+    const file = path.join(dir, "d.json");
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    const titles = dashboard.panels.map((p) => p.title);
+    for (const t of ["Rank state (recovery timeline)", "Step time by rank", "Trainer wait per step by rank", "Memory against plan, by rank", "GPU utilisation by rank", "GPU memory against plan, by rank"]) assert.ok(titles.includes(t), t);
+    assert.equal(dashboard.panels.find((p) => p.title === "Rank state (recovery timeline)").type, "state-timeline");
+    // Aggregated over the ranks instead of by rank; no epoch annotation.
+    for (const p of dashboard.panels) for (const t of p.targets ?? []) t.expr = t.expr.replace(/by \(namespace, rank(, call)?\)/g, "by (namespace)");
+    dashboard.annotations.list = [];
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    const errors = v.checkDashboard(file);
+    for (const what of ["rank state", "step time", "trainer wait", "memory against plan"]) {
+      assert.ok(some(errors, new RegExp(`no panel shows ${what} per rank`)), `${what}\n${errors.join("\n")}`);
+    }
+    assert.ok(some(errors, /no annotation marks the membership epoch changes/), errors.join("\n"));
+  });
+  test("the epoch annotation's query is checked like a panel's", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    const q = v.dashboardQueries(dashboard).find((x) => x.where.startsWith("annotation"));
+    assert.ok(q && v.promqlMetricNames(q.expr).includes("shardd_coordinator_membership_epoch"));
   });
 });
 
@@ -755,6 +820,7 @@ describe("JobSet form", () => {
     ["the rank is not the completion index", (o) => { workerContainer(o, "trainer").env.find((e) => e.name === "RANK").valueFrom.fieldRef.fieldPath = "metadata.name"; }, /container trainer --rank .* must be the pod's completion index/],
     ["an env var reads a ConfigMap that is not deployed", (o) => { workerContainer(o, "trainer").env.find((e) => e.name === "STRATEGY").valueFrom.configMapKeyRef.name = "other"; }, /env STRATEGY reads ConfigMap 'other', which is not deployed/],
     ["no PodMonitor selects the coordinator", (o) => { o.find((x) => x.kind === "PodMonitor" && /coordinator/.test(x.metadata.name)).spec.selector.matchLabels["app.kubernetes.io/name"] = "x"; }, /no PodMonitor selects the coordinator pods/],
+    ["the rank label comes from another field than --rank", (o) => { o.find((x) => x.kind === "PodMonitor" && x.metadata.name.endsWith("shardd")).spec.podMetricsEndpoints[0].relabelings[0].sourceLabels = ["__meta_kubernetes_pod_label_batch_kubernetes_io_job_completion_index"]; }, /needs one relabeling \{sourceLabels: \[__meta_kubernetes_pod_annotation_batch_kubernetes_io_job_completion_index\], targetLabel: rank\}/],
   ]) {
     test(`checkJob fails when ${what}`, () => {
       const objects = render("jobset-cpu");

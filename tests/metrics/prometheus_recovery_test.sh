@@ -17,6 +17,9 @@
 #     one observation of each recovery phase's duration, recovery bytes
 #     received (= sent), a step count of STEPS on the coordinator and every
 #     daemon, committed steps on every daemon, and up == 1 for all 5 targets;
+#   * every rank's trainer waited on collectives in all three calls, and
+#     the dashboard's per-rank queries (trainer wait per step, rank state)
+#     answer for every rank; the stall alert's gauges are set and quiet;
 #   * promtool check metrics passes on every binary's /metrics;
 #   * deploy/exported_metrics.txt lists exactly the metric families the
 #     binaries export (after training, a checkpoint and a recovery).
@@ -301,6 +304,30 @@ expect_query "the coordinator is at step $STEPS" \
 expect_query "the coordinator has $W live members" \
   'shardd_coordinator_members_live' "[[ \$v == $W ]]"
 expect_query "every target is up" "count(up == 1)" "[[ \$v == $((W + 1)) ]]"
+# The trainer wait and the per-rank views of the dashboard (the rank label
+# comes from the file_sd targets here, from the PodMonitor in Kubernetes).
+expect_query "every rank's trainer waited on collectives" \
+  'count(sum by (rank) (shardd_trainer_wait_seconds_sum) > 0)' "[[ \$v == $W ]]"
+expect_query "every rank reported its Gather, ReduceGrad and Step waits" \
+  'count(count by (rank) (shardd_trainer_wait_seconds_count > 0) == 3)' \
+  "[[ \$v == $W ]]"
+# The dashboard divides the rates; over the whole run (the counters
+# themselves) the same division is the mean wait per committed step. (The
+# rates are printed at the end.)
+expect_query "the trainer wait per step, per rank, answers for every rank" \
+  'count(sum by (rank) (shardd_trainer_wait_seconds_sum) / sum by (rank) (shardd_steps_committed_total) > 0)' \
+  "[[ \$v == $W ]]"
+expect_query "the rank state timeline shows every rank ready" \
+  'count((max by (rank) (shardd_ready{rank!=""} + 1) or max by (rank) (up{rank!=""} * 0)) == 2)' \
+  "[[ \$v == $W ]]"
+expect_query "the stall time is the coordinator's default (15m)" \
+  'shardd_coordinator_stall_alert_after_seconds' '[[ $v == 900 ]]'
+expect_query "the coordinator saw a step within the last 2 minutes" \
+  'time() - shardd_coordinator_last_step_timestamp_seconds' \
+  "$(num 'v >= 0 && v < 120')"
+expect_query "the stall alert's expression is quiet" \
+  'count((time() - shardd_coordinator_last_step_timestamp_seconds) > shardd_coordinator_stall_alert_after_seconds and shardd_coordinator_stall_alert_after_seconds > 0 and shardd_coordinator_members_live > 0) or vector(0)' \
+  '[[ $v == 0 ]]'
 stamp "final state scraped"
 echo "PromQL results:"
 run_queries
@@ -310,17 +337,22 @@ prom query "$prom_url" 'shardd_coordinator_failures_detected_total > 0' \
   'shardd_recovery_bytes_total > 0' 'shardd_steps_committed_total' \
   'shardd_steps_aborted_total > 0' 'shardd_collective_failures_total > 0' \
   'shardd_coordinator_failure_reports_total > 0' \
-  'shardd_coordinator_membership_epoch'
+  'shardd_coordinator_membership_epoch' \
+  'sum by (rank) (rate(shardd_trainer_wait_seconds_sum[5m]))' \
+  'sum by (rank) (rate(shardd_steps_committed_total[5m]))' \
+  'shardd_trainer_wait_seconds_sum'
 
 # --- the binaries' own /metrics ---------------------------------------------
-# Each binary's /metrics now (after a checkpoint and the recovery).
+# Each binary's /metrics now (after a checkpoint and the recovery). Not
+# named shardd-<n>.*: the daemons' shm sweep (--shm_dir is $d) takes such a
+# name for a daemon's file of process <n>, and removes it when <n> is dead.
 urls=("http://127.0.0.1:$cmetrics/metrics" "$d/coordinator.metrics")
 for r in $(seq 0 $((W - 1))); do
-  urls+=("http://127.0.0.1:${mport[$r]}/metrics" "$d/shardd-$r.metrics")
+  urls+=("http://127.0.0.1:${mport[$r]}/metrics" "$d/scraped-shardd-$r.metrics")
 done
 check "GET /metrics of the coordinator and every daemon" prom save "${urls[@]}"
 bodies=("$d/coordinator.metrics")
-for r in $(seq 0 $((W - 1))); do bodies+=("$d/shardd-$r.metrics"); done
+for r in $(seq 0 $((W - 1))); do bodies+=("$d/scraped-shardd-$r.metrics"); done
 for f in "${bodies[@]}"; do
   check "promtool check metrics: $(basename "$f")" \
     bash -c 'promtool check metrics <"$0"' "$f"
@@ -335,6 +367,6 @@ check "every metric the binaries export is in exported_metrics.txt" bash -c '
   "$d/listed.txt" "$d/families.txt"
 check "shardd_checkpoint_last_written_timestamp_seconds is exported on every daemon" bash -c '
   for f; do grep -q "^shardd_checkpoint_last_written_timestamp_seconds " "$f" || { echo "$f: none"; exit 1; }; done' \
-  _ "$d"/shardd-*.metrics
+  _ "$d"/scraped-shardd-*.metrics
 stamp "done"
 finish
