@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <map>
 #include <utility>
 
@@ -82,11 +83,17 @@ absl::StatusOr<ShmSweepResult> SweepShmDirectory(absl::string_view dir,
     if (fd >= 0) {
       owner = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? Owner::kDead : Owner::kLive;
     } else {
+      // Without an owner file the number names the owner: only a pid
+      // that cannot exist any more (a positive one kill() says is gone)
+      // makes the files a dead daemon's. 0 (or an overflowing number) is
+      // no pid, so nothing says whose the files are: they stay.
       int64_t pid = 0;
-      absl::SimpleAtoi(prefix.substr(family.size()), &pid);
-      const bool exists = pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 ||
-                                      errno == EPERM);
-      owner = exists ? Owner::kUnknown : Owner::kDead;
+      const bool is_pid =
+          absl::SimpleAtoi(prefix.substr(family.size()), &pid) && pid > 0 &&
+          pid <= INT32_MAX;
+      const bool gone =
+          is_pid && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+      owner = gone ? Owner::kDead : Owner::kUnknown;
     }
     if (owner == Owner::kLive) continue;
     int64_t bytes = 0;

@@ -176,6 +176,19 @@ TEST_F(ShmSweeperTest, FilesWithoutAnOwnerFileGoOnlyWhenThePidIsGone) {
   EXPECT_GE(swept->unknown_bytes, 8192);
 }
 
+TEST_F(ShmSweeperTest, ANumberThatIsNoPidLeavesTheFilesAlone) {
+  // 0 would have kill() signal our own process group; a number beyond
+  // int32 would wrap to another pid.
+  File("shardd-0.metrics", 10);
+  File("shardd-99999999999.0.seg", 10);
+  auto swept = SweepShmDirectory(dir_, "shardd-");
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(swept->files_removed, 0);
+  EXPECT_TRUE(Exists("shardd-0.metrics"));
+  EXPECT_TRUE(Exists("shardd-99999999999.0.seg"));
+  EXPECT_EQ(swept->unknown_files, 2);
+}
+
 TEST_F(ShmSweeperTest, MissingFolderIsNotFound) {
   EXPECT_EQ(SweepShmDirectory(dir_ + "/nope", "shardd-").status().code(),
             absl::StatusCode::kNotFound);
