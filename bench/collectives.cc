@@ -4,13 +4,13 @@
 // repetitions.
 //
 // The parent spawns W copies of this binary (--worker) for each W. Every
-// worker forms three communicators through a shared temporary directory:
-// ours (CreateGlooCollective over a FileStore), a raw
-// gloo::rendezvous::Context (gloo's FileStore, its own TCP device) and the
-// control's, a second raw context with its own TCP device and store, set up
-// as ours is. Buffers are allocated once per worker, at the largest size,
-// and pre-faulted (first touch is very slow on these VMs); every operation
-// reuses them.
+// worker forms its communicators through a shared temporary directory: ours
+// (CreateGlooCollective over a FileStore) and raw gloo::rendezvous::Contexts
+// (gloo's FileStore), each with its own TCP device: Gloo's side, the
+// control's (set up as ours is), Gloo's ring all-reduce and one for barriers
+// (Worker::Connect). Buffers are allocated once per worker, at the largest
+// size, and pre-faulted (first touch is very slow on these VMs); every
+// operation reuses them.
 //
 // Operations (fp32, sum): all-gather, reduce-scatter, all-reduce and
 // broadcast (root 0), for sizes 4 KiB .. 256 MiB in powers of 4 (--quick:
@@ -31,8 +31,9 @@
 //
 // Timing: each repetition starts after a raw Gloo barrier; a repetition's
 // time is the slowest rank's. After warm-up, a repetition runs ours, Gloo,
-// the control (and Gloo's ring all-reduce for reduce-scatter) in that order
-// in even repetitions and in the reverse order in odd ones. The ratios are
+// the control (and Gloo's ring all-reduce for reduce-scatter) once each, in
+// a balanced order (BalancedOrder: each side in each position, and right
+// after each other side, equally often over a cycle). The ratios are
 // PAIRED: per repetition, Gloo's time over ours (as busbw), and Gloo's time
 // over the control's, then the median over repetitions, so that what the
 // shared two cores are doing at one moment weighs on both sides of a pair
@@ -64,9 +65,9 @@
 // between the measured sizes), and bench/results/
 // collectives_flat_vs_per_tensor.png plots it (gnuplot).
 //
-// Run time on the 2-core VM: --quick about a minute; the full run
-// a quarter of an hour (W = 8 on 2 cores is slow, and 256 MiB at W = 8
-// needs ~1 GiB per process).
+// Run time on the 2-core VM: --quick 1-2.5 minutes, the full run a quarter
+// of an hour or more, both depending on the load (W = 8 on 2 cores is slow,
+// and 256 MiB at W = 8 needs ~1.5 GiB per process).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,8 +169,9 @@ std::vector<int64_t> Sizes(bool quick, int64_t min_bytes, int64_t max_bytes) {
 // time where the bar looks (sizes >= 1 MiB, BarRule): one short block below
 // 1 MiB, and at 1-16 MiB blocks until the same +-kHalfWidth as the full run
 // or a cap a few times its block. With its old 10-32 repetitions at every
-// size, --quick's paired ratios at 1-16 MiB had 95% intervals 0.3-0.9 wide,
-// and its headline moved by 0.2-0.4 between runs of the same code.
+// size, --quick's paired ratios at 1-16 MiB had 95% intervals 0.2-1.3 wide,
+// and its worst point by median times read 0.51-0.90 in five runs of the
+// same code where the full run's repetitions gave 0.93.
 int Reps(int64_t bytes, bool quick) {
   if (quick && bytes < kMiB) return 8;
   if (bytes <= 4 * kMiB) return quick ? 16 : 60;
