@@ -67,7 +67,7 @@
 //
 // Run time on the 2-core VM: --quick 1-2.5 minutes, the full run a quarter
 // of an hour or more, both depending on the load (W = 8 on 2 cores is slow,
-// and 256 MiB at W = 8 needs ~1.5 GiB per process).
+// and 256 MiB at W = 8 needs ~2.2 GiB per process: 17 GiB in all).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
