@@ -65,8 +65,9 @@
 // between the measured sizes), and bench/results/
 // collectives_flat_vs_per_tensor.png plots it (gnuplot).
 //
-// Run time on the 2-core VM: --quick 1-2.5 minutes, the full run a quarter
-// of an hour or more, both depending on the load (W = 8 on 2 cores is slow,
+// Run time on the 2-core VM: --quick 2.5 minutes at load 10-13 and 6 at
+// load 23-36; the full run 16 minutes for W = 2 and 4 at load 10-17 plus
+// W = 8, both depending on the load (W = 8 on 2 cores is slow,
 // and 256 MiB at W = 8 needs ~2.2 GiB per process: 17 GiB in all).
 #include <signal.h>
 #include <stdio.h>
