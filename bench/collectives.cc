@@ -231,7 +231,11 @@ class Worker {
     const std::vector<int64_t> sizes =
         Sizes(o_.quick, o_.min_bytes, o_.max_bytes);
     if (sizes.empty()) Die("no sizes within --min_bytes/--max_bytes");
-    const int64_t max_bytes = sizes.back();
+    // The FSDP table gathers its whole total into the same buffers, however
+    // low --max_bytes is.
+    const int64_t fsdp_total = o_.quick ? 16 * kMiB : 64 * kMiB;
+    const int64_t max_bytes =
+        o_.fsdp ? std::max(sizes.back(), fsdp_total) : sizes.back();
     a_ = std::make_unique<Buffer>(max_bytes);
     b_ = std::make_unique<Buffer>(max_bytes);
     SyncBarrier();
@@ -261,7 +265,7 @@ class Worker {
     if (rank_ == 0) {
       for (const Point& point : points) PrintRow(point);
     }
-    if (o_.fsdp) FlatVsPerTensor(o_.quick ? 16 * kMiB : 64 * kMiB);
+    if (o_.fsdp) FlatVsPerTensor(fsdp_total);
     SyncBarrier();
     ours_.reset();
   }
