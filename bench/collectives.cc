@@ -1,12 +1,16 @@
 // bench/collectives: our GlooCollective against raw Gloo called directly, in
-// the same processes and the same run, over W processes on 127.0.0.1.
+// the same processes and the same run, over W processes on 127.0.0.1, with
+// an A/A control (raw Gloo against raw Gloo) measured in the same
+// repetitions.
 //
 // The parent spawns W copies of this binary (--worker) for each W. Every
-// worker forms two communicators through a shared temporary directory: ours
-// (CreateGlooCollective over a FileStore) and a raw gloo::rendezvous::Context
-// (gloo's FileStore, its own TCP device). Buffers are allocated once per
-// worker, at the largest size, and pre-faulted (first touch is very slow on
-// these VMs); every operation reuses them.
+// worker forms its communicators through a shared temporary directory: ours
+// (CreateGlooCollective over a FileStore) and raw gloo::rendezvous::Contexts
+// (gloo's FileStore), each with its own TCP device: Gloo's side, the
+// control's (set up as ours is), Gloo's ring all-reduce and one for barriers
+// (Worker::Connect). Buffers are allocated once per worker, at the largest
+// size, and pre-faulted (first touch is very slow on these VMs); every
+// operation reuses them.
 //
 // Operations (fp32, sum): all-gather, reduce-scatter, all-reduce and
 // broadcast (root 0), for sizes 4 KiB .. 256 MiB in powers of 4 (--quick:
@@ -17,26 +21,38 @@
 //           algbw * 2(W-1)/W for all-reduce, algbw for broadcast.
 // Raw Gloo counterparts: gloo::allgather, gloo::allreduce (ring),
 // gloo::broadcast; for reduce-scatter the best Gloo offers for the same
-// result, measured both ways in the same run and the faster (by busbw) kept
-// per size: ReduceScatterHalvingDoubling (the old-style algorithm, set up
-// once per size outside the timing) and a ring all-reduce of the whole input
-// (which contains the scattered result) counted by the all-reduce busbw.
+// result, measured both ways in the same repetitions and one kept per point
+// (the faster by the median of their paired ratio):
+// ReduceScatterHalvingDoubling (the old-style algorithm, set up once per
+// size outside the timing) and a ring all-reduce of the whole input (which
+// contains the scattered result) counted by the all-reduce busbw. The
+// control runs Gloo's own call on its context (reduce-scatter:
+// halving-doubling against halving-doubling).
 //
 // Timing: each repetition starts after a raw Gloo barrier; a repetition's
-// time is the slowest rank's. Ours and Gloo alternate within each
-// repetition, in ABBA order (ours first in even repetitions, Gloo first in
-// odd ones), after warm-up. The headline ratio is PAIRED: per repetition,
-// Gloo's time over ours (as busbw), then the median over repetitions, so
-// that what the shared two cores are doing at one moment weighs on both
-// sides of a pair alike. Repetitions come in blocks (60 up to 4 MiB, 30 to
-// 16 MiB, 12 at 64 MiB, 6 at 256 MiB; --quick 16, 10) until that median's
-// 95% confidence interval is within +-0.05 or a cap is reached (300, 120,
-// 36, 12; --quick 32, 10); the interval is in the JSON. The blocks of all
-// points of one W are interleaved (a round runs one block of every
-// unfinished point), so each point's repetitions are spread over the run:
-// the machine drifts over minutes, and a slow spell then weighs on every
-// point alike instead of on whichever point it hit. The worst median
-// over sizes >= 1 MiB and every W is the figure. The table reports each
+// time is the slowest rank's. After warm-up, a repetition runs ours, Gloo,
+// the control (and Gloo's ring all-reduce for reduce-scatter) once each, in
+// a balanced order (BalancedOrder: each side in each position, and right
+// after each other side, equally often over a cycle). The ratios are
+// PAIRED: per repetition, Gloo's time over ours (as busbw), and Gloo's time
+// over the control's, then the median over repetitions, so that what the
+// shared two cores are doing at one moment weighs on both sides of a pair
+// alike. Repetitions come in blocks (60 up to 4 MiB, 30 to 16 MiB, 12 at
+// 64 MiB, 6 at 256 MiB; --quick 8 below 1 MiB, 16 to 4 MiB, 8 at 16 MiB)
+// until both medians' 95% confidence intervals are within +-0.05 or a cap is
+// reached (300, 120, 36, 12; --quick 8, 96, 40); the intervals are in the
+// JSON. The blocks of all points of one W are interleaved (a round runs one
+// block of every unfinished point), so each point's repetitions are spread
+// over the run: the machine drifts over minutes, and a slow spell then
+// weighs on every point alike instead of on whichever point it hit.
+//
+// The bar (bench/collectives_stats.h), printed with PASS/FAIL per operation
+// by every run, --quick too: per operation and W the median over sizes
+// >= 1 MiB of the points' paired ratios >= 0.97
+// (<op>_median_ratio_ge_1mib_w<W>), and the worst point over sizes >= 1 MiB
+// and every W (<op>_busbw_ratio_to_gloo_min_ge_1mib) no lower than the
+// control's worst point (control_<op>_busbw_ratio_to_gloo_min_ge_1mib) minus
+// 0.05 (<op>_worst_minus_control_worst >= -0.05). The table reports each
 // side's MEDIAN time; ratios from each side's best-of-N and median times
 // are in the JSON too.
 //
@@ -49,16 +65,10 @@
 // between the measured sizes), and bench/results/
 // collectives_flat_vs_per_tensor.png plots it (gnuplot).
 //
-// --control (an A/A run): ours is replaced by the same raw Gloo calls on a
-// second context with its own TCP device and store, set up as ours is
-// (reduce-scatter: halving-doubling against halving-doubling); everything
-// else is unchanged, and the figures are named control_<op>_...: what
-// identical code scores on the same statistics, i.e. the noise floor of the
-// worst-point figure on this machine. No FSDP table in that mode.
-//
-// Run time on the 2-core VM: --quick about half a minute; the full run
-// several minutes (W = 8 on 2 cores is slow, and 256 MiB at W = 8 needs
-// ~1 GiB per process).
+// Run time on the 2-core VM: --quick 2.5 minutes at load 10-13 and 6 at
+// load 23-36; the full run 16 minutes for W = 2 and 4 at load 10-17 plus
+// W = 8, both depending on the load (W = 8 on 2 cores is slow,
+// and 256 MiB at W = 8 needs ~2.2 GiB per process: 17 GiB in all).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +82,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -88,6 +99,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_report.h"
+#include "bench/collectives_stats.h"
 #include "daemon/comm/collective.h"
 #include "daemon/comm/file_store.h"
 #include "daemon/comm/gloo_collective.h"
@@ -125,9 +137,6 @@ struct Options {
   bool fsdp = false;
   // Raw Gloo only (no GlooCollective): a baseline of the machine.
   bool raw_only = false;
-  // An A/A control: ours replaced by raw Gloo on a second context, so that
-  // the ratios and their spread show what identical code scores here.
-  bool control = false;
   // Only these operations / world sizes (empty: all), for looking into one
   // point without the whole run.
   std::vector<std::string> ops;
@@ -157,52 +166,33 @@ std::vector<int64_t> Sizes(bool quick, int64_t min_bytes, int64_t max_bytes) {
   return sizes;
 }
 
-// Repetitions per point (after warm-up). The headline takes the best of
-// them per side: on 2 cores shared by W processes interference only ever
-// slows a repetition down, so the best converges on the undisturbed time
-// as repetitions grow, and the worst point over 15 needs enough of them.
+// Repetitions per block of one point (after warm-up). --quick spends its
+// time where the bar looks (sizes >= 1 MiB, BarRule): one short block below
+// 1 MiB, and at 1-16 MiB blocks until the same +-kHalfWidth as the full run
+// or a cap a few times its block. With its old 10-32 repetitions at every
+// size, --quick's paired ratios at 1-16 MiB had 95% intervals 0.2-1.3 wide,
+// and its worst point by median times read 0.51-0.90 in five runs of the
+// same code where the full run's repetitions gave 0.93.
 int Reps(int64_t bytes, bool quick) {
+  if (quick && bytes < kMiB) return 8;
   if (bytes <= 4 * kMiB) return quick ? 16 : 60;
-  if (bytes <= 16 * kMiB) return quick ? 10 : 30;
+  if (bytes <= 16 * kMiB) return quick ? 8 : 30;
   if (bytes <= 64 * kMiB) return 12;
   return 6;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The most repetitions one point may take while its paired ratio is still
-// uncertain (cheap sizes can afford many; --quick stays near its block).
+// uncertain (cheap sizes can afford many).
 int MaxReps(int64_t bytes, bool quick) {
-  if (bytes <= 4 * kMiB) return quick ? 32 : 300;
-  if (bytes <= 16 * kMiB) return quick ? 10 : 120;
+  if (quick && bytes < kMiB) return 8;
+  if (bytes <= 4 * kMiB) return quick ? 96 : 300;
+  if (bytes <= 16 * kMiB) return quick ? 40 : 120;
   if (bytes <= 64 * kMiB) return 36;
   return 12;
 }
 
 // Target precision of a point's paired ratio: +-0.05 at 95%.
 constexpr double kHalfWidth = 0.05;
-
-// A median with its distribution-free 95% confidence interval: the order
-// statistics n/2 -+ 0.98 sqrt(n) (the binomial(n, 1/2) normal
-// approximation).
-struct PairedCi {
-  double median = 0, lo = 0, hi = 0;
-};
-PairedCi MedianCi(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const double n = static_cast<double>(v.size());
-  const double half = 0.98 * std::sqrt(n);
-  const auto at = [&](double k) {
-    const int64_t i = std::clamp<int64_t>(static_cast<int64_t>(std::floor(k)),
-                                          0, static_cast<int64_t>(n) - 1);
-    return v[static_cast<size_t>(i)];
-  };
-  return {Median(v), at(n / 2 - half), at(std::ceil(n / 2 + half))};
-}
 
 // A pre-faulted, 2 MiB-aligned float buffer (huge pages requested).
 class Buffer {
@@ -241,10 +231,14 @@ class Worker {
     const std::vector<int64_t> sizes =
         Sizes(o_.quick, o_.min_bytes, o_.max_bytes);
     if (sizes.empty()) Die("no sizes within --min_bytes/--max_bytes");
-    const int64_t max_bytes = sizes.back();
+    // The FSDP table gathers its whole total into the same buffers, however
+    // low --max_bytes is.
+    const int64_t fsdp_total = o_.quick ? 16 * kMiB : 64 * kMiB;
+    const int64_t max_bytes =
+        o_.fsdp ? std::max(sizes.back(), fsdp_total) : sizes.back();
     a_ = std::make_unique<Buffer>(max_bytes);
     b_ = std::make_unique<Buffer>(max_bytes);
-    RawBarrier();
+    SyncBarrier();
     std::vector<Point> points;
     for (const char* op :
          {"allgather", "reducescatter", "allreduce", "broadcast"}) {
@@ -271,32 +265,37 @@ class Worker {
     if (rank_ == 0) {
       for (const Point& point : points) PrintRow(point);
     }
-    if (o_.fsdp) FlatVsPerTensor(o_.quick ? 16 * kMiB : 64 * kMiB);
-    RawBarrier();
+    if (o_.fsdp) FlatVsPerTensor(fsdp_total);
+    SyncBarrier();
     ours_.reset();
   }
 
  private:
   void Connect() {
-    if (!o_.raw_only && !o_.control) ConnectOurs();
+    if (!o_.raw_only) ConnectOurs();
+    // Every raw Gloo use has a context of its own (its own TCP device, with
+    // its event-loop thread, and its own store), as ours has: Gloo's side;
+    // the A/A control's second side, set up as ours is; Gloo's ring
+    // all-reduce, the other way of its reduce-scatter; and barriers and the
+    // max over ranks. No timed side then shares a device with another's
+    // traffic: while Gloo's halving-doubling shared one with the ring
+    // all-reduce, the A/A control of reduce-scatter (halving-doubling on a
+    // device of its own against it) read 1.05-1.11 per W instead of 1.
+    raw_ = RawContext("raw");
+    ring_ = RawContext("ring");
+    sync_ = RawContext("sync");
+    if (!o_.raw_only) ctrl_ = RawContext("ctrl");
+  }
+
+  std::shared_ptr<gloo::Context> RawContext(absl::string_view name) {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
-    device_ = gloo::transport::tcp::CreateDevice(attr);
-    raw_store_ = std::make_unique<gloo::rendezvous::FileStore>(
-        absl::StrCat(o_.store, "/raw"));
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(absl::StrCat(o_.store, "/", name));
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
     context->setTimeout(std::chrono::seconds(300));
-    context->connectFullMesh(*raw_store_, device_);
-    raw_ = context;
-    if (o_.control) {
-      ctrl_device_ = gloo::transport::tcp::CreateDevice(attr);
-      ctrl_store_ = std::make_unique<gloo::rendezvous::FileStore>(
-          absl::StrCat(o_.store, "/ctrl"));
-      auto c = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
-      c->setTimeout(std::chrono::seconds(300));
-      c->connectFullMesh(*ctrl_store_, ctrl_device_);
-      ctrl_ = c;
-    }
+    context->connectFullMesh(store, device);
+    return context;
   }
 
   void ConnectOurs() {
@@ -314,15 +313,15 @@ class Worker {
     ours_ = std::move(*ours);
   }
 
-  void RawBarrier() {
-    gloo::BarrierOptions opts(raw_);
+  void SyncBarrier() {
+    gloo::BarrierOptions opts(sync_);
     gloo::barrier(opts);
   }
 
   // Runs `fn` after a barrier; returns this rank's seconds.
   template <typename Fn>
   double TimeOne(Fn&& fn) {
-    RawBarrier();
+    SyncBarrier();
     const auto start = std::chrono::steady_clock::now();
     fn();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -333,7 +332,7 @@ class Worker {
   // Element-wise max over ranks (each repetition's slowest rank).
   void MaxOverRanks(std::vector<double>& v) {
     if (v.empty()) return;
-    gloo::AllreduceOptions opts(raw_);
+    gloo::AllreduceOptions opts(sync_);
     opts.setOutput(v.data(), v.size());
     opts.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(
@@ -370,10 +369,17 @@ class Worker {
     std::string op;
     int64_t bytes = 0;
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rshd;
-    // --control: the same on the second context.
+    // The same on the control's context.
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> ctrl_rshd;
-    std::vector<double> t_ours, t_raw, t_ring;
-    PairedCi ci;
+    // Per repetition, each rank's slowest: ours, raw Gloo, the control (raw
+    // Gloo on the second context) and, for reduce-scatter, Gloo's ring
+    // all-reduce of the whole input.
+    std::vector<double> t_ours, t_raw, t_ctrl, t_ring;
+    // Reduce-scatter: Gloo's side is its ring all-reduce (else its
+    // halving-doubling reduce-scatter).
+    bool ring_side = false;
+    // Median paired ratios (busbw, ours / Gloo and control / Gloo).
+    MedianCi ci, ctrl_ci;
     bool done = false;
   };
 
@@ -386,7 +392,7 @@ class Worker {
       point.rshd = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
           raw_, std::vector<float*>{b_->data()}, static_cast<int>(n),
           std::vector<int>(world_, static_cast<int>(n / world_)));
-      if (o_.control) {
+      if (!o_.raw_only) {
         point.ctrl_rshd =
             std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
                 ctrl_, std::vector<float*>{b_->data()}, static_cast<int>(n),
@@ -397,9 +403,9 @@ class Worker {
   }
 
   // Warm-up, then one block of repetitions of `point`; marks it done once
-  // its median paired ratio is known to +-kHalfWidth (95%) or it has run
-  // its most repetitions. The buffers hold zeros throughout (Buffer), which
-  // keeps repeated in-place reductions finite.
+  // its median paired ratio and the control's are known to +-kHalfWidth
+  // (95%) or it has run its most repetitions. The buffers hold zeros
+  // throughout (Buffer), which keeps repeated in-place reductions finite.
   void RunBlock(Point& point) {
     const std::string& op = point.op;
     const int64_t bytes = point.bytes;
@@ -412,8 +418,7 @@ class Worker {
     // (OpOptions::caller_waits: run on this thread while idle).
     OpOptions waited;
     waited.caller_waits = true;
-    // Raw Gloo's side on one context: `raw_`, or under --control also the
-    // second context `ctrl_` in place of ours.
+    // Raw Gloo's side on one context: `raw_`, or the control's `ctrl_`.
     auto gloo_on = [&](const std::shared_ptr<gloo::Context>& ctx,
                        gloo::ReduceScatterHalvingDoubling<float>* rshd) {
       if (op == "allgather") {
@@ -430,9 +435,7 @@ class Worker {
       }
     };
     auto ours = [&] {
-      if (o_.control) {
-        gloo_on(ctrl_, point.ctrl_rshd.get());
-      } else if (op == "allgather") {
+      if (op == "allgather") {
         OursWait(ours_->AllGather(a, b, counts, DType::kFloat32, waited), op);
       } else if (op == "reducescatter") {
         OursWait(ours_->ReduceScatter(a, b, counts, DType::kFloat32,
@@ -447,70 +450,98 @@ class Worker {
       }
     };
     auto raw = [&] { gloo_on(raw_, point.rshd.get()); };
-    auto raw_ring = [&] { RawAllreduce(raw_, b, n); };  // reduce-scatter only
+    auto ctrl = [&] { gloo_on(ctrl_, point.ctrl_rshd.get()); };
+    // Reduce-scatter only: Gloo's other way to the same result.
+    auto raw_ring = [&] { RawAllreduce(ring_, b, n); };
+    // Ours and the control run unless --raw_only.
+    const bool sides = !o_.raw_only;
+    const bool ring_timed = op == "reducescatter";
 
     // Every block starts warm: the point before it left other sizes in the
     // caches and TCP windows.
     const int warmup = bytes <= kMiB ? 2 : 1;
-    const bool ring_timed = op == "reducescatter" && !o_.control;
     for (int i = 0; i < warmup; ++i) {
-      if (!o_.raw_only) TimeOne(ours);
+      if (sides) TimeOne(ours);
       TimeOne(raw);
+      if (sides) TimeOne(ctrl);
       if (ring_timed) TimeOne(raw_ring);
     }
     const int block = Reps(bytes, o_.quick);
     const int max_reps = MaxReps(bytes, o_.quick);
-    std::vector<double> bo, br, bg;
+    // The timed sides of this point and where each one's times go.
+    std::vector<std::function<void()>> run;
+    std::vector<std::vector<double>*> times;
+    std::vector<double> bo(block), br(block), bc(block), bg(block);
+    if (sides) {
+      run.push_back(ours);
+      times.push_back(&bo);
+    }
+    run.push_back(raw);
+    times.push_back(&br);
+    if (sides) {
+      run.push_back(ctrl);
+      times.push_back(&bc);
+    }
+    if (ring_timed) {
+      run.push_back(raw_ring);
+      times.push_back(&bg);
+    }
+    const int n_sides = static_cast<int>(run.size());
     for (int i = 0; i < block; ++i) {
-      // ABBA: which side goes first alternates, so that neither always
-      // runs right after the other (caches, the TCP windows it left).
-      double to = 0, tr = 0, tg = 0;
-      if ((point.t_ours.size() + i) % 2 == 0) {
-        to = o_.raw_only ? 0.0 : TimeOne(ours);
-        tr = TimeOne(raw);
-        tg = ring_timed ? TimeOne(raw_ring) : 0.0;
-      } else {
-        tg = ring_timed ? TimeOne(raw_ring) : 0.0;
-        tr = TimeOne(raw);
-        to = o_.raw_only ? 0.0 : TimeOne(ours);
+      // A balanced order (BalancedOrder): every side runs in every position
+      // and right after every other side equally often, so that the pairs
+      // (ours, Gloo) and (control, Gloo) see the same order effects. ABBA
+      // does that for two sides only: over four, the control would always
+      // follow Gloo's ring all-reduce and Gloo never would.
+      const int64_t rep = static_cast<int64_t>(point.t_raw.size()) + i;
+      for (int side : BalancedOrder(n_sides, rep)) {
+        (*times[side])[i] = TimeOne(run[side]);
       }
-      bo.push_back(to);
-      br.push_back(tr);
-      bg.push_back(tg);
     }
     MaxOverRanks(bo);
     MaxOverRanks(br);
+    MaxOverRanks(bc);
     MaxOverRanks(bg);
     point.t_ours.insert(point.t_ours.end(), bo.begin(), bo.end());
     point.t_raw.insert(point.t_raw.end(), br.begin(), br.end());
+    point.t_ctrl.insert(point.t_ctrl.end(), bc.begin(), bc.end());
     point.t_ring.insert(point.t_ring.end(), bg.begin(), bg.end());
-    // Paired: each repetition's Gloo time over ours in the SAME repetition
-    // (they ran back to back), as a bus-bandwidth ratio. What the shared
-    // machine is doing at that moment weighs on both sides of one pair
-    // alike. For reduce-scatter Gloo's side is the faster of its two ways
-    // by median (the ring all-reduce counted by the all-reduce busbw, twice
-    // the reduce-scatter factor), the same way in every repetition: taking
+    // For reduce-scatter Gloo's side is one of its two ways, the same in
+    // every repetition: its halving-doubling reduce-scatter, or its ring
+    // all-reduce (which contains the scattered result) counted by the
+    // all-reduce busbw, i.e. at half its time. The faster by the median of
+    // their paired ratio, repetition by repetition: the ratio of their two
+    // medians swung between them from run to run at 32 repetitions. Taking
     // the faster of the two in each repetition would hand Gloo the luckier
     // of two noisy samples.
-    bool ring_side = false;
-    // --control compares halving-doubling with itself.
-    if (op == "reducescatter" && !o_.control) {
-      ring_side = Median(point.t_ring) / 2 < Median(point.t_raw);
+    if (ring_timed) {
+      point.ring_side =
+          Median(PairedRatios(point.t_raw, point.t_ring, 2.0)) > 1;
     }
-    std::vector<double> paired;
-    for (size_t i = 0; i < point.t_ours.size(); ++i) {
-      const double gloo_t = ring_side ? point.t_ring[i] / 2 : point.t_raw[i];
-      if (point.t_ours[i] > 0) paired.push_back(gloo_t / point.t_ours[i]);
-    }
-    if (paired.empty()) {  // --raw_only
+    const int reps = static_cast<int>(point.t_raw.size());
+    const bool capped = reps + block > max_reps;
+    if (!sides) {  // --raw_only: one block, nothing to pair.
       point.done = true;
       return;
     }
-    point.ci = MedianCi(paired);
-    point.done = point.ci.hi - point.ci.lo <= 2 * kHalfWidth ||
-                 static_cast<int>(point.t_ours.size()) + block > max_reps;
+    // Paired: each repetition's Gloo time over ours in the SAME repetition
+    // (they ran back to back), as a bus-bandwidth ratio. What the shared
+    // machine is doing at that moment weighs on both sides of one pair
+    // alike. The control: Gloo's time over the control's, the same way
+    // (reduce-scatter: halving-doubling against halving-doubling).
+    point.ci = MedianWithCi(point.ring_side
+                                ? PairedRatios(point.t_ring, point.t_ours, 0.5)
+                                : PairedRatios(point.t_raw, point.t_ours));
+    point.ctrl_ci = MedianWithCi(PairedRatios(point.t_raw, point.t_ctrl));
+    const auto precise = [](const MedianCi& ci) {
+      return ci.hi - ci.lo <= 2 * kHalfWidth;
+    };
+    point.done = (precise(point.ci) && precise(point.ctrl_ci)) || capped;
   }
 
+  // One line per point for the parent (rank 0 only): medians and bests of
+  // every side's times, the repetitions, both paired ratios with their
+  // intervals, and Gloo's reduce-scatter way.
   void PrintRow(const Point& point) {
     const auto min = [](const std::vector<double>& v) {
       return *std::min_element(v.begin(), v.end());
@@ -519,8 +550,12 @@ class Worker {
               << " " << Median(point.t_ours) << " " << min(point.t_ours) << " "
               << Median(point.t_raw) << " " << min(point.t_raw) << " "
               << Median(point.t_ring) << " " << min(point.t_ring) << " "
-              << point.t_ours.size() << " " << point.ci.median << " "
-              << point.ci.lo << " " << point.ci.hi << std::endl;
+              << point.t_raw.size() << " " << point.ci.median << " "
+              << point.ci.lo << " " << point.ci.hi << " "
+              << Median(point.t_ctrl) << " " << min(point.t_ctrl) << " "
+              << point.ctrl_ci.median << " " << point.ctrl_ci.lo << " "
+              << point.ctrl_ci.hi << " " << (point.ring_side ? 1 : 0)
+              << std::endl;
   }
 
   void FlatVsPerTensor(int64_t total) {
@@ -568,12 +603,8 @@ class Worker {
   const int rank_;
   const int world_;
   std::unique_ptr<Collective> ours_;
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::unique_ptr<gloo::rendezvous::FileStore> raw_store_;
-  std::shared_ptr<gloo::rendezvous::Context> raw_;
-  std::shared_ptr<gloo::transport::Device> ctrl_device_;
-  std::unique_ptr<gloo::rendezvous::FileStore> ctrl_store_;
-  std::shared_ptr<gloo::rendezvous::Context> ctrl_;
+  // Raw Gloo contexts (Connect); each holds its TCP device.
+  std::shared_ptr<gloo::Context> raw_, ring_, sync_, ctrl_;
   std::unique_ptr<Buffer> a_, b_;
 };
 
@@ -583,11 +614,6 @@ double BusFactor(const std::string& op, int w) {
   if (op == "allreduce") return 2.0 * (w - 1) / w;
   if (op == "broadcast") return 1.0;
   return static_cast<double>(w - 1) / w;
-}
-
-std::string HumanBytes(int64_t bytes) {
-  if (bytes >= kMiB) return absl::StrCat(bytes / kMiB, " MiB");
-  return absl::StrCat(bytes / kKiB, " KiB");
 }
 
 struct FsdpRow {
@@ -606,7 +632,7 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
   char dir_template[] = "/tmp/shardd-bench-collectives.XXXXXX";
   const char* dir = mkdtemp(dir_template);
   if (dir == nullptr) Die("mkdtemp");
-  for (const char* sub : {"/ours", "/raw", "/ctrl"}) {
+  for (const char* sub : {"/ours", "/raw", "/ring", "/ctrl", "/sync"}) {
     const std::string path = absl::StrCat(dir, sub);
     if (mkdir(path.c_str(), 0700) != 0) Die(absl::StrCat("mkdir ", path));
   }
@@ -619,7 +645,6 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
     if (o.quick) argv.push_back("--quick");
     if (fsdp) argv.push_back("--fsdp");
     if (o.raw_only) argv.push_back("--raw_only");
-    if (o.control) argv.push_back("--control");
     if (!o.ops.empty()) {
       argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
     }
@@ -704,15 +729,20 @@ int RunParent(const Options& o) {
   const std::vector<int> worlds = !o.worlds.empty() ? o.worlds
                                   : o.quick         ? std::vector<int>{2, 4}
                                                     : std::vector<int>{2, 4, 8};
+  // Per operation over sizes >= 1 MiB and every W: the points' median
+  // paired ratios, the upper ends of their intervals, and the ratios from
+  // best-of-N and from median times.
   std::map<std::string, std::vector<double>> ratios_ge_1mib;
   std::map<std::string, std::vector<double>> median_ratios_ge_1mib;
   std::map<std::string, std::vector<double>> best_ratios_ge_1mib;
   std::map<std::string, std::vector<double>> ci_hi_ge_1mib;
+  std::map<std::string, std::vector<double>> ctrl_ci_hi_ge_1mib;
+  std::vector<BarPoint> bar_points;
   std::vector<FsdpRow> fsdp;
   int64_t fsdp_total = 0;
   int fsdp_world = 0;
   for (int world : worlds) {
-    const bool with_fsdp = world == 4 && o.ops.empty() && !o.control;
+    const bool with_fsdp = world == 4 && o.ops.empty();
     const absl::Time start = absl::Now();
     const std::string out = RunWorld(o, world, with_fsdp);
     std::cerr << "W=" << world << ": "
@@ -721,26 +751,25 @@ int RunParent(const Options& o) {
               << "\n";
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
       std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (f.size() == 14 && f[0] == "ROW") {
+      if (f.size() == 20 && f[0] == "ROW") {
         const std::string& op = f[1];
         int w = 0;
         int64_t bytes = 0;
         double ours_med = 0, ours_best = 0, raw_med = 0, raw_best = 0,
                ring_med = 0, ring_best = 0, reps = 0, ratio_paired = 0,
-               paired_lo = 0, paired_hi = 0;
-        if (!absl::SimpleAtoi(f[2], &w) || !absl::SimpleAtoi(f[3], &bytes) ||
-            !absl::SimpleAtod(f[4], &ours_med) ||
-            !absl::SimpleAtod(f[5], &ours_best) ||
-            !absl::SimpleAtod(f[6], &raw_med) ||
-            !absl::SimpleAtod(f[7], &raw_best) ||
-            !absl::SimpleAtod(f[8], &ring_med) ||
-            !absl::SimpleAtod(f[9], &ring_best) ||
-            !absl::SimpleAtod(f[10], &reps) ||
-            !absl::SimpleAtod(f[11], &ratio_paired) ||
-            !absl::SimpleAtod(f[12], &paired_lo) ||
-            !absl::SimpleAtod(f[13], &paired_hi)) {
-          Die(absl::StrCat("bad worker line: ", line));
+               paired_lo = 0, paired_hi = 0, ctrl_med = 0, ctrl_best = 0,
+               ctrl_paired = 0, ctrl_lo = 0, ctrl_hi = 0, ring_side = 0;
+        bool parsed =
+            absl::SimpleAtoi(f[2], &w) && absl::SimpleAtoi(f[3], &bytes);
+        double* const numbers[] = {
+            &ours_med,    &ours_best, &raw_med,  &raw_best,
+            &ring_med,    &ring_best, &reps,     &ratio_paired,
+            &paired_lo,   &paired_hi, &ctrl_med, &ctrl_best,
+            &ctrl_paired, &ctrl_lo,   &ctrl_hi,  &ring_side};
+        for (size_t i = 0; i < std::size(numbers); ++i) {
+          parsed = parsed && absl::SimpleAtod(f[4 + i], numbers[i]);
         }
+        if (!parsed) Die(absl::StrCat("bad worker line: ", line));
         const double bus = BusFactor(op, w);
         const double ours_busbw = bytes / ours_med * bus / 1e9;
         double gloo_s = raw_med;
@@ -753,25 +782,26 @@ int RunParent(const Options& o) {
                               : op == "broadcast" ? "broadcast"
                               : op == "allgather" ? "allgather"
                                                   : "halving-doubling";
-        if (op == "reducescatter" && !o.control) {
+        if (op == "reducescatter" && ring_side != 0) {
           // The ring all-reduce computes the same result (and more): count
-          // it by the all-reduce bus bandwidth.
+          // it by the all-reduce bus bandwidth. The worker chose it for the
+          // point (Worker::RunBlock); every column follows its choice.
           const double ring_bus = BusFactor("allreduce", w);
-          const double ring_busbw = bytes / ring_med * ring_bus / 1e9;
-          if (ring_busbw > gloo_busbw) {
-            gloo_busbw = ring_busbw;
-            gloo_s = ring_med;
-            variant = "allreduce ring";
-          }
-          gloo_busbw_best =
-              std::max(gloo_busbw_best, bytes / ring_best * ring_bus / 1e9);
+          gloo_busbw = bytes / ring_med * ring_bus / 1e9;
+          gloo_s = ring_med;
+          gloo_busbw_best = bytes / ring_best * ring_bus / 1e9;
+          variant = "allreduce ring";
         }
         const bool has_ours = ours_med > 0;  // not --raw_only
         const double ratio = ours_busbw / gloo_busbw;
         const double ratio_best = ours_busbw_best / gloo_busbw_best;
+        if (has_ours) {
+          bar_points.push_back({op, w, bytes, ratio_paired, ctrl_paired});
+        }
         if (has_ours && bytes >= kMiB) {
           ratios_ge_1mib[op].push_back(ratio_paired);
           ci_hi_ge_1mib[op].push_back(paired_hi);
+          ctrl_ci_hi_ge_1mib[op].push_back(ctrl_hi);
           best_ratios_ge_1mib[op].push_back(ratio_best);
           median_ratios_ge_1mib[op].push_back(ratio);
         }
@@ -792,10 +822,17 @@ int RunParent(const Options& o) {
           row.push_back({"ratio_paired", ratio_paired});
           row.push_back({"ratio_paired_ci95_lo", paired_lo});
           row.push_back({"ratio_paired_ci95_hi", paired_hi});
+          row.push_back({"control_ratio_paired", ctrl_paired});
+          row.push_back({"control_ratio_paired_ci95_lo", ctrl_lo});
+          row.push_back({"control_ratio_paired_ci95_hi", ctrl_hi});
           row.push_back({"ratio_best", ratio_best});
           row.push_back({"ours_best_ms", ours_best * 1e3});
         }
         row.push_back({"gloo_best_ms", raw_best * 1e3});
+        if (has_ours) {
+          row.push_back({"control_ms", ctrl_med * 1e3});
+          row.push_back({"control_best_ms", ctrl_best * 1e3});
+        }
         row.push_back({"reps", reps});
         if (op == "reducescatter") {
           row.push_back({"gloo_hd_ms", raw_med * 1e3});
@@ -816,38 +853,58 @@ int RunParent(const Options& o) {
       }
     }
   }
-  if (o.control) {
-    std::cout << "CONTROL RUN: the ours_* columns are raw Gloo on a second "
-                 "context (its own TCP device), not shardd\n";
-  }
   std::cout << report.Table() << "\n";
 
-  // Headline: the worst over sizes >= 1 MiB and every W of the median
-  // paired ratio (see Worker::RunBlock). Beside it the same worst from median
-  // times and from best-of-N times, each side's taken apart from the other's.
-  // --control: the same statistics of raw Gloo against itself, named
-  // control_<op>_...: what identical code scores on this machine.
-  const std::string prefix = o.control ? "control_" : "";
-  for (const auto& [op_name, ratios] : ratios_ge_1mib) {
-    const std::string op = prefix + op_name;
+  // The worst over sizes >= 1 MiB and every W of the median paired ratio
+  // (see Worker::RunBlock), of ours and of the control measured in the same
+  // repetitions (control_<op>_...: what identical code scores on this
+  // machine). Beside it the same worst from median times and from best-of-N
+  // times, each side's taken apart from the other's.
+  for (const auto& [op, ratios] : ratios_ge_1mib) {
+    const auto min_of = [](const std::vector<double>& v) {
+      return *std::min_element(v.begin(), v.end());
+    };
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib"),
-                     *std::min_element(ratios.begin(), ratios.end()));
-    // The lowest upper bound: below 0.9 only if some point is slower than
-    // 0.9x Gloo beyond what the noise allows.
-    const std::vector<double>& hi = ci_hi_ge_1mib[op_name];
+                     min_of(ratios));
+    // The lowest upper bound: low only if some point is slow beyond what
+    // the noise allows.
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_ci95_hi"),
-        *std::min_element(hi.begin(), hi.end()));
-    const std::vector<double>& by_best = best_ratios_ge_1mib[op_name];
+        min_of(ci_hi_ge_1mib[op]));
+    report.SetFigure(absl::StrCat("control_", op,
+                                  "_busbw_ratio_to_gloo_min_ge_1mib_ci95_hi"),
+                     min_of(ctrl_ci_hi_ge_1mib[op]));
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_best_times"),
-        *std::min_element(by_best.begin(), by_best.end()));
-    const std::vector<double>& by_median = median_ratios_ge_1mib[op_name];
+        min_of(best_ratios_ge_1mib[op]));
+    const std::vector<double>& by_median = median_ratios_ge_1mib[op];
     report.SetFigure(
         absl::StrCat(op, "_busbw_ratio_to_gloo_min_ge_1mib_median_times"),
-        *std::min_element(by_median.begin(), by_median.end()));
+        min_of(by_median));
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_median_ge_1mib"),
                      Median(by_median));
+  }
+
+  // The bar (issue #21; bench/collectives_stats.h): per operation and W the
+  // median paired ratio over sizes >= 1 MiB, and the worst point against
+  // the control's worst point of the same run.
+  const BarRule rule;
+  std::vector<std::string> summary;
+  for (const BarVerdict& v : EvaluateBar(bar_points, rule)) {
+    for (const auto& [w, median] : v.median_by_world) {
+      report.SetFigure(absl::StrCat(v.op, "_median_ratio_ge_1mib_w", w),
+                       median);
+      report.SetFigure(
+          absl::StrCat("control_", v.op, "_median_ratio_ge_1mib_w", w),
+          v.control_median_by_world.at(w));
+    }
+    report.SetFigure(
+        absl::StrCat("control_", v.op, "_busbw_ratio_to_gloo_min_ge_1mib"),
+        v.control_worst.ratio);
+    report.SetFigure(absl::StrCat(v.op, "_worst_minus_control_worst"),
+                     v.worst_minus_control_worst);
+    report.SetFigure(absl::StrCat(v.op, "_bar_pass"), v.pass ? 1 : 0);
+    summary.push_back(BarSummaryLine(v, rule));
   }
 
   if (!fsdp.empty()) {
@@ -910,10 +967,18 @@ int RunParent(const Options& o) {
   std::cout << "figures (busbw ratio ours/gloo over sizes >= 1 MiB and "
                "every W; *_min_ge_1mib: median of per-repetition paired "
                "ratios; *_best_times and *_median_times: from each side's "
-               "best-of-N and median times):\n";
+               "best-of-N and median times; control_*: raw Gloo against "
+               "raw Gloo in the same repetitions; *_median_ratio_ge_1mib_w<W>: "
+               "median over sizes >= 1 MiB at that W):\n";
   for (const auto& [name, value] : report.figures()) {
     std::cout << "  " << name << " = " << value << "\n";
   }
+  std::cout << "bar: per operation and W the median paired ratio over sizes "
+               ">= 1 MiB >= "
+            << rule.median_at_least
+            << ", and the worst point >= the control's worst - "
+            << rule.control_margin << ":\n";
+  for (const std::string& line : summary) std::cout << "  " << line << "\n";
   if (!o.out.empty()) {
     Check(report.WriteJson(o.out), "write JSON");
     std::cout << "wrote " << o.out << "\n";
@@ -922,11 +987,10 @@ int RunParent(const Options& o) {
 }
 
 int Usage(const char* argv0) {
-  std::cerr
-      << "usage: " << argv0
-      << " [--quick] [--raw_only] [--control] [--ops=allgather,reducescatter,"
-         "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
-         "[--max_bytes=N] [--out=PATH]\n";
+  std::cerr << "usage: " << argv0
+            << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
+               "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
+               "[--max_bytes=N] [--out=PATH]\n";
   return 2;
 }
 
@@ -943,8 +1007,6 @@ int main(int argc, char** argv) {
       o.worker = true;
     } else if (arg == "--raw_only") {
       o.raw_only = true;
-    } else if (arg == "--control") {
-      o.control = true;
     } else if (arg == "--fsdp") {
       o.fsdp = true;
     } else if (absl::StartsWith(arg, "--ops=")) {
