@@ -25,7 +25,7 @@ absl::StatusOr<uint64_t> Inode(const std::string& path) {
 
 std::string HostIdentity::ToString() const {
   return absl::StrCat("boot=", boot_id, " ipc=", ipc_ns, " pid=", pid_ns,
-                      " shm=", shm_dev);
+                      " net=", net_ns, " shm=", shm_dev);
 }
 
 absl::StatusOr<HostIdentity> ReadHostIdentity(absl::string_view shm_dir) {
@@ -44,8 +44,11 @@ absl::StatusOr<HostIdentity> ReadHostIdentity(absl::string_view shm_dir) {
   if (!ipc.ok()) return ipc.status();
   absl::StatusOr<uint64_t> pid = Inode("/proc/self/ns/pid");
   if (!pid.ok()) return pid.status();
+  absl::StatusOr<uint64_t> net = Inode("/proc/self/ns/net");
+  if (!net.ok()) return net.status();
   identity.ipc_ns = *ipc;
   identity.pid_ns = *pid;
+  identity.net_ns = *net;
   struct stat st;
   const std::string dir(shm_dir);
   if (::stat(dir.c_str(), &st) != 0) {

@@ -11,15 +11,20 @@ namespace shardd::comm {
 
 // What two processes must share to run a collective through one POSIX
 // shared-memory segment and watch each other's pids: the same kernel boot,
-// IPC and pid namespaces, and the same /dev/shm file system.
+// IPC and pid namespaces, and the same /dev/shm file system. And the same
+// network namespace: processes that were given network namespaces of
+// their own are deployed as separate hosts (containers, the fault tests'
+// partitions), and their collectives must travel, and fail, as the
+// network between them says.
 struct HostIdentity {
   std::string boot_id;   // /proc/sys/kernel/random/boot_id
   uint64_t ipc_ns = 0;   // inode of /proc/self/ns/ipc
   uint64_t pid_ns = 0;   // inode of /proc/self/ns/pid
+  uint64_t net_ns = 0;   // inode of /proc/self/ns/net
   uint64_t shm_dev = 0;  // st_dev of the shared-memory directory
 
-  // "boot=<id> ipc=<inode> pid=<inode> shm=<dev>": what ranks publish and
-  // compare (equal strings, equal identities).
+  // "boot=<id> ipc=<inode> pid=<inode> net=<inode> shm=<dev>": what ranks
+  // publish and compare (equal strings, equal identities).
   std::string ToString() const;
 };
 

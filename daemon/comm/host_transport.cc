@@ -41,7 +41,7 @@ absl::StatusOr<HostTransport> ChooseHostTransport(
     if (mode == TransportMode::kAuto) return HostTransport::kTcp;
     return absl::FailedPreconditionError(absl::StrCat(
         "collective transport shm needs every rank of the group on one host "
-        "(same boot, IPC and pid namespaces, /dev/shm): rank ",
+        "(same boot, IPC, pid and network namespaces, /dev/shm): rank ",
         r,
         identities[r].empty()
             ? " could not read its host identity"
