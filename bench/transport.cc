@@ -69,6 +69,7 @@ struct Options {
   std::string store;
   int rank = -1;
   int size = 0;
+  int64_t slot_kib = 1024;  // ShmCollective's slot (its default: 1 MiB).
 };
 
 [[noreturn]] void Die(absl::string_view what) {
@@ -119,6 +120,7 @@ void RunWorker(const Options& o) {
   h.gloo = g;
   h.gloo.group = "shm";
   h.transport = comm::TransportMode::kShm;
+  h.slot_bytes = o.slot_kib * 1024;
   absl::StatusOr<std::unique_ptr<Collective>> shm =
       comm::CreateHostCollective(h, store);
   Check(shm.status(), "CreateHostCollective(shm)");
@@ -217,6 +219,7 @@ int RunParent(const Options& o) {
           self, "--worker", absl::StrCat("--rank=", r),
           absl::StrCat("--size=", world), absl::StrCat("--store=", dir)};
       if (o.quick) argv.push_back("--quick");
+      argv.push_back(absl::StrCat("--slot_kib=", o.slot_kib));
       absl::StatusOr<pid_t> pid =
           group.Spawn(argv, absl::StrCat(dir, "/rank", r, ".out"),
                       absl::StrCat(dir, "/rank", r, ".err"));
@@ -269,7 +272,8 @@ int RunParent(const Options& o) {
 }
 
 int Usage(const char* argv0) {
-  std::cerr << "usage: " << argv0 << " [--quick] [--out=PATH]" << std::endl;
+  std::cerr << "usage: " << argv0 << " [--quick] [--slot_kib=N] [--out=PATH]"
+            << std::endl;
   return 2;
 }
 
@@ -290,6 +294,10 @@ int main(int argc, char** argv) {
       o.store = std::string(arg.substr(8));
     } else if (absl::StartsWith(arg, "--rank=")) {
       if (!absl::SimpleAtoi(arg.substr(7), &o.rank)) {
+        return shardd::bench::Usage(argv[0]);
+      }
+    } else if (absl::StartsWith(arg, "--slot_kib=")) {
+      if (!absl::SimpleAtoi(arg.substr(11), &o.slot_kib)) {
         return shardd::bench::Usage(argv[0]);
       }
     } else if (absl::StartsWith(arg, "--size=")) {
