@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -25,6 +24,9 @@
 #include "daemon/comm/gloo_halving_reduce_scatter.h"
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
+#include "daemon/comm/host_reduce_math.h"
+#include "daemon/comm/op_validation.h"
+#include "daemon/comm/reduce_scatter_algorithm.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
 #include "daemon/comm/status_exception.h"
 #include "daemon/core/mono_time.h"
@@ -58,15 +60,6 @@ uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
 constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
 constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
 constexpr int64_t kSegmentsPerBlock = 4;
-// Reduce-scatters whose largest block is at most this go by recursive
-// halving when W is a power of two (> 2), else direct (one step) up to the
-// second bound; larger ones round the ring (SHARDD_REDUCE_SCATTER=ring|
-// direct|halving forces one, for benchmarks).
-// (W = 4 and 8 on the 2-core VM: halving is faster at 128-256 KiB blocks,
-// direct at 512 KiB - 1 MiB.)
-constexpr int64_t kHalvingReduceScatterMaxBlockBytes = int64_t{256} << 10;
-constexpr int64_t kDirectReduceScatterMaxBlockBytes = int64_t{2} << 20;
-
 int64_t SegmentElements(int64_t max_count) {
   const int64_t max_elements = kMaxSegmentBytes / sizeof(float);
   const int64_t min_elements = kMinSegmentBytes / sizeof(float);
@@ -77,30 +70,6 @@ int64_t SegmentElements(int64_t max_count) {
 std::chrono::milliseconds MillisecondsLeft(MonoTime deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - MonoNow());
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
-}
-
-void ToFloat(const void* src, DType dtype, float* dst, int64_t n) {
-  const uint16_t* in = static_cast<const uint16_t*>(src);
-  if (dtype == DType::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = core::BFloat16ToFloat(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = core::HalfToFloat(in[i]);
-  }
-}
-
-void FromFloat(const float* src, DType dtype, void* dst, int64_t n) {
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  if (dtype == DType::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = core::FloatToBFloat16(src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = core::FloatToHalf(src[i]);
-  }
-}
-
-// Divides by the group size in fp32 (ReduceOp::kAverage).
-void Divide(float* values, int64_t n, int divisor) {
-  const float d = static_cast<float>(divisor);
-  for (int64_t i = 0; i < n; ++i) values[i] /= d;
 }
 
 absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
@@ -145,47 +114,6 @@ absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("default_op_timeout must be > 0, got ",
                      absl::FormatDuration(options.default_op_timeout)));
-  }
-  return absl::OkStatus();
-}
-
-// Validates a count vector against the group; on success sets `total`.
-absl::Status ValidateCounts(const std::vector<int64_t>& counts, int size,
-                            int64_t* total) {
-  if (static_cast<int>(counts.size()) != size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("counts has ", counts.size(),
-                     " entries but the group has ", size, " ranks"));
-  }
-  int64_t sum = 0;
-  const int64_t limit = INT64_MAX / 4;  // Byte counts stay in range.
-  for (int i = 0; i < size; ++i) {
-    if (counts[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("counts[", i, "] is ", counts[i], ", must be >= 0"));
-    }
-    if (counts[i] > limit - sum) {
-      return absl::InvalidArgumentError("sum of counts overflows");
-    }
-    sum += counts[i];
-  }
-  *total = sum;
-  return absl::OkStatus();
-}
-
-absl::Status ValidateDType(DType dtype) {
-  if (!core::IsValidDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype ", static_cast<int>(dtype), " is not a supported element type"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateTimeout(const OpOptions& options) {
-  if (options.timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.timeout must be >= 0 (0 = default), got ",
-                     absl::FormatDuration(options.timeout)));
   }
   return absl::OkStatus();
 }
@@ -837,22 +765,13 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   // halving sums in a tree. Direct takes one step instead of W - 1 and
   // halving log2(W) with one peer at a time: better while per-message
   // latency dominates (measured with scripts/bench collectives). The choice
-  // depends only on W and the counts, the same on every rank and every run.
-  static const char* const forced = std::getenv("SHARDD_REDUCE_SCATTER");
-  const int64_t block_bytes = max_count * static_cast<int64_t>(sizeof(float));
-  const bool power_of_two = (size() & (size() - 1)) == 0;
-  std::string algorithm = forced != nullptr ? forced : "";
-  if (algorithm != "ring" && algorithm != "direct" &&
-      (algorithm != "halving" || !power_of_two)) {
-    algorithm = power_of_two && size() > 2 &&
-                        block_bytes <= kHalvingReduceScatterMaxBlockBytes
-                    ? "halving"
-                : block_bytes <= kDirectReduceScatterMaxBlockBytes ? "direct"
-                                                                   : "ring";
-  }
-  if (algorithm == "halving") {
+  // depends only on W and the counts, the same on every rank and every run
+  // (and ShmCollective makes the same one, to give the same bits).
+  const ReduceScatterAlgorithm algorithm = ChooseReduceScatterAlgorithm(
+      size(), max_count, ForcedReduceScatterAlgorithm());
+  if (algorithm == ReduceScatterAlgorithm::kHalving) {
     GlooHalvingReduceScatter(*context_, factory, args);
-  } else if (algorithm == "direct") {
+  } else if (algorithm == ReduceScatterAlgorithm::kDirect) {
     GlooDirectReduceScatter(*context_, factory, args);
   } else {
     GlooRingReduceScatter(*context_, factory, args);
@@ -877,16 +796,16 @@ void GlooCollective::RunReduceScatter(const void* input, void* output,
   if (dtype == DType::kFloat32) {
     float* out = static_cast<float*>(output);
     ReduceScatterF32(static_cast<const float*>(input), out, counts, deadline);
-    if (op == ReduceOp::kAverage) Divide(out, mine, size());
+    if (op == ReduceOp::kAverage) DivideInPlace(out, mine, size());
     return;
   }
   // 16-bit: reduce in fp32, round once.
   float* in32 = Scratch(input_f32_, total);
-  ToFloat(input, dtype, in32, total);
+  WidenToFloat(input, dtype, in32, total);
   float* out32 = Scratch(output_f32_, mine);
   ReduceScatterF32(in32, out32, counts, deadline);
-  if (op == ReduceOp::kAverage) Divide(out32, mine, size());
-  FromFloat(out32, dtype, output, mine);
+  if (op == ReduceOp::kAverage) DivideInPlace(out32, mine, size());
+  NarrowFromFloat(out32, dtype, output, mine);
 }
 
 void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
@@ -907,15 +826,16 @@ void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
   if (dtype == DType::kFloat32) {
     float* data = static_cast<float*>(buffer);
     ReduceScatterF32(data, data + my_offset, counts, deadline);
-    if (op == ReduceOp::kAverage) Divide(data + my_offset, mine, size());
+    if (op == ReduceOp::kAverage) DivideInPlace(data + my_offset, mine, size());
   } else {
     float* in32 = Scratch(input_f32_, count);
-    ToFloat(buffer, dtype, in32, count);
+    WidenToFloat(buffer, dtype, in32, count);
     float* out32 = Scratch(output_f32_, mine);
     ReduceScatterF32(in32, out32, counts, deadline);
-    if (op == ReduceOp::kAverage) Divide(out32, mine, size());
+    if (op == ReduceOp::kAverage) DivideInPlace(out32, mine, size());
     // Each element is rounded once, by its owner; the gather copies bits.
-    FromFloat(out32, dtype, static_cast<uint16_t*>(buffer) + my_offset, mine);
+    NarrowFromFloat(out32, dtype, static_cast<uint16_t*>(buffer) + my_offset,
+                    mine);
   }
   GatherInPlace(static_cast<uint8_t*>(buffer), byte_counts, deadline);
 }

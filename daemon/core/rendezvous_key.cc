@@ -7,7 +7,7 @@ namespace {
 
 constexpr char kGrammar[] =
     "rendezvous keys are <keyspace>/<owner rank>[/<rest>] with keyspace "
-    "model, gloo, nccl or export";
+    "model, gloo, nccl, shm or export";
 
 bool SegmentChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -23,7 +23,7 @@ bool KnownKeyspace(absl::string_view keyspace, Rest* rest) {
     return true;
   }
   if (keyspace == kGlooKeyspace || keyspace == kNcclKeyspace ||
-      keyspace == kExportKeyspace) {
+      keyspace == kShmKeyspace || keyspace == kExportKeyspace) {
     *rest = Rest::kRequired;
     return true;
   }
@@ -126,6 +126,12 @@ std::string GlooKeyPrefix(int owner, int64_t epoch, absl::string_view group) {
 std::string NcclIdKey(int owner, int64_t epoch, absl::string_view group) {
   return absl::StrCat(kNcclKeyspace, "/", owner, "/epoch/", epoch, "/", group,
                       "/id");
+}
+
+std::string ShmKey(int owner, int64_t epoch, absl::string_view group,
+                   absl::string_view what) {
+  return absl::StrCat(kShmKeyspace, "/", owner, "/epoch/", epoch, "/", group,
+                      "/", what);
 }
 
 }  // namespace shardd::core

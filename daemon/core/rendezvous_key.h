@@ -12,7 +12,7 @@
 // own keys only (Coordinator.RendezvousSet) and refuse every other write.
 //
 //   key       = namespace "/" owner [ "/" rest ]
-//   namespace = "model" | "gloo" | "nccl" | "export"
+//   namespace = "model" | "gloo" | "nccl" | "shm" | "export"
 //   owner     = the owner's job rank: decimal, no sign, no leading zero
 //   rest      = segment *( "/" segment ), segment = 1*[A-Za-z0-9_.-]
 //
@@ -34,6 +34,13 @@
 //                                           written by the group's rank 0,
 //                                           whose job rank owns it; a rest
 //                                           is required.
+//   shm/<rank>/epoch/<E>/<group>/<what>     a shared-memory communicator's
+//                                           formation (comm::
+//                                           CreateHostCollective): each
+//                                           rank's "host" identity and pid
+//                                           and "mapped" outcome, rank 0's
+//                                           "segment" name; a rest is
+//                                           required.
 //   export/<rank>/<name>                    a FULL export's join protocol
 //                                           (node::ExportRendezvous: rank
 //                                           0's "offer" and "decision", each
@@ -41,7 +48,7 @@
 //                                           required, and its owner may
 //                                           replace it (one key per role
 //                                           however many exports).
-// Gloo and NCCL keys are write-once per epoch: peers connect to what they
+// Gloo, NCCL and shm keys are write-once per epoch: peers connect to what they
 // read, so a value must not change under them.
 //
 // A key is at most kMaxRendezvousKeyBytes long. Pure functions, no I/O.
@@ -52,11 +59,12 @@ inline constexpr size_t kMaxRendezvousKeyBytes = 1024;
 inline constexpr char kModelKeyspace[] = "model";
 inline constexpr char kGlooKeyspace[] = "gloo";
 inline constexpr char kNcclKeyspace[] = "nccl";
+inline constexpr char kShmKeyspace[] = "shm";
 inline constexpr char kExportKeyspace[] = "export";
 
 // A key taken apart.
 struct RendezvousKey {
-  std::string keyspace;  // "model", "gloo", "nccl" or "export".
+  std::string keyspace;  // "model", "gloo", "nccl", "shm" or "export".
   int owner = 0;         // The job rank that may write it.
   std::string rest;      // After "<keyspace>/<owner>/"; empty for model.
   // The owner may replace the value within the epoch (model and export
@@ -84,6 +92,10 @@ std::string GlooKeyPrefix(int owner, int64_t epoch, absl::string_view group);
 
 // "nccl/<owner>/epoch/<epoch>/<group>/id".
 std::string NcclIdKey(int owner, int64_t epoch, absl::string_view group);
+
+// "shm/<owner>/epoch/<epoch>/<group>/<what>".
+std::string ShmKey(int owner, int64_t epoch, absl::string_view group,
+                   absl::string_view what);
 
 }  // namespace shardd::core
 

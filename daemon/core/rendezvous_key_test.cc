@@ -12,6 +12,7 @@ TEST(RendezvousKeyTest, BuildersSpellTheOwnerAfterTheKeyspace) {
   EXPECT_EQ(GlooKeyPrefix(5, 7, "shard/1"), "gloo/5/epoch/7/shard/1/");
   EXPECT_EQ(NcclIdKey(2, 9, "replica.0"), "nccl/2/epoch/9/replica.0/id");
   EXPECT_EQ(ExportKey(4, "join"), "export/4/join");
+  EXPECT_EQ(ShmKey(3, 2, "shard/0", "host"), "shm/3/epoch/2/shard/0/host");
 }
 
 TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
@@ -36,6 +37,13 @@ TEST(RendezvousKeyTest, EveryKeyTheWritersBuildParsesToItsOwner) {
   ASSERT_TRUE(nccl.ok()) << nccl.status();
   EXPECT_EQ(nccl->owner, 0);
   EXPECT_FALSE(nccl->replaceable);
+
+  auto shm = ParseRendezvousKey(ShmKey(5, 3, "replica/1", "segment"));
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  EXPECT_EQ(shm->keyspace, "shm");
+  EXPECT_EQ(shm->owner, 5);
+  EXPECT_EQ(shm->rest, "epoch/3/replica/1/segment");
+  EXPECT_FALSE(shm->replaceable) << "peers map the segment they read";
 
   auto join = ParseRendezvousKey(ExportKey(7, "join"));
   ASSERT_TRUE(join.ok()) << join.status();

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/comm/host_transport.h"
 
 namespace shardd::node {
 
@@ -50,6 +51,14 @@ absl::Status ApplyNodeFlags(const NodeFlagValues& flags, NodeOptions& options) {
   }
   options.recovery_over_replica_group =
       flags.recovery_transport == "replica_group";
+  absl::StatusOr<comm::TransportMode> transport =
+      comm::ParseTransportMode(flags.collective_transport);
+  if (!transport.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective_transport: '", flags.collective_transport,
+                     "' is not auto, tcp or shm"));
+  }
+  options.collective_transport = *transport;
   return absl::OkStatus();
 }
 

@@ -10,8 +10,9 @@
 namespace shardd::node {
 
 // The values of shardd's flags that set NodeOptions fields as they are:
-// the slot, timeouts, peer probing, the commit log, checkpoints and the
-// recovery transport. Defaults are the flags' defaults.
+// the slot, timeouts, peer probing, the commit log, checkpoints, the
+// recovery transport and the collective transport. Defaults are the flags'
+// defaults.
 struct NodeFlagValues {
   int rank = -1;
   int64_t collective_timeout_ms = 30000;
@@ -25,6 +26,7 @@ struct NodeFlagValues {
   std::string resume_from;
   int64_t recovery_timeout_ms = 120000;
   std::string recovery_transport = "replica_group";
+  std::string collective_transport = "auto";
 };
 
 // Checks `flags` and sets the fields of `options` they configure (others

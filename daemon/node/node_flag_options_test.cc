@@ -21,6 +21,7 @@ TEST(ApplyNodeFlagsTest, SetsTheFieldsTheFlagsName) {
   flags.resume_from = "/tmp/old";
   flags.recovery_timeout_ms = 9000;
   flags.recovery_transport = "stream";
+  flags.collective_transport = "tcp";
   NodeOptions options;
   options.identity = "node-2";
 
@@ -39,6 +40,7 @@ TEST(ApplyNodeFlagsTest, SetsTheFieldsTheFlagsName) {
   EXPECT_EQ(options.resume_from, "/tmp/old");
   EXPECT_EQ(options.recovery_timeout, absl::Seconds(9));
   EXPECT_FALSE(options.recovery_over_replica_group);
+  EXPECT_EQ(options.collective_transport, comm::TransportMode::kTcp);
   EXPECT_EQ(options.identity, "node-2");  // Not a field of these flags.
 }
 
@@ -50,6 +52,21 @@ TEST(ApplyNodeFlagsTest, TheFlagsDefaultsAreAccepted) {
   EXPECT_EQ(options.peer_probing.interval, absl::Seconds(1));
   EXPECT_EQ(options.recovery_timeout, absl::Seconds(120));
   EXPECT_TRUE(options.recovery_over_replica_group);
+  EXPECT_EQ(options.collective_transport, comm::TransportMode::kAuto);
+}
+
+TEST(ApplyNodeFlagsTest, RefusesAnUnknownCollectiveTransport) {
+  NodeFlagValues flags;
+  flags.collective_transport = "rdma";
+  NodeOptions options;
+  const absl::Status status = ApplyNodeFlags(flags, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_NE(status.message().find("--collective_transport: 'rdma'"),
+            absl::string_view::npos)
+      << status;
+  flags.collective_transport = "shm";
+  ASSERT_TRUE(ApplyNodeFlags(flags, options).ok());
+  EXPECT_EQ(options.collective_transport, comm::TransportMode::kShm);
 }
 
 // The refusal of one bad value: its message, as shardd prints it.

@@ -96,8 +96,9 @@ absl::Status NodeManager::OpenCommitSink() {
 void NodeManager::WireBackend() {
   backend_ = options_.backend != nullptr
                  ? options_.backend
-                 : std::make_shared<CpuEngineBackend>(options_.shm_dir,
-                                                      options_.shm_prefix);
+                 : std::make_shared<CpuEngineBackend>(
+                       options_.shm_dir, options_.shm_prefix,
+                       options_.collective_transport);
   device_memory_ = backend_->math()->device_memory();
   shard_memory_ = std::make_unique<EngineShardMemory>(backend_->math());
 }

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/comm/host_transport.h"
 #include "daemon/comm/store.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/model_config.h"
@@ -63,6 +64,10 @@ struct NodeOptions {
   std::string peer_address;
   // Address Gloo listens on for peers (the host of peer_address).
   std::string gloo_hostname = "127.0.0.1";
+  // What the CPU backend's communicators run on (--collective_transport):
+  // shared memory for a group whose members all run on this host (auto),
+  // always Gloo over TCP (tcp), or shared memory required (shm).
+  comm::TransportMode collective_transport = comm::TransportMode::kAuto;
   // Where gathered/gradient/shard segments are created, and the prefix of
   // their names (unique per process).
   std::string shm_dir = "/dev/shm";

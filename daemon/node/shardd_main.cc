@@ -135,6 +135,11 @@ ABSL_FLAG(std::string, recovery_transport, "replica_group",
           "epoch's replica-group communicator, Gloo pairs straight into the "
           "new shard; FetchShard carries header and CRCs) or stream (inside "
           "the FetchShard gRPC stream)");
+ABSL_FLAG(std::string, collective_transport, "auto",
+          "what the CPU communicators run on: auto (shared memory for a "
+          "group whose members all run on this host, Gloo over TCP "
+          "otherwise), tcp (always Gloo over TCP) or shm (shared memory, "
+          "and a group that cannot use it fails to form)");
 ABSL_FLAG(int64_t, peer_probe_interval_ms, 1000,
           "how often every other member's Peer service is probed; peers "
           "that fail --peer_probe_failures probes in a row are reported to "
@@ -500,7 +505,8 @@ absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
        .checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last),
        .resume_from = absl::GetFlag(FLAGS_resume_from),
        .recovery_timeout_ms = absl::GetFlag(FLAGS_recovery_timeout_ms),
-       .recovery_transport = absl::GetFlag(FLAGS_recovery_transport)},
+       .recovery_transport = absl::GetFlag(FLAGS_recovery_transport),
+       .collective_transport = absl::GetFlag(FLAGS_collective_transport)},
       options);
   if (!applied.ok()) return applied;
   SetPeerCalls(credentials.channel_credentials, options);

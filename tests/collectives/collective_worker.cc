@@ -1,7 +1,8 @@
 // collective_worker: one rank of a multi-process collectives test.
 //
-// Joins a GlooCollective through a FileStore directory and runs one
-// scenario, then prints a machine-readable line
+// Joins a GlooCollective (or, with --transport=shm, a shared-memory
+// ShmCollective) through a FileStore directory and runs one scenario, then
+// prints a machine-readable line
 //   RESULT scenario=NAME rank=R key=value ...
 // on stdout and exits 0; any failure prints "ERROR: ..." on stderr and exits
 // non-zero. The drivers (correctness_test, fault_test) spawn W of these.
@@ -67,6 +68,8 @@
 #include "daemon/comm/collective.h"
 #include "daemon/comm/file_store.h"
 #include "daemon/comm/gloo_collective.h"
+#include "daemon/comm/host_collective.h"
+#include "daemon/comm/host_transport.h"
 #include "daemon/core/dtype.h"
 #include "tests/collectives/process_group.h"
 
@@ -96,6 +99,9 @@ struct Flags {
   std::string signal = "kill";
   int64_t fault_bytes = int64_t{64} << 20;
   std::string epoch2 = "shrink";
+  // "gloo" (GlooCollective over TCP) or "shm" (CreateHostCollective with
+  // the shared-memory transport required).
+  std::string transport = "gloo";
 };
 
 [[noreturn]] void Fail(absl::string_view message, int code = 1) {
@@ -170,6 +176,11 @@ Flags ParseFlags(int argc, char** argv) {
       f.fault_bytes = ParseInt(name, value);
     } else if (name == "epoch2") {
       f.epoch2 = std::string(value);
+    } else if (name == "transport") {
+      f.transport = std::string(value);
+      if (f.transport != "gloo" && f.transport != "shm") {
+        Fail("--transport must be gloo or shm", 2);
+      }
     } else {
       Fail(absl::StrCat("unknown flag --", name), 2);
     }
@@ -377,7 +388,11 @@ absl::StatusOr<std::unique_ptr<Collective>> Connect(const Flags& f,
   options.hostname = "127.0.0.1";
   options.connect_timeout = absl::Milliseconds(f.connect_timeout_ms);
   options.default_op_timeout = absl::Milliseconds(f.op_timeout_ms);
-  return CreateGlooCollective(options, store);
+  if (f.transport == "gloo") return CreateGlooCollective(options, store);
+  HostCollectiveOptions host;
+  host.gloo = options;
+  host.transport = TransportMode::kShm;
+  return CreateHostCollective(host, store);
 }
 
 std::vector<int64_t> EvenCounts(int64_t total, int world) {

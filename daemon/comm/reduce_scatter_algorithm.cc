@@ -1,0 +1,37 @@
+#include "daemon/comm/reduce_scatter_algorithm.h"
+
+#include <cstdlib>
+
+namespace shardd::comm {
+namespace {
+
+// (W = 4 and 8 on the 2-core VM: halving is faster at 128-256 KiB blocks,
+// direct at 512 KiB - 1 MiB; measured with scripts/bench collectives.)
+constexpr int64_t kHalvingMaxBlockBytes = int64_t{256} << 10;
+constexpr int64_t kDirectMaxBlockBytes = int64_t{2} << 20;
+
+}  // namespace
+
+ReduceScatterAlgorithm ChooseReduceScatterAlgorithm(int world,
+                                                    int64_t max_count,
+                                                    absl::string_view forced) {
+  const bool power_of_two = world > 0 && (world & (world - 1)) == 0;
+  if (forced == "ring") return ReduceScatterAlgorithm::kRing;
+  if (forced == "direct") return ReduceScatterAlgorithm::kDirect;
+  if (forced == "halving" && power_of_two) {
+    return ReduceScatterAlgorithm::kHalving;
+  }
+  const int64_t block_bytes = max_count * static_cast<int64_t>(sizeof(float));
+  if (power_of_two && world > 2 && block_bytes <= kHalvingMaxBlockBytes) {
+    return ReduceScatterAlgorithm::kHalving;
+  }
+  return block_bytes <= kDirectMaxBlockBytes ? ReduceScatterAlgorithm::kDirect
+                                             : ReduceScatterAlgorithm::kRing;
+}
+
+absl::string_view ForcedReduceScatterAlgorithm() {
+  static const char* const forced = std::getenv("SHARDD_REDUCE_SCATTER");
+  return forced != nullptr ? absl::string_view(forced) : absl::string_view();
+}
+
+}  // namespace shardd::comm
