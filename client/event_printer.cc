@@ -1,5 +1,6 @@
 #include "client/event_printer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -196,12 +197,30 @@ std::string EventPrinter::BarLine(const v1::TrainerEvent& event, int64_t done,
   const absl::Duration elapsed =
       absl::Milliseconds(event.time_unix_ms() - bar_started_unix_ms_);
   const int width = options_.terminal ? options_.bar_width : 0;
-  const std::string what =
-      bar_ == BarKind::kExport
-          ? absl::StrCat("export_progress  ", event.export_progress().path())
-          : std::string("recovery  TRANSFERRING_STATE");
-  return absl::StrCat(Prefix(event), what, "  ",
-                      FormatExportProgress(done, total, elapsed, width));
+  const std::string progress =
+      FormatExportProgress(done, total, elapsed, width);
+  const std::string path =
+      bar_ == BarKind::kExport ? event.export_progress().path() : "";
+  auto line = [&](absl::string_view prefix, absl::string_view shown) {
+    return bar_ == BarKind::kExport
+               ? absl::StrCat(prefix, "export_progress  ", shown, "  ",
+                              progress)
+               : absl::StrCat(prefix, "recovery  TRANSFERRING_STATE  ",
+                              progress);
+  };
+  std::string full = line(Prefix(event), path);
+  const size_t columns =
+      options_.terminal ? static_cast<size_t>(std::max(0, options_.columns))
+                        : 0;
+  if (columns == 0 || full.size() < columns) return full;
+  // A bar that wraps cannot be redrawn with "\r": drop the time, then all
+  // of the path but its file name, then whatever still does not fit.
+  const size_t slash = path.rfind('/');
+  const std::string file =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string shorter = line(absl::StrFormat("#%d  ", event.sequence()), file);
+  if (shorter.size() >= columns) shorter.resize(columns - 1);
+  return shorter;
 }
 
 void EventPrinter::StartBar(BarKind kind, const v1::TrainerEvent& event) {

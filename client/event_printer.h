@@ -32,6 +32,9 @@ class EventPrinter {
     // Redraw progress bars in place ("\r", erase to end of line).
     bool terminal = false;
     int bar_width = 30;
+    // The terminal's width (0: unknown). A bar is kept narrower, since one
+    // that wraps cannot be redrawn in place.
+    int columns = 0;
   };
 
   EventPrinter(std::FILE* out, Options options);

@@ -63,12 +63,14 @@ class EventPrinterTest : public ::testing::Test {
     std::free(buffer_);
   }
 
-  EventPrinter& Printer(EventPrinter::Format format, bool terminal) {
+  EventPrinter& Printer(EventPrinter::Format format, bool terminal,
+                        int columns = 0) {
     file_ = open_memstream(&buffer_, &size_);
     printer_.emplace(file_, EventPrinter::Options{
                                 .format = format,
                                 .terminal = terminal,
                                 .bar_width = 10,
+                                .columns = columns,
                             });
     return *printer_;
   }
@@ -192,6 +194,18 @@ TEST_F(EventPrinterTest, OnATerminalAShardCopyBarEndsWhenThePhaseChanges) {
   EXPECT_NE(out.find("recovery  COMPLETE  100%  4.00 KiB / 4.00 KiB"),
             std::string::npos)
       << out;
+}
+
+TEST_F(EventPrinterTest, OnANarrowTerminalTheBarFitsOnOneLine) {
+  EventPrinter& printer = Printer(EventPrinter::Format::kText, true, 72);
+  ASSERT_TRUE(printer.Print(ExportAt(1, 0, 500)).ok());
+  const std::string out = Written();
+  ASSERT_EQ(out.substr(0, 1), "\r");
+  const std::string bar = out.substr(1, out.size() - 1 - 3);  // \x1b[K
+  EXPECT_LT(bar.size(), 72u) << bar;
+  EXPECT_EQ(bar,
+            "#1  export_progress  m.safetensors  [#####     ]  50%  500 B / "
+            "1000 B");
 }
 
 TEST_F(EventPrinterTest, FinishEndsABarLeftOpenWithANewline) {

@@ -25,6 +25,7 @@
 // daemon or coordinator is unreachable, went away, or the call failed; 2
 // bad usage.
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -653,11 +654,17 @@ int Run(const std::vector<char*>& args) {
   }
   // Signals become a clean end of `watch` (StopSignals): installed before
   // TLS and gRPC start any thread, so that none of them takes the signal.
+  winsize window{};
+  const bool terminal = isatty(fileno(stdout)) != 0;
+  if (!terminal || ioctl(fileno(stdout), TIOCGWINSZ, &window) != 0) {
+    window.ws_col = 0;
+  }
   client::EventPrinter printer(
       stdout, {.format = json ? client::EventPrinter::Format::kJson
                               : client::EventPrinter::Format::kText,
-               .terminal = isatty(fileno(stdout)) != 0,
-               .bar_width = 30});
+               .terminal = terminal,
+               .bar_width = 30,
+               .columns = window.ws_col});
   client::EventWatch watch(&printer);
   std::optional<client::StopSignals> signals;
   if (command == "watch") signals.emplace([&watch](int) { watch.Stop(); });

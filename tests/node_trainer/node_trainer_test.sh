@@ -13,7 +13,8 @@
 #     before the trainers, shows rank 0's registration snapshot, every
 #     committed step and the export's progress (text and JSON lines), and
 #     ends with exit 0 on SIGTERM; watch --for=1s ends by itself with exit
-#     0; cluster against the coordinator lists every rank READY, no broken
+#     0, and on a terminal (script) draws the export as a bar; cluster
+#     against the coordinator lists every rank READY, no broken
 #     link and the EPOCH_READY decision, and its -o json parses; a watch
 #     whose daemon is SIGKILLed exits 1 saying that it went away;
 #   * shardctl export: FULL refused on one of W daemons (F > 1), saying what
@@ -114,6 +115,19 @@ sys.exit(0 if \"snapshot\" in events[0] and steps == list(range(1, $STEPS + 1)) 
   expect "$name: watch --after=1 resumes after event 1" \
     "/usr/bin/python3 -c 'import json, sys; e = [json.loads(l) for l in sys.argv[1].splitlines()]; sys.exit(0 if e and int(e[0][\"sequence\"]) == 2 else 1)' \"\$out\"" ||
     echo "$out" | head -c 1000
+
+  # On a terminal (script(1) gives it one), the export replayed from the
+  # daemon's log (--after=1) is a bar redrawn in place, then its done line.
+  script -qec "'$shardctl' --socket='$d/s0.sock' watch --after=1 --for=1s" \
+    /dev/null >"$d/tty.txt" 2>&1
+  rc=$?
+  expect "$name: watch on a terminal draws the export as a progress bar" \
+    "[[ $rc -eq 0 ]] && /usr/bin/python3 -c '
+import re, sys
+t = open(sys.argv[1], \"rb\").read()
+bar = re.search(rb\"\\r20[^\\r\\n]*export_progress  \\S+  \\[#+ *\\][^\\r\\n]*\\x1b\\[K\", t)
+sys.exit(0 if bar and b\"done: OK\" in t else 1)
+' '$d/tty.txt'" || { echo "rc $rc"; cat -v "$d/tty.txt" | head -20; }
 
   out=$("$shardctl" cluster --coordinator=127.0.0.1:"$port" 2>&1)
   rc=$?
