@@ -157,6 +157,7 @@ sys.exit(0 if ok else 1)
   expect "$name: a watch shows its snapshot" \
     "wait_line '$d/gone.txt' '  snapshot  ' 20"
   kill -9 "$d0"
+  wait "$d0" 2>/dev/null
   wait "$watcher"; rc=$?
   expect "$name: a watch whose daemon is killed exits 1 saying so" \
     "[[ $rc -eq 1 ]] && grep -q 'shardctl: the shardd daemon at unix:$d/s0.sock went away' '$d/gone.txt'" ||
