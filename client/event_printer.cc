@@ -147,9 +147,11 @@ std::string EventPrinter::TextLine(const v1::TrainerEvent& event) {
       break;
     }
     case v1::TrainerEvent::EVENT_NOT_SET:
-      // A kind this shardctl predates (the proto only grows).
+      // A kind this shardctl predates (the proto only grows); proto3 JSON
+      // drops unknown fields, so -o json cannot show it either.
       absl::StrAppend(&line,
-                      "unknown event (a newer daemon: -o json shows it)");
+                      "an event kind this shardctl does not know (a newer "
+                      "daemon)");
       break;
   }
   return line;
