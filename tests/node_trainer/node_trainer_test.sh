@@ -10,13 +10,14 @@
 #   * a second identical run gives bit-identical parameters;
 #   * shardctl reads the live daemon (status shows the committed step);
 #   * shardctl watch and cluster (W=2 FULL_SHARD, first run): watch, started
-#     before the trainers, shows rank 0's registration snapshot, every
-#     committed step and the export's progress (text and JSON lines), and
-#     ends with exit 0 on SIGTERM; watch --for=1s ends by itself with exit
-#     0, and on a terminal (script) draws the export as a bar; cluster
-#     against the coordinator lists every rank READY, no broken
-#     link and the EPOCH_READY decision, and its -o json parses; a watch
-#     whose daemon is SIGKILLed exits 1 saying that it went away;
+#     before the trainers, shows rank 0's snapshot, every committed step
+#     and the export's progress (text and JSON lines), and ends with exit 0
+#     on SIGTERM; watch --for=1s ends by itself with exit 0, and on a
+#     terminal (script) draws the export as a bar; export -o json prints a
+#     line per daemon; cluster against the coordinator lists every rank
+#     READY, no broken link and the EPOCH_READY decision, and its -o json
+#     parses; a watch whose daemon is SIGKILLed exits 1 saying that it went
+#     away;
 #   * shardctl export: FULL refused on one of W daemons (F > 1), saying what
 #     it needs, or written by rank 0 alone (F = 1); driven on every rank
 #     with --sockets, with progress lines;
@@ -103,6 +104,22 @@ seq = [int(e[\"sequence\"]) for e in events]
 sys.exit(0 if \"snapshot\" in events[0] and steps == list(range(1, $STEPS + 1)) and
          done and done[-1][\"status\"] == \"OK\" and seq == sorted(seq) else 1)
 ' '$d/watch.json'" || head -c 2000 "$d/watch.json"
+
+  # export -o json: one ExportStateResponse per daemon (progress stays on
+  # stderr).
+  local socks
+  socks=$(for r in $(seq 0 $((w - 1))); do printf '%s,' "$d/s$r.sock"; done)
+  out=$("$shardctl" --sockets="${socks%,}" -o json export \
+    --path="$d/json.safetensors" 2>/dev/null)
+  expect "$name: export -o json: a JSON line per daemon, rank 0's file" \
+    "/usr/bin/python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+ok = (len(lines) == $w and all(int(l[\"step\"]) == $STEPS for l in lines) and
+      lines[0][\"files\"][0][\"path\"] == \"$d/json.safetensors\" and
+      int(lines[0][\"files\"][0][\"bytes\"]) > 0)
+sys.exit(0 if ok else 1)
+' \"\$out\"" || echo "$out"
 
   local started=$SECONDS
   out=$(timeout 20 "$shardctl" --socket="$d/s0.sock" watch --for=1s 2>&1)
