@@ -1,4 +1,5 @@
-// shardctl: inspects and drives a local shardd daemon over its Trainer API.
+// shardctl: inspects and drives a local shardd daemon over its Trainer API,
+// and shows the whole cluster as its coordinator sees it.
 //
 //   shardctl [--socket=/dev/shm/shardd.sock] status|units|memory|members
 //   shardctl export --path=/abs/file [--layout=full|sharded]
@@ -6,17 +7,32 @@
 //     (waits for the export with a progress bar; a FULL export is
 //     collective: --sockets drives every rank's daemon at once, or run it
 //     with --other_ranks_join on every node at the same time)
+//   shardctl watch [--after=SEQ] [--for=DURATION]
+//     (follows the daemon's events, one line each, until Ctrl-C/SIGTERM or
+//     --for; an export or shard copy in progress is a progress bar on a
+//     terminal)
+//   shardctl cluster --coordinator=HOST:PORT [--decisions=N]
+//     (the coordinator's GetClusterState: members, broken links, recent
+//     decisions as a timeline)
 //   shardctl --socket=HOST:PORT --tls_ca=CA --tls_cert=C --tls_key=K status
-//     (the daemon's --listen_tcp with TLS; mutual TLS needs cert and key)
+//     (the daemon's --listen_tcp with TLS; mutual TLS needs cert and key;
+//     the same flags reach a coordinator with TLS)
+//   -o json (--output=json) on every command: one line of proto3 JSON (the
+//     .proto field names), or JSON lines for watch and a multi-daemon
+//     export.
 //
-// Exit codes: 0 OK; 1 the daemon is unreachable or the call failed; 2 bad
-// usage.
+// Exit codes: 0 OK (watch: also stopped by a signal or at --for); 1 the
+// daemon or coordinator is unreachable, went away, or the call failed; 2
+// bad usage.
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +47,20 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cluster_report.h"
+#include "client/event_printer.h"
+#include "client/event_watch.h"
 #include "client/export_driver.h"
+#include "client/json_line.h"
+#include "client/stop_signals.h"
 #include "client/trainer_client.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/rpc/grpc_deadline.h"
+#include "daemon/rpc/grpc_status.h"
 #include "daemon/rpc/tls_config.h"
 #include "daemon/rpc/tls_flags.h"
-#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "shardd/v1/coordinator.grpc.pb.h"
 #include "shardd/v1/trainer.pb.h"
 
 ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
@@ -44,10 +68,25 @@ ABSL_FLAG(std::string, socket, "/dev/shm/shardd.sock",
 ABSL_FLAG(std::string, path, "", "export: absolute target path");
 ABSL_FLAG(std::string, layout, "full", "export: full or sharded");
 ABSL_FLAG(std::string, output, "text",
-          "text, or json for status (the daemon's GetStatus reply), memory "
-          "(its memory report), units (the report's units) and members (the "
-          "topology); field names as in the .proto files, every field "
-          "printed, 64-bit integers as strings (proto3 JSON)");
+          "text, or json: one line of proto3 JSON (field names as in the "
+          ".proto files, every field printed, 64-bit integers as strings): "
+          "status the daemon's GetStatus reply, memory its memory report, "
+          "units the report's units, members the topology, export the "
+          "ExportStateResponse (one line per daemon, in --sockets order), "
+          "watch one TrainerEvent per line, cluster the ClusterState");
+ABSL_FLAG(std::string, o, "", "short for --output");
+ABSL_FLAG(int64_t, after, 0,
+          "watch: start after this event sequence number (the events the "
+          "daemon still holds); 0: a snapshot of the daemon's state first");
+ABSL_FLAG(absl::Duration, for, absl::ZeroDuration(),
+          "watch: stop after this long (e.g. 30s, 5m); 0: until Ctrl-C or "
+          "SIGTERM");
+ABSL_FLAG(std::string, coordinator, "",
+          "cluster: the coordinator's HOST:PORT (with --tls_* when it "
+          "serves TLS)");
+ABSL_FLAG(int32_t, decisions, 0,
+          "cluster: how many of the coordinator's most recent decisions to "
+          "show (0: its default, 100)");
 ABSL_FLAG(bool, overwrite, false, "export: replace existing files");
 ABSL_FLAG(bool, optimizer_state, false, "export: include optimizer state");
 ABSL_FLAG(int64_t, timeout_ms, 5000,
@@ -101,22 +140,15 @@ int Fail(const TrainerClient& client, const absl::Status& status) {
   return 1;
 }
 
-// `message` as one line of proto3 JSON; false (and a message on stderr)
-// when it cannot be converted.
+// `message` as one line of proto3 JSON on stdout; false (and a message on
+// stderr) when it cannot be converted.
 bool PrintJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  // protobuf's own Status type (not absl's in Debian's 3.21).
-  if (const auto s =
-          google::protobuf::util::MessageToJsonString(message, &out, options);
-      !s.ok()) {
-    std::fprintf(stderr, "shardctl: cannot print JSON: %s\n",
-                 s.ToString().c_str());
+  absl::StatusOr<std::string> line = client::JsonLine(message);
+  if (!line.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n", line.status().ToString().c_str());
     return false;
   }
-  std::printf("%s\n", out.c_str());
+  std::printf("%s\n", line->c_str());
   return true;
 }
 
@@ -307,7 +339,8 @@ void PrintMembers(const v1::GetStatusResponse& s) {
 // every rank (or the caller says the others join), and drives it on every
 // daemon at once with a progress bar (plain lines when stderr is not a
 // terminal).
-int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
+int Export(TrainerClient& first, const client::TrainerClientOptions& options,
+           bool json) {
   v1::ExportStateRequest request;
   request.set_path(absl::GetFlag(FLAGS_path));
   const std::string layout = absl::GetFlag(FLAGS_layout);
@@ -459,6 +492,10 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
       code = Fail(*clients[i], results[i].status());
       continue;
     }
+    if (json) {
+      if (!PrintJson(*results[i])) code = 1;
+      continue;
+    }
     std::printf("%s (rank %d): exported step %lld\n", targets[i].c_str(),
                 ranks[i], static_cast<long long>(results[i]->step()));
     for (const v1::ExportedFile& f : results[i]->files()) {
@@ -469,35 +506,183 @@ int Export(TrainerClient& first, const client::TrainerClientOptions& options) {
   return code;
 }
 
+constexpr char kCommands[] = "status|units|memory|members|export|watch|cluster";
+
+bool IsTrainerCommand(const std::string& command) {
+  return command == "status" || command == "units" || command == "memory" ||
+         command == "members" || command == "export" || command == "watch";
+}
+
+// --output, or -o: "text" or "json"; empty after saying what is wrong.
+std::string OutputFormat() {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  const std::string o = absl::GetFlag(FLAGS_o);
+  if (!o.empty() && output != "text" && o != output) {
+    std::fprintf(stderr,
+                 "shardctl: -o %s and --output=%s disagree (-o is short for "
+                 "--output: give one)\n",
+                 o.c_str(), output.c_str());
+    return "";
+  }
+  const std::string chosen = o.empty() ? output : o;
+  if (chosen != "text" && chosen != "json") {
+    std::fprintf(stderr, "shardctl: --output must be text or json, got '%s'\n",
+                 chosen.c_str());
+    return "";
+  }
+  return chosen;
+}
+
+// shardctl cluster: the coordinator's GetClusterState.
+int Cluster(const rpc::TlsConfig& tls, absl::Duration timeout, bool json) {
+  const std::string target = absl::GetFlag(FLAGS_coordinator);
+  if (target.empty()) {
+    std::fprintf(stderr,
+                 "shardctl: cluster needs --coordinator=HOST:PORT (the "
+                 "coordinator's --listen address)\n");
+    return 2;
+  }
+  const int32_t decisions = absl::GetFlag(FLAGS_decisions);
+  if (decisions < 0) {
+    std::fprintf(stderr, "shardctl: --decisions must be >= 0, got %d\n",
+                 decisions);
+    return 2;
+  }
+  if (absl::StatusOr<int> exposed = rpc::CheckPlaintextFromFlags(
+          "shardctl", tls, {{"--coordinator", target}});
+      !exposed.ok()) {
+    std::fprintf(stderr, "shardctl: %s\n",
+                 std::string(exposed.status().message()).c_str());
+    return 2;
+  }
+  const std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      target, tls.enabled() ? tls.ChannelCredentials()
+                            : grpc::InsecureChannelCredentials());
+  const std::unique_ptr<v1::Coordinator::Stub> stub =
+      v1::Coordinator::NewStub(channel);
+  grpc::ClientContext context;
+  rpc::SetTimeout(&context, timeout);
+  v1::GetClusterStateRequest request;
+  request.set_max_decisions(decisions);
+  v1::ClusterState state;
+  const absl::Status status =
+      rpc::FromGrpc(stub->GetClusterState(&context, request, &state));
+  if (absl::IsUnavailable(status)) {
+    std::fprintf(stderr,
+                 "shardctl: no coordinator at %s (is it running? "
+                 "--coordinator to point elsewhere): %s\n",
+                 target.c_str(), std::string(status.message()).c_str());
+    return 1;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "shardctl: %s: %s: %s\n", target.c_str(),
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+    return 1;
+  }
+  if (json) return PrintJson(state) ? 0 : 1;
+  std::fputs(client::ClusterReport(state, absl::Now()).c_str(), stdout);
+  return 0;
+}
+
+// shardctl watch, once the daemon's client exists: follows its events
+// until --for, a signal (`watch` stopped) or the daemon going away.
+int Watch(TrainerClient& client, client::EventWatch& watch) {
+  const absl::Duration duration = absl::GetFlag(FLAGS_for);
+  const MonoTime until = duration > absl::ZeroDuration()
+                             ? MonoNow() + duration
+                             : MonoTime::InfiniteFuture();
+  const client::WatchEnd end =
+      watch.Run(client, absl::GetFlag(FLAGS_after), until);
+  switch (end.reason) {
+    case client::WatchEnd::Reason::kStopped:
+    case client::WatchEnd::Reason::kTimeUp:
+      return 0;
+    case client::WatchEnd::Reason::kNoDaemon:
+      std::fprintf(stderr,
+                   "shardctl: no shardd daemon at %s (is it running? --socket "
+                   "to point elsewhere)\n",
+                   client.target().c_str());
+      return 1;
+    case client::WatchEnd::Reason::kDaemonGone:
+      std::fprintf(stderr,
+                   "shardctl: the shardd daemon at %s went away after %lld "
+                   "event(s) (%s: %s)\n",
+                   client.target().c_str(), static_cast<long long>(end.events),
+                   absl::StatusCodeToString(end.status.code()).c_str(),
+                   std::string(end.status.message()).c_str());
+      return 1;
+    case client::WatchEnd::Reason::kFailed:
+      break;
+  }
+  std::fprintf(stderr, "shardctl: watch: %s\n", end.status.ToString().c_str());
+  return 1;
+}
+
 int Run(const std::vector<char*>& args) {
   if (args.size() != 2) {
-    std::fprintf(stderr,
-                 "usage: shardctl [--socket=PATH] "
-                 "status|units|memory|members|export\n");
+    std::fprintf(stderr, "usage: shardctl [--socket=PATH] [-o text|json] %s\n",
+                 kCommands);
     return 2;
   }
   const std::string command = args[1];
-  const std::string output = absl::GetFlag(FLAGS_output);
-  if (output != "text" && output != "json") {
-    std::fprintf(stderr, "shardctl: --output must be text or json, got '%s'\n",
-                 output.c_str());
+  if (!IsTrainerCommand(command) && command != "cluster") {
+    std::fprintf(stderr, "shardctl: unknown command '%s' (commands: %s)\n",
+                 command.c_str(), kCommands);
     return 2;
   }
-  client::TrainerClientOptions options;
-  options.target = absl::GetFlag(FLAGS_socket);
-  options.default_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  if (options.default_timeout <= absl::ZeroDuration()) {
+  const std::string output = OutputFormat();
+  if (output.empty()) return 2;
+  const bool json = output == "json";
+  const absl::Duration timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  if (timeout <= absl::ZeroDuration()) {
     std::fprintf(stderr, "shardctl: --timeout_ms must be > 0\n");
     return 2;
   }
-  // TLS for a host:port --socket (the daemon's --listen_tcp with TLS): the
-  // daemon's CA, and this client's certificate where it requires one.
+  if (command == "watch") {
+    if (absl::GetFlag(FLAGS_after) < 0) {
+      std::fprintf(stderr, "shardctl: --after must be >= 0, got %lld\n",
+                   static_cast<long long>(absl::GetFlag(FLAGS_after)));
+      return 2;
+    }
+    if (absl::GetFlag(FLAGS_for) < absl::ZeroDuration()) {
+      std::fprintf(stderr, "shardctl: --for must be >= 0, got %s\n",
+                   absl::FormatDuration(absl::GetFlag(FLAGS_for)).c_str());
+      return 2;
+    }
+  }
+  // Signals become a clean end of `watch` (StopSignals): installed before
+  // TLS and gRPC start any thread, so that none of them takes the signal.
+  winsize window{};
+  const bool terminal = isatty(fileno(stdout)) != 0;
+  if (!terminal || ioctl(fileno(stdout), TIOCGWINSZ, &window) != 0) {
+    window.ws_col = 0;
+  }
+  client::EventPrinter printer(
+      stdout, {.format = json ? client::EventPrinter::Format::kJson
+                              : client::EventPrinter::Format::kText,
+               .terminal = terminal,
+               .bar_width = 30,
+               .columns = window.ws_col});
+  client::EventWatch watch(&printer);
+  std::optional<client::StopSignals> signals;
+  if (command == "watch") signals.emplace([&watch](int) { watch.Stop(); });
+
+  // TLS for a host:port --socket (the daemon's --listen_tcp with TLS) or
+  // --coordinator: the server's CA, and this client's certificate where it
+  // requires one.
   absl::StatusOr<rpc::TlsConfig> tls =
       rpc::TlsConfigFromFlags(rpc::TlsRole::kClient, "shardctl");
   if (!tls.ok()) {
     std::fprintf(stderr, "shardctl: %s\n", tls.status().ToString().c_str());
     return 2;
   }
+  if (command == "cluster") return Cluster(*tls, timeout, json);
+
+  client::TrainerClientOptions options;
+  options.target = absl::GetFlag(FLAGS_socket);
+  options.default_timeout = timeout;
   if (tls->enabled()) options.credentials = tls->ChannelCredentials();
   if (absl::StatusOr<int> exposed = rpc::CheckPlaintextFromFlags(
           "shardctl", *tls, {{"--socket", options.target}});
@@ -513,20 +698,16 @@ int Run(const std::vector<char*>& args) {
     return 2;
   }
   TrainerClient& client = **created;
-  if (command == "status" || command == "units" || command == "memory" ||
-      command == "members") {
-    auto status = client.GetStatus();
-    if (!status.ok()) return Fail(client, status.status());
-    if (output == "json") return PrintStatusJson(command, *status) ? 0 : 1;
-    if (command == "status") PrintStatus(*status);
-    if (command == "units") PrintUnits(*status);
-    if (command == "memory") PrintMemory(*status);
-    if (command == "members") PrintMembers(*status);
-    return 0;
-  }
-  if (command == "export") return Export(client, options);
-  std::fprintf(stderr, "shardctl: unknown command '%s'\n", command.c_str());
-  return 2;
+  if (command == "export") return Export(client, options, json);
+  if (command == "watch") return Watch(client, watch);
+  auto status = client.GetStatus();
+  if (!status.ok()) return Fail(client, status.status());
+  if (json) return PrintStatusJson(command, *status) ? 0 : 1;
+  if (command == "status") PrintStatus(*status);
+  if (command == "units") PrintUnits(*status);
+  if (command == "memory") PrintMemory(*status);
+  if (command == "members") PrintMembers(*status);
+  return 0;
 }
 
 }  // namespace
@@ -534,8 +715,8 @@ int Run(const std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "shardctl [--socket=PATH] [--output=text|json] "
-      "status|units|memory|members|export");
+      "shardctl [--socket=PATH] [-o text|json] "
+      "status|units|memory|members|export|watch|cluster");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   return shardd::Run(args);
 }

@@ -9,6 +9,15 @@
 #     ~1e-7 after 10 steps);
 #   * a second identical run gives bit-identical parameters;
 #   * shardctl reads the live daemon (status shows the committed step);
+#   * shardctl watch and cluster (W=2 FULL_SHARD, first run): watch, started
+#     before the trainers, shows rank 0's snapshot, every committed step
+#     and the export's progress (text and JSON lines), and ends with exit 0
+#     on SIGTERM; watch --for=1s ends by itself with exit 0, and on a
+#     terminal (script) draws the export as a bar; export -o json prints a
+#     line per daemon; cluster against the coordinator lists every rank
+#     READY, no broken link and the EPOCH_READY decision, and its -o json
+#     parses; a watch whose daemon is SIGKILLed exits 1 saying that it went
+#     away;
 #   * shardctl export: FULL refused on one of W daemons (F > 1), saying what
 #     it needs, or written by rank 0 alone (F = 1); driven on every rank
 #     with --sockets, with progress lines;
@@ -36,6 +45,8 @@ set -uo pipefail
 coordinator="$1"; shardd="$2"; trainer="$3"; compare="$4"; shardctl="$5"
 STEPS=10
 KILL_AT=4
+LIVE_CHECKS=w2_full_a  # The run that checks shardctl watch and cluster.
+watch_text=""; watch_json=""
 TOLERANCE=1e-5
 fail=0
 pids=()
@@ -61,10 +72,121 @@ wait_line() {
   return 1
 }
 
+# live_checks NAME W PORT DAEMON0_PID: shardctl watch and cluster against
+# the run's live processes; the watches in $d/watch.* were started before
+# the trainers. Ends with rank 0's daemon SIGKILLed.
+live_checks() {
+  local name=$1 w=$2 port=$3 d0=$4 d="$root/$1" out rc
+  kill -TERM "$watch_text" "$watch_json"
+  wait "$watch_text"; rc=$?
+  expect "$name: watch ends with exit 0 on SIGTERM" "[[ $rc -eq 0 ]]" ||
+    cat "$d/watch.err"
+  wait "$watch_json"; rc=$?
+  expect "$name: watch -o json ends with exit 0 on SIGTERM" "[[ $rc -eq 0 ]]" ||
+    cat "$d/watch_json.err"
+  expect "$name: watch shows the snapshot, then every step committed" \
+    "head -1 '$d/watch.txt' | grep -q '  snapshot  rank 0 ' &&
+     [[ \$(grep -c '  step_committed  step ' '$d/watch.txt') -eq $STEPS ]] &&
+     grep -q '  step_committed  step $STEPS, grad norm ' '$d/watch.txt'" ||
+    cat "$d/watch.txt"
+  expect "$name: watch shows the export's progress to done" \
+    "grep -q '  export_progress  $d/full.safetensors  100%.*done: OK' '$d/watch.txt'" ||
+    cat "$d/watch.txt"
+  expect "$name: watch has no terminal control characters off a terminal" \
+    "! grep -q \$'[\\r\\x1b]' '$d/watch.txt'"
+  expect "$name: watch -o json: JSON lines with the steps and the export" \
+    "/usr/bin/python3 -c '
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+steps = [int(e[\"step_committed\"][\"step\"]) for e in events if \"step_committed\" in e]
+done = [e[\"export_progress\"] for e in events if e.get(\"export_progress\", {}).get(\"done\")]
+seq = [int(e[\"sequence\"]) for e in events]
+sys.exit(0 if \"snapshot\" in events[0] and steps == list(range(1, $STEPS + 1)) and
+         done and done[-1][\"status\"] == \"OK\" and seq == sorted(seq) else 1)
+' '$d/watch.json'" || head -c 2000 "$d/watch.json"
+
+  # export -o json: one ExportStateResponse per daemon (progress stays on
+  # stderr).
+  local socks
+  socks=$(for r in $(seq 0 $((w - 1))); do printf '%s,' "$d/s$r.sock"; done)
+  out=$("$shardctl" --sockets="${socks%,}" -o json export \
+    --path="$d/json.safetensors" 2>/dev/null)
+  expect "$name: export -o json: a JSON line per daemon, rank 0's file" \
+    "/usr/bin/python3 -c '
+import json, sys
+lines = [json.loads(l) for l in sys.argv[1].splitlines()]
+ok = (len(lines) == $w and all(int(l[\"step\"]) == $STEPS for l in lines) and
+      lines[0][\"files\"][0][\"path\"] == \"$d/json.safetensors\" and
+      int(lines[0][\"files\"][0][\"bytes\"]) > 0)
+sys.exit(0 if ok else 1)
+' \"\$out\"" || echo "$out"
+
+  local started=$SECONDS
+  out=$(timeout 20 "$shardctl" --socket="$d/s0.sock" watch --for=1s 2>&1)
+  rc=$?
+  expect "$name: watch --for=1s ends by itself with exit 0" \
+    "[[ $rc -eq 0 ]] && grep -q 'snapshot  rank 0 READY, epoch [0-9]* ready, committed step $STEPS' <<<\"\$out\"" ||
+    echo "rc $rc: $out"
+  echo "$name: watch --for=1s took $((SECONDS - started)) s"
+  out=$("$shardctl" --socket="$d/s0.sock" watch --after=1 --for=1s -o json 2>&1)
+  expect "$name: watch --after=1 resumes after event 1" \
+    "/usr/bin/python3 -c 'import json, sys; e = [json.loads(l) for l in sys.argv[1].splitlines()]; sys.exit(0 if e and int(e[0][\"sequence\"]) == 2 else 1)' \"\$out\"" ||
+    echo "$out" | head -c 1000
+
+  # On a terminal (script(1) gives it one), the export replayed from the
+  # daemon's log (--after=1) is a bar redrawn in place, then its done line.
+  script -qec "'$shardctl' --socket='$d/s0.sock' watch --after=1 --for=1s" \
+    /dev/null >"$d/tty.txt" 2>&1
+  rc=$?
+  expect "$name: watch on a terminal draws the export as a progress bar" \
+    "[[ $rc -eq 0 ]] && /usr/bin/python3 -c '
+import re, sys
+t = open(sys.argv[1], \"rb\").read()
+bar = re.search(rb\"\\r20[^\\r\\n]*export_progress  \\S+  \\[#+ *\\][^\\r\\n]*\\x1b\\[K\", t)
+sys.exit(0 if bar and b\"done: OK\" in t else 1)
+' '$d/tty.txt'" || { echo "rc $rc"; cat -v "$d/tty.txt" | head -20; }
+
+  out=$("$shardctl" cluster --coordinator=127.0.0.1:"$port" 2>&1)
+  rc=$?
+  echo "$out" >"$d/cluster.txt"
+  expect "$name: cluster lists all $w ranks READY" \
+    "[[ $rc -eq 0 && \$(grep -cE '^[0-9]+ +READY +127\\.0\\.0\\.1:[0-9]+ +node-' <<<\"\$out\") -eq $w ]]" ||
+    echo "$out"
+  expect "$name: cluster shows no broken link and the epoch's READY decision" \
+    "grep -q '^broken links: none' <<<\"\$out\" &&
+     grep -qE '^  [0-9T:.-]+Z  epoch [0-9]+ +EPOCH_READY' <<<\"\$out\"" ||
+    echo "$out"
+  out=$("$shardctl" cluster -o json --coordinator=127.0.0.1:"$port" 2>&1)
+  expect "$name: cluster -o json parses: $w READY slots, decisions" \
+    "/usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+ok = (len(d[\"slots\"]) == $w and
+      all(s[\"state\"] == \"MEMBER_STATE_READY\" for s in d[\"slots\"]) and
+      d[\"decisions\"] and d[\"broken_links\"] == [])
+sys.exit(0 if ok else 1)
+' \"\$out\"" || echo "$out" | head -c 2000
+
+  # The daemon going away under a watch: exit 1 saying so.
+  "$shardctl" --socket="$d/s0.sock" watch >"$d/gone.txt" 2>&1 &
+  local watcher=$!
+  pids+=($watcher)
+  expect "$name: a watch shows its snapshot" \
+    "wait_line '$d/gone.txt' '  snapshot  ' 20"
+  kill -9 "$d0"
+  wait "$d0" 2>/dev/null
+  wait "$watcher"; rc=$?
+  expect "$name: a watch whose daemon is killed exits 1 saying so" \
+    "[[ $rc -eq 1 ]] && grep -q 'shardctl: the shardd daemon at unix:$d/s0.sock went away' '$d/gone.txt'" ||
+    { echo "rc $rc"; cat "$d/gone.txt"; }
+}
+
 # run NAME W F STRATEGY [crash]: leaves $root/NAME/params.bin. With "crash",
 # rank 0's trainer is SIGKILLed after step KILL_AT and started again.
 run() {
-  local name=$1 w=$2 f=$3 strategy=$4 crash=${5:-} d="$root/$1"
+  local name=$1 w=$2 f=$3 strategy=$4 crash=${5:-} d="$root/$1" d0=""
+  local live=""
+  [[ $name == "$LIVE_CHECKS" ]] && live=1
   mkdir -p "$d"
   "$coordinator" --listen=127.0.0.1:0 --world_size="$w" \
     --sharding_factor="$f" >"$d/coord.log" 2>&1 &
@@ -81,10 +203,24 @@ run() {
       --rank="$r" --listen_unix="$d/s$r.sock" --shm_dir="$d" \
       >"$d/d$r.log" 2>&1 &
     pids+=($!)
+    ((r == 0)) && d0=$!
   done
   local tps=()
   for r in $(seq 0 $((w - 1))); do
     for _ in $(seq 200); do [[ -S "$d/s$r.sock" ]] && break; sleep 0.05; done
+    if [[ -n "$live" && $r -eq 0 ]]; then
+      # Watches from before registration to after the export.
+      "$shardctl" --socket="$d/s0.sock" watch >"$d/watch.txt" \
+        2>"$d/watch.err" &
+      watch_text=$!
+      pids+=($!)
+      "$shardctl" --socket="$d/s0.sock" -o json watch >"$d/watch.json" \
+        2>"$d/watch_json.err" &
+      watch_json=$!
+      pids+=($!)
+      wait_line "$d/watch.txt" '  snapshot  ' 20
+      wait_line "$d/watch.json" '"snapshot"' 20
+    fi
     local extra=()
     [[ -n "$crash" && $r -eq 0 ]] && extra=(--pause_after_step=$KILL_AT)
     timeout 240 "$trainer" --socket="$d/s$r.sock" --strategy="$strategy" \
@@ -164,6 +300,7 @@ run() {
     expect "$name: shardctl export shows progress to 100%" \
       "grep -q '^export 100%' <<<\"\$ex\"" || echo "$ex"
   fi
+  [[ -n "$live" ]] && live_checks "$name" "$w" "$port" "$d0"
   cleanup
   return $rc
 }
