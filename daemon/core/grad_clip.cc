@@ -238,11 +238,15 @@ SHARDD_TARGET_AVX512 bool WindowBlockAvx512(const float* grad, int64_t n,
   const __m512i one = _mm512_set1_epi32(1);
   __m512i max_v = _mm512_setzero_si512();
   __m512i min_v = _mm512_set1_epi32(-1);  // min(|x| - 1): zero wraps to max.
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(grad + i), abs_mask);
+    max_v = _mm512_max_epu32(max_v, a);
+    min_v = _mm512_min_epu32(min_v, _mm512_sub_epi32(a, one));
+  }
+  if (i < n) {
     // Lanes past n load as zero, which changes neither the max nor the min.
-    const __mmask16 k = n - i >= 16
-                            ? __mmask16{0xffff}
-                            : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const auto k = static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512i a =
         _mm512_and_si512(_mm512_maskz_loadu_epi32(k, grad + i), abs_mask);
     max_v = _mm512_max_epu32(max_v, a);
@@ -260,11 +264,13 @@ SHARDD_TARGET_AVX512 bool WindowBlockAvx512(const float* grad, int64_t n,
   const __m512i magic = _mm512_set1_epi64(static_cast<int64_t>(kTwo52Bits));
   __m512i lo_v[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   __m512i hi_v[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16
-                            ? __mmask16{0xffff}
-                            : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(k, grad + i);  // Zero squares to 0.
+  for (i = 0; i < n; i += 16) {
+    // Past n (in the last vector only) zeros, whose squares add nothing.
+    const __m512 v =
+        n - i >= 16
+            ? _mm512_loadu_ps(grad + i)
+            : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (n - i)) - 1),
+                                    grad + i);
     for (int half = 0; half < 2; ++half) {
       const __m256 x = half == 0 ? _mm512_castps512_ps256(v)
                                  : _mm256_castpd_ps(_mm512_extractf64x4_pd(
