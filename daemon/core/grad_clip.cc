@@ -186,6 +186,8 @@ SHARDD_TARGET_AVX2 bool WindowBlockAvx2(const float* grad, int64_t n,
   __m256i lo_v[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   __m256i hi_v[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   for (i = 0; i + 8 <= n; i += 8) {
+    // The next block streams in while this one is summed from L1.
+    _mm_prefetch(reinterpret_cast<const char*>(grad + i + kBlock), _MM_HINT_T0);
     const __m256 v = _mm256_loadu_ps(grad + i);
     for (int half = 0; half < 2; ++half) {
       const __m128 x =
@@ -265,6 +267,9 @@ SHARDD_TARGET_AVX512 bool WindowBlockAvx512(const float* grad, int64_t n,
   __m512i lo_v[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   __m512i hi_v[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   for (i = 0; i < n; i += 16) {
+    // The next block streams in while this one is summed from L1 (one line
+    // per iteration; a prefetch past the end of the array is harmless).
+    _mm_prefetch(reinterpret_cast<const char*>(grad + i + kBlock), _MM_HINT_T0);
     // Past n (in the last vector only) zeros, whose squares add nothing.
     const __m512 v =
         n - i >= 16
@@ -296,16 +301,27 @@ SHARDD_TARGET_AVX512 bool WindowBlockAvx512(const float* grad, int64_t n,
   return true;
 }
 
+// The bins of the AVX-512 binning: bins[e][k] for kVectorBinSets sets k
+// (adjacent, so that one offset per exponent addresses all of them). A chunk
+// zeroes them once and folds them into its ChunkBins at the end.
+struct VectorBins {
+  alignas(64) uint64_t bins[256][kVectorBinSets];
+  int64_t nonfinite;
+  bool used;
+};
+
 // The binning of BinScalar with the exponents and squares computed 16 at a
 // time into a small buffer, so that the scalar loop is only the bin
 // additions, spread over kVectorBinSets independent sets.
 SHARDD_TARGET_AVX512 void BinAvx512(const float* grad, int64_t n,
-                                    ChunkBins& out) {
+                                    VectorBins& out) {
   constexpr int kBuffer = 256;
-  alignas(64) uint64_t bins[256][kVectorBinSets];
   alignas(64) uint64_t squares[kBuffer];
   alignas(64) uint32_t offsets[kBuffer];  // Byte offset of bins[e][0].
-  std::memset(bins, 0, sizeof(bins));
+  if (!out.used) {
+    std::memset(out.bins, 0, sizeof(out.bins));
+    out.used = true;
+  }
   const __m512i exponent_mask = _mm512_set1_epi32(0xff);
   const __m512i fraction_mask = _mm512_set1_epi32(0x7fffff);
   const __m512i implicit_bit = _mm512_set1_epi32(0x800000);
@@ -314,6 +330,9 @@ SHARDD_TARGET_AVX512 void BinAvx512(const float* grad, int64_t n,
   while (n - i >= 16) {
     const int len = static_cast<int>(std::min<int64_t>(kBuffer, (n - i) & ~15));
     for (int j = 0; j < len; j += 16) {
+      // As in WindowBlockAvx512: the next block streams in meanwhile.
+      _mm_prefetch(reinterpret_cast<const char*>(grad + i + j + kBlock),
+                   _MM_HINT_T0);
       const __m512i x = _mm512_loadu_si512(grad + i + j);
       const __m512i e =
           _mm512_and_si512(_mm512_srli_epi32(x, 23), exponent_mask);
@@ -330,7 +349,7 @@ SHARDD_TARGET_AVX512 void BinAvx512(const float* grad, int64_t n,
       nonfinite +=
           __builtin_popcount(_mm512_cmpeq_epi32_mask(e, exponent_mask));
     }
-    char* base = reinterpret_cast<char*>(&bins[0][0]);
+    char* base = reinterpret_cast<char*>(&out.bins[0][0]);
     for (int j = 0; j < len; j += kVectorBinSets) {
 #pragma GCC unroll 8
       for (int k = 0; k < kVectorBinSets; ++k) {
@@ -340,21 +359,36 @@ SHARDD_TARGET_AVX512 void BinAvx512(const float* grad, int64_t n,
     }
     i += len;
   }
-  for (int e = 0; e < 256; ++e) {
-    for (int k = 0; k < kVectorBinSets; ++k) out.bins[e] += bins[e][k];
+  for (; i < n; ++i) {  // The last < 16 elements.
+    uint32_t bits;
+    std::memcpy(&bits, &grad[i], sizeof(bits));
+    const uint32_t exponent = (bits >> 23) & 0xffu;
+    const uint64_t significand = Significand(bits, exponent);
+    out.bins[exponent][0] += significand * significand;
+    nonfinite += exponent == 0xffu;
   }
   out.nonfinite += nonfinite;
-  BinScalar(grad + i, n - i, out);
 }
 
 SHARDD_TARGET_AVX512 void AccumulateChunkAvx512(const float* grad, int64_t n,
                                                 GradNormPartial& partial) {
-  ChunkBins bins{};
+  VectorBins vector_bins;
+  vector_bins.nonfinite = 0;
+  vector_bins.used = false;
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t len = std::min(kBlock, n - begin);
     if (!WindowBlockAvx512(grad + begin, len, partial.limbs)) {
-      BinAvx512(grad + begin, len, bins);
+      BinAvx512(grad + begin, len, vector_bins);
     }
+  }
+  ChunkBins bins{};
+  if (vector_bins.used) {
+    for (int e = 0; e < 256; ++e) {
+      for (int k = 0; k < kVectorBinSets; ++k) {
+        bins.bins[e] += vector_bins.bins[e][k];
+      }
+    }
+    bins.nonfinite = vector_bins.nonfinite;
   }
   FoldBins(bins, n, partial);
 }
