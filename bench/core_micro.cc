@@ -2,13 +2,17 @@
 // large model takes (the daemon does it at registration) and the throughput
 // of the fp32 -> bf16/fp16 conversions that produce gathered copies, and of
 // CRC-32C (every FetchShard chunk and checkpoint section is checksummed)
-// against memcpy of the same bytes.
+// against memcpy of the same bytes, and of the exact gradient sum of squares
+// (GradClipper::Accumulate, on the step's critical path) on every instruction
+// set against memcpy of the same 16 Mi floats.
 //
 //   scripts/bench core_micro [--quick]
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,8 @@
 #include "benchmark/benchmark.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/dtype.h"
+#include "daemon/core/grad_clip.h"
+#include "daemon/core/kernel_dispatch.h"
 #include "daemon/core/memory_plan.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/core/unit_layout.h"
@@ -120,6 +126,67 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->ArgNames({"bytes"})->Arg(4 << 20);
 
+// The gradient of the step profile's NO_SHARD daemon: 16 Mi floats.
+constexpr int64_t kGradElements = int64_t{16} << 20;
+
+// kind 0: gradient-like (normal, 1e-3, every 13th element zero); kind 1:
+// magnitudes spread over 200 binades (every block takes the binned path).
+const std::vector<float>& Gradient(int kind) {
+  static const auto* const kInputs = [] {
+    auto* inputs = new std::vector<std::vector<float>>(2);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1e-3f);
+    std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-140, 60);
+    for (int64_t i = 0; i < kGradElements; ++i) {
+      (*inputs)[0].push_back(i % 13 == 0 ? 0.0f : normal(rng));
+      (*inputs)[1].push_back(std::ldexp(mantissa(rng), exponent(rng)));
+    }
+    return inputs;
+  }();
+  return (*kInputs)[kind];
+}
+
+void BM_GradNorm(benchmark::State& state) {
+  const auto isa = static_cast<core::KernelIsa>(state.range(0));
+  if (!core::KernelIsaSupported(isa)) {
+    state.SkipWithError("instruction set not supported by this CPU");
+    return;
+  }
+  const std::vector<float>& grad = Gradient(static_cast<int>(state.range(1)));
+  for (auto _ : state) {
+    core::GradNormPartial partial;
+    const absl::Status s = core::GradClipper::Accumulate(
+        grad.data(), static_cast<int64_t>(grad.size()), &partial, isa);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    benchmark::DoNotOptimize(partial);
+  }
+  state.SetItemsProcessed(state.iterations() * kGradElements);
+  state.SetBytesProcessed(state.iterations() * kGradElements * 4);
+}
+BENCHMARK(BM_GradNorm)
+    ->ArgNames({"isa", "wide"})
+    ->Args({static_cast<int>(core::KernelIsa::kBaseline), 0})
+    ->Args({static_cast<int>(core::KernelIsa::kAvx2), 0})
+    ->Args({static_cast<int>(core::KernelIsa::kAvx512), 0})
+    ->Args({static_cast<int>(core::KernelIsa::kAuto), 0})
+    ->Args({static_cast<int>(core::KernelIsa::kBaseline), 1})
+    ->Args({static_cast<int>(core::KernelIsa::kAuto), 1});
+
+// memcpy of the gradient's bytes, for grad_norm_to_memcpy_ratio.
+void BM_GradNormMemcpy(benchmark::State& state) {
+  const std::vector<float>& grad = Gradient(0);
+  std::vector<float> out(grad.size(), 1.0f);
+  for (auto _ : state) {
+    std::memcpy(out.data(), grad.data(), grad.size() * sizeof(float));
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kGradElements);
+  state.SetBytesProcessed(state.iterations() * kGradElements * 4);
+}
+BENCHMARK(BM_GradNormMemcpy);
+
 // Collects every run into a BenchReport as well as printing it.
 class ReportCollector : public benchmark::ConsoleReporter {
  public:
@@ -151,6 +218,13 @@ class ReportCollector : public benchmark::ConsoleReporter {
         report_->SetFigure("layout_1024_tensors_block_us", ns / 1e3);
       } else if (absl::StartsWith(name, "BM_Crc32c")) {
         report_->SetFigure("crc32c_gb_per_s", bytes_per_second / 1e9);
+      } else if (absl::StartsWith(name, "BM_GradNorm/")) {
+        GradNormRow(name, run.GetAdjustedCPUTime());
+      } else if (name == "BM_GradNormMemcpy") {
+        memcpy_ns_per_element_ = run.GetAdjustedCPUTime() / kGradElements;
+        report_->SetFigure("grad_norm_memcpy_ns_per_element",
+                           memcpy_ns_per_element_);
+        SetRatio();
       } else if (absl::StartsWith(name, "BM_Memcpy")) {
         report_->SetFigure("memcpy_gb_per_s", bytes_per_second / 1e9);
       } else if (name == "BM_MemoryPlanForRank/units:96") {
@@ -160,7 +234,41 @@ class ReportCollector : public benchmark::ConsoleReporter {
   }
 
  private:
+  // ns per element of each Accumulate row: isa:0 (auto) is the headline,
+  // isa:1 (baseline) the scalar reference it replaced. The grad-norm figures
+  // use CPU time, not wall time: both sides of the ratio run on one thread,
+  // and CPU time leaves out the preemption of a machine shared with builds.
+  void GradNormRow(const std::string& name, double ns) {
+    const double per_element = ns / kGradElements;
+    const auto isa = [&](int i) {
+      return absl::StrContains(name, absl::StrCat("isa:", i, "/"));
+    };
+    const bool wide = absl::EndsWith(name, "wide:1");
+    const char* prefix = wide ? "grad_norm_wide" : "grad_norm";
+    if (isa(static_cast<int>(core::KernelIsa::kAuto))) {
+      report_->SetFigure(absl::StrCat(prefix, "_ns_per_element"), per_element);
+      if (!wide) grad_norm_ns_per_element_ = per_element;
+    } else if (isa(static_cast<int>(core::KernelIsa::kBaseline))) {
+      report_->SetFigure(absl::StrCat(prefix, "_scalar_ns_per_element"),
+                         per_element);
+    } else if (isa(static_cast<int>(core::KernelIsa::kAvx2))) {
+      report_->SetFigure("grad_norm_avx2_ns_per_element", per_element);
+    } else if (isa(static_cast<int>(core::KernelIsa::kAvx512))) {
+      report_->SetFigure("grad_norm_avx512_ns_per_element", per_element);
+    }
+    SetRatio();
+  }
+
+  void SetRatio() {
+    if (grad_norm_ns_per_element_ > 0.0 && memcpy_ns_per_element_ > 0.0) {
+      report_->SetFigure("grad_norm_to_memcpy_ratio",
+                         grad_norm_ns_per_element_ / memcpy_ns_per_element_);
+    }
+  }
+
   BenchReport* report_;
+  double grad_norm_ns_per_element_ = 0.0;
+  double memcpy_ns_per_element_ = 0.0;
 };
 
 }  // namespace

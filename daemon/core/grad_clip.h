@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "daemon/core/kernel_dispatch.h"
 
 namespace shardd::core {
 
@@ -76,9 +77,16 @@ class GradClipper {
   static absl::StatusOr<GradNormPartial> ShardPartial(const float* shard,
                                                       int64_t real_numel);
 
-  // Adds grad[0, n) to `partial` (for a shard held in pieces).
+  // Adds grad[0, n) to `partial` (for a shard held in pieces), with the best
+  // instruction set this CPU has.
   static absl::Status Accumulate(const float* grad, int64_t n,
                                  GradNormPartial* partial);
+
+  // The same with the kernels of `isa` (kBaseline: the scalar reference; any
+  // isa adds the same bits). INVALID_ARGUMENT "grad_clip.isa" for an isa the
+  // CPU does not support.
+  static absl::Status Accumulate(const float* grad, int64_t n,
+                                 GradNormPartial* partial, KernelIsa isa);
 
   // Adds binned squares to `partial`: exactly what Accumulate over the same
   // elements adds. INVALID_ARGUMENT for negative counts or more nonfinite

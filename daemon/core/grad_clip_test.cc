@@ -6,8 +6,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/core/kernel_dispatch.h"
 #include "gtest/gtest.h"
 
 namespace shardd::core {
@@ -244,6 +247,155 @@ TEST(GradClipTest, AddBinsRejectsInconsistentCounts) {
   EXPECT_EQ(p.elements, 0);
   EXPECT_EQ(GradClipper::AddBins(SquareBins{}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+float FromBits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// Inputs that exercise both ways the vector kernels sum a block (the
+// fixed-point window and the exponent bins) and the edges between them.
+std::vector<std::pair<std::string, std::vector<float>>> KernelInputs() {
+  constexpr int64_t kN = 150000;  // Over two flush chunks of 2^16.
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  std::mt19937 rng(11);
+  out.emplace_back("wide", WideRandom(kN, 5));
+  {
+    // Gradient-like: one binade range per block, zeros sprinkled in.
+    std::normal_distribution<float> dist(0.0f, 1e-3f);
+    std::vector<float> g(kN);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = i % 13 == 0 ? 0.0f : dist(rng);
+    out.emplace_back("normal", g);
+  }
+  {
+    // Every biased exponent 0..255 with random signs and significands,
+    // including +-0, subnormals, the largest finite value, inf and NaN.
+    std::vector<float> g;
+    for (uint32_t e = 0; e < 256; ++e) {
+      for (int k = 0; k < 40; ++k) {
+        uint32_t fraction = static_cast<uint32_t>(rng()) & 0x7fffffu;
+        if (k == 0) fraction = 0;
+        if (k == 1) fraction = 0x7fffffu;
+        const uint32_t sign = static_cast<uint32_t>(k % 2) << 31;
+        g.push_back(FromBits(sign | (e << 23) | fraction));
+      }
+    }
+    out.emplace_back("every_exponent", g);
+    std::vector<float> finite;
+    for (float x : g) {
+      if (std::isfinite(x)) finite.push_back(x);
+    }
+    out.emplace_back("every_finite_exponent", finite);
+  }
+  // Blocks at the edge of the window: exponents top and top-28 fit, top-29
+  // does not (by one binade), at several heights including the subnormals.
+  for (uint32_t top : {30u, 28u, 127u, 200u, 254u}) {
+    for (uint32_t span : {28u, 29u}) {
+      std::vector<float> g(5000);
+      for (size_t i = 0; i < g.size(); ++i) {
+        uint32_t e = top - static_cast<uint32_t>(rng() % (span + 1));
+        if (e > 254 || e < 1) e = top;  // Stays finite, or the subnormals.
+        if (top <= span && i % 5 == 0) e = 0;
+        g[i] =
+            FromBits((static_cast<uint32_t>(rng()) & 0x807fffffu) | (e << 23));
+      }
+      out.emplace_back(absl::StrCat("edge_top", top, "_span", span), g);
+    }
+  }
+  {
+    // The largest sums a window block can hold: identical maximal squares.
+    out.emplace_back("max_finite",
+                     std::vector<float>(kN, std::numeric_limits<float>::max()));
+    out.emplace_back("max_significand",
+                     std::vector<float>(kN, std::nextafter(2.0f, 0.0f)));
+    out.emplace_back("zeros", std::vector<float>(5000, -0.0f));
+    out.emplace_back(
+        "smallest_subnormal",
+        std::vector<float>(5000, std::numeric_limits<float>::denorm_min()));
+  }
+  {
+    // Narrow blocks with one tiny or non-finite element in some of them.
+    std::vector<float> g(kN);
+    std::uniform_real_distribution<float> unit(0.5f, 1.0f);
+    for (float& x : g) x = unit(rng);
+    g[100] = 1e-30f;
+    g[5000] = std::numeric_limits<float>::denorm_min();
+    g[70000] = std::numeric_limits<float>::infinity();
+    g[100000] = std::numeric_limits<float>::quiet_NaN();
+    out.emplace_back("narrow_with_outliers", g);
+  }
+  return out;
+}
+
+GradNormPartial PartialWith(KernelIsa isa, const float* data, int64_t n) {
+  GradNormPartial partial;
+  const absl::Status s = GradClipper::Accumulate(data, n, &partial, isa);
+  EXPECT_TRUE(s.ok()) << s;
+  return partial;
+}
+
+// Every instruction set (and the default's choice) adds the same bits as the
+// scalar reference, for every length around the vector widths, the window
+// block (2048) and the flush chunk (2^16), from unaligned starts.
+TEST(GradClipTest, EveryIsaEqualsTheScalarReference) {
+  std::vector<KernelIsa> isas = SupportedKernelIsas();
+  isas.push_back(KernelIsa::kAuto);
+  const std::vector<int64_t> lengths = {
+      0,  1,  3,    4,    7,    8,    9,     15,    16,    17,
+      31, 33, 2047, 2048, 2049, 4111, 65535, 65536, 65537, 131073};
+  for (const auto& [name, data] : KernelInputs()) {
+    for (int64_t length : lengths) {
+      for (int64_t start : {0, 1, 3}) {
+        if (start + length > static_cast<int64_t>(data.size())) continue;
+        const float* g = data.data() + start;
+        const GradNormPartial want =
+            PartialWith(KernelIsa::kBaseline, g, length);
+        for (KernelIsa isa : isas) {
+          const GradNormPartial got = PartialWith(isa, g, length);
+          const std::string where =
+              absl::StrCat(name, " length ", length, " start ", start, " isa ",
+                           KernelIsaName(isa));
+          ASSERT_EQ(got.limbs, want.limbs) << where;
+          ASSERT_EQ(got.nonfinite, want.nonfinite) << where;
+          ASSERT_EQ(got.elements, length) << where;
+        }
+      }
+    }
+  }
+}
+
+// The whole input at once, then in pieces that split blocks anywhere: the
+// vector kernels' partials merge to the reference's bits.
+TEST(GradClipTest, EveryIsaIsIndependentOfHowTheInputIsCut) {
+  for (const auto& [name, data] : KernelInputs()) {
+    const int64_t n = static_cast<int64_t>(data.size());
+    const GradNormPartial want =
+        PartialWith(KernelIsa::kBaseline, data.data(), n);
+    for (KernelIsa isa : SupportedKernelIsas()) {
+      GradNormPartial pieces;
+      for (int64_t begin = 0, step = 1; begin < n; begin += step, step *= 3) {
+        const int64_t len = std::min(step, n - begin);
+        ASSERT_TRUE(
+            GradClipper::Accumulate(data.data() + begin, len, &pieces, isa)
+                .ok());
+      }
+      EXPECT_EQ(pieces.limbs, want.limbs) << name << " " << KernelIsaName(isa);
+      EXPECT_EQ(pieces.nonfinite, want.nonfinite) << name;
+      EXPECT_EQ(pieces.elements, n) << name;
+    }
+  }
+}
+
+TEST(GradClipTest, AccumulateRejectsAnInvalidIsa) {
+  const float g = 1.0f;
+  GradNormPartial partial;
+  const absl::Status s =
+      GradClipper::Accumulate(&g, 1, &partial, static_cast<KernelIsa>(42));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("grad_clip.isa"), std::string::npos) << s;
+  EXPECT_EQ(partial.elements, 0);
 }
 
 }  // namespace
