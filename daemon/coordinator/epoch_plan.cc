@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -250,11 +251,14 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
         plan.restores.push_back(s.rank);
       }
     }
-    plan.reason = absl::StrCat(lost_what,
-                               "; every rank rolls back to its checkpoint of "
-                               "step ",
-                               plan.step, " (steps ", plan.step + 1, "..",
-                               target, " are redone)");
+    // A rank at that step already keeps its state (not in restores).
+    plan.reason = absl::StrCat(
+        lost_what, "; every rank rolls back to its checkpoint of step ",
+        plan.step,
+        target > plan.step
+            ? absl::StrCat(" (steps ", plan.step + 1, "..", target,
+                           " are redone)")
+            : std::string(" (no step to redo: ranks at it keep their state)"));
     return plan;
   }
   // Unclaimed slots may still be taken by members holding the checkpoint.

@@ -151,6 +151,20 @@ TEST(EpochPlanTest, LostShardRollsBackToTheNewestCommonCheckpoint) {
   EXPECT_THAT(p.reason, HasSubstr("steps 7..7 are redone"));
 }
 
+TEST(EpochPlanTest, LossRightAfterACheckpointRestoresOnlyTheReplacements) {
+  // Lost at step 6, the checkpoint step: the survivors hold step 6 already.
+  PlanInput in = Hybrid(/*committed=*/6);
+  Checkpoints(in, {3, 6});
+  Fresh(in, 0);
+  Fresh(in, 2);
+  const EpochPlan p = DecideEpochPlan(in);
+  ASSERT_EQ(p.kind, PlanKind::kRollback);
+  EXPECT_EQ(p.step, 6);
+  EXPECT_THAT(p.restores, ElementsAre(0, 2));
+  EXPECT_THAT(p.reason, HasSubstr("no step to redo: ranks at it keep their "
+                                  "state"));
+}
+
 TEST(EpochPlanTest, CheckpointMissingOnOneRankFallsBackToAnOlderCommonOne) {
   PlanInput in = Hybrid(/*committed=*/7);
   Checkpoints(in, {3, 6});
