@@ -74,8 +74,8 @@ class GroupKeys {
   const MonoTime deadline_;
 };
 
-// "/sharddcoll-e<E>-<group>-<random>", the group's characters outside
-// [A-Za-z0-9_-] as '-'.
+// "/sharddcoll-<pid>.e<E>-<group>-<random>" (kShmSegmentFamily), the
+// group's characters outside [A-Za-z0-9_-] as '-'.
 std::string SegmentName(const GlooCollectiveOptions& options) {
   std::string group = options.group.substr(0, 64);
   for (char& c : group) {
@@ -86,8 +86,8 @@ std::string SegmentName(const GlooCollectiveOptions& options) {
   std::random_device device;
   const uint64_t random =
       (static_cast<uint64_t>(device()) << 32) ^ device() ^ ::getpid();
-  return absl::StrCat("/sharddcoll-e", options.epoch, "-", group, "-",
-                      absl::Hex(random, absl::kZeroPad16));
+  return absl::StrCat("/", kShmSegmentFamily, ::getpid(), ".e", options.epoch,
+                      "-", group, "-", absl::Hex(random, absl::kZeroPad16));
 }
 
 absl::Status Describe(const GlooCollectiveOptions& options,

@@ -10,6 +10,14 @@
 
 namespace shardd::comm {
 
+// Every communicator segment's name in the POSIX shared-memory directory
+// starts with this family and the creating process's pid
+// ("sharddcoll-<pid>.e<E>-<group>-<random>"): the name lives only until
+// every rank has mapped the segment, and a creator killed before that
+// leaves it behind for the daemons' sweep (memory::SweepShmDirectory with
+// this family removes the names of pids that are gone).
+inline constexpr char kShmSegmentFamily[] = "sharddcoll-";
+
 // One mapping of a POSIX shared-memory object (shm_open, /dev/shm), the
 // medium of a ShmCollective.
 //

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "daemon/comm/shm_segment.h"
 #include "daemon/memory/shm_sweeper.h"
 
 namespace shardd::node {
@@ -10,6 +11,8 @@ namespace {
 
 // Every daemon's prefix is "shardd-<pid>" (shardd_main): the family swept.
 constexpr char kFamily[] = "shardd-";
+// Where shm_open puts the communicators' segments (comm::kShmSegmentFamily).
+constexpr char kPosixShmDir[] = "/dev/shm";
 
 }  // namespace
 
@@ -47,7 +50,27 @@ ShmJanitor::~ShmJanitor() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ShmJanitor::SweepCommunicatorSegments() {
+  // A segment's name lives only while its communicator forms, so one whose
+  // creator is alive is no leftover: only removals are reported.
+  absl::StatusOr<memory::ShmSweepResult> swept =
+      memory::SweepShmDirectory(kPosixShmDir, comm::kShmSegmentFamily);
+  if (!swept.ok()) return;  // No /dev/shm: shm_open has nowhere either.
+  for (const std::string& line : swept->removed) {
+    std::printf(
+        "shardd: shm sweep: removed a dead daemon's communicator segment: "
+        "%s\n",
+        line.c_str());
+  }
+  if (!swept->removed.empty()) std::fflush(stdout);
+  swept_bytes_.fetch_add(swept->bytes_removed);
+  if (observer_ != nullptr && swept->files_removed > 0) {
+    observer_->ShmSwept(swept->files_removed, swept->bytes_removed);
+  }
+}
+
 bool ShmJanitor::SweepOnce() {
+  SweepCommunicatorSegments();
   absl::StatusOr<memory::ShmSweepResult> swept =
       memory::SweepShmDirectory(dir_, kFamily);
   if (!swept.ok()) {

@@ -43,11 +43,14 @@ class ShmJanitor {
   int64_t swept_bytes() const { return swept_bytes_.load(); }
 
   // One sweep now (the thread's work); false if the directory is unreadable.
+  // It also removes the names of communicator segments (in /dev/shm) whose
+  // creator died before every rank had mapped them.
   bool SweepOnce();
 
  private:
   ShmJanitor(std::string dir, std::string prefix, absl::Duration interval,
              metrics::NodeObserver* observer);
+  void SweepCommunicatorSegments();
 
   const std::string dir_;
   const std::string prefix_;
