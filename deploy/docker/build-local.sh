@@ -112,7 +112,16 @@ context=$(mktemp -d /tmp/shardd-image-context.XXXXXX)
 trap 'rm -rf "$context"' EXIT
 mkdir "$context/bin"
 for b in "${binaries[@]}"; do cp -L "$bin_dir/$b" "$context/bin/"; done
-"$here/runtime-packages.sh" "$context"/bin/* >"$context/runtime-packages.txt"
+# runtime-packages.sh asks dpkg about every library (minutes on a machine
+# with many packages): its answer is kept per set of library paths.
+libs_key=$(for b in "$context"/bin/*; do ldd "$b"; done |
+  awk '$2 == "=>" { print $3 }' | sort -u | sha256sum | cut -c1-16)
+packages=$cache/runtime-packages.$libs_key.txt
+if [[ ! -s "$packages" ]]; then
+  "$here/runtime-packages.sh" "$context"/bin/* >"$packages.tmp"
+  mv "$packages.tmp" "$packages"
+fi
+cp "$packages" "$context/runtime-packages.txt"
 echo "build-local: runtime packages: $(tr '\n' ' ' <"$context/runtime-packages.txt")"
 
 # --network=host: the RUN steps reach the Debian mirror the way the host
