@@ -89,6 +89,8 @@ FormResult JoinToReady(SimJob& job, absl::Duration timeout) {
   r.members_listed = c.members_listed;
   r.change_updates = c.change_updates - before.change_updates;
   r.change_bytes = c.change_bytes - before.change_bytes;
+  r.rejoins = c.rejoins - before.rejoins;
+  r.heartbeat_max_seconds = c.heartbeat_max_seconds;
   return r;
 }
 
@@ -127,6 +129,7 @@ FailureResult FailureToReady(SimJob& job, int victim_rank,
   r.epochs = r.epoch - before.ready_epoch;
   r.change_updates = c.change_updates - before.change_updates;
   r.change_bytes = c.change_bytes - before.change_bytes;
+  r.rejoins = c.rejoins - before.rejoins;
   if (r.epochs > 0) {
     // W watchers: the W - 1 survivors and the spare.
     const double per = static_cast<double>(w) * static_cast<double>(r.epochs);

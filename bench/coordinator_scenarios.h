@@ -63,6 +63,10 @@ struct FormResult {
   // Non-keepalive watch updates received by all members, and their bytes.
   int64_t change_updates = 0;
   int64_t change_bytes = 0;
+  // Leases that ran out meanwhile (the member joined again), and the
+  // slowest heartbeat reply since the job started.
+  int64_t rejoins = 0;
+  double heartbeat_max_seconds = 0;
 };
 FormResult JoinToReady(SimJob& job, absl::Duration timeout);
 
@@ -85,6 +89,7 @@ struct FailureResult {
   // one member in watch traffic.
   double bytes_per_member_per_change = -1;
   double updates_per_member_per_change = -1;
+  int64_t rejoins = 0;
 };
 FailureResult FailureToReady(SimJob& job, int victim_rank,
                              absl::Duration timeout);

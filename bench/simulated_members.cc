@@ -453,6 +453,13 @@ void SimulatedMembers::OnHeartbeat(Member& m, HeartbeatOp& op) {
   } else {
     heartbeats_failed_.fetch_add(1, std::memory_order_relaxed);
   }
+  const absl::Duration took = MonoNow() - m.last_heartbeat_sent;
+  if (took > m.interval / 2) {
+    absl::MutexLock fleet(&mu_);
+    counters_.heartbeat_max_seconds =
+        std::max(counters_.heartbeat_max_seconds, absl::ToDoubleSeconds(took));
+    if (took > m.interval) ++counters_.heartbeats_slow;
+  }
   if (m.phase != Phase::kLive) return;
   if (s.ok()) {
     m.known_epoch = std::max(m.known_epoch, op.response.epoch());
@@ -472,6 +479,7 @@ void SimulatedMembers::OnHeartbeat(Member& m, HeartbeatOp& op) {
     {
       absl::MutexLock fleet(&mu_);
       --counters_.live;
+      ++counters_.rejoins;
     }
     SendJoin(m);
   } else if (s.error_code() == grpc::StatusCode::DATA_LOSS) {

@@ -41,6 +41,13 @@ struct FleetCounters {
   int64_t joins_ok = 0;
   int64_t heartbeats_ok = 0;
   int64_t heartbeats_failed = 0;
+  // The slowest heartbeat reply, and replies slower than a third of the
+  // lease (where a lease starts to be at risk).
+  double heartbeat_max_seconds = 0;
+  int64_t heartbeats_slow = 0;
+  // Heartbeats answered NOT_FOUND (the lease had run out): the member
+  // joined again.
+  int64_t rejoins = 0;
   // READY heartbeats sent at once on seeing an epoch's plan.
   int64_t ready_reports = 0;
   // Watch updates, by kind, and their serialized bytes.
