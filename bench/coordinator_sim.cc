@@ -25,8 +25,8 @@
 //   coordinator_sim [--quick] [--out=PATH] [--worlds=256,1024]
 //                   [--coordinator=PATH] [--perf_dir=DIR]
 //
-// --perf_dir: `perf record -g` of the coordinator during each W's
-// join_to_ready and failure_to_ready, into DIR/coordinator_w<W>.perf.data.
+// --perf_dir: `perf record --call-graph dwarf` of the coordinator during each
+// W's join_to_ready and failure_to_ready, into DIR/coordinator_w<W>.perf.data.
 #include <signal.h>
 
 #include <cmath>
@@ -67,14 +67,16 @@ int Usage(const char* argv0) {
 
 double Or(bool ok, double value) { return ok ? value : std::nan(""); }
 
-// `perf record -g -p PID` until Finish.
+// `perf record -p PID` until Finish.
 class PerfRecording {
  public:
   static std::unique_ptr<PerfRecording> Start(int pid,
                                               const std::string& path) {
-    auto p = tests::Subprocess::Spawn({"/usr/bin/perf", "record", "-g", "-q",
-                                       "-o", path, "-p", std::to_string(pid)},
-                                      "perf");
+    // DWARF call graphs: the build has no frame pointers (-O2).
+    auto p = tests::Subprocess::Spawn(
+        {"/usr/bin/perf", "record", "-F", "99", "--call-graph", "dwarf,8192",
+         "-q", "-o", path, "-p", std::to_string(pid)},
+        "perf");
     if (!p.ok()) {
       std::cerr << "bench: perf: " << p.status() << "\n";
       return nullptr;
@@ -117,7 +119,7 @@ bool RunWorld(const Options& options, int w, BenchReport& report) {
         absl::StrCat(options.perf_dir, "/coordinator_w", w, ".perf.data"));
   }
   const absl::Duration join_timeout =
-      options.quick ? absl::Seconds(60) : absl::Seconds(240);
+      options.quick ? absl::Seconds(45) : absl::Seconds(240);
   const FormResult form = JoinToReady(*job, join_timeout);
   const std::string suffix = absl::StrCat("_w", w);
   Log(absl::StrCat(

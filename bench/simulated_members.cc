@@ -55,6 +55,7 @@ struct SimulatedMembers::Member {
   std::string lease_token ABSL_GUARDED_BY(mu);
   absl::Duration interval ABSL_GUARDED_BY(mu) = absl::Milliseconds(500);
   absl::Duration backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
+  absl::Duration watch_backoff ABSL_GUARDED_BY(mu) = kFirstBackoff;
   int64_t known_epoch ABSL_GUARDED_BY(mu) = 0;
   int64_t view_epoch ABSL_GUARDED_BY(mu) = 0;
   int64_t ready_epoch ABSL_GUARDED_BY(mu) = -1;
@@ -144,14 +145,15 @@ class SimulatedMembers::LeaveOp final : public Op {
   std::unique_ptr<grpc::ClientAsyncResponseReader<pb::LeaveResponse>> reader;
 };
 
-// Either the member's next heartbeat period (heartbeat = true) or a retry
-// of its Join after a backoff.
+// The member's next heartbeat period, a retry of its Join after a backoff,
+// or a new watch stream after one that ended without a message.
 class SimulatedMembers::AlarmOp final : public Op {
  public:
-  AlarmOp(SimulatedMembers* fleet, Member* member, bool heartbeat)
-      : Op(fleet, member), heartbeat_(heartbeat) {}
+  enum class Kind { kHeartbeat, kJoin, kWatch };
+  AlarmOp(SimulatedMembers* fleet, Member* member, Kind kind)
+      : Op(fleet, member), kind_(kind) {}
   bool Done(bool ok) override {
-    if (heartbeat_) {
+    if (kind_ == Kind::kHeartbeat) {
       {
         absl::MutexLock lock(&member_->mu);
         member_->heartbeat_alarm = nullptr;
@@ -159,16 +161,20 @@ class SimulatedMembers::AlarmOp final : public Op {
       if (ok) fleet_->OnHeartbeatTick(*member_);
       return true;
     }
-    if (ok) {
-      absl::MutexLock lock(&member_->mu);
-      if (member_->phase == Phase::kJoining) fleet_->SendJoin(*member_);
+    if (!ok) return true;
+    absl::MutexLock lock(&member_->mu);
+    if (kind_ == Kind::kJoin && member_->phase == Phase::kJoining) {
+      fleet_->SendJoin(*member_);
+    } else if (kind_ == Kind::kWatch && !member_->stopped() &&
+               member_->watch == nullptr) {
+      fleet_->StartWatch(*member_);
     }
     return true;
   }
   grpc::Alarm alarm;
 
  private:
-  const bool heartbeat_;
+  const Kind kind_;
 };
 
 // One WatchMembership stream through the generic stub (raw bytes): start,
@@ -192,6 +198,7 @@ class SimulatedMembers::WatchOp final : public Op {
         return false;
       case Step::kRead:
         if (!ok) return Finish();
+        ++messages;
         fleet_->OnWatchMessage(*member_, message);
         message.Clear();
         call->Read(&message, this);
@@ -204,6 +211,7 @@ class SimulatedMembers::WatchOp final : public Op {
   }
 
   Step step = Step::kStart;
+  int64_t messages = 0;
   grpc::ClientContext context;
   grpc::ByteBuffer request;
   grpc::ByteBuffer message;
@@ -342,7 +350,7 @@ void SimulatedMembers::SendJoin(Member& m) {
 }
 
 void SimulatedMembers::Retry(Member& m, absl::Duration after) {
-  auto* op = new AlarmOp(this, &m, /*heartbeat=*/false);
+  auto* op = new AlarmOp(this, &m, AlarmOp::Kind::kJoin);
   Started();
   op->alarm.Set(m.cq, rpc::ToGrpcDeadline(MonoNow() + after), op);
   m.backoff = std::min(m.backoff * 2, kMaxBackoff);
@@ -396,7 +404,7 @@ void SimulatedMembers::OnJoin(Member& m, JoinOp& op) {
 
 void SimulatedMembers::ArmHeartbeat(Member& m, MonoTime at) {
   if (m.heartbeat_alarm != nullptr || m.stopped()) return;
-  auto* op = new AlarmOp(this, &m, /*heartbeat=*/true);
+  auto* op = new AlarmOp(this, &m, AlarmOp::Kind::kHeartbeat);
   m.heartbeat_alarm = op;
   Started();
   op->alarm.Set(m.cq, rpc::ToGrpcDeadline(at), op);
@@ -575,10 +583,9 @@ void SimulatedMembers::NoteReadySeen(Member& m, int64_t epoch) {
 
 void SimulatedMembers::NoteEpoch(int64_t epoch, int64_t members_listed) {
   absl::MutexLock fleet(&mu_);
-  if (epoch > counters_.max_epoch) {
-    counters_.max_epoch = epoch;
-    if (members_listed >= 0) counters_.members_listed = members_listed;
-  } else if (epoch == counters_.max_epoch && members_listed >= 0) {
+  counters_.max_epoch = std::max(counters_.max_epoch, epoch);
+  if (members_listed >= 0 && epoch >= update_epoch_) {
+    update_epoch_ = epoch;
     counters_.members_listed = members_listed;
   }
 }
@@ -592,8 +599,18 @@ void SimulatedMembers::OnWatchEnded(Member& m, WatchOp& op) {
     if (stopping_) return;
     ++counters_.watch_restarts;
   }
-  // Reopened at once, as MemberClient does after a stream that ended.
-  StartWatch(m);
+  // As MemberClient: reopened at once after a stream that delivered
+  // messages, after a growing backoff after one that did not.
+  if (op.messages > 0) {
+    m.watch_backoff = kFirstBackoff;
+    StartWatch(m);
+    return;
+  }
+  auto* alarm = new AlarmOp(this, &m, AlarmOp::Kind::kWatch);
+  Started();
+  alarm->alarm.Set(m.cq, rpc::ToGrpcDeadline(MonoNow() + m.watch_backoff),
+                   alarm);
+  m.watch_backoff = std::min(m.watch_backoff * 2, kMaxBackoff);
 }
 
 void SimulatedMembers::CancelCalls(Member& m) {

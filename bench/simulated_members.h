@@ -60,7 +60,7 @@ struct FleetCounters {
   // Members holding a lease now.
   int64_t live = 0;
   // The highest epoch any update or reply showed, and how many members the
-  // newest update of that epoch listed.
+  // newest watch update listed.
   int64_t max_epoch = 0;
   int64_t members_listed = 0;
   // The highest epoch some member has seen ready (-1: none).
@@ -197,6 +197,8 @@ class SimulatedMembers {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   FleetCounters counters_ ABSL_GUARDED_BY(mu_);
+  // The epoch of the newest watch update seen.
+  int64_t update_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Epoch -> when a member first saw it ready, and how many did.
   std::map<int64_t, MonoTime> ready_first_seen_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> ready_seen_by_ ABSL_GUARDED_BY(mu_);
