@@ -76,14 +76,15 @@ FormResult JoinToReady(SimJob& job, absl::Duration timeout) {
   job.members->JoinRanks(0, w);
   FormResult r;
   const MonoTime ready = job.members->AwaitReadySeen(1, deadline);
+  // Costs up to the moment the job formed (or the timeout).
+  r.cpu = Since(cpu, job);
+  const FleetCounters c = job.members->Counters();
   r.formed = ready != MonoTime::InfiniteFuture();
   r.seconds = Seconds(start, ready);
   if (r.formed) {
     r.all_seen_seconds =
         Seconds(start, job.members->AwaitReadySeenBy(1, w, deadline));
   }
-  r.cpu = Since(cpu, job);
-  const FleetCounters c = job.members->Counters();
   r.epoch = r.formed ? c.ready_epoch : c.max_epoch;
   r.joined = c.live;
   r.members_listed = c.members_listed;
@@ -117,14 +118,15 @@ FailureResult FailureToReady(SimJob& job, int victim_rank,
         job.members->AwaitReadySeen(joined.join_epoch, deadline);
     r.recovered = ready != MonoTime::InfiniteFuture();
     r.seconds = Seconds(crashed, ready);
-    if (r.recovered) {
-      r.all_seen_seconds = Seconds(
-          crashed,
-          job.members->AwaitReadySeenBy(joined.join_epoch, w, deadline));
-    }
   }
+  // Costs and traffic up to the moment the epoch was ready (or the
+  // timeout), not what follows while the last members catch up.
   r.cpu = Since(cpu, job);
   const FleetCounters c = job.members->Counters();
+  if (r.recovered) {
+    r.all_seen_seconds = Seconds(
+        crashed, job.members->AwaitReadySeenBy(joined.join_epoch, w, deadline));
+  }
   r.epoch = r.recovered ? c.ready_epoch : c.max_epoch;
   r.epochs = r.epoch - before.ready_epoch;
   r.change_updates = c.change_updates - before.change_updates;

@@ -25,8 +25,10 @@
 //   coordinator_sim [--quick] [--out=PATH] [--worlds=256,1024]
 //                   [--coordinator=PATH] [--perf_dir=DIR]
 //
-// --perf_dir: `perf record --call-graph dwarf` of the coordinator during each
-// W's join_to_ready and failure_to_ready, into DIR/coordinator_w<W>.perf.data.
+// --perf_dir: `perf record -a --call-graph dwarf` of the whole machine
+// during each W's join_to_ready and failure_to_ready, into
+// DIR/coordinator_w<W>.perf.data; `perf report --pid=PID` (the coordinator's
+// pid is printed) picks the coordinator out.
 #include <signal.h>
 
 #include <cmath>
@@ -67,15 +69,16 @@ int Usage(const char* argv0) {
 
 double Or(bool ok, double value) { return ok ? value : std::nan(""); }
 
-// `perf record -p PID` until Finish.
+// `perf record -a` (every process of the machine) until Finish.
 class PerfRecording {
  public:
-  static std::unique_ptr<PerfRecording> Start(int pid,
-                                              const std::string& path) {
+  static std::unique_ptr<PerfRecording> Start(const std::string& path) {
+    // System-wide: `perf record -p` follows only some of the threads the
+    // gRPC server starts later; `perf report --pid` picks the coordinator.
     // DWARF call graphs: the build has no frame pointers (-O2).
     auto p = tests::Subprocess::Spawn(
-        {"/usr/bin/perf", "record", "-F", "99", "--call-graph", "dwarf,8192",
-         "-q", "-o", path, "-p", std::to_string(pid)},
+        {"/usr/bin/perf", "record", "-a", "-F", "199", "--call-graph",
+         "dwarf,4096", "-q", "-o", path},
         "perf");
     if (!p.ok()) {
       std::cerr << "bench: perf: " << p.status() << "\n";
@@ -114,8 +117,8 @@ bool RunWorld(const Options& options, int w, BenchReport& report) {
   }
   std::unique_ptr<PerfRecording> perf;
   if (!options.perf_dir.empty()) {
+    Log(absl::StrCat("W=", w, ": coordinator pid ", job->coordinator->pid()));
     perf = PerfRecording::Start(
-        job->coordinator->pid(),
         absl::StrCat(options.perf_dir, "/coordinator_w", w, ".perf.data"));
   }
   const absl::Duration join_timeout =
