@@ -238,9 +238,7 @@ absl::Status MemberClient::HeartbeatOnce() {
   }
   const absl::Status s = rpc::FromGrpc(status);
   if (absl::IsDataLoss(s)) {
-    // The job has failed: terminal, whatever else happens.
-    absl::MutexLock lock(&mu_);
-    if (view_.error.ok()) view_.error = s;
+    NoteJobFailed(s);
     return s;
   }
   if (!absl::IsNotFound(s)) return s;
@@ -456,6 +454,13 @@ absl::StatusOr<pb::ReportFailureResponse> MemberClient::ReportFailure(
   return response;
 }
 
+void MemberClient::NoteJobFailed(const absl::Status& status) {
+  // The coordinator answers DATA_LOSS only once the job has failed:
+  // terminal, whatever else happens.
+  absl::MutexLock lock(&mu_);
+  if (view_.error.ok()) view_.error = status;
+}
+
 absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
     int64_t epoch, int64_t step, bool vote, absl::string_view reason,
     uint64_t step_fingerprint, MonoTime deadline) {
@@ -486,6 +491,13 @@ absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
       return response;
     }
     const absl::Status s = rpc::FromGrpc(status);
+    // The vote can be the first to hear that the job has failed: the view
+    // says so at once, so the trainer's failed Step already carries the
+    // terminal mark (not a plain DATA_LOSS before the watch catches up).
+    if (absl::IsDataLoss(s)) {
+      NoteJobFailed(s);
+      return s;
+    }
     // The coordinator is restarting: the vote is asked again (a restarted
     // coordinator starts a new epoch, so the answer will be ABORTED).
     if (!absl::IsUnavailable(s) || MonoNow() + backoff >= deadline) {

@@ -185,6 +185,9 @@ class MemberClient {
   void HeartbeatLoop();
   void WatchLoop();
   void ApplyUpdate(const shardd::v1::MembershipUpdate& update);
+  // The coordinator answered DATA_LOSS (the job has failed): the view's
+  // terminal error, if it has none yet.
+  void NoteJobFailed(const absl::Status& status);
   void NoteContact();
   // Registers a call's context so that the destructor can cancel it; false
   // when the client is stopping (the call must not start).
