@@ -40,9 +40,16 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("ftruncate ", name));
   }
+  // The pages are allocated here, where a full /dev/shm is ENOSPC (the
+  // group then falls back to Gloo), instead of by the first write to them,
+  // where it would be SIGBUS.
+  if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      err != 0) {
+    return absl::ErrnoToStatus(err, absl::StrCat("posix_fallocate ", name));
+  }
   absl::StatusOr<uint8_t*> data = Map(fd, bytes, name);
   if (!data.ok()) return data.status();
-  // MAP_POPULATE maps the pages; writing them allocates them now, not in
+  // MAP_POPULATE maps the pages; writing them faults them in now, not in
   // the first collective.
   std::memset(*data, 0, static_cast<size_t>(bytes));
   std::move(unlink).Cancel();
