@@ -271,7 +271,10 @@ void MembershipTable::NoteReadiness(MonoTime now) {
     // Every member reported READY with the step its shard is at; they
     // agree (replicas copied, or everyone restored the same checkpoint).
     // A checkpoint fallback moves the cluster back to the checkpoint's
-    // step: the steps after it are redone.
+    // step: the steps after it are redone. A rollback plan is a fallback
+    // even when the loss landed right after the checkpoint's step (nothing
+    // to redo): shards came back from disk, not from a replica, and
+    // operators count those.
     int64_t step = slots_.front().committed_step;
     for (const SlotRecord& s : slots_) step = std::min(step, s.committed_step);
     std::string rolled_back;
@@ -283,6 +286,11 @@ void MembershipTable::NoteReadiness(MonoTime now) {
       rolled_back =
           absl::StrCat(" (checkpoint fallback: steps ", step + 1, "..",
                        committed_step_, " are lost and will be redone)");
+    } else if (plan_.kind == PlanKind::kRollback) {
+      ++checkpoint_fallbacks_;
+      rolled_back = absl::StrCat(" (checkpoint fallback: restored step ", step,
+                                 ", the step the cluster had committed; no "
+                                 "step is lost)");
     }
     committed_step_ = step;
     Log(now, DecisionKind::kEpochReady, {},

@@ -317,8 +317,8 @@ class MembershipTable {
   // run out). ExpireLeases calls it too.
   void Settle(MonoTime now);
   int64_t committed_step() const { return committed_step_; }
-  // Epochs that became ready at an earlier step than the cluster had
-  // committed (everyone restored a checkpoint).
+  // Epochs that became ready after a rollback plan (ranks restored a
+  // checkpoint), whether or not steps after it are redone.
   int64_t checkpoint_fallbacks() const { return checkpoint_fallbacks_; }
   const MembershipOptions& options() const { return options_; }
   const std::vector<SlotRecord>& slots() const { return slots_; }

@@ -540,6 +540,46 @@ TEST_F(MembershipTableTest, LostShardWithCommonCheckpointRollsBack) {
       << table_->decisions().back().reason;
 }
 
+TEST_F(MembershipTableTest, RollbackWithNoStepLostIsStillACheckpointFallback) {
+  // The loss lands right after the checkpoint step: every rank holds step 7
+  // on disk, the replacements restore it, the survivors keep their state.
+  const MonoTime t0 = MonoTime::FromOrigin(absl::Seconds(1000));
+  JoinAllReady(t0);  // Everyone READY at step 7.
+  CheckpointInventory inventory{true, {4, 7}, ""};
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                7, MemberPhase::kReady, t0, {}, &inventory)
+                    .ok());
+  }
+  ASSERT_TRUE(table_->Leave(1, "token-1", "test", t0).ok());
+  ASSERT_TRUE(table_->Leave(3, "token-3", "test", t0).ok());
+  for (int r : {1, 3}) {
+    JoinRequestInfo req = Request(r, absl::StrCat("pod-", r, "b"));
+    req.checkpoints = inventory;
+    ASSERT_TRUE(table_->Join(req, t0, absl::StrCat("t", r, "b")).ok());
+  }
+  ASSERT_EQ(table_->plan().kind, PlanKind::kRollback);
+  EXPECT_EQ(table_->plan().step, 7);
+  for (int r = 0; r < 4; ++r) {
+    const std::string token =
+        r % 2 == 1 ? absl::StrCat("t", r, "b") : absl::StrCat("token-", r);
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, token, table_->epoch(), 7,
+                                MemberPhase::kReady,
+                                t0 + absl::Milliseconds(20))
+                    .ok());
+  }
+  ASSERT_TRUE(table_->ready());
+  EXPECT_EQ(table_->committed_step(), 7);
+  EXPECT_EQ(table_->checkpoint_fallbacks(), 1);
+  const std::string& reason = table_->decisions().back().reason;
+  EXPECT_NE(reason.find("READY at step 7 (checkpoint fallback"),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("no step is lost"), std::string::npos) << reason;
+}
+
 TEST_F(MembershipTableTest, ReadyAtAnotherStepThanThePlanStartsANewEpoch) {
   JoinAllReady(kT0);
   ASSERT_TRUE(table_->Leave(1, "token-1", "test", kT0).ok());
