@@ -733,9 +733,10 @@ int main(int argc, char** argv) {
   // gRPC 1.51: once a channel's connection attempts failed while the daemon
   // was down (its replacement starting), the next connection completes only
   // on the client channel's backup poller, every 5 s by default
-  // (grpc/grpc#28866). bench/recovery measured 2.2-9.4 s from the epoch
-  // becoming ready to this trainer's re-attach, and 3-24 ms with a 50 ms
-  // backup poll. Set before gRPC initialises; an explicit setting wins.
+  // (grpc/grpc#28866), which would delay a trainer's re-attach after a
+  // recovery by seconds; a 50 ms backup poll bounds it (bench/recovery
+  // times the re-attach). Set before gRPC initialises; an explicit setting
+  // wins.
   setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "50",
          /*overwrite=*/0);
   absl::SetProgramUsageMessage(

@@ -40,10 +40,10 @@ struct OpOptions {
   // waits, as the daemon's step engine does). A backend may then run it on
   // the calling thread when nothing else is queued or running, instead of
   // handing it to its worker and back: two thread wake-ups less per
-  // operation (~0.1 ms on the 2-core VMs here, a third of a 1 MiB
-  // all-gather). The call then returns only when the operation is done;
-  // issue order and every other guarantee stay the same. A hint: backends
-  // may ignore it.
+  // operation, which matter for small operations on machines with few
+  // cores. The call then returns only when the operation is done; issue
+  // order and every other guarantee stay the same. A hint: backends may
+  // ignore it.
   bool caller_waits = false;
 };
 

@@ -5,8 +5,10 @@
 namespace shardd::comm {
 namespace {
 
-// (W = 4 and 8 on the 2-core VM: halving is faster at 128-256 KiB blocks,
-// direct at 512 KiB - 1 MiB; measured with scripts/bench collectives.)
+// Small blocks, where per-message latency dominates, go to recursive
+// halving (log2 W steps, at power-of-two W > 2), middle ones to the direct
+// exchange (one step), large ones to the bandwidth-optimal ring. The
+// thresholds come from scripts/bench collectives (docs/benchmarks.md).
 constexpr int64_t kHalvingMaxBlockBytes = int64_t{256} << 10;
 constexpr int64_t kDirectMaxBlockBytes = int64_t{2} << 20;
 

@@ -18,11 +18,11 @@ namespace shardd::memory {
 // name() and are zero-filled.
 //
 // Why not the shared-memory allocator for these: tmpfs has THP off by
-// default, and on the VMs we run on the first touch of never-used memory
-// costs about 2.5 us per 4 KiB page (~0.3 GB/s) but 0.7-20 GB/s in 2 MiB
-// pages, so a replacement daemon creating GBs of shards at recovery pays
-// seconds for 4 KiB pages. Where THP is unavailable ("never") this is plain
-// anonymous memory.
+// default, and on virtual machines the first touch of never-used memory
+// costs far more per 4 KiB page than per 2 MiB page, so a replacement
+// daemon creating GBs of shards at recovery would pay seconds in 4 KiB
+// pages. Where THP is unavailable ("never") this is plain anonymous
+// memory.
 //
 // size() is exactly the bytes asked for (what memory accounting counts); the
 // mapping is rounded up to 2 MiB, at most 2 MiB - 1 bytes more per buffer.

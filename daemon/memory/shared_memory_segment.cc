@@ -65,9 +65,10 @@ int64_t RoundUpToPage(int64_t size) {
   return (size + page - 1) / page * page;
 }
 
-// One write per page from user space: MAP_POPULATE fills the kernel's page
-// tables but (on these VMs) the first user write to each page still costs
-// ~2 us; see the class comment for the measurements.
+// One write per page from user space: the kernel's populate fills its page
+// tables, but on virtual machines that back memory lazily the first user
+// write to each page still costs a fault; the class comment says why it is
+// paid here.
 void TouchForWrite(void* data, int64_t mapped_size, bool fresh) {
   const int64_t page = SharedMemorySegment::PageSize();
   char* bytes = static_cast<char*>(data);

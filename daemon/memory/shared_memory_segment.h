@@ -23,24 +23,20 @@ namespace shardd::memory {
 // - Open (a user, the trainer or a test): maps an existing file read-only or
 //   read-write and pre-faults it; destruction only unmaps.
 //
-// Pre-faulting (measured on the 2-core development VM, 256 MiB on /dev/shm):
-// touching one byte per page alone takes ~1.0 s (0.26 GB/s);
-// MAP_POPULATE alone takes 0.1 s but leaves ~0.5 s of first-write cost
-// behind (it fills the kernel's page tables, not the hypervisor's), as does
-// MADV_POPULATE_WRITE; MAP_POPULATE followed by a write to each page takes
-// ~0.6 s (0.45 GB/s), after which a full memset runs at memory speed
-// (0.015 s). Create does the latter. The cost is per mapping: a second
-// process mapping the same pages pays it again (~0.15-0.2 s per 256 MiB for a
-// read-only mapping), so Open pre-faults too.
+// Pre-faulting, so that no collective or trainer pays for first touches:
+// the kernel populates the pages, then one write (or read) per page from
+// user space. Both are needed on virtual machines that back guest memory
+// lazily: the kernel's populate fills the guest's page tables, not the
+// hypervisor's, and leaves most of the first-write cost behind. The cost
+// is per mapping (a second process mapping the same pages pays it again),
+// so Open pre-faults too.
 //
 // The kernel's part is done 64 MiB at a time with MADV_POPULATE_WRITE (or
 // _READ), not with MAP_POPULATE: MAP_POPULATE holds the process's mmap lock
 // for the whole mapping, so every other thread's mmap, munmap or brk (a
-// gRPC allocation, a heartbeat) waits for it. Measured with a 1 GiB
-// segment and a thread mapping 1 MiB every 5 ms: MAP_POPULATE 0.21-0.47 s,
-// the other thread blocked for as long; 64 MiB slices 0.12-0.27 s, the other
-// thread blocked at most 0.04-0.09 s. On fresh memory a 1 GiB MAP_POPULATE
-// outlasts a 1.5 s membership lease.
+// gRPC allocation, a heartbeat) waits for it, for a large segment on fresh
+// memory longer than a membership lease. Slices release the lock between
+// them.
 //
 // Sizes: size() is the exact byte count asked for (the memory plan's
 // figure) and the file's length; mapped_size() is that rounded up to whole

@@ -19,11 +19,10 @@ std::unique_ptr<v1::Peer::Stub> Connect(
   // A fixed 8 MiB stream window instead of BDP probing. With probing the
   // window of a FetchShard stream grows while the receiver verifies and
   // copies, gRPC buffers that much more, and in a fresh process (a
-  // replacement) every such buffer is new memory whose first touch costs
-  // ~11 us per 4 KiB page on the VMs measured here. Measured with a
-  // two-process FetchShard probe (shardd's heap settings), 302 MB into a
-  // fresh receiver, 24 runs each on a loaded machine: page faults
-  // 11.5k -> 3.7k, CPU 2.6 -> 2.0 ns/B, median 210 -> 346 MB/s.
+  // replacement) every such buffer is new memory whose first touch is
+  // expensive on virtual machines: the fixed window keeps the receiver's
+  // page faults, and its CPU per byte, down (bench/recovery's stream
+  // probe).
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   return v1::Peer::NewStub(grpc::CreateCustomChannel(

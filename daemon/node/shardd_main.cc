@@ -756,13 +756,10 @@ int main(int argc, char** argv) {
   // Keep freed heap memory for reuse. gRPC and protobuf allocate a buffer
   // per streamed message (Peer.FetchShard chunks of MiBs); with glibc's
   // dynamic thresholds such blocks go back to the kernel on free, so chunks
-  // keep landing in fresh pages, and first touch costs ~11 us per 4 KiB
-  // page on the VMs measured here. A two-process FetchShard probe (302 MB,
-  // 20-30 runs each, as in bench/recovery's stream probe) with the defaults
-  // and with these settings: a fresh receiver 15.7k -> 3.7k page faults,
-  // 2.8 -> 1.7 ns of CPU per byte, 364 -> 584 MB/s; a warm one 8.8k -> 22
-  // faults, 2.1 -> 1.5 ns/B, 449 -> 685 MB/s. Blocks below 32 MiB come
-  // from the heap; up to 256 MiB of free heap is kept.
+  // keep landing in fresh pages, whose first touch is expensive on virtual
+  // machines (bench/recovery's stream probe shows the page faults and the
+  // CPU per byte this saves). Blocks below 32 MiB come from the heap; up
+  // to 256 MiB of free heap is kept (the admission margin counts it).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   const sigset_t signals = shardd::node::TerminationSignals();

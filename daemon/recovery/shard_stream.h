@@ -63,14 +63,14 @@ struct SectionSource {
 
 inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 inline constexpr int64_t kMaxChunkBytesCap = int64_t{16} << 20;
-// Out of band a piece is one Send/Recv, not a message, so round trips do
-// not set its size: the receiver's check does. It checks each piece's
-// CRC-32C as soon as the piece has landed, while the next ones arrive; at
-// 8 MiB the piece is still in the cache when it is checked and the last
-// check, which nothing overlaps, is short. bench/recovery, 50M (302 MB
-// shard), medians of 5 recoveries on the 2-core VM, transfer against raw
-// Gloo: 0.87, 0.91, 0.91 with 8 MiB pieces; 0.79, 0.77 with 64 MiB (the
-// receiver's checks took 10-14 ms and overlapped nothing).
+// The largest piece of a payload sent out of band. There a piece is one
+// Send/Recv, not a message, so round trips do not set its size: the
+// receiver's check does. The receiver checks each piece's CRC-32C as soon
+// as it has landed, while the next ones arrive, so a piece must be small
+// enough to be still in the cache when it is checked, and the last check,
+// which nothing overlaps, must be short; it must be large enough that the
+// per-piece hand-offs stay negligible. bench/recovery measures the copy
+// against raw Gloo send/recv of the same bytes (docs/benchmarks.md).
 inline constexpr int64_t kMaxPieceBytesCap = int64_t{8} << 20;
 
 // One piece of the payload in stream order: `length` bytes at

@@ -25,7 +25,7 @@ namespace shardd::rpc {
 // polling every socket of the process (epoll1 has one poller set per
 // process). In shardd they picked up the trainer socket's requests and
 // handed each over to the sync server's threads: more thread wake-ups per
-// call on the latency-critical Unix socket (bench/step, README).
+// call on the latency-critical Unix socket (bench/step; docs/benchmarks.md).
 //
 // Thread-safe. A Watch holds one server thread while it streams; it notices
 // a cancelled call within `watch_poll` (the sync API has no cancellation

@@ -76,9 +76,12 @@ class Cluster:
         self.dir = directory
         self.procs = []
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
+        """Starts `argv` logging to NAME.log; `env`: its environment (None:
+        this process's)."""
         log = open(os.path.join(self.dir, f"{name}.log"), "wb")  # pylint: disable=consider-using-with
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                env=env)
         log.close()  # The child has its own descriptor.
         self.procs.append((name, proc))
         return proc
