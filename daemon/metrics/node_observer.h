@@ -102,6 +102,9 @@ class NodeObserver {
   virtual void RecoveryTransfer(absl::string_view /*role*/, bool /*ok*/) {}
   // A sharded checkpoint was written at `when`.
   virtual void CheckpointWritten(absl::Time /*when*/) {}
+  // Writing a sharded checkpoint failed (full disk, I/O error): training
+  // goes on, but a later rollback can reach only older checkpoints.
+  virtual void CheckpointWriteFailed() {}
   // A shard was restored from a checkpoint (no replica could give it).
   virtual void CheckpointRestored() {}
   // A Gather's prefetch hint was handled; result: kStarted (its AllGather

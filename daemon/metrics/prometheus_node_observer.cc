@@ -194,6 +194,10 @@ PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
       registry, "shardd_checkpoint_last_written_timestamp_seconds",
       "Unix time the newest sharded checkpoint was written (0 before the "
       "first); its age is time() minus this.");
+  checkpoint_write_failures_ = NewCounter(
+      registry, "shardd_checkpoint_write_failures_total",
+      "Sharded checkpoints whose write failed (the daemon's log says why); "
+      "training goes on without them.");
   checkpoint_restores_ =
       NewCounter(registry, "shardd_checkpoint_restores_total",
                  "Shards restored from a checkpoint (no replica had them).");
@@ -323,6 +327,10 @@ void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
   if (unix_seconds > checkpoint_last_written_->Value()) {
     checkpoint_last_written_->Set(unix_seconds);
   }
+}
+
+void PrometheusNodeObserver::CheckpointWriteFailed() {
+  checkpoint_write_failures_->Increment();
 }
 
 void PrometheusNodeObserver::CheckpointRestored() {

@@ -50,6 +50,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void RecoveryBytes(absl::string_view direction, int64_t bytes) override;
   void RecoveryTransfer(absl::string_view role, bool ok) override;
   void CheckpointWritten(absl::Time when) override;
+  void CheckpointWriteFailed() override;
   void CheckpointRestored() override;
   void PrefetchHint(absl::string_view result) override;
   void PrefetchUsed() override;
@@ -82,6 +83,7 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* prefetch_used_;
   prometheus::Counter* checkpoints_written_;
   prometheus::Counter* checkpoint_restores_;
+  prometheus::Counter* checkpoint_write_failures_;
   prometheus::Gauge* shm_leftover_bytes_;
   prometheus::Gauge* insecure_endpoints_;
   prometheus::Counter* shm_swept_files_;

@@ -218,8 +218,10 @@ TEST_F(PrometheusNodeObserverTest, CheckpointTimestampIsTheNewestCheckpoint) {
   observer_.CheckpointWritten(now_ - absl::Seconds(90));
   observer_.CheckpointWritten(now_ - absl::Seconds(30));
   observer_.CheckpointRestored();
+  observer_.CheckpointWriteFailed();
   auto s = Samples();
   EXPECT_EQ(s.at("shardd_checkpoints_written_total"), 2);
+  EXPECT_EQ(s.at("shardd_checkpoint_write_failures_total"), 1);
   EXPECT_EQ(s.at("shardd_checkpoint_restores_total"), 1);
   EXPECT_EQ(s.at("shardd_checkpoint_last_written_timestamp_seconds"),
             1'700'000'000 - 30);
@@ -348,6 +350,7 @@ TEST_F(PrometheusNodeObserverTest, PromtoolAcceptsTheExpositionAfterEvents) {
   observer_.RecoveryTransfer(node_labels::kTarget, true);
   observer_.CheckpointWritten(now_ - absl::Seconds(1));
   observer_.CheckpointRestored();
+  observer_.CheckpointWriteFailed();
   observer_.ShmLeftoverBytes(8192);
   observer_.ShmSwept(1, 4096);
   observer_.MemoryAdmission(node_labels::kAdmitExport, false);

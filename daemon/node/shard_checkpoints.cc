@@ -29,6 +29,8 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
     std::fprintf(stderr, "shardd: checkpoint of step %lld: %s\n",
                  static_cast<long long>(step),
                  path.status().ToString().c_str());
+    if (options_.observer != nullptr)
+      options_.observer->CheckpointWriteFailed();
     return;
   }
   options_.catalog->NoteWritten(rank, step);

@@ -77,13 +77,13 @@ class ShardCheckpointsTest : public ::testing::Test {
         heap_);
   }
 
-  ShardCheckpoints Checkpoints() {
+  ShardCheckpoints Checkpoints(metrics::NodeObserver* observer = nullptr) {
     return ShardCheckpoints({.dir = dir_,
                              .keep_last = 2,
                              .shard_memory = &recovery::ShardMemory::Host(),
                              .catalog = catalog_.get(),
                              .membership = &members_,
-                             .observer = nullptr});
+                             .observer = observer});
   }
 
   ShardDescription Describe() {
@@ -140,6 +140,35 @@ TEST_F(ShardCheckpointsTest, AWrittenCheckpointRestoresIntoAFreshEngine) {
   EXPECT_EQ(*step, 1);
   EXPECT_EQ(restore->engine->committed_step(), 1);
   ExpectSameState(*restore->engine, *engine_);
+}
+
+// Counts what ShardCheckpoints tells its observer.
+class CheckpointCounter : public metrics::NodeObserver {
+ public:
+  void CheckpointWritten(absl::Time) override { ++written; }
+  void CheckpointWriteFailed() override { ++failed; }
+  int written = 0;
+  int failed = 0;
+};
+
+TEST_F(ShardCheckpointsTest, AFailedWriteIsCountedAndChangesNothing) {
+  // rank-0 is a file, so the checkpoint's folder cannot be made (ENOTDIR
+  // even for root, as a full or read-only disk would fail it).
+  std::ofstream(dir_ + "/rank-0") << "not a folder";
+  CheckpointCounter counter;
+  ShardCheckpoints checkpoints = Checkpoints(&counter);
+  checkpoints.Write(Describe(), 1, 3);
+  EXPECT_EQ(counter.failed, 1);
+  EXPECT_EQ(counter.written, 0);
+  EXPECT_EQ(catalog_->Inventory().steps_size(), 0);
+  EXPECT_EQ(members_.Count("heartbeat"), 0);
+  // Once the disk is fixed the next write succeeds and is counted as such.
+  std::filesystem::remove(dir_ + "/rank-0");
+  checkpoints.Write(Describe(), 2, 3);
+  EXPECT_EQ(counter.failed, 1);
+  EXPECT_EQ(counter.written, 1);
+  ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
+  EXPECT_EQ(catalog_->Inventory().steps(0), 2);
 }
 
 TEST_F(ShardCheckpointsTest, ALiveEngineIsOverwrittenNotReplaced) {

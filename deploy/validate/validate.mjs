@@ -2001,7 +2001,7 @@ export function checkRules(objects) {
     }
   }
   errors.push(...checkRunbooks(groups));
-  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers", "SharddTrainingStalled"]) {
+  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers", "SharddTrainingStalled", "SharddCheckpointWriteFailing"]) {
     if (!alerts.has(a)) errors.push(`alerts.yml: alert ${a} is missing`);
   }
   return errors;
