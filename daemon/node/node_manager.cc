@@ -228,6 +228,7 @@ void NodeManager::WireShardCopy() {
   copy.shard_memory = shard_memory_.get();
   copy.observer = options_.observer;
   copy.events = &events_;
+  copy.clock = options_.clock;
   copy.membership = client_.get();
   copy.create_engine = [this](const core::ModelConfig& model, int world,
                               int factor) {

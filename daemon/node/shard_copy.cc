@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/core/progress_throttle.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/shard_stream.h"
@@ -65,9 +66,10 @@ absl::StatusOr<bool> ShardCopy::Run(int64_t epoch,
   const MonoTime deadline = MonoNow() + options_.recovery_timeout;
   absl::Status last = absl::UnavailableError("no source in the plan");
   int last_source = -1;
+  int number = 0;
   for (int source : plan.source_ranks()) {
     last_source = source;
-    last = FetchFrom(epoch, plan, source, world, factor, deadline);
+    last = FetchFrom(epoch, plan, source, ++number, world, factor, deadline);
     if (last.ok() || absl::IsNotFound(last)) break;
     std::fprintf(stderr,
                  "shardd: shard copy from rank %d failed: %s; trying the "
@@ -96,6 +98,7 @@ absl::StatusOr<bool> ShardCopy::Run(int64_t epoch,
 struct ShardCopy::Attempt {
   int64_t epoch = 0;
   int source = -1;
+  int number = 0;  // 1 for the run's first source, 2 for the next, ...
   int world = 0;
   int factor = 0;
   MonoTime deadline = MonoTime();
@@ -113,6 +116,8 @@ struct ShardCopy::Attempt {
   std::optional<core::ModelConfig> model = std::nullopt;
   int64_t total = -1;  // The header's total bytes; -1 before it.
   bool fired = false;  // The mid-copy fail point ran.
+  // Which byte counts become events; made when the header arrives.
+  std::optional<ProgressThrottle> progress = std::nullopt;
 };
 
 v1::FetchShardRequest ShardCopy::RequestFor(int64_t epoch, int requester_rank,
@@ -154,7 +159,7 @@ absl::Status ShardCopy::CheckSection(const v1::ShardSection& theirs,
 }
 
 absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
-                                  int source, int world, int factor,
+                                  int source, int number, int world, int factor,
                                   MonoTime deadline) {
   if (!options_.fetch_shard || !options_.probe_peer) {
     return absl::FailedPreconditionError(
@@ -168,6 +173,7 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
   const MonoTime started = MonoNow();
   Attempt attempt{.epoch = epoch,
                   .source = source,
+                  .number = number,
                   .world = world,
                   .factor = factor,
                   .deadline = deadline,
@@ -191,7 +197,7 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
         return SectionDestination(attempt, header, index);
       },
       /*resume_from_byte=*/0, /*crc_so_far=*/0, *options_.shard_memory);
-  AnnounceTransferring(epoch);
+  AnnounceTransferring(attempt);
   absl::Status streamed = options_.fetch_shard(
       address, request, deadline, [&](const v1::FetchShardResponse& message) {
         return OnMessage(attempt, assembler, message);
@@ -279,10 +285,29 @@ absl::Status ShardCopy::ReadyEngine(Attempt& attempt,
   return CheckSectionCount(header.sections_size(), attempt.mine.size());
 }
 
-void ShardCopy::AnnounceTransferring(int64_t epoch) {
+void ShardCopy::AnnounceTransferring(const Attempt& attempt) {
   v1::TrainerEvent event;
-  event.set_epoch(epoch);
-  event.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  event.set_epoch(attempt.epoch);
+  v1::RecoveryProgress* progress = event.mutable_recovery();
+  progress->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  progress->set_attempt(attempt.number);
+  progress->set_source_rank(attempt.source);
+  options_.events->Append(std::move(event));
+}
+
+void ShardCopy::ReportBytes(Attempt& attempt, int64_t done) {
+  if (!attempt.progress.has_value() ||
+      !attempt.progress->ShouldReport(done, options_.clock->MonotonicNow())) {
+    return;
+  }
+  v1::TrainerEvent event;
+  event.set_epoch(attempt.epoch);
+  v1::RecoveryProgress* progress = event.mutable_recovery();
+  progress->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  progress->set_bytes_done(done);
+  progress->set_bytes_total(attempt.progress->total_bytes());
+  progress->set_attempt(attempt.number);
+  progress->set_source_rank(attempt.source);
   options_.events->Append(std::move(event));
 }
 
@@ -314,10 +339,13 @@ absl::Status ShardCopy::OnMessage(Attempt& attempt,
   if (absl::Status s = assembler.Add(message); !s.ok()) return s;
   if (message.has_header()) {
     attempt.total = message.header().total_bytes();
+    attempt.progress.emplace(attempt.total);
     if (message.header().payload_out_of_band()) {
       if (absl::Status s = PostReceives(attempt, assembler); !s.ok()) return s;
     }
   }
+  // Chunks are counted once verified (out of band: once their piece is in).
+  ReportBytes(attempt, assembler.verified_bytes());
   if (!attempt.fired && attempt.total >= 0 &&
       assembler.verified_bytes() * 2 >= attempt.total) {
     attempt.fired = true;
@@ -415,6 +443,8 @@ void ShardCopy::AnnounceCopied(const Attempt& attempt, int shard_index,
   progress->set_phase(v1::RECOVERY_PHASE_COMPLETE);
   progress->set_bytes_done(header.total_bytes());
   progress->set_bytes_total(header.total_bytes());
+  progress->set_attempt(attempt.number);
+  progress->set_source_rank(attempt.source);
   options_.events->Append(std::move(event));
 }
 

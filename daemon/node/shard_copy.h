@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/node_observer.h"
@@ -35,7 +36,10 @@ namespace shardd::node {
 // replica group is healthy, from Recvs on it while the stream carries the
 // header, the pieces' CRCs and the trailer), verifying every piece, and
 // handing the engine over to be installed. A source whose copy failed is
-// reported to the coordinator when no source succeeded.
+// reported to the coordinator when no source succeeded. Each attempt's
+// byte progress goes to the event log as RecoveryProgress
+// TRANSFERRING_STATE (throttled by ProgressThrottle, numbered by attempt,
+// from 0 again on a retry), so that `shardctl watch` shows the copy move.
 //
 // Thread-safe: Prepare runs on its own thread while the epoch thread builds
 // communicators; Run on the epoch thread. Not owned: everything in Options
@@ -53,6 +57,8 @@ class ShardCopy {
     const recovery::ShardMemory* shard_memory = nullptr;
     metrics::NodeObserver* observer = nullptr;  // Optional.
     EventLog* events = nullptr;
+    // Paces the progress events (deadlines use the real monotonic clock).
+    Clock* clock = Clock::Real();
     Membership* membership = nullptr;
     // A zero-filled engine for `model` on this rank at (world, factor).
     std::function<absl::StatusOr<std::unique_ptr<StepEngine>>(
@@ -113,9 +119,11 @@ class ShardCopy {
   // One attempt at copying from one source; defined in the .cc.
   struct Attempt;
 
-  // One attempt: probe (unless prepared from it), stream, verify, install.
+  // Attempt `number` (from 1) of this run: probe (unless prepared from
+  // the source), stream, verify, install.
   absl::Status FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
-                         int source, int world, int factor, MonoTime deadline);
+                         int source, int number, int world, int factor,
+                         MonoTime deadline);
   std::string AddressOf(int rank) const;
   // The prepared engine if it was built for (world, factor); the slot is
   // emptied either way.
@@ -128,7 +136,11 @@ class ShardCopy {
   absl::StatusOr<uint8_t*> SectionDestination(Attempt& attempt,
                                               const v1::ShardHeader& header,
                                               int index);
-  void AnnounceTransferring(int64_t epoch);
+  // The attempt's RecoveryProgress TRANSFERRING_STATE: once when it
+  // starts (no byte counts yet), then `done` bytes of the header's total
+  // when the throttle lets them through.
+  void AnnounceTransferring(const Attempt& attempt);
+  void ReportBytes(Attempt& attempt, int64_t done);
   absl::Status ReadyEngine(Attempt& attempt, const v1::ShardHeader& header);
   void AnnounceEngineReady(const Attempt& attempt, bool was_prepared,
                            absl::Duration build_time);

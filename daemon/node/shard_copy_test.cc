@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/manual_clock.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
@@ -103,8 +104,10 @@ class ShardCopyTest : public ::testing::Test {
         heap_);
   }
 
-  // FetchShard as the source serves it: its state in the stream; with
-  // `corrupt`, one payload byte flipped on the way.
+  // FetchShard as the source serves it: its state in the stream, the
+  // clock advanced by advance_per_message_ before each message; with
+  // `corrupt`, one payload byte of data chunk corrupt_chunk_ (from 0)
+  // flipped on the way.
   absl::Status Serve(
       const v1::FetchShardRequest& request,
       const std::function<absl::Status(const v1::FetchShardResponse&)>&
@@ -132,16 +135,16 @@ class ShardCopyTest : public ::testing::Test {
       sources.push_back(src);
     }
     absl::StatusOr<recovery::ShardStreamWriter> writer =
-        recovery::ShardStreamWriter::Create(header, sources, 16, 0);
+        recovery::ShardStreamWriter::Create(header, sources, chunk_bytes_, 0);
     if (!writer.ok()) return writer.status();
     v1::FetchShardResponse message;
-    bool flipped = false;
+    int data_chunks = 0;
     while (writer->Next(&message)) {
-      if (corrupt && !flipped && message.has_chunk() &&
-          !message.chunk().data().empty()) {
+      if (message.has_chunk() && !message.chunk().data().empty() &&
+          data_chunks++ == corrupt_chunk_ && corrupt) {
         message.mutable_chunk()->mutable_data()->at(0) ^= 0x40;
-        flipped = true;
       }
+      clock_.Advance(advance_per_message_);
       if (absl::Status s = on_message(message); !s.ok()) return s;
     }
     return writer->status();
@@ -172,6 +175,7 @@ class ShardCopyTest : public ::testing::Test {
     };
     o.shard_memory = &recovery::ShardMemory::Host();
     o.events = &events_;
+    o.clock = &clock_;
     o.membership = &members_;
     o.create_engine = [this](const core::ModelConfig& model, int world,
                              int factor) {
@@ -207,6 +211,17 @@ class ShardCopyTest : public ::testing::Test {
     return phases;
   }
 
+  // The RecoveryProgress events, in order.
+  std::vector<v1::RecoveryProgress> Progress() {
+    std::vector<v1::TrainerEvent> out;
+    events_.WaitAfter(0, MonoTime::InfinitePast(), &out);
+    std::vector<v1::RecoveryProgress> progress;
+    for (const v1::TrainerEvent& e : out) {
+      if (e.has_recovery()) progress.push_back(e.recovery());
+    }
+    return progress;
+  }
+
   // The CopyEngineReady events (bench/recovery splits a copy at them).
   std::vector<v1::CopyEngineReady> EngineReady() {
     std::vector<v1::TrainerEvent> out;
@@ -219,6 +234,11 @@ class ShardCopyTest : public ::testing::Test {
   }
 
   memory::HeapAllocator heap_;
+  // Paces the copy's progress events; still unless a test advances it.
+  ManualClock clock_;
+  absl::Duration advance_per_message_ = absl::ZeroDuration();
+  int corrupt_chunk_ = 0;
+  int64_t chunk_bytes_ = 16;
   std::unique_ptr<StepEngine> source_;
   testing::FakeMembership members_;
   EventLog events_;
@@ -259,7 +279,10 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
             core::Fingerprint(Model(), core::InitScope::kExclude));
   ExpectSameState(*installed_, *source_);
   EXPECT_EQ(addresses_, std::vector<std::string>{"peer-3"});
+  // The attempt's start, its bytes at 0 when the header arrived (the
+  // clock stood still: no more), the end.
   EXPECT_EQ(Phases(), (std::vector<v1::RecoveryPhase>{
+                          v1::RECOVERY_PHASE_TRANSFERRING_STATE,
                           v1::RECOVERY_PHASE_TRANSFERRING_STATE,
                           v1::RECOVERY_PHASE_COMPLETE}));
   EXPECT_TRUE(Reports(members_).empty());
@@ -268,6 +291,109 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
   EXPECT_EQ(ready[0].source_rank(), 3);
   EXPECT_FALSE(ready[0].prepared_during_rendezvous());
   EXPECT_GE(ready[0].build_seconds(), 0);
+}
+
+// The source's total: the COMPLETE event's (its shard's state bytes).
+int64_t ShardBytes(StepEngine& engine) {
+  int64_t total = 0;
+  for (const StepEngine::StateSection& s : engine.StateSections()) {
+    total += s.bytes;
+  }
+  return total;
+}
+
+TEST_F(ShardCopyTest, ByteProgressIsReportedWhileTheCopyRuns) {
+  // A second per message: only the bytes (1/16 of the total) hold reports
+  // back, and every 16-byte chunk of the 144 bytes is more than that.
+  advance_per_message_ = absl::Seconds(1);
+  ShardCopy copy(Options());
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3}), 1, 1));
+  const int64_t total = ShardBytes(*source_);
+  ASSERT_EQ(total, 144);
+  const std::vector<v1::RecoveryProgress> progress = Progress();
+  ASSERT_GE(progress.size(), 4u);
+  // The attempt's start: the size is not known yet.
+  EXPECT_EQ(progress.front().phase(), v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  EXPECT_EQ(progress.front().bytes_total(), 0);
+  EXPECT_EQ(progress.front().attempt(), 1);
+  EXPECT_EQ(progress.front().source_rank(), 3);
+  EXPECT_EQ(progress.back().phase(), v1::RECOVERY_PHASE_COMPLETE);
+  EXPECT_EQ(progress.back().bytes_done(), total);
+  EXPECT_EQ(progress.back().attempt(), 1);
+  std::vector<int64_t> done;
+  for (size_t i = 1; i + 1 < progress.size(); ++i) {
+    const v1::RecoveryProgress& p = progress[i];
+    EXPECT_EQ(p.phase(), v1::RECOVERY_PHASE_TRANSFERRING_STATE) << i;
+    EXPECT_EQ(p.bytes_total(), total) << i;
+    EXPECT_EQ(p.attempt(), 1) << i;
+    EXPECT_EQ(p.source_rank(), 3) << i;
+    done.push_back(p.bytes_done());
+  }
+  std::vector<int64_t> every_chunk;
+  for (int64_t b = 0; b <= total; b += 16) every_chunk.push_back(b);
+  EXPECT_EQ(done, every_chunk);
+}
+
+TEST_F(ShardCopyTest, SmallChunksAreReportedAtASixteenthOfTheTotal) {
+  // 4-byte chunks: 37 readings; a sixteenth of 144 bytes is 9, so the
+  // next report after b waits for the first chunk end >= b + 9.
+  advance_per_message_ = absl::Seconds(1);
+  chunk_bytes_ = 4;
+  ShardCopy copy(Options());
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3}), 1, 1));
+  std::vector<int64_t> done;
+  for (const v1::RecoveryProgress& p : Progress()) {
+    if (p.phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE &&
+        p.bytes_total() > 0) {
+      done.push_back(p.bytes_done());
+    }
+  }
+  std::vector<int64_t> expected;
+  for (int64_t b = 0; b <= 144; b += 12) expected.push_back(b);
+  EXPECT_EQ(done, expected);
+}
+
+TEST_F(ShardCopyTest, AStillClockReportsOnlyTheStart) {
+  // Every reading within the same instant: only the header's 0.
+  chunk_bytes_ = 4;
+  ShardCopy copy(Options());
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3}), 1, 1));
+  std::vector<int64_t> done;
+  for (const v1::RecoveryProgress& p : Progress()) {
+    if (p.phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE &&
+        p.bytes_total() > 0) {
+      done.push_back(p.bytes_done());
+    }
+  }
+  EXPECT_EQ(done, std::vector<int64_t>{0});
+}
+
+TEST_F(ShardCopyTest, ARetriedAttemptStartsItsProgressAgainFromZero) {
+  advance_per_message_ = absl::Seconds(1);
+  corrupt_ = "peer-3";
+  corrupt_chunk_ = 4;  // Bytes [64, 80) of the first attempt.
+  ShardCopy copy(Options());
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3, 2}), 1, 1));
+  ExpectSameState(*installed_, *source_);
+  std::vector<int64_t> first, second;
+  for (const v1::RecoveryProgress& p : Progress()) {
+    if (p.phase() != v1::RECOVERY_PHASE_TRANSFERRING_STATE ||
+        p.bytes_total() == 0) {
+      continue;
+    }
+    ASSERT_TRUE(p.attempt() == 1 || p.attempt() == 2) << p.attempt();
+    EXPECT_EQ(p.source_rank(), p.attempt() == 1 ? 3 : 2);
+    (p.attempt() == 1 ? first : second).push_back(p.bytes_done());
+  }
+  // The first attempt got four verified chunks before the corrupt one.
+  EXPECT_EQ(first, (std::vector<int64_t>{0, 16, 32, 48, 64}));
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(second.front(), 0);
+  EXPECT_EQ(second.back(), 144);
+  const v1::RecoveryProgress complete = Progress().back();
+  EXPECT_EQ(complete.phase(), v1::RECOVERY_PHASE_COMPLETE);
+  EXPECT_EQ(complete.attempt(), 2);
+  EXPECT_EQ(complete.source_rank(), 2);
 }
 
 TEST_F(ShardCopyTest, AnEnginePreparedFromTheSourceIsFilledNotBuiltAgain) {
