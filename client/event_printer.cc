@@ -68,8 +68,20 @@ std::string Snapshot(const v1::GetStatusResponse& s) {
   return out;
 }
 
+// "from rank 3", "from rank 2 (attempt 2)" for a shard copy's report; ""
+// for the others (and from daemons that predate the fields).
+std::string CopySource(const v1::RecoveryProgress& r) {
+  if (r.attempt() <= 0) return "";
+  std::string out = absl::StrCat("from rank ", r.source_rank());
+  if (r.attempt() > 1) absl::StrAppend(&out, " (attempt ", r.attempt(), ")");
+  return out;
+}
+
 std::string Recovery(const v1::RecoveryProgress& r) {
   std::string out = absl::StrCat("recovery  ", Phase(r.phase()));
+  if (const std::string from = CopySource(r); !from.empty()) {
+    absl::StrAppend(&out, "  ", from);
+  }
   if (r.bytes_total() > 0) {
     absl::StrAppend(&out, "  ",
                     FormatExportProgress(r.bytes_done(), r.bytes_total(),
@@ -181,6 +193,13 @@ bool EventPrinter::InProgress(const v1::TrainerEvent& event, BarKind* kind,
   return false;
 }
 
+bool EventPrinter::Supersedes(const v1::TrainerEvent& event) const {
+  return bar_ == BarKind::kCopy && event.has_recovery() &&
+         event.recovery().phase() == v1::RECOVERY_PHASE_TRANSFERRING_STATE &&
+         (event.epoch() != bar_epoch_ ||
+          event.recovery().attempt() != bar_attempt_);
+}
+
 bool EventPrinter::Ends(const v1::TrainerEvent& event, BarKind kind) {
   switch (kind) {
     case BarKind::kNone:
@@ -203,12 +222,14 @@ std::string EventPrinter::BarLine(const v1::TrainerEvent& event, int64_t done,
       FormatExportProgress(done, total, elapsed, width);
   const std::string path =
       bar_ == BarKind::kExport ? event.export_progress().path() : "";
+  const std::string from =
+      bar_ == BarKind::kCopy ? CopySource(event.recovery()) : "";
   auto line = [&](absl::string_view prefix, absl::string_view shown) {
     return bar_ == BarKind::kExport
                ? absl::StrCat(prefix, "export_progress  ", shown, "  ",
                               progress)
-               : absl::StrCat(prefix, "recovery  TRANSFERRING_STATE  ",
-                              progress);
+               : absl::StrCat(prefix, "recovery  TRANSFERRING_STATE  ", from,
+                              from.empty() ? "" : "  ", progress);
   };
   std::string full = line(Prefix(event), path);
   const size_t columns =
@@ -229,6 +250,8 @@ void EventPrinter::StartBar(BarKind kind, const v1::TrainerEvent& event) {
   bar_ = kind;
   bar_started_unix_ms_ = event.time_unix_ms();
   bar_path_ = event.has_export_progress() ? event.export_progress().path() : "";
+  bar_epoch_ = event.epoch();
+  bar_attempt_ = event.has_recovery() ? event.recovery().attempt() : 0;
 }
 
 absl::Status EventPrinter::Write(const std::string& text) {
@@ -247,10 +270,11 @@ absl::Status EventPrinter::Print(const v1::TrainerEvent& event) {
   BarKind kind = BarKind::kNone;
   int64_t done = 0, total = 0;
   if (InProgress(event, &kind, &done, &total)) {
-    std::string text;
+    absl::string_view text;
     const bool same =
-        kind == bar_ && (kind != BarKind::kExport ||
-                         event.export_progress().path() == bar_path_);
+        kind == bar_ &&
+        (kind == BarKind::kExport ? event.export_progress().path() == bar_path_
+                                  : !Supersedes(event));
     if (!same) {
       // Another export or copy: the previous bar stays as last drawn.
       if (options_.terminal && bar_ != BarKind::kNone) text = "\n";
@@ -262,11 +286,15 @@ absl::Status EventPrinter::Print(const v1::TrainerEvent& event) {
     return Write(absl::StrCat(text, "\r", line, kEraseLine));
   }
   const bool bar_open = bar_ != BarKind::kNone;
-  const bool ends = Ends(event, bar_);
+  // Another attempt of the copy (a retry, or a new epoch's): the bar of
+  // the one before stays as last drawn, showing how far it got.
+  const bool superseded = Supersedes(event);
+  const bool ends = superseded || Ends(event, bar_);
   if (ends) bar_ = BarKind::kNone;
   if (!options_.terminal || !bar_open) {
     return Write(absl::StrCat(TextLine(event), "\n"));
   }
+  if (superseded) return Write(absl::StrCat("\n", TextLine(event), "\n"));
   // Over the bar's line, then the bar again below unless this ended it.
   return Write(absl::StrCat("\r", TextLine(event), kEraseLine, "\n",
                             ends ? "" : bar_text_));

@@ -19,8 +19,12 @@ namespace shardd::client {
 // On a terminal (text only) an export or shard copy in progress is one
 // progress bar redrawn in place rather than a line per report: other
 // events are printed above it, and the bar becomes a plain line when the
-// export is done or the copy leaves TRANSFERRING_STATE. Off a terminal a
-// log or a pipe gets the same lines without control characters.
+// export is done or the copy leaves TRANSFERRING_STATE. A shard copy's bar
+// belongs to one attempt (RecoveryProgress.attempt, in one epoch): a retry
+// from another source, which starts again from 0 bytes, leaves the
+// previous attempt's bar as it was and gets a bar of its own, "from rank R
+// (attempt N)". Off a terminal a log or a pipe gets the same lines without
+// control characters.
 //
 // Every Print flushes, so that a reader of a pipe or file sees each event
 // as it arrives. Thread-compatible; does not own `out`.
@@ -62,6 +66,9 @@ class EventPrinter {
                          int64_t* done, int64_t* total);
   // Whether `event` ends the bar of `kind`.
   static bool Ends(const v1::TrainerEvent& event, BarKind kind);
+  // Whether `event` is another copy attempt's TRANSFERRING_STATE than the
+  // open copy bar's.
+  bool Supersedes(const v1::TrainerEvent& event) const;
   std::string BarLine(const v1::TrainerEvent& event, int64_t done,
                       int64_t total) const;
   absl::Status Write(const std::string& text);
@@ -76,6 +83,9 @@ class EventPrinter {
   // bar's rate starts.
   int64_t bar_started_unix_ms_ = 0;
   std::string bar_path_;
+  // The copy attempt the bar shows (and its epoch).
+  int64_t bar_epoch_ = 0;
+  int bar_attempt_ = 0;
 };
 
 }  // namespace shardd::client

@@ -55,6 +55,20 @@ v1::TrainerEvent CopyAt(int64_t sequence, v1::RecoveryPhase phase,
   return event;
 }
 
+// A replacement's report of copy attempt `attempt` from `source` (4 KiB in
+// all), `ms_after` kT0.
+v1::TrainerEvent AttemptAt(int64_t sequence, int64_t ms_after, int attempt,
+                           int source, int64_t done, int64_t total = 4096) {
+  v1::TrainerEvent event = Event(sequence, ms_after);
+  v1::RecoveryProgress* r = event.mutable_recovery();
+  r->set_phase(v1::RECOVERY_PHASE_TRANSFERRING_STATE);
+  r->set_bytes_done(done);
+  r->set_bytes_total(total);
+  r->set_attempt(attempt);
+  r->set_source_rank(source);
+  return event;
+}
+
 // An EventPrinter writing into memory.
 class EventPrinterTest : public ::testing::Test {
  protected:
@@ -194,6 +208,70 @@ TEST_F(EventPrinterTest, OnATerminalAShardCopyBarEndsWhenThePhaseChanges) {
   EXPECT_NE(out.find("recovery  COMPLETE  100%  4.00 KiB / 4.00 KiB"),
             std::string::npos)
       << out;
+}
+
+TEST_F(EventPrinterTest, ACopyReportNamesItsSourceAndARetrysAttempt) {
+  EXPECT_EQ(EventPrinter::TextLine(AttemptAt(5, 0, 1, 3, 0, 0)),
+            "2026-12-04T18:00:00.250Z  #5  epoch 3  recovery  "
+            "TRANSFERRING_STATE  from rank 3");
+  EXPECT_EQ(EventPrinter::TextLine(AttemptAt(6, 0, 2, 1, 1024)),
+            "2026-12-04T18:00:00.250Z  #6  epoch 3  recovery  "
+            "TRANSFERRING_STATE  from rank 1 (attempt 2)   25%  1.00 KiB / "
+            "4.00 KiB");
+}
+
+TEST_F(EventPrinterTest, OffATerminalEachCopyReportIsAPlainLineWithItsRate) {
+  EventPrinter& printer = Printer(EventPrinter::Format::kText, false);
+  ASSERT_TRUE(printer.Print(AttemptAt(1, 0, 1, 3, 0)).ok());
+  ASSERT_TRUE(printer.Print(AttemptAt(2, 1000, 1, 3, 2048)).ok());
+  const std::vector<std::string> lines =
+      absl::StrSplit(Written(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << Written();
+  EXPECT_NE(lines[1].find("recovery  TRANSFERRING_STATE  from rank 3   50%  "
+                          "2.00 KiB / 4.00 KiB  2.00 KiB/s"),
+            std::string::npos)
+      << lines[1];
+}
+
+TEST_F(EventPrinterTest, OnATerminalARetriedCopyGetsABarOfItsOwn) {
+  EventPrinter& printer = Printer(EventPrinter::Format::kText, true);
+  ASSERT_TRUE(printer.Print(AttemptAt(1, 0, 1, 3, 0)).ok());
+  ASSERT_TRUE(printer.Print(AttemptAt(2, 500, 1, 3, 3072)).ok());
+  EXPECT_EQ(Written().find('\n'), std::string::npos) << Written();
+  // The retry's start (no bytes yet) ends the first attempt's bar where it
+  // got to (75%) rather than overwriting it.
+  ASSERT_TRUE(printer.Print(AttemptAt(3, 600, 2, 1, 0, 0)).ok());
+  const std::string retried = Written();
+  const size_t start = retried.find(
+      "\n2026-12-04T18:00:00.850Z  #3  epoch 3  "
+      "recovery  TRANSFERRING_STATE  from rank 1 "
+      "(attempt 2)\n");
+  ASSERT_NE(start, std::string::npos) << retried;
+  EXPECT_NE(retried.rfind("[#######   ]  75%", start), std::string::npos)
+      << retried;
+  // The retry's bytes, from 0 again: a new bar below, its rate counted
+  // from its own first report.
+  ASSERT_TRUE(printer.Print(AttemptAt(4, 700, 2, 1, 0)).ok());
+  ASSERT_TRUE(printer.Print(AttemptAt(5, 1700, 2, 1, 1024)).ok());
+  const std::string out = Written();
+  const size_t start_end = out.find("(attempt 2)\n");
+  ASSERT_NE(start_end, std::string::npos);
+  EXPECT_EQ(out.find('\n', start_end + 12), std::string::npos)
+      << "the new bar is redrawn in place: " << out;
+  EXPECT_NE(out.rfind("\r2026-12-04T18:00:01.950Z  #5  epoch 3  recovery  "
+                      "TRANSFERRING_STATE  from rank 1 (attempt 2)  "
+                      "[##        ]  25%  1.00 KiB / 4.00 KiB  1.00 KiB/s"),
+            std::string::npos)
+      << out;
+  // COMPLETE replaces the retry's bar.
+  v1::TrainerEvent complete = AttemptAt(6, 2000, 2, 1, 4096);
+  complete.mutable_recovery()->set_phase(v1::RECOVERY_PHASE_COMPLETE);
+  ASSERT_TRUE(printer.Print(complete).ok());
+  const std::string end = Written();
+  EXPECT_EQ(end.substr(end.rfind('\r')),
+            "\r2026-12-04T18:00:02.250Z  #6  epoch 3  recovery  COMPLETE  "
+            "from rank 1 (attempt 2)  100%  4.00 KiB / 4.00 KiB\x1b[K\n")
+      << end;
 }
 
 TEST_F(EventPrinterTest, OnANarrowTerminalTheBarFitsOnOneLine) {

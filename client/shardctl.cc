@@ -10,7 +10,9 @@
 //   shardctl watch [--after=SEQ] [--for=DURATION]
 //     (follows the daemon's events, one line each, until Ctrl-C/SIGTERM or
 //     --for; an export or shard copy in progress is a progress bar on a
-//     terminal)
+//     terminal; a copy's reports name the source rank, and a retry from
+//     another source, from 0 bytes again, its attempt number and a bar of
+//     its own)
 //   shardctl cluster --coordinator=HOST:PORT [--decisions=N]
 //     (the coordinator's GetClusterState: members, broken links, recent
 //     decisions as a timeline)
