@@ -58,6 +58,7 @@ class ShardCopy {
     metrics::NodeObserver* observer = nullptr;  // Optional.
     EventLog* events = nullptr;
     // Paces the progress events (deadlines use the real monotonic clock).
+    // Not owned; never null.
     Clock* clock = Clock::Real();
     Membership* membership = nullptr;
     // A zero-filled engine for `model` on this rank at (world, factor).

@@ -427,7 +427,9 @@ fl_died_in_step() {
 # fl_check_recovered RUN RANK STEP: the latest incarnation of RANK's daemon
 # rebuilt its shard at STEP from a live replica (same shard index, another
 # shard group), the coordinator planned it and removed the dead
-# incarnation, and RANK's trainer re-attached at STEP.
+# incarnation, and RANK's trainer re-attached at STEP; with SHARDCTL, its
+# events reported the copy's bytes (fl_check_copy_progress; with
+# FL_COPY_PROGRESS_MID set, also between 0 and the total).
 fl_check_recovered() {
   local run=$1 r=$2 step=$3 d="$FL_ROOT/$1" s=$(($2 % FL_F))
   local log line
@@ -457,6 +459,29 @@ fl_check_recovered() {
   fl_expect "$run: trainer $r re-attached at step $step" \
     "grep -Eq '^re-attached: epoch [0-9]+, committed step $step\$' \
        '$(fl_trainer_log "$run" "$r")'"
+  if [[ -n "$FL_SHARDCTL" ]]; then
+    fl_check_copy_progress "$run" "$r" ${FL_COPY_PROGRESS_MID:+--mid}
+  fi
+}
+
+# fl_check_copy_progress RUN RANK [--mid]: RANK's latest daemon, still
+# running, reported its shard copy's bytes in its events (shardctl watch)
+# before the copy was COMPLETE (copy_progress_check.py says what is
+# checked; --mid: also a report between 0 and the total). What the checker
+# printed (a line per attempt) is left in $FL_ROOT/RUN/copy-progress-RANK.txt.
+fl_check_copy_progress() {
+  local d="$FL_ROOT/$1" r=$2 what="reported the copy's bytes before COMPLETE"
+  shift 2
+  [[ -n "$FL_SHARDCTL" ]] || fl_die "fl_check_copy_progress needs SHARDCTL"
+  [[ "$*" == *--mid* ]] && what="$what, also between 0 and the total"
+  "$FL_SHARDCTL" --socket="$d/s$r.sock" watch --after=1 --for=1s -o json \
+    >"$d/events-$r.json" 2>&1
+  /usr/bin/python3 "$(dirname "$0")/copy_progress_check.py" "$@" \
+    <"$d/events-$r.json" >"$d/copy-progress-$r.txt" 2>&1
+  local rc=$?
+  cat "$d/copy-progress-$r.txt"
+  fl_expect "$(basename "$d"): the replacement of rank $r $what" \
+    "[[ $rc -eq 0 ]]" || head -c 3000 "$d/events-$r.json"
 }
 
 # fl_timeline RUN RANK T0: prints the coordinator's view after a fault at T0

@@ -13,7 +13,15 @@
 #
 # The daemons of the faulty run use --recovery_transport=stream: the other
 # fault tests copy shards over the replica group (the default), this one
-# checks the copy inside the FetchShard stream.
+# checks the copy inside the FetchShard stream. In the stream every state
+# section is a chunk of its own, so the replacement, which sleeps 1 s once
+# half of the shard has arrived (transfer.target.mid:sleep, from
+# SHARDD_FAILPOINT; the first incarnation's --failpoint flag overrides it),
+# must show the copy's bytes between 0 and the total in its WatchEvents
+# (ProgressThrottle reports at most every 250 ms), not only at 0. (Over the
+# replica group this model's shard is two pieces, parameters and optimizer
+# state, and the second crosses the half: nothing between 0 and the total
+# to see.)
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
@@ -24,6 +32,9 @@ FL_TRANSPORT="in the stream"
 
 RANK=3
 STEP=4
+FL_DAEMON_ENV=(SHARDD_FAILPOINT=transfer.target.mid:sleep=1000)
+FL_DAEMON_ENV_RANK=$RANK
+FL_COPY_PROGRESS_MID=1
 fl_kill_by_failpoint run $RANK "optimizer.mid:kill@$STEP"
 fl_start_daemon run $RANK
 died=$(fl_died_in_step run $RANK)

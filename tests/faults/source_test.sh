@@ -58,4 +58,11 @@ fl_expect "rank 3's replacement recovered shard 1 at step $step" \
 fl_expect "the coordinator planned rank 1's copy from ranks 3 then 5" \
   "cat '$FL_ROOT'/$run/coord-*.log |
      grep -q 'RECOVERY_PLANNED: rank 1 copies shard 1 at step $step from rank(s) 3,5'"
+# The replacement's events: its attempt from rank 3 reported bytes (from
+# 0), and the attempt that completed, from rank 5, started again from 0.
+fl_check_copy_progress $run 1
+fl_expect "the replacement's events show its attempt from rank 3 and the one from rank 5" \
+  "grep -q '^epoch [0-9]* attempt [0-9]* from rank 3: ' '$FL_ROOT/$run/copy-progress-1.txt' &&
+   grep -q '^COMPLETE: epoch [0-9]* attempt [0-9]* from rank 5,' '$FL_ROOT/$run/copy-progress-1.txt'"
+fl_check_copy_progress $run 3
 fl_finish
