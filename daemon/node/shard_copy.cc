@@ -114,8 +114,9 @@ struct ShardCopy::Attempt {
   std::shared_ptr<StepEngine> engine = nullptr;
   std::vector<StepEngine::StateSection> mine = {};
   std::optional<core::ModelConfig> model = std::nullopt;
-  int64_t total = -1;  // The header's total bytes; -1 before it.
-  bool fired = false;  // The mid-copy fail point ran.
+  int64_t total = -1;   // The header's total bytes; -1 before it.
+  bool fired = false;   // The mid-copy fail point ran.
+  int64_t counted = 0;  // Verified bytes added to the received metric.
   // Which byte counts become events; made when the header arrives.
   std::optional<ProgressThrottle> progress = std::nullopt;
 };
@@ -206,7 +207,7 @@ absl::Status ShardCopy::FetchFrom(int64_t epoch, const v1::ShardTransfer& plan,
   if (attempt.replica != nullptr && !streamed.ok()) {
     AbandonReceives(attempt, streamed);
   }
-  RecordTransfer(assembler.verified_bytes(), streamed.ok());
+  RecordTransfer(attempt, assembler.verified_bytes(), streamed.ok());
   if (!streamed.ok()) return streamed;
   if (absl::Status s = InstallCopy(attempt, assembler.header()); !s.ok()) {
     return s;
@@ -353,6 +354,7 @@ absl::Status ShardCopy::OnMessage(Attempt& attempt,
   // the fail point, so that a copy slowed there (sleep) reports the half
   // it holds when it goes on.
   ReportBytes(attempt, assembler.verified_bytes());
+  CountBytes(attempt, assembler.verified_bytes());
   return absl::OkStatus();
 }
 
@@ -398,10 +400,19 @@ void ShardCopy::AbandonReceives(Attempt& attempt, const absl::Status& failure) {
   WaitAll(attempt.recvs);
 }
 
-void ShardCopy::RecordTransfer(int64_t verified_bytes, bool ok) {
-  if (options_.observer == nullptr) return;
+void ShardCopy::CountBytes(Attempt& attempt, int64_t verified_bytes) {
+  if (options_.observer == nullptr || verified_bytes <= attempt.counted) {
+    return;
+  }
   options_.observer->RecoveryBytes(metrics::node_labels::kReceived,
-                                   verified_bytes);
+                                   verified_bytes - attempt.counted);
+  attempt.counted = verified_bytes;
+}
+
+void ShardCopy::RecordTransfer(Attempt& attempt, int64_t verified_bytes,
+                               bool ok) {
+  if (options_.observer == nullptr) return;
+  CountBytes(attempt, verified_bytes);
   options_.observer->RecoveryTransfer(metrics::node_labels::kTarget, ok);
 }
 

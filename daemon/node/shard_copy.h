@@ -153,7 +153,10 @@ class ShardCopy {
   absl::Status PostReceives(Attempt& attempt,
                             const recovery::ShardStreamAssembler& assembler);
   void AbandonReceives(Attempt& attempt, const absl::Status& failure);
-  void RecordTransfer(int64_t verified_bytes, bool ok);
+  // Adds the attempt's verified bytes not counted yet to the received-bytes
+  // metric, so that a long copy moves it while it runs.
+  void CountBytes(Attempt& attempt, int64_t verified_bytes);
+  void RecordTransfer(Attempt& attempt, int64_t verified_bytes, bool ok);
   absl::Status InstallCopy(Attempt& attempt, const v1::ShardHeader& header);
   void AnnounceCopied(const Attempt& attempt, int shard_index,
                       const v1::ShardHeader& header, absl::Duration took);

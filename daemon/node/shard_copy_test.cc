@@ -1,5 +1,6 @@
 #include "daemon/node/shard_copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
+#include "daemon/metrics/node_observer.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/testing/fake_membership.h"
 #include "daemon/recovery/shard_stream.h"
@@ -394,6 +396,42 @@ TEST_F(ShardCopyTest, ARetriedAttemptStartsItsProgressAgainFromZero) {
   EXPECT_EQ(complete.phase(), v1::RECOVERY_PHASE_COMPLETE);
   EXPECT_EQ(complete.attempt(), 2);
   EXPECT_EQ(complete.source_rank(), 2);
+}
+
+// Records the received-bytes metric as ShardCopy adds to it, and the
+// transfers' results.
+class RecoveryCounter : public metrics::NodeObserver {
+ public:
+  void RecoveryBytes(absl::string_view direction, int64_t bytes) override {
+    if (direction == metrics::node_labels::kReceived) {
+      received.push_back(received.empty() ? bytes : received.back() + bytes);
+    }
+  }
+  void RecoveryTransfer(absl::string_view, bool ok) override {
+    results.push_back(ok);
+  }
+  std::vector<int64_t> received;  // The running total after each addition.
+  std::vector<bool> results;
+};
+
+TEST_F(ShardCopyTest, ReceivedBytesMetricMovesWhileTheCopyRunsAndCountsOnce) {
+  // A corrupt chunk ends the first attempt after 64 verified bytes; the
+  // retry copies all 144. The metric counts what was verified, as it
+  // arrives, each byte once per attempt: 64 + 144.
+  corrupt_ = "peer-3";
+  corrupt_chunk_ = 4;
+  RecoveryCounter counter;
+  ShardCopy::Options options = Options();
+  options.observer = &counter;
+  ShardCopy copy(std::move(options));
+  ASSERT_TRUE(*copy.Run(kEpoch, Plan({3, 2}), 1, 1));
+  ASSERT_FALSE(counter.received.empty());
+  EXPECT_EQ(counter.received.back(), 64 + 144);
+  // Chunk by chunk (16 bytes), not once per attempt.
+  EXPECT_EQ(counter.received.front(), 16);
+  EXPECT_GE(counter.received.size(), 9u);
+  EXPECT_TRUE(std::is_sorted(counter.received.begin(), counter.received.end()));
+  EXPECT_EQ(counter.results, (std::vector<bool>{false, true}));
 }
 
 TEST_F(ShardCopyTest, AnEnginePreparedFromTheSourceIsFilledNotBuiltAgain) {
