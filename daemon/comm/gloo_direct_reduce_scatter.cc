@@ -6,21 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/comm/host_reduce_math.h"
+
 namespace shardd::comm {
 namespace {
 
 constexpr size_t kF32 = sizeof(float);
-
-// out[i] = a[i] + b[i]; `out` may be `a` or `b`.
-void AddTo(float* out, const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = a[i + j] + b[i + j];
-    for (int j = 0; j < 8; ++j) out[i + j] = t[j];
-  }
-  for (; i < n; ++i) out[i] = a[i] + b[i];
-}
 
 }  // namespace
 
