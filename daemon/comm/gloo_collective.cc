@@ -50,20 +50,6 @@ uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
   return (static_cast<uint64_t>(prefix) << 56) | tag;
 }
 
-// Ring reduce-scatter segments: at most 1 MiB (large enough for full
-// bandwidth over TCP, small enough that reducing one overlaps receiving the
-// next), and a quarter of the largest block down to 64 KiB, so that blocks
-// of a few MiB still pipeline.
-constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
-constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
-constexpr int64_t kSegmentsPerBlock = 4;
-int64_t SegmentElements(int64_t max_count) {
-  const int64_t max_elements = kMaxSegmentBytes / sizeof(float);
-  const int64_t min_elements = kMinSegmentBytes / sizeof(float);
-  return std::clamp((max_count + kSegmentsPerBlock - 1) / kSegmentsPerBlock,
-                    min_elements, max_elements);
-}
-
 std::chrono::milliseconds MillisecondsLeft(MonoTime deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - MonoNow());
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
@@ -331,24 +317,34 @@ void GlooTransport::ReduceScatterF32(const float* input, float* output,
                                      const std::vector<int64_t>& counts,
                                      MonoTime deadline) {
   const int64_t max_count = *std::max_element(counts.begin(), counts.end());
-  GlooRingReduceScatterArgs args;
-  args.input = input;
-  args.output = output;
-  args.counts = counts;
-  args.scratch = Scratch(ring_, (size() - 1) * max_count);
-  args.segment_elements = SegmentElements(max_count);
-  args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
-  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
-    return MakeBuffer(ptr, bytes, deadline);
-  };
   // Direct and ring give the same bits (the ring's order of additions);
   // halving sums in a tree. Direct takes one step instead of W - 1 and
   // halving log2(W) with one peer at a time: better while per-message
   // latency dominates (measured with scripts/bench collectives). The choice
   // depends only on W and the counts, the same on every rank and every run
-  // (and ShmCollective makes the same one, to give the same bits).
+  // (and ShmTransport makes the same one, to give the same bits).
   const ReduceScatterAlgorithm algorithm = ChooseReduceScatterAlgorithm(
       size(), max_count, ForcedReduceScatterAlgorithm());
+  const ReduceScatterPipelining pipelining =
+      ChooseReduceScatterPipelining(size(), max_count);
+  GlooRingReduceScatterArgs args;
+  args.input = input;
+  args.output = output;
+  args.counts = counts;
+  args.segment_elements = pipelining.segment_elements;
+  args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
+  // A receive slot per peer for every segment of a block, or the window.
+  int64_t per_peer = max_count;
+  if (algorithm == ReduceScatterAlgorithm::kDirect &&
+      pipelining.window_segments > 0) {
+    args.window_segments = pipelining.window_segments;
+    per_peer = std::min(
+        max_count, pipelining.window_segments * pipelining.segment_elements);
+  }
+  args.scratch = Scratch(ring_, (size() - 1) * per_peer);
+  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
+    return MakeBuffer(ptr, bytes, deadline);
+  };
   if (algorithm == ReduceScatterAlgorithm::kHalving) {
     GlooHalvingReduceScatter(*context_, factory, args);
   } else if (algorithm == ReduceScatterAlgorithm::kDirect) {
