@@ -635,11 +635,11 @@ TEST(GlooCollectiveFixedTest, TwoRanksReduceScatterThroughTheWindowIsExact) {
   }
 }
 
-// The direct reduce-scatter (W = 2 and 3, blocks up to 2 MiB) keeps its
-// receives posted between operations and grows its regions with the largest
-// block: a sequence that grows them, sends less than they hold, sends
-// nothing, sends empty blocks and interleaves other operations on the same
-// connections must give the exact sums every time.
+// The direct reduce-scatter (W = 2 at every size, W = 3 up to 2 MiB blocks)
+// grows its scratch with the largest block (at W = 2, up to its window of
+// two segment slots): a sequence that grows it, sends less than it holds,
+// sends nothing, sends empty blocks and interleaves other operations on the
+// same connections must give the exact sums every time.
 TEST(GlooCollectiveFixedTest, ReduceScatterStaysExactAcrossChangingShapes) {
   for (int world : {2, 3}) {
     Comms comms = Connect(world);
