@@ -13,8 +13,9 @@
 // operation reuses them.
 //
 // Operations (fp32, sum): all-gather, reduce-scatter, all-reduce and
-// broadcast (root 0), for sizes 4 KiB .. 256 MiB in powers of 4 (--quick:
-// W = 2 and 4 up to 16 MiB). Size = the whole buffer (all-gather output,
+// broadcast (root 0), for sizes 4 KiB .. 256 MiB in powers of 4 and W = 2,
+// 4, 8 (--quick: the points the bar looks at up to 16 MiB, 1, 4 and 16
+// MiB, at W = 2 and 4). Size = the whole buffer (all-gather output,
 // reduce-scatter input), bandwidths by the nccl-tests convention:
 //   algbw = size / time;
 //   busbw = algbw * (W-1)/W  for all-gather and reduce-scatter,
@@ -26,25 +27,35 @@
 // ReduceScatterHalvingDoubling (the old-style algorithm, set up once per
 // size outside the timing) and a ring all-reduce of the whole input (which
 // contains the scattered result) counted by the all-reduce busbw. The
-// control runs Gloo's own call on its context (reduce-scatter:
-// halving-doubling against halving-doubling).
+// control runs the same Gloo call as Gloo's side on a context of its own
+// (reduce-scatter: both ways, each against its own control; the point's
+// control is the one of the way Gloo's side uses).
 //
 // Timing: each repetition starts after a raw Gloo barrier; a repetition's
 // time is the slowest rank's. After warm-up, a repetition runs ours, Gloo,
-// the control (and Gloo's ring all-reduce for reduce-scatter) once each, in
-// a balanced order (BalancedOrder: each side in each position, and right
-// after each other side, equally often over a cycle). The ratios are
-// PAIRED: per repetition, Gloo's time over ours (as busbw), and Gloo's time
-// over the control's, then the median over repetitions, so that what the
-// shared two cores are doing at one moment weighs on both sides of a pair
-// alike. Repetitions come in blocks (60 up to 4 MiB, 30 to 16 MiB, 12 at
-// 64 MiB, 6 at 256 MiB; --quick 8 below 1 MiB, 16 to 4 MiB, 8 at 16 MiB)
-// until both medians' 95% confidence intervals are within +-0.05 or a cap is
-// reached (300, 120, 36, 12; --quick 8, 96, 40); the intervals are in the
-// JSON. The blocks of all points of one W are interleaved (a round runs one
-// block of every unfinished point), so each point's repetitions are spread
-// over the run: the machine drifts over minutes, and a slow spell then
-// weighs on every point alike instead of on whichever point it hit.
+// the control (and for reduce-scatter Gloo's ring all-reduce and its
+// control) once each, in a balanced order (BalancedOrder: each side in each
+// position, and right after each other side, equally often over a cycle).
+// The ratios are PAIRED: per repetition, Gloo's time over ours (as busbw),
+// and Gloo's time over the control's, then the median over repetitions, so
+// that what the shared two cores are doing at one moment weighs on both
+// sides of a pair alike. Repetitions come in blocks (24 up to 4 MiB, 12 to
+// 64 MiB, 6 at 256 MiB) until both medians' 95% confidence intervals are
+// within +-0.05 or a cap is reached (300, 120 at 16 MiB, 36 at 64 MiB, 12);
+// the intervals are in the JSON. The blocks of all points of one W are
+// interleaved (a round runs one block of every unfinished point), so each
+// point's repetitions are spread over the run: the machine drifts over
+// minutes, and a slow spell then weighs on every point alike instead of on
+// whichever point it hit.
+//
+// --quick measures exactly as the full run does (the same blocks, warm-up,
+// balanced order, pairing, interleaving and stopping rule) at a subset of
+// its points, and starts no new round once 15 s have passed at a W
+// (--budget_s): every point runs at least one block, and the JSON says how
+// many repetitions each got. It used to take fewer repetitions per block
+// and per point than the full run, which made its medians differ from the
+// full run's by more than the noise (a reduce-scatter median of 0.64
+// against about 1.0).
 //
 // The bar (bench/collectives_stats.h), printed with PASS/FAIL per operation
 // by every run, --quick too: per operation and W the median over sizes
@@ -58,17 +69,19 @@
 //
 // FSDP observation (W = 4): the same total (64 MiB; --quick 16 MiB)
 // all-gathered as one flat buffer or as N per-tensor gathers of total/N
-// bytes (N = 1 .. 1024; ours issued back to back asynchronously and then
+// bytes (N = 1 .. 1024 in powers of 2; --quick 1, 4, 16, 64; ours issued
+// back to back asynchronously and then
 // waited for, raw Gloo called N times); the figure
 // per_call_overhead_dominates_below_bytes is the per-gather size at which
 // ours falls to half of the flat throughput (interpolated log-linearly
 // between the measured sizes), and bench/results/
 // collectives_flat_vs_per_tensor.png plots it (gnuplot).
 //
-// Run time on the 2-core VM: --quick 2.5 minutes at load 10-13 and 6 at
-// load 23-36; the full run 16 minutes for W = 2 and 4 at load 10-17 plus
-// W = 8, both depending on the load (W = 8 on 2 cores is slow,
-// and 256 MiB at W = 8 needs ~2.2 GiB per process: 17 GiB in all).
+// Run time on the 2-core VM: --quick 45 s at load 11-16 (W = 2 15-22 s,
+// W = 4 21-28 s, then the FSDP table; it was 2.5-6 minutes); the full run
+// 16 minutes for W = 2 and 4 at load 10-17 plus W = 8, depending on the
+// load (W = 8 on 2 cores is slow, and 256 MiB at W = 8 needs ~2.2 GiB per
+// process: 17 GiB in all).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +156,13 @@ struct Options {
   std::vector<int> worlds;
   int64_t min_bytes = 0;
   int64_t max_bytes = 0;  // 0: no bound.
+  // Per W, no new round of blocks starts once this much time has passed
+  // (every point has run one block by then); 0: none. --quick: kQuickBudget.
+  absl::Duration budget = absl::ZeroDuration();
 };
+
+// --quick's time per W for the points after their first block.
+constexpr absl::Duration kQuickBudget = absl::Seconds(15);
 
 [[noreturn]] void Die(absl::string_view message) {
   std::cerr << "bench/collectives: " << message << std::endl;
@@ -154,11 +173,12 @@ void Check(const absl::Status& status, absl::string_view what) {
   if (!status.ok()) Die(absl::StrCat(what, ": ", status.ToString()));
 }
 
-// 4 KiB .. 256 MiB (--quick 16 MiB) in powers of 4, within [min, max]
-// (0: no bound).
+// 4 KiB .. 256 MiB in powers of 4 (--quick: 1 .. 16 MiB, where the bar
+// looks), within [min, max] (0: no bound).
 std::vector<int64_t> Sizes(bool quick, int64_t min_bytes, int64_t max_bytes) {
   std::vector<int64_t> sizes;
-  for (int64_t s = 4 * kKiB; s <= (quick ? 16 * kMiB : 256 * kMiB); s *= 4) {
+  for (int64_t s = quick ? kMiB : 4 * kKiB;
+       s <= (quick ? 16 * kMiB : 256 * kMiB); s *= 4) {
     if (s >= min_bytes && (max_bytes == 0 || s <= max_bytes)) {
       sizes.push_back(s);
     }
@@ -166,27 +186,24 @@ std::vector<int64_t> Sizes(bool quick, int64_t min_bytes, int64_t max_bytes) {
   return sizes;
 }
 
-// Repetitions per block of one point (after warm-up). --quick spends its
-// time where the bar looks (sizes >= 1 MiB, BarRule): one short block below
-// 1 MiB, and at 1-16 MiB blocks until the same +-kHalfWidth as the full run
-// or a cap a few times its block. With its old 10-32 repetitions at every
-// size, --quick's paired ratios at 1-16 MiB had 95% intervals 0.2-1.3 wide,
-// and its worst point by median times read 0.51-0.90 in five runs of the
-// same code where the full run's repetitions gave 0.93.
-int Reps(int64_t bytes, bool quick) {
-  if (quick && bytes < kMiB) return 8;
-  if (bytes <= 4 * kMiB) return quick ? 16 : 60;
-  if (bytes <= 16 * kMiB) return quick ? 8 : 30;
+// Repetitions per block of one point (after warm-up), the same in both
+// modes (--quick once took 8-16 per block where the full run took 30-60,
+// and had other medians): small enough that one round over every point of
+// a W stays within seconds, so that rounds interleave finely and --quick's
+// budget leaves each point a few of them. BalancedOrder continues across a
+// point's blocks (it counts the point's repetitions), so the block size
+// does not unbalance the order.
+int Reps(int64_t bytes) {
+  if (bytes <= 4 * kMiB) return 24;
   if (bytes <= 64 * kMiB) return 12;
   return 6;
 }
 
 // The most repetitions one point may take while its paired ratio is still
 // uncertain (cheap sizes can afford many).
-int MaxReps(int64_t bytes, bool quick) {
-  if (quick && bytes < kMiB) return 8;
-  if (bytes <= 4 * kMiB) return quick ? 96 : 300;
-  if (bytes <= 16 * kMiB) return quick ? 40 : 120;
+int MaxReps(int64_t bytes) {
+  if (bytes <= 4 * kMiB) return 300;
+  if (bytes <= 16 * kMiB) return 120;
   if (bytes <= 64 * kMiB) return 36;
   return 12;
 }
@@ -254,12 +271,23 @@ class Worker {
     // way a slow spell weighs on every point alike rather than spoiling
     // whichever point it happened to hit. Every rank holds the same times
     // (MaxOverRanks), so every rank runs the same blocks.
+    // --quick: no new round once its budget is spent, decided on the
+    // slowest rank's clock so that every rank stops at the same round.
+    const auto start = std::chrono::steady_clock::now();
     for (bool unfinished = true; unfinished;) {
       unfinished = false;
       for (Point& point : points) {
         if (point.done) continue;
         RunBlock(point);
         unfinished = true;
+      }
+      if (unfinished && o_.budget > absl::ZeroDuration()) {
+        std::vector<double> elapsed = {
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          start)
+                .count()};
+        MaxOverRanks(elapsed);
+        if (elapsed[0] >= absl::ToDoubleSeconds(o_.budget)) break;
       }
     }
     if (rank_ == 0) {
@@ -284,7 +312,10 @@ class Worker {
     raw_ = RawContext("raw");
     ring_ = RawContext("ring");
     sync_ = RawContext("sync");
-    if (!o_.raw_only) ctrl_ = RawContext("ctrl");
+    if (!o_.raw_only) {
+      ctrl_ = RawContext("ctrl");
+      ctrl_ring_ = RawContext("ctrlring");
+    }
   }
 
   std::shared_ptr<gloo::Context> RawContext(absl::string_view name) {
@@ -373,8 +404,9 @@ class Worker {
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> ctrl_rshd;
     // Per repetition, each rank's slowest: ours, raw Gloo, the control (raw
     // Gloo on the second context) and, for reduce-scatter, Gloo's ring
-    // all-reduce of the whole input.
-    std::vector<double> t_ours, t_raw, t_ctrl, t_ring;
+    // all-reduce of the whole input and its control (the same on a context
+    // of its own).
+    std::vector<double> t_ours, t_raw, t_ctrl, t_ring, t_ctrl_ring;
     // Reduce-scatter: Gloo's side is its ring all-reduce (else its
     // halving-doubling reduce-scatter).
     bool ring_side = false;
@@ -451,9 +483,11 @@ class Worker {
     };
     auto raw = [&] { gloo_on(raw_, point.rshd.get()); };
     auto ctrl = [&] { gloo_on(ctrl_, point.ctrl_rshd.get()); };
-    // Reduce-scatter only: Gloo's other way to the same result.
+    // Reduce-scatter only: Gloo's other way to the same result, and its
+    // control.
     auto raw_ring = [&] { RawAllreduce(ring_, b, n); };
-    // Ours and the control run unless --raw_only.
+    auto ctrl_ring = [&] { RawAllreduce(ctrl_ring_, b, n); };
+    // Ours and the controls run unless --raw_only.
     const bool sides = !o_.raw_only;
     const bool ring_timed = op == "reducescatter";
 
@@ -465,13 +499,14 @@ class Worker {
       TimeOne(raw);
       if (sides) TimeOne(ctrl);
       if (ring_timed) TimeOne(raw_ring);
+      if (ring_timed && sides) TimeOne(ctrl_ring);
     }
-    const int block = Reps(bytes, o_.quick);
-    const int max_reps = MaxReps(bytes, o_.quick);
+    const int block = Reps(bytes);
+    const int max_reps = MaxReps(bytes);
     // The timed sides of this point and where each one's times go.
     std::vector<std::function<void()>> run;
     std::vector<std::vector<double>*> times;
-    std::vector<double> bo(block), br(block), bc(block), bg(block);
+    std::vector<double> bo(block), br(block), bc(block), bg(block), bh(block);
     if (sides) {
       run.push_back(ours);
       times.push_back(&bo);
@@ -485,6 +520,10 @@ class Worker {
     if (ring_timed) {
       run.push_back(raw_ring);
       times.push_back(&bg);
+    }
+    if (ring_timed && sides) {
+      run.push_back(ctrl_ring);
+      times.push_back(&bh);
     }
     const int n_sides = static_cast<int>(run.size());
     for (int i = 0; i < block; ++i) {
@@ -502,10 +541,12 @@ class Worker {
     MaxOverRanks(br);
     MaxOverRanks(bc);
     MaxOverRanks(bg);
+    MaxOverRanks(bh);
     point.t_ours.insert(point.t_ours.end(), bo.begin(), bo.end());
     point.t_raw.insert(point.t_raw.end(), br.begin(), br.end());
     point.t_ctrl.insert(point.t_ctrl.end(), bc.begin(), bc.end());
     point.t_ring.insert(point.t_ring.end(), bg.begin(), bg.end());
+    point.t_ctrl_ring.insert(point.t_ctrl_ring.end(), bh.begin(), bh.end());
     // For reduce-scatter Gloo's side is one of its two ways, the same in
     // every repetition: its halving-doubling reduce-scatter, or its ring
     // all-reduce (which contains the scattered result) counted by the
@@ -527,16 +568,30 @@ class Worker {
     // Paired: each repetition's Gloo time over ours in the SAME repetition
     // (they ran back to back), as a bus-bandwidth ratio. What the shared
     // machine is doing at that moment weighs on both sides of one pair
-    // alike. The control: Gloo's time over the control's, the same way
-    // (reduce-scatter: halving-doubling against halving-doubling).
+    // alike. The control: Gloo's time over the control's, the same way and
+    // the same call as Gloo's side (reduce-scatter: halving-doubling against
+    // halving-doubling, or ring all-reduce against ring all-reduce, by
+    // Gloo's way): what identical code scores against that side. (It was
+    // halving-doubling even where Gloo's side was its ring all-reduce.)
     point.ci = MedianWithCi(point.ring_side
                                 ? PairedRatios(point.t_ring, point.t_ours, 0.5)
                                 : PairedRatios(point.t_raw, point.t_ours));
-    point.ctrl_ci = MedianWithCi(PairedRatios(point.t_raw, point.t_ctrl));
+    point.ctrl_ci = MedianWithCi(
+        point.ring_side ? PairedRatios(point.t_ring, point.t_ctrl_ring)
+                        : PairedRatios(point.t_raw, point.t_ctrl));
     const auto precise = [](const MedianCi& ci) {
       return ci.hi - ci.lo <= 2 * kHalfWidth;
     };
     point.done = (precise(point.ci) && precise(point.ctrl_ci)) || capped;
+  }
+
+  // Reduce-scatter: Gloo's own reduce-scatter (halving-doubling) scored
+  // like ours against its ring all-reduce at half its time (the median
+  // paired ratio); 0 for the other operations. What Gloo's reduce-scatter
+  // itself reaches against that reference.
+  static double HalvingAgainstRingHalf(const Point& point) {
+    if (point.t_ring.empty()) return 0;
+    return Median(PairedRatios(point.t_ring, point.t_raw, 0.5));
   }
 
   // One line per point for the parent (rank 0 only): medians and bests of
@@ -544,25 +599,31 @@ class Worker {
   // intervals, and Gloo's reduce-scatter way.
   void PrintRow(const Point& point) {
     const auto min = [](const std::vector<double>& v) {
-      return *std::min_element(v.begin(), v.end());
+      return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
     };
+    // The control of Gloo's side.
+    const std::vector<double>& control =
+        point.ring_side ? point.t_ctrl_ring : point.t_ctrl;
     std::cout << "ROW " << point.op << " " << world_ << " " << point.bytes
               << " " << Median(point.t_ours) << " " << min(point.t_ours) << " "
               << Median(point.t_raw) << " " << min(point.t_raw) << " "
               << Median(point.t_ring) << " " << min(point.t_ring) << " "
               << point.t_raw.size() << " " << point.ci.median << " "
-              << point.ci.lo << " " << point.ci.hi << " "
-              << Median(point.t_ctrl) << " " << min(point.t_ctrl) << " "
-              << point.ctrl_ci.median << " " << point.ctrl_ci.lo << " "
-              << point.ctrl_ci.hi << " " << (point.ring_side ? 1 : 0)
-              << std::endl;
+              << point.ci.lo << " " << point.ci.hi << " " << Median(control)
+              << " " << min(control) << " " << point.ctrl_ci.median << " "
+              << point.ctrl_ci.lo << " " << point.ctrl_ci.hi << " "
+              << (point.ring_side ? 1 : 0) << " "
+              << HalvingAgainstRingHalf(point) << std::endl;
   }
 
   void FlatVsPerTensor(int64_t total) {
     float* a = a_->data();
     float* b = b_->data();
-    const int max_n = o_.quick ? 256 : 1024;
-    for (int tensors = 1; tensors <= max_n; tensors *= 2) {
+    // --quick: every other N up to 64 (per gather 16 MiB .. 256 KiB, which
+    // still brackets the crossing, about 1-5 MB here) and 2 repetitions.
+    const int max_n = o_.quick ? 64 : 1024;
+    const int step = o_.quick ? 4 : 2;
+    for (int tensors = 1; tensors <= max_n; tensors *= step) {
       const int64_t per_gather = total / tensors;  // bytes of one output
       const int64_t shard = per_gather / 4 / world_;
       const std::vector<int64_t> counts(world_, shard);
@@ -580,7 +641,7 @@ class Worker {
           RawAllgather(raw_, a + t * shard, b + t * shard * world_, shard);
         }
       };
-      const int reps = o_.quick ? 3 : 5;
+      const int reps = o_.quick ? 2 : 5;
       std::vector<double> t_ours, t_raw;
       for (int i = 0; i < 1 + reps; ++i) {
         const double to = o_.raw_only ? 0.0 : TimeOne(ours);
@@ -604,7 +665,7 @@ class Worker {
   const int world_;
   std::unique_ptr<Collective> ours_;
   // Raw Gloo contexts (Connect); each holds its TCP device.
-  std::shared_ptr<gloo::Context> raw_, ring_, sync_, ctrl_;
+  std::shared_ptr<gloo::Context> raw_, ring_, sync_, ctrl_, ctrl_ring_;
   std::unique_ptr<Buffer> a_, b_;
 };
 
@@ -632,7 +693,8 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
   char dir_template[] = "/tmp/shardd-bench-collectives.XXXXXX";
   const char* dir = mkdtemp(dir_template);
   if (dir == nullptr) Die("mkdtemp");
-  for (const char* sub : {"/ours", "/raw", "/ring", "/ctrl", "/sync"}) {
+  for (const char* sub :
+       {"/ours", "/raw", "/ring", "/ctrl", "/ctrlring", "/sync"}) {
     const std::string path = absl::StrCat(dir, sub);
     if (mkdir(path.c_str(), 0700) != 0) Die(absl::StrCat("mkdir ", path));
   }
@@ -649,6 +711,8 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
       argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
     }
     argv.push_back(absl::StrCat("--min_bytes=", o.min_bytes));
+    argv.push_back(
+        absl::StrCat("--budget_s=", absl::ToDoubleSeconds(o.budget)));
     argv.push_back(absl::StrCat("--max_bytes=", o.max_bytes));
     absl::StatusOr<pid_t> pid =
         group.Spawn(argv, absl::StrCat(dir, "/rank", r, ".out"),
@@ -738,9 +802,35 @@ int RunParent(const Options& o) {
   std::map<std::string, std::vector<double>> ci_hi_ge_1mib;
   std::map<std::string, std::vector<double>> ctrl_ci_hi_ge_1mib;
   std::vector<BarPoint> bar_points;
+  // Reduce-scatter, per W over sizes >= 1 MiB: Gloo's halving-doubling
+  // against its ring all-reduce at half its time.
+  std::map<int, std::vector<double>> hd_by_world;
   std::vector<FsdpRow> fsdp;
   int64_t fsdp_total = 0;
   int fsdp_world = 0;
+  // Which points this run covers, up front (--quick is a subset of the
+  // full run's points, measured the same way).
+  std::vector<std::string> size_names;
+  for (int64_t bytes : Sizes(o.quick, o.min_bytes, o.max_bytes)) {
+    size_names.push_back(HumanBytes(bytes));
+  }
+  std::cout << "points: W = " << absl::StrJoin(worlds, ", ") << "; sizes "
+            << absl::StrJoin(size_names, ", ") << "; "
+            << (o.ops.empty() ? std::string("every operation")
+                              : absl::StrJoin(o.ops, ", "))
+            << "; blocks of " << Reps(kMiB) << "/" << Reps(16 * kMiB) << "/"
+            << Reps(256 * kMiB)
+            << " repetitions (<= 4 MiB / 16-64 MiB / 256 MiB) in interleaved "
+               "rounds until the paired ratios are known to +-"
+            << kHalfWidth << " or their cap";
+  if (o.budget > absl::ZeroDuration()) {
+    std::cout << ", no new round after " << absl::FormatDuration(o.budget)
+              << " per W";
+  }
+  std::cout << (o.quick ? " (--quick: the full run's procedure at its "
+                          "points of 1-16 MiB, W = 2 and 4)"
+                        : "")
+            << "\n";
   for (int world : worlds) {
     const bool with_fsdp = world == 4 && o.ops.empty();
     const absl::Time start = absl::Now();
@@ -751,21 +841,22 @@ int RunParent(const Options& o) {
               << "\n";
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
       std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (f.size() == 20 && f[0] == "ROW") {
+      if (f.size() == 21 && f[0] == "ROW") {
         const std::string& op = f[1];
         int w = 0;
         int64_t bytes = 0;
         double ours_med = 0, ours_best = 0, raw_med = 0, raw_best = 0,
                ring_med = 0, ring_best = 0, reps = 0, ratio_paired = 0,
                paired_lo = 0, paired_hi = 0, ctrl_med = 0, ctrl_best = 0,
-               ctrl_paired = 0, ctrl_lo = 0, ctrl_hi = 0, ring_side = 0;
+               ctrl_paired = 0, ctrl_lo = 0, ctrl_hi = 0, ring_side = 0,
+               hd_to_ring_half = 0;
         bool parsed =
             absl::SimpleAtoi(f[2], &w) && absl::SimpleAtoi(f[3], &bytes);
         double* const numbers[] = {
-            &ours_med,    &ours_best, &raw_med,  &raw_best,
-            &ring_med,    &ring_best, &reps,     &ratio_paired,
-            &paired_lo,   &paired_hi, &ctrl_med, &ctrl_best,
-            &ctrl_paired, &ctrl_lo,   &ctrl_hi,  &ring_side};
+            &ours_med,  &ours_best,      &raw_med,      &raw_best,  &ring_med,
+            &ring_best, &reps,           &ratio_paired, &paired_lo, &paired_hi,
+            &ctrl_med,  &ctrl_best,      &ctrl_paired,  &ctrl_lo,   &ctrl_hi,
+            &ring_side, &hd_to_ring_half};
         for (size_t i = 0; i < std::size(numbers); ++i) {
           parsed = parsed && absl::SimpleAtod(f[4 + i], numbers[i]);
         }
@@ -804,6 +895,7 @@ int RunParent(const Options& o) {
           ctrl_ci_hi_ge_1mib[op].push_back(ctrl_hi);
           best_ratios_ge_1mib[op].push_back(ratio_best);
           median_ratios_ge_1mib[op].push_back(ratio);
+          if (op == "reducescatter") hd_by_world[w].push_back(hd_to_ring_half);
         }
         BenchReport::Row row = {{"op", op},
                                 {"W", static_cast<double>(w)},
@@ -837,6 +929,9 @@ int RunParent(const Options& o) {
         if (op == "reducescatter") {
           row.push_back({"gloo_hd_ms", raw_med * 1e3});
           row.push_back({"gloo_ring_allreduce_ms", ring_med * 1e3});
+          // Gloo's halving-doubling reduce-scatter against its ring
+          // all-reduce at half its time, paired like ours.
+          row.push_back({"gloo_hd_ratio_to_allreduce_half", hd_to_ring_half});
         }
         report.AddRow(std::move(row));
       } else if (f.size() == 7 && f[0] == "FSDP") {
@@ -883,6 +978,16 @@ int RunParent(const Options& o) {
         min_of(by_median));
     report.SetFigure(absl::StrCat(op, "_busbw_ratio_to_gloo_median_ge_1mib"),
                      Median(by_median));
+  }
+
+  // What Gloo's own reduce-scatter scores against the reference ours is
+  // held to where that is its ring all-reduce at half its time.
+  for (const auto& [w, ratios] : hd_by_world) {
+    report.SetFigure(
+        absl::StrCat("gloo_hd_reducescatter_median_ratio_to_allreduce_half_"
+                     "ge_1mib_w",
+                     w),
+        Median(ratios));
   }
 
   // The bar (issue #21; bench/collectives_stats.h): per operation and W the
@@ -990,7 +1095,7 @@ int Usage(const char* argv0) {
   std::cerr << "usage: " << argv0
             << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
                "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
-               "[--max_bytes=N] [--out=PATH]\n";
+               "[--max_bytes=N] [--budget_s=SECONDS per W] [--out=PATH]\n";
   return 2;
 }
 
@@ -999,6 +1104,7 @@ int Usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   shardd::bench::Options o;
+  bool budget_given = false;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (arg == "--quick") {
@@ -1026,6 +1132,12 @@ int main(int argc, char** argv) {
     } else if (absl::StartsWith(arg, "--max_bytes=")) {
       if (!absl::SimpleAtoi(arg.substr(12), &o.max_bytes))
         return shardd::bench::Usage(argv[0]);
+    } else if (absl::StartsWith(arg, "--budget_s=")) {
+      double seconds = 0;
+      if (!absl::SimpleAtod(arg.substr(11), &seconds) || seconds < 0)
+        return shardd::bench::Usage(argv[0]);
+      o.budget = absl::Seconds(seconds);
+      budget_given = true;
     } else if (absl::StartsWith(arg, "--out=")) {
       o.out = std::string(arg.substr(6));
     } else if (absl::StartsWith(arg, "--store=")) {
@@ -1040,6 +1152,7 @@ int main(int argc, char** argv) {
       return shardd::bench::Usage(argv[0]);
     }
   }
+  if (o.quick && !budget_given) o.budget = shardd::bench::kQuickBudget;
   if (o.worker) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // Never outlive the parent.
     if (o.rank < 0 || o.rank >= o.size || o.store.empty()) {

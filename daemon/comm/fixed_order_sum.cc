@@ -2,22 +2,9 @@
 
 #include <cstddef>
 
+#include "daemon/comm/host_reduce_math.h"
+
 namespace shardd::comm {
-namespace {
-
-// out[i] = a[i] + b[i]; `out` may be `a` or `b`. Eight loads before eight
-// stores, as in the Gloo reductions (vectorised at -O2, same bits).
-void AddTo(float* out, const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = a[i + j] + b[i + j];
-    for (int j = 0; j < 8; ++j) out[i + j] = t[j];
-  }
-  for (; i < n; ++i) out[i] = a[i] + b[i];
-}
-
-}  // namespace
 
 void FixedOrderSum::Sum(const std::vector<const float*>& inputs, int block,
                         ReduceScatterAlgorithm algorithm, int64_t n,

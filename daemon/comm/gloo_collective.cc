@@ -4,20 +4,17 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "daemon/comm/completion_work.h"
+#include "daemon/comm/collective_transport.h"
 #include "daemon/comm/gloo_abort_signal.h"
 #include "daemon/comm/gloo_abortable_buffer.h"
 #include "daemon/comm/gloo_direct_reduce_scatter.h"
@@ -25,7 +22,7 @@
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/host_reduce_math.h"
-#include "daemon/comm/op_validation.h"
+#include "daemon/comm/queued_collective.h"
 #include "daemon/comm/reduce_scatter_algorithm.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
 #include "daemon/comm/status_exception.h"
@@ -51,20 +48,6 @@ constexpr uint8_t kPointToPointSlotPrefix = 0x53;
 
 uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
   return (static_cast<uint64_t>(prefix) << 56) | tag;
-}
-
-// Ring reduce-scatter segments: at most 1 MiB (large enough for full
-// bandwidth over TCP, small enough that reducing one overlaps receiving the
-// next), and a quarter of the largest block down to 64 KiB, so that blocks
-// of a few MiB still pipeline.
-constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
-constexpr int64_t kMinSegmentBytes = int64_t{256} << 10;
-constexpr int64_t kSegmentsPerBlock = 4;
-int64_t SegmentElements(int64_t max_count) {
-  const int64_t max_elements = kMaxSegmentBytes / sizeof(float);
-  const int64_t min_elements = kMinSegmentBytes / sizeof(float);
-  return std::clamp((max_count + kSegmentsPerBlock - 1) / kSegmentsPerBlock,
-                    min_elements, max_elements);
 }
 
 std::chrono::milliseconds MillisecondsLeft(MonoTime deadline) {
@@ -118,109 +101,85 @@ absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
   return absl::OkStatus();
 }
 
-// The CPU communicator: Gloo's TCP transport, one worker thread that runs
-// operations in issue order (or the caller's thread, for an operation with
-// OpOptions::caller_waits issued while the communicator is idle; never two
-// at once). See Collective for the contract.
-//
-// Which algorithm runs each operation:
+// The transport of the CPU communicator over Gloo's TCP pairs
+// (QueuedCollective holds the rest). Which algorithm runs each operation:
 // - AllGather: gloo::allgather (equal counts) or gloo::allgatherv (uneven),
 //   both rings, in place on the output.
-// - ReduceScatter: our pipelined ring on unbound buffers
-//   (GlooRingReduceScatter); Gloo 2022 has no uneven reduce-scatter.
-// - AllReduce: that ring reduce-scatter on an even split, then the
-//   all-gather above in place: the bandwidth of a ring all-reduce, and
-//   abortable like every other operation (gloo::allreduce waits on internal
-//   buffers an abort cannot reach).
+// - ReduceScatter: our own on unbound buffers, chosen by
+//   ChooseReduceScatterAlgorithm (direct, pipelined ring, or recursive
+//   halving); Gloo 2022 has no uneven reduce-scatter.
+// - AllReduce: that reduce-scatter on an even split, then the all-gather
+//   above in place: the bandwidth of a ring all-reduce, and abortable like
+//   every other operation (gloo::allreduce waits on internal buffers an
+//   abort cannot reach).
 // - Broadcast: gloo::broadcast (binomial tree).
-// - Send/Recv: unbound buffers, slot derived from the tag. Consecutive
-//   queued Sends and Recvs are posted together and then waited for in
-//   order (RunPointToPointBatch), so that a stream of them (a shard copied
-//   piece by piece) flows without a pause between pieces.
+// - Send/Recv: unbound buffers, slot derived from the tag.
 // - Barrier: a one-byte-per-rank gloo::allgather.
 // Every Gloo buffer is a GlooAbortableBuffer bound to the operation's
-// deadline and the communicator's abort signal.
-class GlooCollective : public Collective {
+// deadline and the abort signal; Gloo's exceptions become statuses here.
+//
+// Thread-safety: see CollectiveTransport. Owns the device and the context
+// (null when size == 1: nothing to connect) and grow-only scratch.
+class GlooTransport : public CollectiveTransport {
  public:
-  GlooCollective(const GlooCollectiveOptions& options,
-                 std::shared_ptr<gloo::transport::Device> device,
-                 std::shared_ptr<gloo::Context> context);
-  ~GlooCollective() override;
+  GlooTransport(int rank, int size,
+                std::shared_ptr<gloo::transport::Device> device,
+                std::shared_ptr<gloo::Context> context)
+      : rank_(rank),
+        size_(size),
+        device_(std::move(device)),
+        context_(std::move(context)) {}
 
-  int rank() const override { return options_.rank; }
-  int size() const override { return options_.size; }
-  int64_t epoch() const override { return options_.epoch; }
+  absl::Status AllGather(const void* input, void* output,
+                         const std::vector<int64_t>& counts,
+                         int64_t element_size, MonoTime deadline) override {
+    return Guarded(
+        [&] { RunAllGather(input, output, counts, element_size, deadline); });
+  }
+  absl::Status ReduceScatter(const void* input, void* output,
+                             const std::vector<int64_t>& counts, DType dtype,
+                             ReduceOp op, MonoTime deadline) override {
+    return Guarded(
+        [&] { RunReduceScatter(input, output, counts, dtype, op, deadline); });
+  }
+  absl::Status AllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
+                         MonoTime deadline) override {
+    return Guarded([&] { RunAllReduce(buffer, count, dtype, op, deadline); });
+  }
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root,
+                         MonoTime deadline) override {
+    return Guarded([&] { RunBroadcast(buffer, bytes, root, deadline); });
+  }
+  absl::Status Barrier(MonoTime deadline) override {
+    return Guarded([&] { RunBarrier(deadline); });
+  }
+  absl::StatusOr<PointToPointWait> StartPointToPoint(
+      const PointToPoint& op) override;
 
-  std::shared_ptr<Work> AllGather(const void* input, void* output,
-                                  const std::vector<int64_t>& counts,
-                                  DType dtype,
-                                  const OpOptions& options) override;
-  std::shared_ptr<Work> ReduceScatter(const void* input, void* output,
-                                      const std::vector<int64_t>& counts,
-                                      DType dtype, ReduceOp op,
-                                      const OpOptions& options) override;
-  std::shared_ptr<Work> AllReduce(void* buffer, int64_t count, DType dtype,
-                                  ReduceOp op,
-                                  const OpOptions& options) override;
-  std::shared_ptr<Work> Broadcast(void* buffer, int64_t count, DType dtype,
-                                  int root, const OpOptions& options) override;
-  std::shared_ptr<Work> Send(const void* buffer, int64_t bytes, int peer,
-                             uint32_t tag, const OpOptions& options) override;
-  std::shared_ptr<Work> Recv(void* buffer, int64_t bytes, int peer,
-                             uint32_t tag, const OpOptions& options) override;
-  std::shared_ptr<Work> Barrier(const OpOptions& options) override;
-
-  void Abort(absl::string_view reason) override;
-  absl::Status AsyncError() const override;
-  CollectiveStats Stats() const override;
+  void Break(const absl::Status& /*cause*/) override { ClosePairs(); }
+  void Abort(const absl::Status& status) override {
+    // Interrupt the running operation's waits, then drop the connections so
+    // that peers blocked on this rank fail now.
+    abort_signal_.Abort(status);
+    ClosePairs();
+  }
 
  private:
-  // An operation's body runs on the worker and throws on failure.
-  using Body = std::function<void(MonoTime deadline)>;
-  // Send and Recv also come in two halves, so that several can be posted
-  // before the first is waited for: Post starts the transfer and returns
-  // its buffer, whose WaitSend/WaitRecv then ends it.
-  using Post =
-      std::function<std::unique_ptr<GlooAbortableBuffer>(MonoTime deadline)>;
-
-  struct Op {
-    OpKind kind;
-    int64_t bytes;
-    absl::Duration timeout;
-    Body body;
-    std::shared_ptr<CompletionWork> work;
-    Post post;  // Send and Recv only.
-  };
-  // The most point-to-point operations posted at once.
-  static constexpr int kMaxPointToPointBatch = 256;
-
-  std::shared_ptr<Work> Enqueue(OpKind kind, int64_t bytes,
-                                const OpOptions& options, Body body,
-                                Post post = nullptr);
-  std::shared_ptr<Work> Reject(OpKind kind, absl::Status status);
-  void WorkerLoop();
-  absl::Status Run(Op& op);
-  // Posts every op of `batch` (Sends and Recvs), then waits for each in
-  // order and completes its Work at once: the caller sees piece k while
-  // k + 1 is still arriving. Any failure fails the rest of the batch.
-  void RunPointToPointBatch(std::vector<Op>& batch);
-  // Records how `op` ended (counters, the communicator's first error) and
-  // returns its status. `last`: the worker is idle afterwards.
-  absl::Status Finish(const Op& op, absl::Status status, absl::Duration busy,
-                      bool last);
-  // The worker waits while an operation runs on a caller's thread
-  // (OpOptions::caller_waits): operations of one communicator never overlap.
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !running_ && (stopping_ || !queue_.empty());
+  // Runs `body`, turning what Gloo (or our buffers) throw into a status.
+  template <typename Fn>
+  static absl::Status Guarded(Fn&& body) {
+    try {
+      body();
+    } catch (...) {
+      return StatusFromException(std::current_exception(), "Gloo");
+    }
+    return absl::OkStatus();
   }
-  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; }
   // Hard-closes every connection (RST), so that peers blocked on this rank
   // fail at once instead of at their deadlines.
   void ClosePairs();
-  std::string Describe() const;
 
-  // Operation bodies (the worker's or a waiting caller's thread, one at a
-  // time).
+  // Operation bodies; they throw on failure.
   std::unique_ptr<GlooAbortableBuffer> MakeBuffer(void* ptr, size_t bytes,
                                                   MonoTime deadline);
   void GatherInPlace(uint8_t* output, const std::vector<size_t>& byte_counts,
@@ -236,269 +195,38 @@ class GlooCollective : public Collective {
   void RunAllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
                     MonoTime deadline);
   void RunBroadcast(void* buffer, int64_t bytes, int root, MonoTime deadline);
-  std::unique_ptr<GlooAbortableBuffer> PostSend(const void* buffer,
-                                                int64_t bytes, int peer,
-                                                uint32_t tag,
-                                                MonoTime deadline);
-  std::unique_ptr<GlooAbortableBuffer> PostRecv(void* buffer, int64_t bytes,
-                                                int peer, uint32_t tag,
-                                                MonoTime deadline);
   void RunBarrier(MonoTime deadline);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
 
   // Grow-only scratch (used by one operation at a time): first touch of fresh
   // memory is slow, so it is allocated once and reused by every later call.
   float* Scratch(std::vector<float>& buffer, int64_t elements);
-  // Send and Recv take the same arguments and reject the same mistakes.
-  absl::Status ValidatePointToPoint(const void* buffer, int64_t bytes, int peer,
-                                    const OpOptions& options) const;
 
-  const GlooCollectiveOptions options_;
-  // Null when size == 1 (nothing to connect).
+  const int rank_;
+  const int size_;
   const std::shared_ptr<gloo::transport::Device> device_;
   const std::shared_ptr<gloo::Context> context_;
   GlooAbortSignal abort_signal_;
-
-  mutable absl::Mutex mu_;
-  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
-  // The first error, or the abort: what AsyncError() returns and every
-  // later operation fails with.
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  CollectiveStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::vector<float> input_f32_;
   std::vector<float> output_f32_;
   std::vector<float> ring_;
   std::vector<uint8_t> barrier_bytes_;
-
-  std::thread worker_;
 };
 
-GlooCollective::GlooCollective(const GlooCollectiveOptions& options,
-                               std::shared_ptr<gloo::transport::Device> device,
-                               std::shared_ptr<gloo::Context> context)
-    : options_(options),
-      device_(std::move(device)),
-      context_(std::move(context)) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
-
-GlooCollective::~GlooCollective() {
-  bool busy;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    busy = running_ || !queue_.empty();
-  }
-  // An idle communicator closes its connections gracefully (the context's
-  // destructor); a busy one aborts, which fails queued work and ends the
-  // running operation at once.
-  if (busy) Abort("communicator destroyed");
-  worker_.join();
-  // An operation on a caller's thread ends at once after the abort.
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &GlooCollective::Idle));
-}
-
-std::string GlooCollective::Describe() const {
-  return absl::StrCat("epoch ", options_.epoch, " group '", options_.group,
-                      "' rank ", options_.rank, "/", options_.size);
-}
-
-float* GlooCollective::Scratch(std::vector<float>& buffer, int64_t elements) {
+float* GlooTransport::Scratch(std::vector<float>& buffer, int64_t elements) {
   if (static_cast<int64_t>(buffer.size()) < elements) {
     buffer.resize(static_cast<size_t>(elements));
   }
   return buffer.data();
 }
 
-std::shared_ptr<Work> GlooCollective::Reject(OpKind kind, absl::Status status) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.ops[static_cast<int>(kind)].failures;
-  }
-  auto work = std::make_shared<CompletionWork>();
-  work->Complete(absl::InvalidArgumentError(
-      absl::StrCat(OpKindName(kind), ": ", status.message())));
-  return work;
-}
-
-std::shared_ptr<Work> GlooCollective::Enqueue(OpKind kind, int64_t bytes,
-                                              const OpOptions& options,
-                                              Body body, Post post) {
-  auto work = std::make_shared<CompletionWork>();
-  absl::Status error;
-  {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) {
-      const absl::Duration timeout = options.timeout > absl::ZeroDuration()
-                                         ? options.timeout
-                                         : options_.default_op_timeout;
-      Op op{kind, bytes, timeout, std::move(body), work, std::move(post)};
-      if (!options.caller_waits || running_ || stopping_ || !queue_.empty()) {
-        queue_.push_back(std::move(op));
-        return work;
-      }
-      // Idle, and the caller waits anyway: run it here (see OpOptions).
-      running_ = true;
-      ++stats_.ops[static_cast<int>(kind)].calls;
-      mu_.Unlock();
-      {
-        ScopedSigpipeBlock block_sigpipe;  // As on the worker.
-        work->Complete(Run(op));
-      }
-      mu_.Lock();
-      return work;
-    }
-    ++stats_.ops[static_cast<int>(kind)].failures;
-    error = error_;
-  }
-  work->Complete(std::move(error));
-  return work;
-}
-
-void GlooCollective::WorkerLoop() {
-  // This thread writes to sockets a peer may have closed.
-  ScopedSigpipeBlock block_sigpipe;
-  for (;;) {
-    Op op;
-    std::vector<Op> batch;
-    absl::Status early_failure;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &GlooCollective::HasWork));
-      if (queue_.empty()) return;  // Stopping, nothing left.
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      if (!error_.ok()) {
-        ++stats_.ops[static_cast<int>(op.kind)].failures;
-        early_failure = error_;
-      } else {
-        running_ = true;
-        ++stats_.ops[static_cast<int>(op.kind)].calls;
-        // Sends and Recvs queued right behind this one go with it.
-        if (op.post != nullptr && !queue_.empty() &&
-            queue_.front().post != nullptr) {
-          batch.push_back(std::move(op));
-          while (!queue_.empty() && queue_.front().post != nullptr &&
-                 batch.size() < kMaxPointToPointBatch) {
-            batch.push_back(std::move(queue_.front()));
-            queue_.pop_front();
-            ++stats_.ops[static_cast<int>(batch.back().kind)].calls;
-          }
-        }
-      }
-    }
-    if (!early_failure.ok()) {
-      op.work->Complete(std::move(early_failure));
-      continue;
-    }
-    if (!batch.empty()) {
-      RunPointToPointBatch(batch);
-      continue;
-    }
-    op.work->Complete(Run(op));
-  }
-}
-
-absl::Status GlooCollective::Run(Op& op) {
-  const MonoTime start = MonoNow();
-  const MonoTime deadline = start + op.timeout;
-  absl::Status status;
-  try {
-    op.body(deadline);
-  } catch (...) {
-    status = StatusFromException(
-        std::current_exception(),
-        absl::StrCat(OpKindName(op.kind), " on ", Describe()));
-  }
-  return Finish(op, std::move(status), MonoNow() - start, /*last=*/true);
-}
-
-void GlooCollective::RunPointToPointBatch(std::vector<Op>& batch) {
-  // SIGPIPE is blocked on the worker (WorkerLoop), the only caller.
-  const MonoTime start = MonoNow();
-  std::vector<std::unique_ptr<GlooAbortableBuffer>> posted(batch.size());
-  size_t posted_count = 0;
-  absl::Status post_error;
-  try {
-    for (; posted_count < batch.size(); ++posted_count) {
-      Op& op = batch[posted_count];
-      posted[posted_count] = op.post(start + op.timeout);
-    }
-  } catch (...) {
-    post_error = StatusFromException(
-        std::current_exception(),
-        absl::StrCat(OpKindName(batch[posted_count].kind), " on ", Describe()));
-  }
-  // Busy time is counted from one completion to the next, so that the
-  // batch's ops add up to its wall time.
-  MonoTime mark = start;
-  bool broken = false;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Op& op = batch[i];
-    absl::Status status;
-    if (broken) {
-      status = AsyncError();  // The communicator's error, as for the queue.
-    } else if (i == posted_count) {
-      status = post_error;
-    } else {
-      try {
-        if (op.kind == OpKind::kSend) {
-          posted[i]->WaitSend();
-        } else {
-          posted[i]->WaitRecv();
-        }
-      } catch (...) {
-        status = StatusFromException(
-            std::current_exception(),
-            absl::StrCat(OpKindName(op.kind), " on ", Describe()));
-      }
-    }
-    const MonoTime now = MonoNow();
-    status = Finish(op, std::move(status), now - mark, i + 1 == batch.size());
-    mark = now;
-    broken = broken || !status.ok();
-    op.work->Complete(std::move(status));
-  }
-}
-
-absl::Status GlooCollective::Finish(const Op& op, absl::Status status,
-                                    absl::Duration busy, bool last) {
-  if (!status.ok()) {
-    // Aborted while running: the abort is the cause, whatever Gloo said.
-    absl::Status aborted = abort_signal_.status();
-    if (!aborted.ok()) status = std::move(aborted);
-  }
-  bool broke = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (last) running_ = false;
-    OpCounters& counters = stats_.ops[static_cast<int>(op.kind)];
-    counters.busy += busy;
-    if (status.ok()) {
-      counters.bytes += op.bytes;
-    } else {
-      ++counters.failures;
-      if (error_.ok()) {
-        error_ =
-            absl::Status(status.code(),
-                         absl::StrCat("communicator of epoch ", options_.epoch,
-                                      " is broken: ", status.message()));
-        broke = true;
-      }
-    }
-  }
-  if (broke) ClosePairs();
-  return status;
-}
-
-void GlooCollective::ClosePairs() {
+void GlooTransport::ClosePairs() {
   if (context_ == nullptr) return;
-  for (int i = 0; i < options_.size; ++i) {
-    if (i == options_.rank) continue;
+  for (int i = 0; i < size_; ++i) {
+    if (i == rank_) continue;
     try {
       std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(i);
       if (pair != nullptr) pair->close();
@@ -509,205 +237,43 @@ void GlooCollective::ClosePairs() {
   }
 }
 
-void GlooCollective::Abort(absl::string_view reason) {
-  absl::Status status = absl::AbortedError(absl::StrCat(
-      "communicator of epoch ", options_.epoch, " (group '", options_.group,
-      "', rank ", options_.rank, ") aborted: ", reason));
-  std::deque<Op> queued;
-  {
-    absl::MutexLock lock(&mu_);
-    if (aborted_) return;
-    aborted_ = true;
-    if (error_.ok()) error_ = status;
-    queued.swap(queue_);
-    for (const Op& op : queued) {
-      ++stats_.ops[static_cast<int>(op.kind)].failures;
+absl::StatusOr<CollectiveTransport::PointToPointWait>
+GlooTransport::StartPointToPoint(const PointToPoint& op) {
+  std::shared_ptr<GlooAbortableBuffer> buffer;
+  absl::Status started = Guarded([&] {
+    buffer = MakeBuffer(op.buffer, static_cast<size_t>(op.bytes), op.deadline);
+    const uint64_t slot = MakeSlot(kPointToPointSlotPrefix, op.tag);
+    if (op.kind == OpKind::kSend) {
+      buffer->send(op.peer, slot, 0, static_cast<size_t>(op.bytes));
+    } else {
+      buffer->recv(op.peer, slot, 0, static_cast<size_t>(op.bytes));
     }
-  }
-  // Interrupt the running operation's waits, then drop the connections so
-  // that peers blocked on this rank fail now. Neither waits on a peer.
-  abort_signal_.Abort(status);
-  ClosePairs();
-  for (Op& op : queued) op.work->Complete(status);
-}
-
-absl::Status GlooCollective::AsyncError() const {
-  absl::MutexLock lock(&mu_);
-  return error_;
-}
-
-CollectiveStats GlooCollective::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
-}
-
-// ---------------------------------------------------------------------------
-// Issuing: validate, then queue.
-
-std::shared_ptr<Work> GlooCollective::AllGather(
-    const void* input, void* output, const std::vector<int64_t>& counts,
-    DType dtype, const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kAllGather;
-  int64_t total = 0;
-  absl::Status status = ValidateDType(dtype);
-  if (status.ok()) status = ValidateTimeout(options);
-  if (status.ok()) status = ValidateCounts(counts, size(), &total);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  if (input == nullptr && counts[rank()] > 0) {
-    return Reject(kind, absl::InvalidArgumentError(
-                            "input is null but this rank's count is > 0"));
-  }
-  if (output == nullptr && total > 0) {
-    return Reject(kind, absl::InvalidArgumentError(
-                            "output is null but the counts sum to > 0"));
-  }
-  const int64_t element_size = core::DTypeSize(dtype);
-  return Enqueue(kind, total * element_size, options,
-                 [this, input, output, counts, element_size](MonoTime d) {
-                   RunAllGather(input, output, counts, element_size, d);
-                 });
-}
-
-std::shared_ptr<Work> GlooCollective::ReduceScatter(
-    const void* input, void* output, const std::vector<int64_t>& counts,
-    DType dtype, ReduceOp op, const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kReduceScatter;
-  int64_t total = 0;
-  absl::Status status = ValidateDType(dtype);
-  if (status.ok()) status = ValidateTimeout(options);
-  if (status.ok()) status = ValidateCounts(counts, size(), &total);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
-    return Reject(kind, absl::InvalidArgumentError("op is not sum or average"));
-  }
-  if (input == nullptr && total > 0) {
-    return Reject(kind, absl::InvalidArgumentError(
-                            "input is null but the counts sum to > 0"));
-  }
-  if (output == nullptr && counts[rank()] > 0) {
-    return Reject(kind, absl::InvalidArgumentError(
-                            "output is null but this rank's count is > 0"));
-  }
-  return Enqueue(kind, total * core::DTypeSize(dtype), options,
-                 [this, input, output, counts, dtype, op](MonoTime d) {
-                   RunReduceScatter(input, output, counts, dtype, op, d);
-                 });
-}
-
-std::shared_ptr<Work> GlooCollective::AllReduce(void* buffer, int64_t count,
-                                                DType dtype, ReduceOp op,
-                                                const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kAllReduce;
-  absl::Status status = ValidateDType(dtype);
-  if (status.ok()) status = ValidateTimeout(options);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  if (count < 0 || count > INT64_MAX / 4) {
-    return Reject(kind, absl::InvalidArgumentError(absl::StrCat(
-                            "count is ", count, ", must be >= 0")));
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
-    return Reject(kind, absl::InvalidArgumentError("op is not sum or average"));
-  }
-  if (buffer == nullptr && count > 0) {
-    return Reject(kind,
-                  absl::InvalidArgumentError("buffer is null but count > 0"));
-  }
-  return Enqueue(kind, count * core::DTypeSize(dtype), options,
-                 [this, buffer, count, dtype, op](MonoTime d) {
-                   RunAllReduce(buffer, count, dtype, op, d);
-                 });
-}
-
-std::shared_ptr<Work> GlooCollective::Broadcast(void* buffer, int64_t count,
-                                                DType dtype, int root,
-                                                const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kBroadcast;
-  absl::Status status = ValidateDType(dtype);
-  if (status.ok()) status = ValidateTimeout(options);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  if (count < 0 || count > INT64_MAX / 4) {
-    return Reject(kind, absl::InvalidArgumentError(absl::StrCat(
-                            "count is ", count, ", must be >= 0")));
-  }
-  if (root < 0 || root >= size()) {
-    return Reject(kind, absl::InvalidArgumentError(absl::StrCat(
-                            "root ", root, " is outside [0, ", size(), ")")));
-  }
-  if (buffer == nullptr && count > 0) {
-    return Reject(kind,
-                  absl::InvalidArgumentError("buffer is null but count > 0"));
-  }
-  const int64_t bytes = count * core::DTypeSize(dtype);
-  return Enqueue(kind, bytes, options, [this, buffer, bytes, root](MonoTime d) {
-    RunBroadcast(buffer, bytes, root, d);
+  });
+  if (!started.ok()) return started;
+  const bool send = op.kind == OpKind::kSend;
+  return PointToPointWait([buffer = std::move(buffer), send] {
+    return Guarded([&] {
+      if (send) {
+        buffer->WaitSend();
+      } else {
+        buffer->WaitRecv();
+      }
+    });
   });
 }
 
-absl::Status GlooCollective::ValidatePointToPoint(
-    const void* buffer, int64_t bytes, int peer,
-    const OpOptions& options) const {
-  if (absl::Status status = ValidateTimeout(options); !status.ok()) {
-    return status;
-  }
-  if (peer < 0 || peer >= size() || peer == rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "peer ", peer, " is not another rank of [0, ", size(), ")"));
-  }
-  if (bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bytes is ", bytes, ", must be >= 0"));
-  }
-  if (buffer == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError("buffer is null but bytes > 0");
-  }
-  return absl::OkStatus();
-}
-
-std::shared_ptr<Work> GlooCollective::Send(const void* buffer, int64_t bytes,
-                                           int peer, uint32_t tag,
-                                           const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kSend;
-  absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  Post post = [this, buffer, bytes, peer, tag](MonoTime d) {
-    return PostSend(buffer, bytes, peer, tag, d);
-  };
-  return Enqueue(
-      kind, bytes, options, [post](MonoTime d) { post(d)->WaitSend(); }, post);
-}
-
-std::shared_ptr<Work> GlooCollective::Recv(void* buffer, int64_t bytes,
-                                           int peer, uint32_t tag,
-                                           const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kRecv;
-  absl::Status status = ValidatePointToPoint(buffer, bytes, peer, options);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  Post post = [this, buffer, bytes, peer, tag](MonoTime d) {
-    return PostRecv(buffer, bytes, peer, tag, d);
-  };
-  return Enqueue(
-      kind, bytes, options, [post](MonoTime d) { post(d)->WaitRecv(); }, post);
-}
-
-std::shared_ptr<Work> GlooCollective::Barrier(const OpOptions& options) {
-  constexpr OpKind kind = OpKind::kBarrier;
-  absl::Status status = ValidateTimeout(options);
-  if (!status.ok()) return Reject(kind, std::move(status));
-  return Enqueue(kind, 0, options, [this](MonoTime d) { RunBarrier(d); });
-}
-
 // ---------------------------------------------------------------------------
-// Running (worker thread).
+// Operation bodies.
 
-std::unique_ptr<GlooAbortableBuffer> GlooCollective::MakeBuffer(
+std::unique_ptr<GlooAbortableBuffer> GlooTransport::MakeBuffer(
     void* ptr, size_t bytes, MonoTime deadline) {
   return std::make_unique<GlooAbortableBuffer>(
       context_->createUnboundBuffer(ptr, bytes), &abort_signal_, deadline);
 }
 
-void GlooCollective::GatherInPlace(uint8_t* output,
-                                   const std::vector<size_t>& byte_counts,
-                                   MonoTime deadline) {
+void GlooTransport::GatherInPlace(uint8_t* output,
+                                  const std::vector<size_t>& byte_counts,
+                                  MonoTime deadline) {
   size_t total = 0;
   bool equal = true;
   for (size_t bytes : byte_counts) {
@@ -728,9 +294,9 @@ void GlooCollective::GatherInPlace(uint8_t* output,
   }
 }
 
-void GlooCollective::RunAllGather(const void* input, void* output,
-                                  const std::vector<int64_t>& counts,
-                                  int64_t element_size, MonoTime deadline) {
+void GlooTransport::RunAllGather(const void* input, void* output,
+                                 const std::vector<int64_t>& counts,
+                                 int64_t element_size, MonoTime deadline) {
   std::vector<size_t> byte_counts(counts.size());
   size_t my_offset = 0;
   for (int i = 0; i < size(); ++i) {
@@ -747,28 +313,38 @@ void GlooCollective::RunAllGather(const void* input, void* output,
   GatherInPlace(out, byte_counts, deadline);
 }
 
-void GlooCollective::ReduceScatterF32(const float* input, float* output,
-                                      const std::vector<int64_t>& counts,
-                                      MonoTime deadline) {
+void GlooTransport::ReduceScatterF32(const float* input, float* output,
+                                     const std::vector<int64_t>& counts,
+                                     MonoTime deadline) {
   const int64_t max_count = *std::max_element(counts.begin(), counts.end());
-  GlooRingReduceScatterArgs args;
-  args.input = input;
-  args.output = output;
-  args.counts = counts;
-  args.scratch = Scratch(ring_, (size() - 1) * max_count);
-  args.segment_elements = SegmentElements(max_count);
-  args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
-  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
-    return MakeBuffer(ptr, bytes, deadline);
-  };
   // Direct and ring give the same bits (the ring's order of additions);
   // halving sums in a tree. Direct takes one step instead of W - 1 and
   // halving log2(W) with one peer at a time: better while per-message
   // latency dominates (measured with scripts/bench collectives). The choice
   // depends only on W and the counts, the same on every rank and every run
-  // (and ShmCollective makes the same one, to give the same bits).
+  // (and ShmTransport makes the same one, to give the same bits).
   const ReduceScatterAlgorithm algorithm = ChooseReduceScatterAlgorithm(
       size(), max_count, ForcedReduceScatterAlgorithm());
+  const ReduceScatterPipelining pipelining =
+      ChooseReduceScatterPipelining(size(), max_count);
+  GlooRingReduceScatterArgs args;
+  args.input = input;
+  args.output = output;
+  args.counts = counts;
+  args.segment_elements = pipelining.segment_elements;
+  args.slot = MakeSlot(kReduceScatterSlotPrefix, 0);
+  // A receive slot per peer for every segment of a block, or the window.
+  int64_t per_peer = max_count;
+  if (algorithm == ReduceScatterAlgorithm::kDirect &&
+      pipelining.window_segments > 0) {
+    args.window_segments = pipelining.window_segments;
+    per_peer = std::min(
+        max_count, pipelining.window_segments * pipelining.segment_elements);
+  }
+  args.scratch = Scratch(ring_, (size() - 1) * per_peer);
+  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
+    return MakeBuffer(ptr, bytes, deadline);
+  };
   if (algorithm == ReduceScatterAlgorithm::kHalving) {
     GlooHalvingReduceScatter(*context_, factory, args);
   } else if (algorithm == ReduceScatterAlgorithm::kDirect) {
@@ -778,10 +354,10 @@ void GlooCollective::ReduceScatterF32(const float* input, float* output,
   }
 }
 
-void GlooCollective::RunReduceScatter(const void* input, void* output,
-                                      const std::vector<int64_t>& counts,
-                                      DType dtype, ReduceOp op,
-                                      MonoTime deadline) {
+void GlooTransport::RunReduceScatter(const void* input, void* output,
+                                     const std::vector<int64_t>& counts,
+                                     DType dtype, ReduceOp op,
+                                     MonoTime deadline) {
   int64_t total = 0;
   for (int64_t count : counts) total += count;
   const int64_t mine = counts[rank()];
@@ -808,8 +384,8 @@ void GlooCollective::RunReduceScatter(const void* input, void* output,
   NarrowFromFloat(out32, dtype, output, mine);
 }
 
-void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
-                                  ReduceOp op, MonoTime deadline) {
+void GlooTransport::RunAllReduce(void* buffer, int64_t count, DType dtype,
+                                 ReduceOp op, MonoTime deadline) {
   if (size() == 1 || count == 0) return;
   // Split evenly (the first count % size ranks get one more element),
   // reduce-scatter, then gather the reduced shards back in place.
@@ -840,8 +416,8 @@ void GlooCollective::RunAllReduce(void* buffer, int64_t count, DType dtype,
   GatherInPlace(static_cast<uint8_t*>(buffer), byte_counts, deadline);
 }
 
-void GlooCollective::RunBroadcast(void* buffer, int64_t bytes, int root,
-                                  MonoTime deadline) {
+void GlooTransport::RunBroadcast(void* buffer, int64_t bytes, int root,
+                                 MonoTime deadline) {
   if (size() == 1 || bytes == 0) return;
   gloo::BroadcastOptions opts(context_);
   opts.setOutput<uint8_t>(
@@ -851,26 +427,7 @@ void GlooCollective::RunBroadcast(void* buffer, int64_t bytes, int root,
   gloo::broadcast(opts);
 }
 
-std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostSend(
-    const void* buffer, int64_t bytes, int peer, uint32_t tag,
-    MonoTime deadline) {
-  std::unique_ptr<GlooAbortableBuffer> buf = MakeBuffer(
-      const_cast<void*>(buffer), static_cast<size_t>(bytes), deadline);
-  buf->send(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
-            static_cast<size_t>(bytes));
-  return buf;
-}
-
-std::unique_ptr<GlooAbortableBuffer> GlooCollective::PostRecv(
-    void* buffer, int64_t bytes, int peer, uint32_t tag, MonoTime deadline) {
-  std::unique_ptr<GlooAbortableBuffer> buf =
-      MakeBuffer(buffer, static_cast<size_t>(bytes), deadline);
-  buf->recv(peer, MakeSlot(kPointToPointSlotPrefix, tag), 0,
-            static_cast<size_t>(bytes));
-  return buf;
-}
-
-void GlooCollective::RunBarrier(MonoTime deadline) {
+void GlooTransport::RunBarrier(MonoTime deadline) {
   if (size() == 1) return;
   // No rank can finish gathering one byte from every rank before every rank
   // has entered.
@@ -880,6 +437,18 @@ void GlooCollective::RunBarrier(MonoTime deadline) {
 }
 
 }  // namespace
+
+QueuedCollective::Identity CommunicatorIdentity(
+    const GlooCollectiveOptions& options, std::string transport) {
+  QueuedCollective::Identity identity;
+  identity.rank = options.rank;
+  identity.size = options.size;
+  identity.epoch = options.epoch;
+  identity.group = options.group;
+  identity.transport = std::move(transport);
+  identity.default_op_timeout = options.default_op_timeout;
+  return identity;
+}
 
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(
     const GlooCollectiveOptions& options, Store& store) {
@@ -927,8 +496,10 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(
           absl::StrCat(where, ": ", status.message()));
     }
   }
-  return std::unique_ptr<Collective>(
-      new GlooCollective(options, std::move(device), std::move(context)));
+  return std::make_unique<QueuedCollective>(
+      CommunicatorIdentity(options, "tcp"),
+      std::make_unique<GlooTransport>(options.rank, options.size,
+                                      std::move(device), std::move(context)));
 }
 
 }  // namespace shardd::comm

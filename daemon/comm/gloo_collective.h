@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
+#include "daemon/comm/queued_collective.h"
 #include "daemon/comm/store.h"
 
 namespace shardd::comm {
@@ -41,6 +42,12 @@ struct GlooCollectiveOptions {
 // UNAVAILABLE when connecting fails.
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(
     const GlooCollectiveOptions& options, Store& store);
+
+// The identity of a host communicator formed with `options` over
+// `transport` ("tcp", "shm"): its place, the name its errors carry, and its
+// default operation deadline.
+QueuedCollective::Identity CommunicatorIdentity(
+    const GlooCollectiveOptions& options, std::string transport);
 
 }  // namespace shardd::comm
 

@@ -589,11 +589,57 @@ TEST(GlooCollectiveFixedTest, ReduceScatterGivesTheSameBitsOnEveryRun) {
   }
 }
 
-// The direct reduce-scatter (W = 2 and 3, blocks up to 2 MiB) keeps its
-// receives posted between operations and grows its regions with the largest
-// block: a sequence that grows them, sends less than they hold, sends
-// nothing, sends empty blocks and interleaves other operations on the same
-// connections must give the exact sums every time.
+// Two ranks exchange blocks of several 1 MiB segments through a window of
+// two receive slots (ChooseReduceScatterPipelining), so that later segments
+// land where earlier ones were summed: every element must still be the one
+// IEEE addition of the two inputs, the ring's bits, in place or not.
+TEST(GlooCollectiveFixedTest, TwoRanksReduceScatterThroughTheWindowIsExact) {
+  constexpr int kWorld = 2;
+  const std::vector<int64_t> counts = {700001, 1300003};
+  const int64_t total = counts[0] + counts[1];
+  std::vector<std::vector<float>> inputs(kWorld, std::vector<float>(total));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& input : inputs) {
+    for (float& x : input) x = dist(rng) * 1e3f;
+  }
+  Comms comms = Connect(kWorld);
+  for (bool in_place : {false, true}) {
+    std::vector<std::vector<float>> buffers = inputs;
+    std::vector<std::vector<float>> outputs(kWorld);
+    ForEachRank(kWorld, [&](int r) {
+      const int64_t offset = r == 0 ? 0 : counts[0];
+      outputs[r].assign(counts[r], 0.0f);
+      float* out = in_place ? buffers[r].data() + offset : outputs[r].data();
+      absl::Status s = comms[r]
+                           ->ReduceScatter(buffers[r].data(), out, counts,
+                                           DType::kFloat32, ReduceOp::kSum)
+                           ->Wait();
+      EXPECT_TRUE(s.ok()) << s;
+      if (in_place) {
+        outputs[r].assign(buffers[r].begin() + offset,
+                          buffers[r].begin() + offset + counts[r]);
+      }
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      const int64_t offset = r == 0 ? 0 : counts[0];
+      std::vector<float> expected(counts[r]);
+      for (int64_t i = 0; i < counts[r]; ++i) {
+        expected[i] = inputs[1 - r][offset + i] + inputs[r][offset + i];
+      }
+      EXPECT_EQ(std::memcmp(outputs[r].data(), expected.data(),
+                            expected.size() * sizeof(float)),
+                0)
+          << "rank " << r << " in place " << in_place;
+    }
+  }
+}
+
+// The direct reduce-scatter (W = 2 at every size, W = 3 up to 2 MiB blocks)
+// grows its scratch with the largest block (at W = 2, up to its window of
+// two segment slots): a sequence that grows it, sends less than it holds,
+// sends nothing, sends empty blocks and interleaves other operations on the
+// same connections must give the exact sums every time.
 TEST(GlooCollectiveFixedTest, ReduceScatterStaysExactAcrossChangingShapes) {
   for (int world : {2, 3}) {
     Comms comms = Connect(world);

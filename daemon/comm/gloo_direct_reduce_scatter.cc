@@ -6,21 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/comm/host_reduce_math.h"
+
 namespace shardd::comm {
 namespace {
 
 constexpr size_t kF32 = sizeof(float);
-
-// out[i] = a[i] + b[i]; `out` may be `a` or `b`.
-void AddTo(float* out, const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = a[i + j] + b[i + j];
-    for (int j = 0; j < 8; ++j) out[i + j] = t[j];
-  }
-  for (; i < n; ++i) out[i] = a[i] + b[i];
-}
 
 }  // namespace
 
@@ -49,17 +40,27 @@ void GlooDirectReduceScatter(gloo::Context& context,
   std::vector<int> order;
   for (int i = 1; i < world; ++i) order.push_back((rank + i) % world);
 
-  // One receive buffer per peer (its region of the scratch), every segment
-  // posted before anything is sent.
+  // One receive buffer per peer (its region of the scratch), used as a ring
+  // of `slots` segments: segment k lands in slot k % slots, and is posted
+  // again for segment k + slots once summed. The first `slots` receives
+  // are posted before anything is sent. A small window keeps the slots in
+  // cache between the kernel's copy and the sum.
+  const int64_t window = args.window_segments;
+  const int64_t slots =
+      window > 0 ? std::min<int64_t>(window, segments) : segments;
+  // Each peer's region: the window's slots, or its whole block.
+  const int64_t stride =
+      window > 0 ? std::min(max_count, window * seg) : max_count;
+  auto region = [&](int i) { return args.scratch + i * stride; };
   std::vector<std::unique_ptr<GlooAbortableBuffer>> from(world);
+  auto post = [&](int peer, int64_t k) {
+    from[peer]->recv(peer, slot, static_cast<size_t>((k % slots) * seg) * kF32,
+                     static_cast<size_t>(length(mine, k)) * kF32);
+  };
   for (int i = 0; i < world - 1; ++i) {
     const int peer = order[i];
-    from[peer] = make_buffer(args.scratch + i * max_count,
-                             static_cast<size_t>(max_count) * kF32);
-    for (int64_t k = 0; k < segments; ++k) {
-      from[peer]->recv(peer, slot, static_cast<size_t>(k * seg) * kF32,
-                       static_cast<size_t>(length(mine, k)) * kF32);
-    }
+    from[peer] = make_buffer(region(i), static_cast<size_t>(stride) * kF32);
+    for (int64_t k = 0; k < slots; ++k) post(peer, k);
   }
   std::unique_ptr<GlooAbortableBuffer> in =
       make_buffer(const_cast<float*>(args.input),
@@ -78,16 +79,20 @@ void GlooDirectReduceScatter(gloo::Context& context,
   // Segment by segment: acc = in[rank+1] + in[rank+2] + ... + in[rank-1],
   // then out = acc + own input, exactly the ring's order of additions.
   const float* own = args.input + offset[rank];
-  float* acc = args.scratch;  // The first peer's region accumulates.
   for (int64_t k = 0; k < segments; ++k) {
     const int64_t begin = k * seg;
+    const int64_t at = (k % slots) * seg;
     const int64_t n = length(mine, k);
+    float* acc = region(0) + at;  // The first peer's slot accumulates.
     from[order[0]]->WaitRecv();
     for (int i = 1; i < world - 1; ++i) {
       from[order[i]]->WaitRecv();
-      AddTo(acc + begin, acc + begin, args.scratch + i * max_count + begin, n);
+      AddTo(acc, acc, region(i) + at, n);
     }
-    AddTo(args.output + begin, acc + begin, own + begin, n);
+    AddTo(args.output + begin, acc, own + begin, n);
+    if (k + slots < segments) {
+      for (int i = 0; i < world - 1; ++i) post(order[i], k + slots);
+    }
   }
   for (int64_t i = 0; i < sends; ++i) in->WaitSend();
 }

@@ -13,9 +13,12 @@ namespace shardd::comm {
 // dependent ones, so it wins where per-message latency dominates (mid-size
 // messages, few ranks); the ring wins for large messages on many ranks.
 //
-// Same arguments as GlooRingReduceScatter (scratch: (W - 1) * max(counts)
-// elements, one region per peer) and the same bits: block b is summed in
-// the ring's order, rank b+1's input first, then b+2, ..., ending with b.
+// Same arguments as GlooRingReduceScatter and the same bits: block b is
+// summed in the ring's order, rank b+1's input first, then b+2, ..., ending
+// with b. Scratch: one region per peer, of (W - 1) * max(counts) elements
+// in all, or with args.window_segments > 0 (W - 1) * min(max(counts),
+// window_segments * segment_elements): each peer's segments then pass
+// through a ring of that many slots.
 // Runs on the calling thread and throws on failure.
 void GlooDirectReduceScatter(gloo::Context& context,
                              const GlooBufferFactory& make_buffer,

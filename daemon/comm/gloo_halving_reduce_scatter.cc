@@ -5,15 +5,12 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/comm/host_reduce_math.h"
+
 namespace shardd::comm {
 namespace {
 
 constexpr size_t kF32 = sizeof(float);
-
-// out[i] = a[i] + b[i]; `out` may be `a` or `b`.
-void AddTo(float* out, const float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
 
 }  // namespace
 

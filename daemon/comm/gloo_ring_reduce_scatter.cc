@@ -6,33 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/comm/host_reduce_math.h"
+
 namespace shardd::comm {
 namespace {
 
 constexpr size_t kF32 = sizeof(float);
-
-// acc[i] += src[i]. Eight loads before eight stores: the block is
-// vectorised at -O2 (SLP) without alias checks.
-void AddInPlace(float* acc, const float* src, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = acc[i + j] + src[i + j];
-    for (int j = 0; j < 8; ++j) acc[i + j] = t[j];
-  }
-  for (; i < n; ++i) acc[i] += src[i];
-}
-
-// out[i] = a[i] + b[i]; `out` may be `b` (in place).
-void AddTo(float* out, const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = a[i + j] + b[i + j];
-    for (int j = 0; j < 8; ++j) out[i + j] = t[j];
-  }
-  for (; i < n; ++i) out[i] = a[i] + b[i];
-}
 
 }  // namespace
 
@@ -102,7 +81,7 @@ void GlooRingReduceScatter(gloo::Context& context,
       const int64_t begin = k * seg;
       const int64_t n = segment_length(b, k);
       if (!last) {
-        AddInPlace(acc + begin, mine + begin, n);
+        AddTo(acc + begin, acc + begin, mine + begin, n);
         ring[s]->send(right, slot, static_cast<size_t>(begin) * kF32,
                       static_cast<size_t>(n) * kF32);
       } else {

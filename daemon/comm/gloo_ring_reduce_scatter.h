@@ -28,6 +28,9 @@ struct GlooRingReduceScatterArgs {
   float* scratch = nullptr;
   // Pipelining granularity, in elements (> 0).
   int64_t segment_elements = 256 * 1024;
+  // GlooDirectReduceScatter only: receive into a ring of this many segment
+  // slots per peer, reused, instead of a whole block per peer (0).
+  int64_t window_segments = 0;
   // The Gloo slot this operation's messages travel on; the same on every
   // rank, distinct from the slots of Gloo's algorithms.
   uint64_t slot = 0;

@@ -15,9 +15,10 @@
 #include "absl/strings/string_view.h"
 #include "daemon/comm/host_identity.h"
 #include "daemon/comm/peer_liveness.h"
-#include "daemon/comm/shm_collective.h"
+#include "daemon/comm/queued_collective.h"
 #include "daemon/comm/shm_rounds.h"
 #include "daemon/comm/shm_segment.h"
+#include "daemon/comm/shm_transport.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/core/rendezvous_key.h"
 
@@ -186,17 +187,16 @@ absl::StatusOr<std::unique_ptr<Collective>> FormShm(
   absl::StatusOr<std::unique_ptr<PeerLiveness>> liveness =
       PeerLiveness::Create(std::move(pids), g.rank);
   if (!liveness.ok()) return Describe(g, liveness.status());
-  ShmCollective::Parts parts;
+  ShmTransport::Parts parts;
   parts.rank = g.rank;
   parts.size = g.size;
-  parts.epoch = g.epoch;
-  parts.group = g.group;
-  parts.default_op_timeout = g.default_op_timeout;
   parts.slot_bytes = options.slot_bytes;
   parts.segment = std::move(*segment);
   parts.liveness = std::move(*liveness);
   parts.inner = std::move(*inner);
-  return std::unique_ptr<Collective>(new ShmCollective(std::move(parts)));
+  return std::make_unique<QueuedCollective>(
+      CommunicatorIdentity(g, "shm"),
+      std::make_unique<ShmTransport>(std::move(parts)));
 }
 
 }  // namespace

@@ -18,12 +18,35 @@ enum class ReduceScatterAlgorithm { kRing, kDirect, kHalving };
 // has `max_count` fp32 elements (16-bit inputs are reduced in fp32, so they
 // count 4 bytes an element too). `forced` is SHARDD_REDUCE_SCATTER's value
 // ("ring", "direct", "halving"; halving only when W is a power of two),
-// empty or anything else for the default: halving for power-of-two W > 2
-// and blocks of at most 256 KiB, direct up to 2 MiB, ring above. A pure
+// empty or anything else for the default: direct at W = 2 (where the ring
+// is the same single exchange); for W > 2 halving for power-of-two W and
+// blocks of at most 256 KiB, direct up to 2 MiB, ring above. A pure
 // function of its arguments: the same on every rank and every run.
 ReduceScatterAlgorithm ChooseReduceScatterAlgorithm(int world,
                                                     int64_t max_count,
                                                     absl::string_view forced);
+
+// How the ring and direct reduce-scatters pipeline a block: segments of
+// `segment_elements`, each its own message, and for direct a receive
+// window of `window_segments` segment slots per peer, reused from segment
+// to segment (0: a slot for every segment of the block).
+struct ReduceScatterPipelining {
+  int64_t segment_elements = 0;
+  int64_t window_segments = 0;
+};
+
+// For a group of `world` ranks whose largest block has `max_count` (> 0)
+// fp32 elements. W = 2: segments of at most 1 MiB (a block of up to 1 MiB
+// goes whole) through a window of 2, the segment being summed and the next
+// one arriving: the kernel copies each segment into memory still in cache
+// from the previous sum, and an operation wakes its thread once per MiB
+// (on the 2-core VM under load: 16 MiB 0.81-0.89 -> 0.87-1.00 of Gloo's
+// ring all-reduce at half its time; README, "Benchmarks"). W > 2: a
+// quarter of the block, clamped to 256 KiB .. 1 MiB, no window. Every
+// choice gives the same bits (the order of additions does not depend on
+// it). Pure.
+ReduceScatterPipelining ChooseReduceScatterPipelining(int world,
+                                                      int64_t max_count);
 
 // SHARDD_REDUCE_SCATTER from the environment, read once ("" when unset).
 absl::string_view ForcedReduceScatterAlgorithm();

@@ -1,5 +1,3 @@
-#include "daemon/comm/shm_collective.h"
-
 #include <dirent.h>
 #include <unistd.h>
 
