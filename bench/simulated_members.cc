@@ -326,6 +326,7 @@ void SimulatedMembers::SendJoin(Member& m) {
   pb::JoinRequest request;
   request.set_rank(m.rank);
   request.set_identity(m.identity);
+  request.set_omit_members(options_.scoped_watch);
   request.set_peer_address(m.peer_address);
   request.set_incarnation(m.incarnation);
   request.set_join_secret(m.join_secret);
@@ -501,7 +502,9 @@ void SimulatedMembers::OnHeartbeat(Member& m, HeartbeatOp& op) {
 void SimulatedMembers::StartWatch(Member& m) {
   auto* op = new WatchOp(this, &m);
   pb::WatchMembershipRequest request;
-  request.set_rank(m.phase == Phase::kStandby ? -1 : m.rank);
+  // A standby watches the slot it will take.
+  request.set_rank(m.rank);
+  request.set_scoped(options_.scoped_watch);
   const std::string bytes = request.SerializeAsString();
   grpc::Slice slice(bytes);
   op->request = grpc::ByteBuffer(&slice, 1);
@@ -526,7 +529,8 @@ void SimulatedMembers::OnWatchMessage(Member& m,
     change_bytes_.fetch_add(static_cast<int64_t>(u.bytes),
                             std::memory_order_relaxed);
   }
-  NoteEpoch(u.epoch, static_cast<int64_t>(u.ranks.size()));
+  NoteEpoch(u.epoch, u.live_members > 0 ? u.live_members
+                                        : static_cast<int64_t>(u.ranks.size()));
   absl::MutexLock lock(&m.mu);
   ++m.updates;
   if (m.stopped()) return;
@@ -538,7 +542,13 @@ void SimulatedMembers::OnWatchMessage(Member& m,
   if (u.epoch < m.view_epoch) return;
   m.view_epoch = u.epoch;
   if (m.phase == Phase::kStandby) {
-    if (std::find(u.ranks.begin(), u.ranks.end(), m.rank) == u.ranks.end()) {
+    const bool listed =
+        std::find(u.ranks.begin(), u.ranks.end(), m.rank) != u.ranks.end();
+    const bool removed =
+        u.delta ? std::find(u.removed_ranks.begin(), u.removed_ranks.end(),
+                            m.rank) != u.removed_ranks.end()
+                : !listed;
+    if (removed) {
       m.saw_slot_empty_at = MonoNow();
       m.phase = Phase::kJoining;
       SendJoin(m);

@@ -32,6 +32,10 @@ struct SimulatedMembersOptions {
   // Each heartbeat period is the coordinator's interval times a uniform
   // factor in [1 - jitter, 1 + jitter]; the first is at a uniform phase.
   double heartbeat_jitter = 0.1;
+  // Scoped delta watch streams (WatchMembershipRequest.scoped) and Joins
+  // without the member list, as MemberClient does; false: full updates,
+  // as daemons that predate them.
+  bool scoped_watch = true;
   uint64_t seed = 1;
 };
 

@@ -3,6 +3,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/coordinator/coordinator_manager.h"
+#include "daemon/coordinator/full_update_cache.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardd::coordinator {
@@ -60,7 +61,21 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
       shardd::v1::ClusterState* response) override;
 
  private:
+  // WatchMembership for clients that want every member in every message
+  // (one shared message per version), and for scoped streams
+  // (ScopedUpdateStream over the manager's shared changes).
+  grpc::Status WatchFull(
+      grpc::ServerContext* context,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  grpc::Status WatchScoped(
+      grpc::ServerContext* context, int rank,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  // Why a watch stream ends now (cancelled, shutting down, its deadline),
+  // or OK to go on.
+  grpc::Status WatchEnded(grpc::ServerContext* context, bool shut_down);
+
   CoordinatorManager* const manager_;
+  FullUpdateCache full_updates_;
   const absl::Duration heartbeat_interval_;
   const absl::Duration max_rendezvous_wait_;
 };

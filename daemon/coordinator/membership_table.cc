@@ -221,6 +221,7 @@ void MembershipTable::StartEpoch(MonoTime now, int64_t at_least,
   }
   epoch_ = std::max(epoch_ + 1, at_least);
   was_ready_ = false;
+  ready_slots_ = 0;  // Nobody is READY for an epoch that just began.
   Log(now, DecisionKind::kEpochStarted, {},
       absl::StrCat("epoch ", epoch_, ": ", why));
   if (stalled_epochs_ >= options_.max_failed_epochs && !failed()) {
@@ -248,6 +249,7 @@ void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
     // before calling the shard lost.
     settle_after_ = std::max(settle_after_, now + options_.rejoin_grace);
   }
+  if (CountsReady(slot)) --ready_slots_;
   slot.phase = phase;
   slot.lease_token.clear();
   slot.join_secret.clear();
@@ -259,15 +261,31 @@ void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
 
 bool MembershipTable::ready() const {
   if (failed() || plan_epoch_ != epoch_ || plan_key_.empty()) return false;
-  for (const SlotRecord& s : slots_) {
-    if (s.phase != MemberPhase::kReady || s.ready_epoch != epoch_) return false;
+  return ready_slots_ == options_.world_size;
+}
+
+void MembershipTable::RecountReady() {
+  ready_slots_ = 0;
+  for (const SlotRecord& s : slots_) ready_slots_ += CountsReady(s) ? 1 : 0;
+}
+
+bool MembershipTable::CoalescesJoin(const JoinRequestInfo& request,
+                                    bool replaced_live) const {
+  if (ever_ready_ || replaced_live || epoch_ == 0 ||
+      epoch_ <= request.last_epoch || plan_epoch_ != epoch_ ||
+      plan_.kind != PlanKind::kWait) {
+    return false;
   }
-  return true;
+  for (const SlotRecord& s : slots_) {
+    if (!s.live()) return true;
+  }
+  return false;
 }
 
 void MembershipTable::NoteReadiness(MonoTime now) {
   if (!was_ready_ && ready()) {
     was_ready_ = true;
+    ever_ready_ = true;
     // Every member reported READY with the step its shard is at; they
     // agree (replicas copied, or everyone restored the same checkpoint).
     // A checkpoint fallback moves the cluster back to the checkpoint's
@@ -522,8 +540,15 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
                        ? absl::StrCat(" holding its shard at step ",
                                       request.last_committed_step)
                        : std::string()));
-  StartEpoch(now, request.last_epoch + 1,
-             absl::StrCat("rank ", rank, " joined"));
+  RecountReady();
+  if (CoalescesJoin(request, replaced_live)) {
+    // Stays in the forming epoch; the plan is decided again (a lost shard
+    // may be declared so once settled).
+    Replan(now);
+  } else {
+    StartEpoch(now, request.last_epoch + 1,
+               absl::StrCat("rank ", rank, " joined"));
+  }
 
   JoinOutcome out;
   out.rank = rank;
@@ -590,6 +615,7 @@ absl::Status MembershipTable::Heartbeat(
         plan_.kind == PlanKind::kNew ? int64_t{0} : plan_.step;
     if (!plan_issued) {
       // Not every slot is claimed in this epoch: nothing to be ready for.
+      // (Not READY for this epoch, so not counted by ready_slots_.)
       slot.phase = MemberPhase::kJoining;
       return absl::OkStatus();
     }
@@ -612,6 +638,7 @@ absl::Status MembershipTable::Heartbeat(
     // commit the vote already recorded.
     slot.committed_step = std::max(slot.committed_step, committed_step);
   }
+  const bool counted = CountsReady(slot);
   slot.phase = state;
   if (state == MemberPhase::kReady) {
     slot.ready_epoch = epoch_;
@@ -622,6 +649,7 @@ absl::Status MembershipTable::Heartbeat(
     // too), and replacements recover to it.
     committed_step_ = std::max(committed_step_, committed_step);
   }
+  ready_slots_ += (CountsReady(slot) ? 1 : 0) - (counted ? 1 : 0);
   NoteReadiness(now);
   return absl::OkStatus();
 }
