@@ -159,6 +159,11 @@ class CoordinatorManager {
   // current version).
   std::shared_ptr<const MembershipChanges> ChangesSince(int64_t since) const;
 
+  // A scoped stream's first message for `rank`: the header and the slots
+  // of its shard group and replica group only (-1: every slot), copied in
+  // O(F + W/F), not O(W) (full: true).
+  std::shared_ptr<const MembershipChanges> ScopedSnapshot(int rank) const;
+
   // The member `rank` as a Join reply shows it, with the cluster's header
   // (slots: that slot only, unless `all_slots`): O(1) without all_slots.
   ClusterSnapshot JoinView(int rank, bool all_slots) const;

@@ -150,9 +150,12 @@ grpc::Status CoordinatorService::WatchFull(
   const absl::Duration keepalive = snap->lease / 3;
   bool is_keepalive = false;
   while (true) {
-    if (!writer->Write(*full_updates_.Get(snap, is_keepalive))) {
-      return grpc::Status::CANCELLED;
+    std::shared_ptr<const pb::MembershipUpdate> update;
+    {
+      BuildSlot slot(build_slots_);
+      update = full_updates_.Get(snap, is_keepalive);
     }
+    if (!writer->Write(*update)) return grpc::Status::CANCELLED;
     const int64_t seen = snap->version;
     // Wake for a change, a keepalive, the client's deadline or shutdown.
     const ChangeSignal::Versions v = manager_->AwaitVersion(
@@ -160,7 +163,10 @@ grpc::Status CoordinatorService::WatchFull(
     if (grpc::Status end = WatchEnded(context, v.shut_down); !end.ok()) {
       return end;
     }
-    snap = manager_->SharedSnapshot();
+    {
+      BuildSlot slot(build_slots_);
+      snap = manager_->SharedSnapshot();
+    }
     is_keepalive = snap->version == seen;
   }
 }
@@ -173,9 +179,19 @@ grpc::Status CoordinatorService::WatchScoped(
   int64_t woken =
       manager_->AwaitVersion(/*scoped=*/true, 0, MonoTime::InfinitePast())
           .scoped;
-  std::shared_ptr<const MembershipChanges> changes = manager_->ChangesSince(-1);
-  const absl::Duration keepalive = changes->snapshot.lease / 3;
-  std::optional<pb::MembershipUpdate> update = stream.Next(*changes);
+  std::optional<pb::MembershipUpdate> update;
+  absl::Duration keepalive;
+  {
+    BuildSlot slot(build_slots_);
+    std::shared_ptr<const MembershipChanges> changes =
+        manager_->ScopedSnapshot(rank);
+    // A lease, not a third of one: the member's watchdog reopens a stream
+    // silent for two leases, its heartbeat replies carry epoch and
+    // readiness meanwhile, and at W = 4,096 keepalives every lease / 3
+    // were as many wakeups as the heartbeats themselves.
+    keepalive = changes->snapshot.lease;
+    update = stream.Next(*changes);
+  }
   while (true) {
     if (update.has_value() && !writer->Write(*update)) {
       return grpc::Status::CANCELLED;
@@ -193,6 +209,7 @@ grpc::Status CoordinatorService::WatchScoped(
       if (v.scoped > woken || keepalive_due) {
         woken = v.scoped;
         // Nothing new for this stream: nullopt (then a keepalive, if due).
+        BuildSlot slot(build_slots_);
         update = stream.Next(*manager_->ChangesSince(stream.seen()));
         if (!update.has_value() && keepalive_due) update = stream.Keepalive();
       }

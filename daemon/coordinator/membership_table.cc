@@ -145,13 +145,16 @@ void MembershipTable::Fail(MonoTime now, std::vector<int> ranks,
 
 void MembershipTable::Replan(MonoTime now) {
   if (failed()) return;
-  PlanInput in;
+  // Filled in place: a fresh W-slot input per call (every join while a
+  // job of thousands forms) was most of a join's time, in page faults.
+  PlanInput& in = plan_input_;
   in.world_size = options_.world_size;
   in.sharding_factor = options_.sharding_factor;
   in.committed_step = committed_step_;
   in.settled = now >= settle_after_;
+  in.slots.resize(slots_.size());
   for (const SlotRecord& s : slots_) {
-    PlanSlot p;
+    PlanSlot& p = in.slots[s.rank];
     p.rank = s.rank;
     p.live = s.live();
     p.holds_shard = s.holds_shard;
@@ -162,7 +165,6 @@ void MembershipTable::Replan(MonoTime now) {
     p.keeps_checkpoints = s.checkpoints.keeps;
     p.checkpoints = s.checkpoints.steps;
     p.checkpoint_problem = s.checkpoints.problem;
-    in.slots.push_back(std::move(p));
   }
   const bool same_epoch = plan_epoch_ == epoch_;
   const PlanKind before = plan_.kind;

@@ -408,6 +408,8 @@ class MembershipTable {
   MonoTime undecided_since_;
   std::string undecided_logged_;
   EpochPlan plan_;
+  // Replan's input, kept so that its W slots are not allocated per call.
+  PlanInput plan_input_;
   int64_t plan_epoch_ = -1;
   // The membership the current epoch's plan was issued to ("" when none).
   std::string plan_key_;

@@ -66,6 +66,20 @@ TEST_F(ScopedUpdateStreamTest, FirstMessageListsTheShardAndReplicaGroups) {
   EXPECT_EQ(u->world_size(), kWorld);
 }
 
+TEST_F(ScopedUpdateStreamTest, ScopedSnapshotCopiesOnlyTheScope) {
+  for (int r = 0; r < kWorld; ++r) Join(r);
+  const std::shared_ptr<const MembershipChanges> c =
+      manager_->ScopedSnapshot(5);
+  std::vector<int> ranks;
+  for (const SlotRecord& s : c->snapshot.slots) ranks.push_back(s.rank);
+  EXPECT_EQ(ranks, (std::vector<int>{1, 4, 5, 6, 7, 9, 13}));
+  EXPECT_TRUE(c->full);
+  ScopedUpdateStream stream(5);
+  std::optional<pb::MembershipUpdate> u = stream.Next(*c);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(Ranks(*u), (std::vector<int>{1, 4, 5, 6, 7, 9, 13}));
+}
+
 TEST_F(ScopedUpdateStreamTest, AToolStreamListsEveryone) {
   for (int r = 0; r < kWorld; ++r) Join(r);
   ScopedUpdateStream stream(-1);
