@@ -173,6 +173,9 @@ class SimulatedMembers {
   void OnWatchEnded(Member& m, WatchOp& op);
   void ReportReady(Member& m, int64_t epoch, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
+  // READY for the newest issued plan the member's watch showed, if it is
+  // live in that epoch and has not reported it yet.
+  void MaybeReportReady(Member& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
   void NoteReadySeen(Member& m, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
   void NoteEpoch(int64_t epoch, int64_t members_listed);

@@ -17,6 +17,10 @@ namespace {
 
 namespace pb = ::shardd::v1;
 
+// How long a watch stream waits for a build slot before it builds anyway:
+// holders only compute, so a slot frees within milliseconds.
+constexpr absl::Duration kBuildWait = absl::Seconds(1);
+
 absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
   switch (state) {
     case pb::MEMBER_STATE_JOINING:
@@ -152,7 +156,7 @@ grpc::Status CoordinatorService::WatchFull(
   while (true) {
     std::shared_ptr<const pb::MembershipUpdate> update;
     {
-      BuildSlot slot(build_slots_);
+      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
       update = full_updates_.Get(snap, is_keepalive);
     }
     if (!writer->Write(*update)) return grpc::Status::CANCELLED;
@@ -164,7 +168,7 @@ grpc::Status CoordinatorService::WatchFull(
       return end;
     }
     {
-      BuildSlot slot(build_slots_);
+      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
       snap = manager_->SharedSnapshot();
     }
     is_keepalive = snap->version == seen;
@@ -182,7 +186,7 @@ grpc::Status CoordinatorService::WatchScoped(
   std::optional<pb::MembershipUpdate> update;
   absl::Duration keepalive;
   {
-    BuildSlot slot(build_slots_);
+    const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
     std::shared_ptr<const MembershipChanges> changes =
         manager_->ScopedSnapshot(rank);
     // A lease, not a third of one: the member's watchdog reopens a stream
@@ -209,7 +213,7 @@ grpc::Status CoordinatorService::WatchScoped(
       if (v.scoped > woken || keepalive_due) {
         woken = v.scoped;
         // Nothing new for this stream: nullopt (then a keepalive, if due).
-        BuildSlot slot(build_slots_);
+        const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
         update = stream.Next(*manager_->ChangesSince(stream.seen()));
         if (!update.has_value() && keepalive_due) update = stream.Keepalive();
       }

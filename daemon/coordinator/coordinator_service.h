@@ -1,10 +1,8 @@
 #ifndef SHARDD_DAEMON_COORDINATOR_COORDINATOR_SERVICE_H_
 #define SHARDD_DAEMON_COORDINATOR_COORDINATOR_SERVICE_H_
 
-#include <chrono>
-#include <semaphore>
-
 #include "absl/time/time.h"
+#include "daemon/coordinator/concurrency_limit.h"
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/full_update_cache.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
@@ -77,25 +75,6 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
   // or OK to go on.
   grpc::Status WatchEnded(grpc::ServerContext* context, bool shut_down);
 
-  // Holds one of the few slots for building watch messages while alive.
-  // Holders only compute (no I/O), so a slot comes soon; after a second
-  // without one the stream builds anyway (no wait is unbounded).
-  class BuildSlot {
-   public:
-    explicit BuildSlot(std::counting_semaphore<>& slots)
-        : slots_(slots),
-          held_(slots_.try_acquire_for(std::chrono::seconds(1))) {}
-    ~BuildSlot() {
-      if (held_) slots_.release();
-    }
-    BuildSlot(const BuildSlot&) = delete;
-    BuildSlot& operator=(const BuildSlot&) = delete;
-
-   private:
-    std::counting_semaphore<>& slots_;
-    const bool held_;
-  };
-
   CoordinatorManager* const manager_;
   FullUpdateCache full_updates_;
   // Watch streams that build a message at the same time. Every stream has
@@ -103,7 +82,7 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
   // opening while the job forms) they would all be runnable together and
   // starve the heartbeat handlers until leases expired (measured at
   // W = 4,096). The rest wait, asleep, for a slot.
-  std::counting_semaphore<> build_slots_{2};
+  ConcurrencyLimit build_slots_{2};
   const absl::Duration heartbeat_interval_;
   const absl::Duration max_rendezvous_wait_;
 };
