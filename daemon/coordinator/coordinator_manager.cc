@@ -679,51 +679,29 @@ std::shared_ptr<const MembershipChanges> CoordinatorManager::ChangesSince(
   return c;
 }
 
-std::vector<int> CoordinatorManager::ScopeOf(int rank) const {
-  const int w = options_.membership.world_size;
-  const int f = options_.membership.sharding_factor;
-  std::vector<int> ranks;
-  if (rank < 0 || rank >= w) return ranks;
-  // The shard group [g*F, (g+1)*F), then the rest of the replica group
-  // (rank mod F), in rank order.
-  const int group = rank / f;
-  ranks.reserve(f + w / f - 1);
-  for (int r = rank % f; r < w; r += f) {
-    if (r / f == group) {
-      for (int s = group * f; s < (group + 1) * f; ++s) ranks.push_back(s);
-    } else {
-      ranks.push_back(r);
-    }
-  }
-  return ranks;
-}
-
 std::shared_ptr<const MembershipChanges> CoordinatorManager::ScopedSnapshot(
     int rank) const {
-  const std::vector<int> scope = ScopeOf(rank);
-  if (scope.empty()) return ChangesSince(-1);
+  const int w = options_.membership.world_size;
+  const int f = options_.membership.sharding_factor;
+  if (rank < 0 || rank >= w) return ChangesSince(-1);
   auto c = std::make_shared<MembershipChanges>();
   c->full = true;
   absl::MutexLock lock(&mu_);
   c->version = scoped_version_;
   FillHeader(c->snapshot);
   const auto& slots = table_.slots();
-  c->snapshot.slots.reserve(scope.size());
-  for (int r : scope) c->snapshot.slots.push_back(slots[r]);
-  return c;
-}
-
-std::shared_ptr<const MembershipChanges> CoordinatorManager::ScopedChangesSince(
-    int64_t since, const std::vector<int>& scope) const {
-  if (scope.empty() || since < 0) return ChangesSince(since);
-  auto c = std::make_shared<MembershipChanges>();
-  c->full = false;
-  absl::MutexLock lock(&mu_);
-  c->version = scoped_version_;
-  FillHeader(c->snapshot);
-  const auto& slots = table_.slots();
-  for (int r : scope) {
-    if (holder_changed_at_[r] > since) c->snapshot.slots.push_back(slots[r]);
+  // The shard group [g*F, (g+1)*F), then the rest of the replica group
+  // (rank mod F), in rank order.
+  const int group = rank / f;
+  c->snapshot.slots.reserve(f + w / f - 1);
+  for (int r = rank % f; r < w; r += f) {
+    if (r / f == group) {
+      for (int s = group * f; s < (group + 1) * f; ++s) {
+        c->snapshot.slots.push_back(slots[s]);
+      }
+    } else {
+      c->snapshot.slots.push_back(slots[r]);
+    }
   }
   return c;
 }

@@ -163,13 +163,6 @@ class CoordinatorManager {
   // of its shard group and replica group only (-1: every slot), copied in
   // O(F + W/F), not O(W) (full: true).
   std::shared_ptr<const MembershipChanges> ScopedSnapshot(int rank) const;
-  // ChangesSince for one stream's scope (ScopeOf): only those slots are
-  // looked at and copied, O(F + W/F) under the lock, not O(W). Not shared.
-  std::shared_ptr<const MembershipChanges> ScopedChangesSince(
-      int64_t since, const std::vector<int>& scope) const;
-  // The ranks of `rank`'s shard group and replica group, in rank order
-  // (empty for a rank out of range: every slot is in scope).
-  std::vector<int> ScopeOf(int rank) const;
 
   // The member `rank` as a Join reply shows it, with the cluster's header
   // (slots: that slot only, unless `all_slots`): O(1) without all_slots.

@@ -2,8 +2,9 @@
 #define SHARDD_DAEMON_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include "absl/time/time.h"
+#include "daemon/coordinator/concurrency_limit.h"
 #include "daemon/coordinator/coordinator_manager.h"
-#include "daemon/coordinator/watch_hub.h"
+#include "daemon/coordinator/full_update_cache.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardd::coordinator {
@@ -13,20 +14,14 @@ namespace shardd::coordinator {
 //
 // Thread-safe (gRPC calls it from many threads). Borrows the manager, which
 // must outlive the server.
-//
-// WatchMembership is served by a WatchHub through gRPC's callback API (no
-// thread per stream); every other method is synchronous.
-class CoordinatorService final
-    : public shardd::v1::Coordinator::WithCallbackMethod_WatchMembership<
-          shardd::v1::Coordinator::Service> {
+class CoordinatorService final : public shardd::v1::Coordinator::Service {
  public:
   CoordinatorService(CoordinatorManager* manager,
                      absl::Duration heartbeat_interval,
                      absl::Duration max_rendezvous_wait)
       : manager_(manager),
         heartbeat_interval_(heartbeat_interval),
-        max_rendezvous_wait_(max_rendezvous_wait),
-        watches_(manager) {}
+        max_rendezvous_wait_(max_rendezvous_wait) {}
 
   grpc::Status Join(grpc::ServerContext* context,
                     const shardd::v1::JoinRequest* request,
@@ -37,9 +32,10 @@ class CoordinatorService final
   grpc::Status Leave(grpc::ServerContext* context,
                      const shardd::v1::LeaveRequest* request,
                      shardd::v1::LeaveResponse* response) override;
-  grpc::ServerWriteReactor<shardd::v1::MembershipUpdate>* WatchMembership(
-      grpc::CallbackServerContext* context,
-      const shardd::v1::WatchMembershipRequest* request) override;
+  grpc::Status WatchMembership(
+      grpc::ServerContext* context,
+      const shardd::v1::WatchMembershipRequest* request,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer) override;
   grpc::Status ReportFailure(
       grpc::ServerContext* context,
       const shardd::v1::ReportFailureRequest* request,
@@ -66,10 +62,29 @@ class CoordinatorService final
       shardd::v1::ClusterState* response) override;
 
  private:
+  // WatchMembership for clients that want every member in every message
+  // (one shared message per version), and for scoped streams
+  // (ScopedUpdateStream over the manager's shared changes).
+  grpc::Status WatchFull(
+      grpc::ServerContext* context,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  grpc::Status WatchScoped(
+      grpc::ServerContext* context, int rank,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  // Why a watch stream ends now (cancelled, shutting down, its deadline),
+  // or OK to go on.
+  grpc::Status WatchEnded(grpc::ServerContext* context, bool shut_down);
+
   CoordinatorManager* const manager_;
+  FullUpdateCache full_updates_;
+  // Watch streams that build a message at the same time. Every stream has
+  // a thread; when thousands wake at once (a new epoch, or W streams
+  // opening while the job forms) they would all be runnable together and
+  // starve the heartbeat handlers until leases expired (measured at
+  // W = 4,096). The rest wait, asleep, for a slot.
+  ConcurrencyLimit build_slots_{2};
   const absl::Duration heartbeat_interval_;
   const absl::Duration max_rendezvous_wait_;
-  WatchHub watches_;
 };
 
 }  // namespace shardd::coordinator
