@@ -63,6 +63,7 @@ absl::StatusOr<SimJob> StartJob(const SimConfig& config) {
   m.address = job.coordinator->address();
   m.members_per_channel = config.members_per_channel;
   m.threads = config.harness_threads;
+  m.scoped_watch = config.scoped_watch;
   job.members = std::make_unique<SimulatedMembers>(m);
   return job;
 }

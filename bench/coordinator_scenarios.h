@@ -26,6 +26,8 @@ struct SimConfig {
   int64_t heartbeat_interval_ms = 500;
   int members_per_channel = 8;
   int harness_threads = 2;
+  // SimulatedMembersOptions::scoped_watch.
+  bool scoped_watch = true;
   // The coordinator's stderr (its decisions); empty: /dev/null.
   std::string coordinator_log;
 };

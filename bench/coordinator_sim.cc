@@ -23,7 +23,10 @@
 // got (members joined, epoch) and the run goes on.
 //
 //   coordinator_sim [--quick] [--out=PATH] [--worlds=256,1024]
-//                   [--coordinator=PATH] [--perf_dir=DIR]
+//                   [--coordinator=PATH] [--perf_dir=DIR] [--full_watch]
+//
+// --full_watch: the members ask for full watch updates and Join replies
+// with every member, as daemons that predate scoped streams do.
 //
 // --perf_dir: `perf record -a --call-graph dwarf` of the whole machine
 // during each W's join_to_ready and failure_to_ready, into
@@ -58,12 +61,15 @@ struct Options {
   std::vector<int> worlds;
   std::string coordinator = "bazel-bin/daemon/coordinator/coordinator";
   std::string perf_dir;
+  // --full_watch: members watch full updates and Join with the member list
+  // (daemons that predate scoped streams), for comparison.
+  bool full_watch = false;
 };
 
 int Usage(const char* argv0) {
   std::cerr << "usage: " << argv0
             << " [--quick] [--out=PATH] [--worlds=W,W,...] "
-               "[--coordinator=PATH] [--perf_dir=DIR]\n";
+               "[--coordinator=PATH] [--perf_dir=DIR] [--full_watch]\n";
   return 2;
 }
 
@@ -108,6 +114,7 @@ bool RunWorld(const Options& options, int w, BenchReport& report) {
   config.coordinator_binary = options.coordinator;
   config.world_size = w;
   config.sharding_factor = std::min(8, w / 2);
+  config.scoped_watch = !options.full_watch;
   config.coordinator_log = absl::StrCat("/tmp/coordinator_sim_w", w, ".log");
   std::remove(config.coordinator_log.c_str());
   absl::StatusOr<SimJob> job = StartJob(config);
@@ -279,6 +286,8 @@ int main(int argc, char** argv) {
       options.out = arg.substr(6);
     } else if (absl::StartsWith(arg, "--coordinator=")) {
       options.coordinator = arg.substr(14);
+    } else if (arg == "--full_watch") {
+      options.full_watch = true;
     } else if (absl::StartsWith(arg, "--perf_dir=")) {
       options.perf_dir = arg.substr(11);
     } else if (absl::StartsWith(arg, "--worlds=")) {

@@ -23,6 +23,9 @@ constexpr int kWorldSize = 5;
 constexpr int kKeepalive = 9;
 constexpr int kJobState = 10;
 constexpr int kPlan = 12;
+constexpr int kDelta = 13;
+constexpr int kRemovedRanks = 14;
+constexpr int kLiveMembers = 15;
 constexpr int kMemberRank = 1;
 
 absl::Status Malformed(const char* what) {
@@ -64,7 +67,8 @@ absl::StatusOr<ScannedUpdate> ScanStream(CodedInputStream& in, size_t bytes) {
     uint64_t value = 0;
     if (wire == WireFormatLite::WIRETYPE_VARINT &&
         (field == kEpoch || field == kReady || field == kWorldSize ||
-         field == kKeepalive || field == kJobState)) {
+         field == kKeepalive || field == kJobState || field == kDelta ||
+         field == kRemovedRanks || field == kLiveMembers)) {
       if (!in.ReadVarint64(&value)) return Malformed("varint");
       switch (field) {
         case kEpoch:
@@ -82,7 +86,31 @@ absl::StatusOr<ScannedUpdate> ScanStream(CodedInputStream& in, size_t bytes) {
         case kJobState:
           out.job_failed = value == shardd::v1::JOB_STATE_FAILED;
           break;
+        case kDelta:
+          out.delta = value != 0;
+          break;
+        case kRemovedRanks:
+          out.removed_ranks.push_back(static_cast<int32_t>(value));
+          break;
+        case kLiveMembers:
+          out.live_members = static_cast<int32_t>(value);
+          break;
       }
+      continue;
+    }
+    if (wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
+        field == kRemovedRanks) {
+      // Packed (proto3's default for repeated scalars).
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return Malformed("length");
+      const CodedInputStream::Limit limit =
+          in.PushLimit(static_cast<int>(length));
+      while (in.BytesUntilLimit() > 0) {
+        uint32_t value = 0;
+        if (!in.ReadVarint32(&value)) return Malformed("removed rank");
+        out.removed_ranks.push_back(static_cast<int32_t>(value));
+      }
+      in.PopLimit(limit);
       continue;
     }
     if (wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&

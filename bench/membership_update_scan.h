@@ -19,6 +19,11 @@ struct ScannedUpdate {
   int32_t world_size = 0;
   // The ranks of the members listed, in wire order.
   std::vector<int32_t> ranks;
+  // A scoped stream's delta (MembershipUpdate.delta): `ranks` joined or
+  // were replaced, removed_ranks became empty; live_members counts all W.
+  bool delta = false;
+  std::vector<int32_t> removed_ranks;
+  int32_t live_members = 0;
   // The current epoch's plan (parsed in full: it is small).
   shardd::v1::RecoveryPlan plan;
   // The serialized size of the whole update.

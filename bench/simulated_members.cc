@@ -63,6 +63,12 @@ struct SimulatedMembers::Member {
   int64_t committed_step ABSL_GUARDED_BY(mu) = 0;
   bool recovering ABSL_GUARDED_BY(mu) = false;
   int64_t join_epoch ABSL_GUARDED_BY(mu) = 0;
+  // The newest issued plan its watch showed (epoch -1: none): a
+  // replacement whose Join reply comes after the update announcing its
+  // epoch acts on it then (a scoped stream sends nothing more until the
+  // epoch is ready, which it is waiting for).
+  int64_t plan_epoch ABSL_GUARDED_BY(mu) = -1;
+  int64_t plan_step ABSL_GUARDED_BY(mu) = 0;
   MonoTime joined_at ABSL_GUARDED_BY(mu) = MonoTime::InfinitePast();
   MonoTime saw_slot_empty_at ABSL_GUARDED_BY(mu) = MonoTime::InfinitePast();
   bool rejoin ABSL_GUARDED_BY(mu) = false;
@@ -326,6 +332,7 @@ void SimulatedMembers::SendJoin(Member& m) {
   pb::JoinRequest request;
   request.set_rank(m.rank);
   request.set_identity(m.identity);
+  request.set_omit_members(options_.scoped_watch);
   request.set_peer_address(m.peer_address);
   request.set_incarnation(m.incarnation);
   request.set_join_secret(m.join_secret);
@@ -397,6 +404,7 @@ void SimulatedMembers::OnJoin(Member& m, JoinOp& op) {
   }
   NoteEpoch(r.epoch(), -1);
   if (m.watch == nullptr) StartWatch(m);
+  MaybeReportReady(m);
   // The first heartbeat at a uniform phase of the period.
   std::uniform_real_distribution<double> phase(0.0, 1.0);
   ArmHeartbeat(m, MonoNow() + m.interval * phase(m.random));
@@ -501,7 +509,9 @@ void SimulatedMembers::OnHeartbeat(Member& m, HeartbeatOp& op) {
 void SimulatedMembers::StartWatch(Member& m) {
   auto* op = new WatchOp(this, &m);
   pb::WatchMembershipRequest request;
-  request.set_rank(m.phase == Phase::kStandby ? -1 : m.rank);
+  // A standby watches the slot it will take.
+  request.set_rank(m.rank);
+  request.set_scoped(options_.scoped_watch);
   const std::string bytes = request.SerializeAsString();
   grpc::Slice slice(bytes);
   op->request = grpc::ByteBuffer(&slice, 1);
@@ -526,7 +536,8 @@ void SimulatedMembers::OnWatchMessage(Member& m,
     change_bytes_.fetch_add(static_cast<int64_t>(u.bytes),
                             std::memory_order_relaxed);
   }
-  NoteEpoch(u.epoch, static_cast<int64_t>(u.ranks.size()));
+  NoteEpoch(u.epoch, u.live_members > 0 ? u.live_members
+                                        : static_cast<int64_t>(u.ranks.size()));
   absl::MutexLock lock(&m.mu);
   ++m.updates;
   if (m.stopped()) return;
@@ -537,8 +548,23 @@ void SimulatedMembers::OnWatchMessage(Member& m,
   }
   if (u.epoch < m.view_epoch) return;
   m.view_epoch = u.epoch;
+  const pb::EpochPlanKind kind = u.plan.kind();
+  const bool issued =
+      u.plan.epoch() == u.epoch &&
+      (kind == pb::EPOCH_PLAN_KIND_NEW || kind == pb::EPOCH_PLAN_KIND_RESUME ||
+       kind == pb::EPOCH_PLAN_KIND_ROLLBACK);
+  if (issued) {
+    m.plan_epoch = u.epoch;
+    m.plan_step = kind == pb::EPOCH_PLAN_KIND_NEW ? 0 : u.plan.step();
+  }
   if (m.phase == Phase::kStandby) {
-    if (std::find(u.ranks.begin(), u.ranks.end(), m.rank) == u.ranks.end()) {
+    const bool listed =
+        std::find(u.ranks.begin(), u.ranks.end(), m.rank) != u.ranks.end();
+    const bool removed =
+        u.delta ? std::find(u.removed_ranks.begin(), u.removed_ranks.end(),
+                            m.rank) != u.removed_ranks.end()
+                : !listed;
+    if (removed) {
       m.saw_slot_empty_at = MonoNow();
       m.phase = Phase::kJoining;
       SendJoin(m);
@@ -548,17 +574,17 @@ void SimulatedMembers::OnWatchMessage(Member& m,
   if (m.phase != Phase::kLive) return;
   m.known_epoch = std::max(m.known_epoch, u.epoch);
   if (u.ready) NoteReadySeen(m, u.epoch);
-  const pb::EpochPlanKind kind = u.plan.kind();
-  const bool issued =
-      u.plan.epoch() == u.epoch &&
-      (kind == pb::EPOCH_PLAN_KIND_NEW || kind == pb::EPOCH_PLAN_KIND_RESUME ||
-       kind == pb::EPOCH_PLAN_KIND_ROLLBACK);
-  if (issued && u.epoch == m.known_epoch && m.ready_epoch != u.epoch) {
-    // A daemon would copy its shard (a replacement) and build its
-    // communicators here; the simulation is ready at once.
-    ReportReady(m, u.epoch,
-                kind == pb::EPOCH_PLAN_KIND_NEW ? 0 : u.plan.step());
+  MaybeReportReady(m);
+}
+
+void SimulatedMembers::MaybeReportReady(Member& m) {
+  if (m.phase != Phase::kLive || m.plan_epoch != m.known_epoch ||
+      m.ready_epoch == m.plan_epoch) {
+    return;
   }
+  // A daemon would copy its shard (a replacement) and build its
+  // communicators here; the simulation is ready at once.
+  ReportReady(m, m.plan_epoch, m.plan_step);
 }
 
 void SimulatedMembers::ReportReady(Member& m, int64_t epoch, int64_t step) {

@@ -32,6 +32,10 @@ struct SimulatedMembersOptions {
   // Each heartbeat period is the coordinator's interval times a uniform
   // factor in [1 - jitter, 1 + jitter]; the first is at a uniform phase.
   double heartbeat_jitter = 0.1;
+  // Scoped delta watch streams (WatchMembershipRequest.scoped) and Joins
+  // without the member list, as MemberClient does; false: full updates,
+  // as daemons that predate them.
+  bool scoped_watch = true;
   uint64_t seed = 1;
 };
 
@@ -169,6 +173,9 @@ class SimulatedMembers {
   void OnWatchEnded(Member& m, WatchOp& op);
   void ReportReady(Member& m, int64_t epoch, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
+  // READY for the newest issued plan the member's watch showed, if it is
+  // live in that epoch and has not reported it yet.
+  void MaybeReportReady(Member& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
   void NoteReadySeen(Member& m, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(m.mu);
   void NoteEpoch(int64_t epoch, int64_t members_listed);

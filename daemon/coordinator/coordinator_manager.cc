@@ -75,6 +75,9 @@ CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
     options_.observer->Lease(options_.membership.detector.lease);
   }
   absl::MutexLock lock(&mu_);
+  scoped_holder_.assign(options_.membership.world_size, std::string());
+  holder_changed_at_.assign(options_.membership.world_size, 0);
+  scoped_header_ = CurrentScopedHeader();
   Publish();
 }
 
@@ -108,8 +111,61 @@ void CoordinatorManager::Changed(
     // epoch change and return ABORTED.
     votes_.DropBefore(table_.epoch());
   }
-  if (fresh > 0 || table_.epoch() != epoch_before) ++version_;
+  if (fresh > 0 || table_.epoch() != epoch_before) {
+    ++version_;
+    // A holder changes only with a decision naming its rank (joined,
+    // removed, left); when the log dropped some of them, look at all.
+    std::vector<int> ranks;
+    const bool all = fresh > static_cast<int64_t>(log.size());
+    for (int64_t i =
+             std::max<int64_t>(0, static_cast<int64_t>(log.size()) - fresh);
+         !all && i < static_cast<int64_t>(log.size()); ++i) {
+      ranks.insert(ranks.end(), log[i].ranks.begin(), log[i].ranks.end());
+    }
+    NoteVersion(ranks, all);
+  }
   Publish();
+}
+
+CoordinatorManager::ScopedHeader CoordinatorManager::CurrentScopedHeader()
+    const {
+  ScopedHeader h;
+  h.epoch = table_.epoch();
+  h.ready = table_.ready();
+  h.failed = table_.failed();
+  h.plan_epoch = table_.epoch();
+  h.plan_kind = static_cast<int>(table_.plan().kind);
+  h.plan_step = table_.plan().step;
+  h.plan_items = table_.plan().copies.size() + table_.plan().restores.size();
+  return h;
+}
+
+void CoordinatorManager::NoteVersion(const std::vector<int>& ranks,
+                                     bool all_ranks) {
+  bool moved = false;
+  const ScopedHeader header = CurrentScopedHeader();
+  if (!(header == scoped_header_)) {
+    scoped_header_ = header;
+    moved = true;
+    ++scoped_wake_;
+  }
+  const auto& slots = table_.slots();
+  auto look = [&](int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (r < 0 || r >= static_cast<int>(slots.size())) return;
+    const std::string& holder =
+        slots[r].live() ? slots[r].incarnation : std::string();
+    if (holder == scoped_holder_[r]) return;
+    scoped_holder_[r] = holder;
+    holder_changed_at_[r] = scoped_version_ + 1;
+    moved = true;
+  };
+  if (all_ranks) {
+    for (int r = 0; r < static_cast<int>(slots.size()); ++r) look(r);
+  } else {
+    for (int r : ranks) look(r);
+  }
+  if (moved) ++scoped_version_;
+  signal_.Publish(version_, scoped_wake_);
 }
 
 void CoordinatorManager::TrackRecovery(
@@ -195,7 +251,15 @@ void CoordinatorManager::NoteRendezvous(MonoTime now) {
 
 void CoordinatorManager::Publish() {
   metrics::CoordinatorObserver* const observer = options_.observer;
-  if (observer == nullptr) return;
+  if (observer == nullptr) {
+    if (table_.decisions_total() != published_decisions_) {
+      published_decisions_ = table_.decisions_total();
+      int live = 0;
+      for (const SlotRecord& s : table_.slots()) live += s.live() ? 1 : 0;
+      live_members_ = live;
+    }
+    return;
+  }
   if (table_.checkpoint_fallbacks() > published_fallbacks_) {
     for (int64_t i = published_fallbacks_; i < table_.checkpoint_fallbacks();
          ++i) {
@@ -205,16 +269,27 @@ void CoordinatorManager::Publish() {
   }
   // Shard indices that no live member holds: only a checkpoint can bring
   // them back.
-  const int f = table_.options().sharding_factor;
-  std::vector<int> holders(f, 0);
-  for (const SlotRecord& slot : table_.slots()) {
-    if (slot.live()) ++holders[slot.rank % f];
-  }
-  int without = 0;
-  for (int h : holders) without += h == 0 ? 1 : 0;
-  if (without != published_without_replica_) {
-    published_without_replica_ = without;
-    observer->ShardsWithoutReplica(without);
+  // Live members change only with a decision (join, removal, leave): the
+  // O(W) counts are redone only then, not at every heartbeat.
+  const bool recount = table_.decisions_total() != published_decisions_;
+  if (recount) {
+    published_decisions_ = table_.decisions_total();
+    const int f = table_.options().sharding_factor;
+    std::vector<int> holders(f, 0);
+    int live = 0;
+    for (const SlotRecord& slot : table_.slots()) {
+      if (slot.live()) {
+        ++holders[slot.rank % f];
+        ++live;
+      }
+    }
+    live_members_ = live;
+    int without = 0;
+    for (int h : holders) without += h == 0 ? 1 : 0;
+    if (without != published_without_replica_) {
+      published_without_replica_ = without;
+      observer->ShardsWithoutReplica(without);
+    }
   }
   if (table_.failed() && !published_failed_) {
     published_failed_ = true;
@@ -230,11 +305,9 @@ void CoordinatorManager::Publish() {
     published_ready_ = ready;
     observer->EpochChanged(published_epoch_, ready == 1);
   }
-  int live = 0;
-  for (const SlotRecord& s : table_.slots()) live += s.live() ? 1 : 0;
-  if (live != published_live_) {
-    published_live_ = live;
-    observer->Members(live, table_.options().world_size);
+  if (live_members_ != published_live_) {
+    published_live_ = live_members_;
+    observer->Members(live_members_, table_.options().world_size);
   }
   if (table_.committed_step() != published_step_) {
     published_step_ = table_.committed_step();
@@ -281,7 +354,7 @@ absl::Status CoordinatorManager::Heartbeat(
     int rank, const std::string& lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state,
     std::vector<UnreachablePeer> unreachable,
-    const CheckpointInventory* checkpoints) {
+    const CheckpointInventory* checkpoints, LeaseView* lease_out) {
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -305,6 +378,16 @@ absl::Status CoordinatorManager::Heartbeat(
   if (table_.ready() != was_ready ||
       (known && table_.slots()[rank].phase != phase_before)) {
     ++version_;
+    NoteVersion({}, false);  // No holder changed without a decision.
+  }
+  if (s.ok() && lease_out != nullptr) {
+    const SlotRecord& slot = table_.slots()[rank];
+    lease_out->lease_expiry = slot.lease_expiry;
+    lease_out->lease_expiry_wall =
+        clock_->WallNow() - (clock_->MonotonicNow() - slot.lease_expiry);
+    lease_out->lease = table_.options().detector.lease;
+    lease_out->epoch = table_.epoch();
+    lease_out->ready = table_.ready();
   }
   return s;
 }
@@ -459,6 +542,7 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     }
     Changed(epoch, logged);
     ++version_;
+    NoteVersion({}, false);
     return *d;
   }
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -508,9 +592,7 @@ MonoTime CoordinatorManager::Tick() {
   return next;
 }
 
-ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
-  absl::MutexLock lock(&mu_);
-  ClusterSnapshot s;
+void CoordinatorManager::FillHeader(ClusterSnapshot& s) const {
   s.version = version_;
   s.epoch = table_.epoch();
   s.ready = table_.ready();
@@ -518,15 +600,24 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   s.world_size = table_.options().world_size;
   s.sharding_factor = table_.options().sharding_factor;
   s.lease = table_.options().detector.lease;
-  s.slots = table_.slots();
   s.started = started_wall_;
   s.mono_now = clock_->MonotonicNow();
   s.wall_now = clock_->WallNow();
-  s.quarantines = table_.quarantines();
-  s.broken_links = table_.broken_links();
   s.plan = table_.plan();
   s.failed = table_.failed();
   s.failure = table_.failure();
+  s.live_members = live_members_;
+  const auto& log = table_.decisions();
+  if (!log.empty()) s.last_reason = log.back().reason;
+}
+
+ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
+  absl::MutexLock lock(&mu_);
+  ClusterSnapshot s;
+  FillHeader(s);
+  s.slots = table_.slots();
+  s.quarantines = table_.quarantines();
+  s.broken_links = table_.broken_links();
   const auto& log = table_.decisions();
   for (auto it = log.rbegin();
        it != log.rend() && static_cast<int>(s.decisions.size()) < max_decisions;
@@ -549,15 +640,92 @@ LeaseView CoordinatorManager::Lease(int rank) const {
   return v;
 }
 
+std::shared_ptr<const ClusterSnapshot> CoordinatorManager::SharedSnapshot()
+    const {
+  absl::MutexLock lock(&mu_);
+  if (shared_snapshot_ == nullptr || shared_snapshot_->version != version_) {
+    auto s = std::make_shared<ClusterSnapshot>();
+    FillHeader(*s);
+    s->slots = table_.slots();
+    shared_snapshot_ = std::move(s);
+  }
+  return shared_snapshot_;
+}
+
+std::shared_ptr<const MembershipChanges> CoordinatorManager::ChangesSince(
+    int64_t since) const {
+  absl::MutexLock lock(&mu_);
+  if (changes_cache_version_ != scoped_version_) {
+    changes_cache_.clear();
+    changes_cache_version_ = scoped_version_;
+  }
+  const int64_t key = since < 0 ? -1 : since;
+  if (auto it = changes_cache_.find(key); it != changes_cache_.end()) {
+    return it->second;
+  }
+  auto c = std::make_shared<MembershipChanges>();
+  c->version = scoped_version_;
+  c->full = key < 0;
+  FillHeader(c->snapshot);
+  const auto& slots = table_.slots();
+  if (c->full) {
+    c->snapshot.slots = slots;
+  } else {
+    for (size_t r = 0; r < slots.size(); ++r) {
+      if (holder_changed_at_[r] > since) c->snapshot.slots.push_back(slots[r]);
+    }
+  }
+  changes_cache_[key] = c;
+  return c;
+}
+
+std::shared_ptr<const MembershipChanges> CoordinatorManager::ScopedSnapshot(
+    int rank) const {
+  const int w = options_.membership.world_size;
+  const int f = options_.membership.sharding_factor;
+  if (rank < 0 || rank >= w) return ChangesSince(-1);
+  auto c = std::make_shared<MembershipChanges>();
+  c->full = true;
+  absl::MutexLock lock(&mu_);
+  c->version = scoped_version_;
+  FillHeader(c->snapshot);
+  const auto& slots = table_.slots();
+  // The shard group [g*F, (g+1)*F), then the rest of the replica group
+  // (rank mod F), in rank order.
+  const int group = rank / f;
+  c->snapshot.slots.reserve(f + w / f - 1);
+  for (int r = rank % f; r < w; r += f) {
+    if (r / f == group) {
+      for (int s = group * f; s < (group + 1) * f; ++s) {
+        c->snapshot.slots.push_back(slots[s]);
+      }
+    } else {
+      c->snapshot.slots.push_back(slots[r]);
+    }
+  }
+  return c;
+}
+
+ClusterSnapshot CoordinatorManager::JoinView(int rank, bool all_slots) const {
+  absl::MutexLock lock(&mu_);
+  ClusterSnapshot s;
+  FillHeader(s);
+  if (all_slots) {
+    s.slots = table_.slots();
+  } else if (rank >= 0 && rank < static_cast<int>(table_.slots().size())) {
+    s.slots.push_back(table_.slots()[rank]);
+  }
+  return s;
+}
+
+ChangeSignal::Versions CoordinatorManager::AwaitVersion(
+    bool scoped, int64_t seen, MonoTime deadline) const {
+  return signal_.Await(scoped, seen, deadline);
+}
+
 ClusterSnapshot CoordinatorManager::AwaitChange(int64_t seen_version,
                                                 MonoTime deadline) const {
-  {
-    absl::MutexLock lock(&mu_);
-    auto moved = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || version_ > seen_version;
-    };
-    AwaitUntil(&mu_, absl::Condition(&moved), deadline);
-  }
+  signal_.Await(/*scoped=*/false, seen_version, deadline);
   return Snapshot();
 }
 
@@ -566,6 +734,7 @@ void CoordinatorManager::Shutdown() {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
   }
+  signal_.Shutdown();
   rendezvous_.Shutdown();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "daemon/coordinator/change_signal.h"
 #include "daemon/coordinator/commit_vote_table.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_policy.h"
@@ -57,6 +58,23 @@ struct ClusterSnapshot {
   EpochPlan plan;
   bool failed = false;
   std::string failure;
+  // Slots held by live members, of all W.
+  int live_members = 0;
+};
+
+// What a scoped watch stream is told (WatchMembershipRequest.scoped): the
+// cluster's header and the slots whose holder changed since a version the
+// stream saw. Built once per (since, version) and shared by every stream
+// that asks the same.
+struct MembershipChanges {
+  // CoordinatorManager::scoped_version when built.
+  int64_t version = 0;
+  // True: snapshot.slots holds all W slots (the stream's first message).
+  // False: only those whose holder changed after the version asked about:
+  // live ones joined or were replaced, the others were removed or left.
+  bool full = true;
+  // Header and slots as above; no decisions, quarantines or links.
+  ClusterSnapshot snapshot;
 };
 
 // What a heartbeat reply carries, without copying the whole cluster.
@@ -98,11 +116,14 @@ class CoordinatorManager {
   // `unreachable`: the member's reachability report (see
   // MembershipTable::Heartbeat); members it finds cut off from their peers
   // are reported to the observer with cause peer_unreachable.
+  // `lease_out`, when given, receives Lease(rank) read under the same lock
+  // once the heartbeat was accepted (one lock for the reply, not two).
   absl::Status Heartbeat(int rank, const std::string& lease_token,
                          int64_t epoch, int64_t committed_step,
                          MemberPhase state,
                          std::vector<UnreachablePeer> unreachable = {},
-                         const CheckpointInventory* checkpoints = nullptr);
+                         const CheckpointInventory* checkpoints = nullptr,
+                         LeaseView* lease_out = nullptr);
   absl::Status Leave(int rank, const std::string& lease_token,
                      const std::string& reason);
   absl::StatusOr<ReportOutcome> ReportFailure(int reporter,
@@ -127,6 +148,35 @@ class CoordinatorManager {
   MonoTime Tick();
 
   ClusterSnapshot Snapshot(int max_decisions = 100) const;
+
+  // The snapshot of the current version without decisions, copied once per
+  // version and shared by every full watch stream (a copy of all W slots
+  // per watcher per change was most of the coordinator's time).
+  std::shared_ptr<const ClusterSnapshot> SharedSnapshot() const;
+
+  // For scoped watch streams: the changes after scoped version `since`
+  // (-1: the stream's first message, every slot). Shared per (since,
+  // current version).
+  std::shared_ptr<const MembershipChanges> ChangesSince(int64_t since) const;
+
+  // A scoped stream's first message for `rank`: the header and the slots
+  // of its shard group and replica group only (-1: every slot), copied in
+  // O(F + W/F), not O(W) (full: true).
+  std::shared_ptr<const MembershipChanges> ScopedSnapshot(int rank) const;
+
+  // The member `rank` as a Join reply shows it, with the cluster's header
+  // (slots: that slot only, unless `all_slots`): O(1) without all_slots.
+  ClusterSnapshot JoinView(int rank, bool all_slots) const;
+
+  // Blocks until the version (`scoped`: the scoped wake counter, which
+  // moves when a scoped stream's header changes: epoch, readiness, plan,
+  // job state) exceeds `seen`, the deadline passes, or Shutdown(); returns
+  // both either way. Waits on the ChangeSignal, not on the manager's mutex.
+  // A holder change alone (a join while the job forms) wakes no scoped
+  // stream: it rides with the stream's next message or keepalive, so that
+  // W joins do not wake W streams each.
+  ChangeSignal::Versions AwaitVersion(bool scoped, int64_t seen,
+                                      MonoTime deadline) const;
 
   // The lease of `rank` (which must be in range) and the epoch: O(W) reads,
   // no copies, for the heartbeat path (Snapshot copies every slot).
@@ -172,6 +222,26 @@ class CoordinatorManager {
  private:
   CoordinatorManager(const CoordinatorOptions& options, MembershipTable table,
                      std::unique_ptr<Clock> clock, Prober prober);
+
+  // After the version moved: raises the scoped version when what a scoped
+  // stream shows changed (the header, or a slot's holder among `ranks`;
+  // all slots when `all_ranks`), then publishes both on signal_.
+  void NoteVersion(const std::vector<int>& ranks, bool all_ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a scoped stream's header shows, for NoteVersion's comparison.
+  struct ScopedHeader {
+    int64_t epoch = -1;
+    bool ready = false;
+    bool failed = false;
+    int64_t plan_epoch = -1;
+    int plan_kind = -1;
+    int64_t plan_step = -1;
+    size_t plan_items = 0;
+    bool operator==(const ScopedHeader&) const = default;
+  };
+  ScopedHeader CurrentScopedHeader() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The header fields of a snapshot (no slots, no decisions).
+  void FillHeader(ClusterSnapshot& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // After any call that may have changed the table. Members removed by the
   // call are reported to the observer with `removal_cause`.
@@ -241,6 +311,25 @@ class CoordinatorManager {
   int published_ready_ ABSL_GUARDED_BY(mu_) = -1;
   int published_live_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t published_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // decisions_total when Publish last counted live members and holders.
+  int64_t published_decisions_ ABSL_GUARDED_BY(mu_) = -1;
+  int live_members_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Scoped streams: their version, what they were last shown, and when
+  // each slot's holder last changed (scoped version).
+  int64_t scoped_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Header changes only: what scoped streams wake for.
+  int64_t scoped_wake_ ABSL_GUARDED_BY(mu_) = 0;
+  ScopedHeader scoped_header_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> scoped_holder_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> holder_changed_at_ ABSL_GUARDED_BY(mu_);
+  // Built on demand, for the current version only.
+  mutable std::shared_ptr<const ClusterSnapshot> shared_snapshot_
+      ABSL_GUARDED_BY(mu_);
+  mutable std::map<int64_t, std::shared_ptr<const MembershipChanges>>
+      changes_cache_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t changes_cache_version_ ABSL_GUARDED_BY(mu_) = -1;
+  ChangeSignal signal_;
 };
 
 }  // namespace shardd::coordinator

@@ -6,8 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/coordinator/coordinator_proto.h"
+#include "daemon/coordinator/scoped_update_stream.h"
 #include "daemon/core/mono_time.h"
-#include "daemon/core/shard_plan.h"
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
@@ -16,155 +17,9 @@ namespace {
 
 namespace pb = ::shardd::v1;
 
-int64_t UnixMs(absl::Time t) {
-  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return 0;
-  return absl::ToUnixMillis(t);
-}
-
-// A monotonic time of the snapshot's as wall-clock milliseconds, for people.
-int64_t UnixMs(const ClusterSnapshot& s, MonoTime t) {
-  if (t == MonoTime::InfinitePast() || t == MonoTime::InfiniteFuture()) {
-    return 0;
-  }
-  return UnixMs(s.WallTimeOf(t));
-}
-
-pb::MemberState ToProto(MemberPhase phase) {
-  switch (phase) {
-    case MemberPhase::kEmpty:
-      return pb::MEMBER_STATE_EMPTY;
-    case MemberPhase::kJoining:
-      return pb::MEMBER_STATE_JOINING;
-    case MemberPhase::kRecovering:
-      return pb::MEMBER_STATE_RECOVERING;
-    case MemberPhase::kReady:
-      return pb::MEMBER_STATE_READY;
-    case MemberPhase::kFailed:
-      return pb::MEMBER_STATE_FAILED;
-    case MemberPhase::kLeft:
-      return pb::MEMBER_STATE_LEFT;
-  }
-  return pb::MEMBER_STATE_UNSPECIFIED;
-}
-
-pb::DecisionKind ToProto(DecisionKind kind) {
-  switch (kind) {
-    case DecisionKind::kMemberJoined:
-      return pb::DECISION_KIND_MEMBER_JOINED;
-    case DecisionKind::kJoinRejected:
-      return pb::DECISION_KIND_JOIN_REJECTED;
-    case DecisionKind::kMemberRemoved:
-      return pb::DECISION_KIND_MEMBER_REMOVED;
-    case DecisionKind::kMemberLeft:
-      return pb::DECISION_KIND_MEMBER_LEFT;
-    case DecisionKind::kEpochStarted:
-      return pb::DECISION_KIND_EPOCH_STARTED;
-    case DecisionKind::kEpochReady:
-      return pb::DECISION_KIND_EPOCH_READY;
-    case DecisionKind::kRecoveryPlanned:
-      return pb::DECISION_KIND_RECOVERY_PLANNED;
-    case DecisionKind::kFailureReportDismissed:
-      return pb::DECISION_KIND_FAILURE_REPORT_DISMISSED;
-    case DecisionKind::kUnrecoverable:
-      return pb::DECISION_KIND_UNRECOVERABLE;
-    case DecisionKind::kJoinTimeout:
-      return pb::DECISION_KIND_JOIN_TIMEOUT;
-    case DecisionKind::kCommitRejected:
-      return pb::DECISION_KIND_COMMIT_REJECTED;
-    case DecisionKind::kPartitionUndecided:
-      return pb::DECISION_KIND_PARTITION_UNDECIDED;
-    case DecisionKind::kEpochStalled:
-      return pb::DECISION_KIND_EPOCH_STALLED;
-    case DecisionKind::kJobFailed:
-      return pb::DECISION_KIND_JOB_FAILED;
-  }
-  return pb::DECISION_KIND_UNSPECIFIED;
-}
-
-void FillMember(const ClusterSnapshot& snap, const SlotRecord& s,
-                pb::MemberInfo* m) {
-  m->set_rank(s.rank);
-  m->set_identity(s.identity);
-  m->set_peer_address(s.peer_address);
-  m->set_incarnation(s.incarnation);
-  m->set_state(ToProto(s.phase));
-  m->set_committed_step(s.committed_step);
-  m->set_lease_expiry_unix_ms(UnixMs(snap, s.lease_expiry));
-  m->set_joined_unix_ms(UnixMs(snap, s.joined));
-}
-
-void FillTopology(int world_size, int sharding_factor, int rank,
-                  pb::Topology* t) {
-  t->set_world_size(world_size);
-  t->set_sharding_factor(sharding_factor);
-  t->set_rank(rank);
-  // The same placement rule as the daemons use (daemon/core/shard_plan).
-  auto plan = core::ShardPlan::Create(
-      world_size, core::ShardingStrategy::kHybridShard, sharding_factor);
-  if (!plan.ok()) return;
-  auto p = plan->Placement(rank);
-  if (!p.ok()) return;
-  t->set_shard_index(static_cast<int32_t>(p->shard_index));
-  t->set_shard_group(static_cast<int32_t>(p->shard_group));
-  for (int64_t r : p->shard_group_ranks) t->add_shard_group_ranks(r);
-  for (int64_t r : p->replica_group_ranks) t->add_replica_group_ranks(r);
-}
-
-pb::EpochPlanKind ToProto(PlanKind kind) {
-  switch (kind) {
-    case PlanKind::kWait:
-      return pb::EPOCH_PLAN_KIND_WAIT;
-    case PlanKind::kNew:
-      return pb::EPOCH_PLAN_KIND_NEW;
-    case PlanKind::kResume:
-      return pb::EPOCH_PLAN_KIND_RESUME;
-    case PlanKind::kRollback:
-      return pb::EPOCH_PLAN_KIND_ROLLBACK;
-    case PlanKind::kFailed:
-      return pb::EPOCH_PLAN_KIND_FAILED;
-  }
-  return pb::EPOCH_PLAN_KIND_UNSPECIFIED;
-}
-
-void FillPlan(const ClusterSnapshot& s, pb::RecoveryPlan* out) {
-  out->set_epoch(s.epoch);
-  out->set_kind(ToProto(s.plan.kind));
-  out->set_step(s.plan.step);
-  out->set_reason(s.plan.reason);
-  for (const ShardCopy& c : s.plan.copies) {
-    pb::ShardTransfer* t = out->add_transfers();
-    t->set_target_rank(c.target_rank);
-    t->set_shard_index(c.shard_index);
-    for (int r : c.source_ranks) t->add_source_ranks(r);
-    t->set_step(s.plan.step);
-    t->set_phase(pb::RECOVERY_PHASE_TRANSFERRING_STATE);
-  }
-  for (int r : s.plan.restores) out->add_restore_ranks(r);
-  out->set_phase(s.failed  ? pb::RECOVERY_PHASE_UNRECOVERABLE
-                 : s.ready ? pb::RECOVERY_PHASE_COMPLETE
-                 : !s.plan.copies.empty() || !s.plan.restores.empty()
-                     ? pb::RECOVERY_PHASE_TRANSFERRING_STATE
-                 : s.plan.kind == PlanKind::kWait
-                     ? pb::RECOVERY_PHASE_AWAITING_REPLACEMENT
-                     : pb::RECOVERY_PHASE_REBUILDING_COMMUNICATORS);
-}
-
-void FillUpdate(const ClusterSnapshot& s, bool keepalive,
-                pb::MembershipUpdate* u) {
-  u->set_epoch(s.epoch);
-  u->set_ready(s.ready);
-  u->set_reason(keepalive ? "keepalive" : s.last_reason);
-  u->set_world_size(s.world_size);
-  u->set_sharding_factor(s.sharding_factor);
-  u->set_committed_step(s.committed_step);
-  u->set_keepalive(keepalive);
-  for (const SlotRecord& slot : s.slots) {
-    if (slot.live()) FillMember(s, slot, u->add_members());
-  }
-  u->set_job_state(s.failed ? pb::JOB_STATE_FAILED : pb::JOB_STATE_RUNNING);
-  u->set_job_failure(s.failure);
-  FillPlan(s, u->mutable_plan());
-}
+// How long a watch stream waits for a build slot before it builds anyway:
+// holders only compute, so a slot frees within milliseconds.
+constexpr absl::Duration kBuildWait = absl::Seconds(1);
 
 absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
   switch (state) {
@@ -213,14 +68,17 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   info.join_secret = request->join_secret();
   absl::StatusOr<JoinOutcome> out = manager_->Join(info);
   if (!out.ok()) return rpc::ToGrpc(out.status());
-  const ClusterSnapshot s = manager_->Snapshot(0);
-  FillMember(s, s.slots[out->rank], response->mutable_member());
+  const bool all = !request->omit_members();
+  const ClusterSnapshot s = manager_->JoinView(out->rank, all);
+  for (const SlotRecord& slot : s.slots) {
+    if (slot.rank == out->rank) {
+      FillMember(s, slot, response->mutable_member());
+    }
+    if (slot.live()) FillMember(s, slot, response->add_members());
+  }
   response->set_epoch(out->epoch);
   FillTopology(s.world_size, s.sharding_factor, out->rank,
                response->mutable_topology());
-  for (const SlotRecord& slot : s.slots) {
-    if (slot.live()) FillMember(s, slot, response->add_members());
-  }
   response->set_lease_token(out->lease_token);
   response->set_lease_ms(absl::ToInt64Milliseconds(s.lease));
   response->set_heartbeat_interval_ms(
@@ -259,13 +117,12 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
   if (request->has_checkpoints()) {
     checkpoints = FromProto(request->checkpoints());
   }
+  LeaseView lease;
   absl::Status s = manager_->Heartbeat(
       request->rank(), request->lease_token(), request->epoch(),
       request->committed_step(), *state, std::move(unreachable),
-      checkpoints.has_value() ? &*checkpoints : nullptr);
+      checkpoints.has_value() ? &*checkpoints : nullptr, &lease);
   if (!s.ok()) return rpc::ToGrpc(s);
-  // Rank is valid: the heartbeat was accepted.
-  const LeaseView lease = manager_->Lease(request->rank());
   response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry_wall));
   response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));
   response->set_epoch(lease.epoch);
@@ -284,29 +141,98 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
 }
 
 grpc::Status CoordinatorService::WatchMembership(
-    grpc::ServerContext* context, const pb::WatchMembershipRequest*,
+    grpc::ServerContext* context, const pb::WatchMembershipRequest* request,
     grpc::ServerWriter<pb::MembershipUpdate>* writer) {
-  ClusterSnapshot snap = manager_->Snapshot(0);
-  const absl::Duration keepalive = snap.lease / 3;
+  return request->scoped() ? WatchScoped(context, request->rank(), writer)
+                           : WatchFull(context, writer);
+}
+
+grpc::Status CoordinatorService::WatchFull(
+    grpc::ServerContext* context,
+    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
+  std::shared_ptr<const ClusterSnapshot> snap = manager_->SharedSnapshot();
+  const absl::Duration keepalive = snap->lease / 3;
   bool is_keepalive = false;
   while (true) {
-    pb::MembershipUpdate update;
-    FillUpdate(snap, is_keepalive, &update);
-    if (!writer->Write(update)) return grpc::Status::CANCELLED;
-    const int64_t seen = snap.version;
+    std::shared_ptr<const pb::MembershipUpdate> update;
+    {
+      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
+      update = full_updates_.Get(snap, is_keepalive);
+    }
+    if (!writer->Write(*update)) return grpc::Status::CANCELLED;
+    const int64_t seen = snap->version;
     // Wake for a change, a keepalive, the client's deadline or shutdown.
-    snap = manager_->AwaitChange(seen, Deadline(context, keepalive));
-    if (context->IsCancelled()) return grpc::Status::CANCELLED;
-    if (manager_->shut_down()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the coordinator is shutting down");
+    const ChangeSignal::Versions v = manager_->AwaitVersion(
+        /*scoped=*/false, seen, Deadline(context, keepalive));
+    if (grpc::Status end = WatchEnded(context, v.shut_down); !end.ok()) {
+      return end;
     }
-    if (MonoNow() >= rpc::DeadlineOf(*context)) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          "watch deadline reached");
+    {
+      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
+      snap = manager_->SharedSnapshot();
     }
-    is_keepalive = snap.version == seen;
+    is_keepalive = snap->version == seen;
   }
+}
+
+grpc::Status CoordinatorService::WatchScoped(
+    grpc::ServerContext* context, int rank,
+    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
+  ScopedUpdateStream stream(rank);
+  // The wake counter first: a change after it is not missed.
+  int64_t woken =
+      manager_->AwaitVersion(/*scoped=*/true, 0, MonoTime::InfinitePast())
+          .scoped;
+  std::optional<pb::MembershipUpdate> update;
+  absl::Duration keepalive;
+  {
+    const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
+    std::shared_ptr<const MembershipChanges> changes =
+        manager_->ScopedSnapshot(rank);
+    // A lease, not a third of one: the member's watchdog reopens a stream
+    // silent for two leases, its heartbeat replies carry epoch and
+    // readiness meanwhile, and at W = 4,096 keepalives every lease / 3
+    // were as many wakeups as the heartbeats themselves.
+    keepalive = changes->snapshot.lease;
+    update = stream.Next(*changes);
+  }
+  while (true) {
+    if (update.has_value() && !writer->Write(*update)) {
+      return grpc::Status::CANCELLED;
+    }
+    const MonoTime next_keepalive = MonoNow() + keepalive;
+    update.reset();
+    while (!update.has_value()) {
+      const ChangeSignal::Versions v = manager_->AwaitVersion(
+          /*scoped=*/true, woken,
+          std::min(next_keepalive, rpc::DeadlineOf(*context)));
+      if (grpc::Status end = WatchEnded(context, v.shut_down); !end.ok()) {
+        return end;
+      }
+      const bool keepalive_due = MonoNow() >= next_keepalive;
+      if (v.scoped > woken || keepalive_due) {
+        woken = v.scoped;
+        // Nothing new for this stream: nullopt (then a keepalive, if due).
+        const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
+        update = stream.Next(*manager_->ChangesSince(stream.seen()));
+        if (!update.has_value() && keepalive_due) update = stream.Keepalive();
+      }
+    }
+  }
+}
+
+grpc::Status CoordinatorService::WatchEnded(grpc::ServerContext* context,
+                                            bool shut_down) {
+  if (context->IsCancelled()) return grpc::Status::CANCELLED;
+  if (shut_down || manager_->shut_down()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the coordinator is shutting down");
+  }
+  if (MonoNow() >= rpc::DeadlineOf(*context)) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "watch deadline reached");
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::ReportFailure(

@@ -2,7 +2,9 @@
 #define SHARDD_DAEMON_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include "absl/time/time.h"
+#include "daemon/coordinator/concurrency_limit.h"
 #include "daemon/coordinator/coordinator_manager.h"
+#include "daemon/coordinator/full_update_cache.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardd::coordinator {
@@ -60,7 +62,27 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
       shardd::v1::ClusterState* response) override;
 
  private:
+  // WatchMembership for clients that want every member in every message
+  // (one shared message per version), and for scoped streams
+  // (ScopedUpdateStream over the manager's shared changes).
+  grpc::Status WatchFull(
+      grpc::ServerContext* context,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  grpc::Status WatchScoped(
+      grpc::ServerContext* context, int rank,
+      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
+  // Why a watch stream ends now (cancelled, shutting down, its deadline),
+  // or OK to go on.
+  grpc::Status WatchEnded(grpc::ServerContext* context, bool shut_down);
+
   CoordinatorManager* const manager_;
+  FullUpdateCache full_updates_;
+  // Watch streams that build a message at the same time. Every stream has
+  // a thread; when thousands wake at once (a new epoch, or W streams
+  // opening while the job forms) they would all be runnable together and
+  // starve the heartbeat handlers until leases expired (measured at
+  // W = 4,096). The rest wait, asleep, for a slot.
+  ConcurrencyLimit build_slots_{2};
   const absl::Duration heartbeat_interval_;
   const absl::Duration max_rendezvous_wait_;
 };

@@ -12,10 +12,23 @@ namespace shardd::coordinator {
 namespace {
 
 // "rank 2", "ranks 0, 2", "no rank".
+// At most kListed ranks of a list, then how many more: reasons travel in
+// every watch update and the decisions log, and at thousands of ranks a
+// full list (the slots a forming job waits for, a shard's 500 replicas)
+// would make each of them O(W).
+constexpr size_t kListed = 8;
+
+std::string RankList(const std::vector<int>& ranks, absl::string_view sep) {
+  if (ranks.size() <= kListed) return absl::StrJoin(ranks, sep);
+  return absl::StrCat(
+      absl::StrJoin(ranks.begin(), ranks.begin() + kListed, sep), sep, "... (",
+      ranks.size() - kListed, " more)");
+}
+
 std::string Ranks(const std::vector<int>& ranks) {
   if (ranks.empty()) return "no rank";
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
+                      RankList(ranks, ", "));
 }
 
 // Why no checkpoint step is held by every rank, naming each rank's part.
@@ -59,7 +72,7 @@ std::string WhyNoCheckpoint(const PlanInput& in) {
 std::string CopyReason(const ShardCopy& copy, int64_t step) {
   return absl::StrCat("rank ", copy.target_rank, " copies shard ",
                       copy.shard_index, " at step ", step, " from rank(s) ",
-                      absl::StrJoin(copy.source_ranks, ","));
+                      RankList(copy.source_ranks, ","));
 }
 
 const char* PlanKindName(PlanKind kind) {
@@ -175,10 +188,14 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
       copies.push_back(CopyReason(copy, target));
       plan.copies.push_back(std::move(copy));
     }
-    plan.reason = absl::StrCat("resume at step ", target, ": ",
-                               copies.empty()
-                                   ? std::string("every member holds its shard")
-                                   : absl::StrJoin(copies, "; "));
+    plan.reason = absl::StrCat(
+        "resume at step ", target, ": ",
+        copies.empty() ? std::string("every member holds its shard")
+        : copies.size() <= kListed
+            ? absl::StrJoin(copies, "; ")
+            : absl::StrCat(
+                  absl::StrJoin(copies.begin(), copies.begin() + kListed, "; "),
+                  "; ... (", copies.size() - kListed, " more copies)"));
     return plan;
   }
 

@@ -91,7 +91,8 @@ struct EpochPlan {
   std::string reason;
 };
 
-// "rank 1 copies shard 1 at step 5 from rank(s) 3": one copy, as logged.
+// "rank 1 copies shard 1 at step 5 from rank(s) 3": one copy, as logged
+// (at most 8 sources named, then "... (N more)").
 std::string CopyReason(const ShardCopy& copy, int64_t step);
 
 // Decides how the members of an epoch reach one common step, from the

@@ -129,6 +129,8 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   const MemberShardStatus shard =
       options_.shard_status ? options_.shard_status() : MemberShardStatus{};
   pb::JoinRequest request;
+  // The view comes from the watch stream: the reply need not list all W.
+  request.set_omit_members(true);
   {
     absl::MutexLock lock(&mu_);
     if (rejoin) {
@@ -307,12 +309,17 @@ void MemberClient::WatchLoop() {
       last_watch_message_ = MonoNow();
       request.set_rank(rank_);
     }
+    // Scoped delta updates; a coordinator that predates them sends full
+    // ones, which ApplyUpdate takes as they come.
+    request.set_scoped(true);
     std::unique_ptr<grpc::ClientReader<pb::MembershipUpdate>> reader =
         stub_->WatchMembership(&context, request);
     pb::MembershipUpdate update;
     bool received = false;
+    // The members this stream has listed so far (its deltas apply to it).
+    std::map<int, pb::MemberInfo> stream_members;
     while (reader->Read(&update)) {
-      ApplyUpdate(update);
+      ApplyUpdate(update, stream_members);
       received = true;
     }
     const grpc::Status status = reader->Finish();
@@ -331,7 +338,11 @@ void MemberClient::WatchLoop() {
   }
 }
 
-void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
+void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update,
+                               std::map<int, pb::MemberInfo>& stream_members) {
+  if (!update.delta()) stream_members.clear();
+  for (int r : update.removed_ranks()) stream_members.erase(r);
+  for (const pb::MemberInfo& m : update.members()) stream_members[m.rank()] = m;
   absl::MutexLock lock(&mu_);
   const MonoTime now = MonoNow();
   last_watch_message_ = now;
@@ -347,7 +358,11 @@ void MemberClient::ApplyUpdate(const pb::MembershipUpdate& update) {
   view_.world_size = update.world_size();
   view_.sharding_factor = update.sharding_factor();
   view_.committed_step = update.committed_step();
-  view_.members.assign(update.members().begin(), update.members().end());
+  view_.members.clear();
+  view_.members.reserve(stream_members.size());
+  for (const auto& [rank, m] : stream_members) view_.members.push_back(m);
+  // 0 from a coordinator that predates the field: count the full list.
+  view_.live_members = update.live_members() > 0 ? update.live_members() : -1;
   view_.plan = update.plan();
   if (update.plan().epoch() == update.epoch() &&
       ready_epoch_ != update.epoch()) {
@@ -404,7 +419,7 @@ absl::StatusOr<MembershipView> MemberClient::WaitFor(
   if (!view_.error.ok()) return view_.error;
   return absl::DeadlineExceededError(absl::StrCat(
       "membership condition not met by the deadline (epoch ", view_.epoch, ", ",
-      view_.members.size(), " of ", view_.world_size, " members live, ready ",
+      view_.LiveCount(), " of ", view_.world_size, " members live, ready ",
       view_.ready ? "yes" : "no", ")"));
 }
 

@@ -184,7 +184,10 @@ class MemberClient {
   absl::Status HeartbeatOnce() ABSL_LOCKS_EXCLUDED(session_mu_);
   void HeartbeatLoop();
   void WatchLoop();
-  void ApplyUpdate(const shardd::v1::MembershipUpdate& update);
+  // Applies one watch message; `stream_members` is what the stream has
+  // listed so far (a scoped stream's deltas apply to it).
+  void ApplyUpdate(const shardd::v1::MembershipUpdate& update,
+                   std::map<int, shardd::v1::MemberInfo>& stream_members);
   // The coordinator answered DATA_LOSS (the job has failed): the view's
   // terminal error, if it has none yet.
   void NoteJobFailed(const absl::Status& status);

@@ -78,7 +78,8 @@ TEST(MemberClientTest, FourMembersJoinReportReadyAndTheEpochBecomesReady) {
     clients.push_back(*std::move(c));
   }
   const int64_t epoch = MakeReady(clients, 1);
-  EXPECT_EQ(epoch, kWorld);  // One epoch per join, none since.
+  // The first three joins share the forming epoch 1; the last starts 2.
+  EXPECT_EQ(epoch, 2);
   const ClusterSnapshot s = (*coord)->manager().Snapshot();
   EXPECT_TRUE(s.ready);
   EXPECT_EQ(s.epoch, epoch);
@@ -139,7 +140,7 @@ TEST(MemberClientTest, DestroyedMemberLosesItsLeaseAndTheOthersSeeIt) {
   clients[3].reset();  // No Leave: looks like a crash.
   auto v = clients[0]->WaitFor(
       [&](const MembershipView& v) {
-        return v.epoch > epoch && v.members.size() == kWorld - 1;
+        return v.epoch > epoch && v.LiveCount() == kWorld - 1;
       },
       Deadline());
   ASSERT_TRUE(v.ok()) << v.status();
@@ -210,7 +211,7 @@ TEST(MemberClientTest, LeaveEmptiesTheSlotAndStartsAnEpoch) {
   ASSERT_TRUE((*b)->Leave("test").ok());
   auto v = (*a)->WaitFor(
       [&](const MembershipView& v) {
-        return v.epoch > before && v.members.size() == 1;
+        return v.epoch > before && v.LiveCount() == 1;
       },
       Deadline());
   ASSERT_TRUE(v.ok()) << v.status();
@@ -224,6 +225,11 @@ TEST(MemberClientTest, StaleEpochFailureReportIsAborted) {
   auto a = MemberClient::Join(Member((*coord)->address(), 0));
   auto b = MemberClient::Join(Member((*coord)->address(), 1));
   ASSERT_TRUE(a.ok() && b.ok());
+  // Epoch 1 is the forming epoch both joined; a leave moves past it.
+  auto c = MemberClient::Join(Member((*coord)->address(), 2));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Leave("test").ok());
+  ASSERT_GT((*coord)->manager().Snapshot().epoch, 1);
   auto out = (*a)->ReportFailure(1, pb::FAILURE_KIND_COLLECTIVE_FAILED, "test",
                                  /*epoch=*/1);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted) << out.status();
@@ -338,7 +344,7 @@ TEST(MemberClientTest,
   }
   auto removed = clients[0]->WaitFor(
       [&](const MembershipView& v) {
-        return v.epoch > epoch && v.members.size() == kWorld - 1;
+        return v.epoch > epoch && v.LiveCount() == kWorld - 1;
       },
       Deadline());
   ASSERT_TRUE(removed.ok()) << removed.status();

@@ -213,6 +213,7 @@ struct Stats {
   int64_t in_doubt = 0;
   int64_t wrong_ready = 0;
   int64_t simulated_ms = 0;
+  int64_t plans_checked = 0;
 
   void Add(const Stats& o) {
     runs += o.runs;
@@ -229,6 +230,7 @@ struct Stats {
     in_doubt += o.in_doubt;
     wrong_ready += o.wrong_ready;
     simulated_ms += o.simulated_ms;
+    plans_checked += o.plans_checked;
   }
 };
 
@@ -293,6 +295,7 @@ class Simulation {
   void Observe();
   void OnReady();
   void CheckPlan();
+  void CheckPlanIsPure();
 
   // Daemon actions.
   void ApplyStep(int r, int64_t step);
@@ -512,9 +515,53 @@ void Simulation::Observe() {
   seen_ready_epoch_ = table_->epoch();
 }
 
+void Simulation::CheckPlanIsPure() {
+  // The table's issued plan is exactly what the pure plan function decides
+  // from the slots the table holds (every slot is claimed once a plan is
+  // issued, so the input is settled).
+  const EpochPlan& plan = table_->plan();
+  PlanInput in;
+  in.world_size = W();
+  in.sharding_factor = F();
+  in.committed_step = table_->committed_step();
+  in.settled = true;
+  for (const SlotRecord& s : table_->slots()) {
+    PlanSlot p;
+    p.rank = s.rank;
+    p.live = s.live();
+    p.holds_shard = s.holds_shard;
+    p.held_before = s.held_by_predecessor;
+    p.reported = s.phase != MemberPhase::kEmpty;
+    p.step = s.committed_step;
+    p.pending_step = s.pending_step;
+    p.keeps_checkpoints = s.checkpoints.keeps;
+    p.checkpoints = s.checkpoints.steps;
+    p.checkpoint_problem = s.checkpoints.problem;
+    in.slots.push_back(std::move(p));
+  }
+  const EpochPlan pure = DecideEpochPlan(in);
+  auto text = [](const EpochPlan& p) {
+    std::string out =
+        absl::StrCat(PlanKindName(p.kind), " step ", p.step, " restores ",
+                     absl::StrJoin(p.restores, ","), " copies");
+    for (const ShardCopy& c : p.copies) {
+      absl::StrAppend(&out, " ", c.target_rank, ":", c.shard_index, "<-",
+                      absl::StrJoin(c.source_ranks, ","));
+    }
+    return out;
+  };
+  ++stats_.plans_checked;
+  if (text(pure) != text(plan)) {
+    Violate(absl::StrCat("epoch ", table_->epoch(), ": the table's plan (",
+                         text(plan), ") is not the pure plan of its slots (",
+                         text(pure), ")"));
+  }
+}
+
 void Simulation::CheckPlan() {
   const EpochPlan& plan = table_->plan();
   if (!Issued(plan)) return;
+  CheckPlanIsPure();
   const int64_t j = JobStep();
   const std::set<int64_t> common = CommonSteps(View::kTable);
   switch (plan.kind) {
@@ -1382,9 +1429,10 @@ void RunScenario(const Scenario& scenario) {
             << total.forgotten << " forgotten in-doubt commits, " << total.kills
             << " kills, " << total.stops << " stops, " << total.restarts
             << " coordinator restarts, " << total.wrong_ready
-            << " READYs refused; jobs failed: " << total.unrecoverable
-            << " unrecoverable, " << total.stalled << " stalled (storms)"
-            << std::endl;
+            << " READYs refused, " << total.plans_checked
+            << " issued plans equal to the pure plan; jobs failed: "
+            << total.unrecoverable << " unrecoverable, " << total.stalled
+            << " stalled (storms)" << std::endl;
 }
 
 TEST(MembershipSimulationTest, FourRanksTwoShardsWithoutCheckpoints) {
@@ -1422,6 +1470,21 @@ TEST(MembershipSimulationTest, FourRanksFourShardsWithCheckpoints) {
   s.checkpoints = true;
   s.checkpoint_every = 2;
   s.runs = 1000;
+  RunScenario(s);
+}
+
+// Issue #23's scale: W = 1,024 (F = 8, 128 replicas of each shard), kills
+// with replacements, stops, restarts of the coordinator (every daemon
+// re-joins, the forming joins share an epoch) and training, every issued
+// plan checked against the pure plan function of the table's slots.
+TEST(MembershipSimulationTest, ThousandRanksKillsReplacementsAndRestarts) {
+  Scenario s;
+  s.world_size = 1024;
+  s.sharding_factor = 8;
+  s.checkpoints = true;
+  s.checkpoint_every = 2;
+  s.events = 60;
+  s.runs = 20;
   RunScenario(s);
 }
 

@@ -145,13 +145,16 @@ void MembershipTable::Fail(MonoTime now, std::vector<int> ranks,
 
 void MembershipTable::Replan(MonoTime now) {
   if (failed()) return;
-  PlanInput in;
+  // Filled in place: a fresh W-slot input per call (every join while a
+  // job of thousands forms) was most of a join's time, in page faults.
+  PlanInput& in = plan_input_;
   in.world_size = options_.world_size;
   in.sharding_factor = options_.sharding_factor;
   in.committed_step = committed_step_;
   in.settled = now >= settle_after_;
+  in.slots.resize(slots_.size());
   for (const SlotRecord& s : slots_) {
-    PlanSlot p;
+    PlanSlot& p = in.slots[s.rank];
     p.rank = s.rank;
     p.live = s.live();
     p.holds_shard = s.holds_shard;
@@ -162,7 +165,6 @@ void MembershipTable::Replan(MonoTime now) {
     p.keeps_checkpoints = s.checkpoints.keeps;
     p.checkpoints = s.checkpoints.steps;
     p.checkpoint_problem = s.checkpoints.problem;
-    in.slots.push_back(std::move(p));
   }
   const bool same_epoch = plan_epoch_ == epoch_;
   const PlanKind before = plan_.kind;
@@ -221,6 +223,7 @@ void MembershipTable::StartEpoch(MonoTime now, int64_t at_least,
   }
   epoch_ = std::max(epoch_ + 1, at_least);
   was_ready_ = false;
+  ready_slots_ = 0;  // Nobody is READY for an epoch that just began.
   Log(now, DecisionKind::kEpochStarted, {},
       absl::StrCat("epoch ", epoch_, ": ", why));
   if (stalled_epochs_ >= options_.max_failed_epochs && !failed()) {
@@ -248,6 +251,7 @@ void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
     // before calling the shard lost.
     settle_after_ = std::max(settle_after_, now + options_.rejoin_grace);
   }
+  if (CountsReady(slot)) --ready_slots_;
   slot.phase = phase;
   slot.lease_token.clear();
   slot.join_secret.clear();
@@ -259,15 +263,31 @@ void MembershipTable::Remove(int rank, MemberPhase phase, MonoTime now,
 
 bool MembershipTable::ready() const {
   if (failed() || plan_epoch_ != epoch_ || plan_key_.empty()) return false;
-  for (const SlotRecord& s : slots_) {
-    if (s.phase != MemberPhase::kReady || s.ready_epoch != epoch_) return false;
+  return ready_slots_ == options_.world_size;
+}
+
+void MembershipTable::RecountReady() {
+  ready_slots_ = 0;
+  for (const SlotRecord& s : slots_) ready_slots_ += CountsReady(s) ? 1 : 0;
+}
+
+bool MembershipTable::CoalescesJoin(const JoinRequestInfo& request,
+                                    bool replaced_live) const {
+  if (ever_ready_ || replaced_live || epoch_ == 0 ||
+      epoch_ <= request.last_epoch || plan_epoch_ != epoch_ ||
+      plan_.kind != PlanKind::kWait) {
+    return false;
   }
-  return true;
+  for (const SlotRecord& s : slots_) {
+    if (!s.live()) return true;
+  }
+  return false;
 }
 
 void MembershipTable::NoteReadiness(MonoTime now) {
   if (!was_ready_ && ready()) {
     was_ready_ = true;
+    ever_ready_ = true;
     // Every member reported READY with the step its shard is at; they
     // agree (replicas copied, or everyone restored the same checkpoint).
     // A checkpoint fallback moves the cluster back to the checkpoint's
@@ -530,8 +550,15 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
                        ? absl::StrCat(" holding its shard at step ",
                                       request.last_committed_step)
                        : std::string()));
-  StartEpoch(now, request.last_epoch + 1,
-             absl::StrCat("rank ", rank, " joined"));
+  RecountReady();
+  if (CoalescesJoin(request, replaced_live)) {
+    // Stays in the forming epoch; the plan is decided again (a lost shard
+    // may be declared so once settled).
+    Replan(now);
+  } else {
+    StartEpoch(now, request.last_epoch + 1,
+               absl::StrCat("rank ", rank, " joined"));
+  }
 
   JoinOutcome out;
   out.rank = rank;
@@ -598,6 +625,7 @@ absl::Status MembershipTable::Heartbeat(
         plan_.kind == PlanKind::kNew ? int64_t{0} : plan_.step;
     if (!plan_issued) {
       // Not every slot is claimed in this epoch: nothing to be ready for.
+      // (Not READY for this epoch, so not counted by ready_slots_.)
       slot.phase = MemberPhase::kJoining;
       return absl::OkStatus();
     }
@@ -620,6 +648,7 @@ absl::Status MembershipTable::Heartbeat(
     // commit the vote already recorded.
     slot.committed_step = std::max(slot.committed_step, committed_step);
   }
+  const bool counted = CountsReady(slot);
   slot.phase = state;
   if (state == MemberPhase::kReady) {
     slot.ready_epoch = epoch_;
@@ -630,6 +659,7 @@ absl::Status MembershipTable::Heartbeat(
     // too), and replacements recover to it.
     committed_step_ = std::max(committed_step_, committed_step);
   }
+  ready_slots_ += (CountsReady(slot) ? 1 : 0) - (counted ? 1 : 0);
   NoteReadiness(now);
   return absl::OkStatus();
 }

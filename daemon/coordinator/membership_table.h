@@ -238,6 +238,14 @@ class MembershipTable {
   // make them evict each other for good (each rejoins when replaced). The
   // newcomer gets ALREADY_EXISTS, logged as JOIN_REJECTED; nothing else
   // changes. The caller probes the address LiveHolderToReplace names.
+  //
+  // An accepted join starts a new epoch, except while the job forms: when
+  // no epoch has been ready yet, the current epoch's plan waits for members
+  // (kWait), the join replaces no live member, the current epoch is above
+  // the member's last_epoch and some slot is still unclaimed after it, the
+  // member joins the current epoch (no communicator exists to supersede,
+  // and W joins would otherwise be W epochs that every watcher hears of).
+  // The join that claims the last slot starts the epoch the job forms in.
   absl::StatusOr<JoinOutcome> Join(const JoinRequestInfo& request, MonoTime now,
                                    const std::string& lease_token,
                                    const HolderProbe& holder = {});
@@ -357,6 +365,15 @@ class MembershipTable {
   void Remove(int rank, MemberPhase phase, MonoTime now,
               const std::string& reason);
   void NoteReadiness(MonoTime now);
+  // Whether `slot` counts towards ready(): READY for the current epoch.
+  bool CountsReady(const SlotRecord& slot) const {
+    return slot.phase == MemberPhase::kReady && slot.ready_epoch == epoch_;
+  }
+  // Recomputes ready_slots_ (O(W): after joins, removals, new epochs).
+  void RecountReady();
+  // Whether a join that leaves `slot` claimed may stay in the current
+  // epoch (see Join): the job forms and the plan still waits for members.
+  bool CoalescesJoin(const JoinRequestInfo& request, bool replaced_live) const;
   // Applies DecidePartition to the live members' reachability reports.
   void DecidePartitions(MonoTime now);
   std::vector<MemberLiveness> Liveness() const;
@@ -374,6 +391,11 @@ class MembershipTable {
   int64_t committed_step_ = 0;
   int64_t checkpoint_fallbacks_ = 0;
   bool was_ready_ = false;
+  // Some epoch was ready in this table's life (the job has formed).
+  bool ever_ready_ = false;
+  // Slots for which CountsReady holds: ready() is O(1) on the heartbeat
+  // path.
+  int ready_slots_ = 0;
   std::vector<SlotRecord> slots_;
   std::deque<Decision> decisions_;
   int64_t decisions_total_ = 0;
@@ -386,6 +408,8 @@ class MembershipTable {
   MonoTime undecided_since_;
   std::string undecided_logged_;
   EpochPlan plan_;
+  // Replan's input, kept so that its W slots are not allocated per call.
+  PlanInput plan_input_;
   int64_t plan_epoch_ = -1;
   // The membership the current epoch's plan was issued to ("" when none).
   std::string plan_key_;

@@ -86,7 +86,7 @@ TEST_F(MembershipTableTest, RejectsInvalidOptionsNamingTheField) {
   EXPECT_FALSE(MembershipTable::Create(o).ok());
 }
 
-TEST_F(MembershipTableTest, JoinAssignsSlotAndAdvancesEpoch) {
+TEST_F(MembershipTableTest, JoinAssignsSlotAndStartsTheFirstEpoch) {
   auto out = table_->Join(Request(2, "pod-2"), kT0, "token-2");
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->rank, 2);
@@ -96,7 +96,75 @@ TEST_F(MembershipTableTest, JoinAssignsSlotAndAdvancesEpoch) {
   auto any = table_->Join(Request(-1, "pod-x"), kT0, "token-x");
   ASSERT_TRUE(any.ok());
   EXPECT_EQ(any->rank, 0);  // Lowest empty slot.
-  EXPECT_EQ(any->epoch, 2);
+}
+
+TEST_F(MembershipTableTest, JoinsWhileFormingShareOneEpochUntilTheLastSlot) {
+  for (int r = 0; r < 3; ++r) {
+    auto out = table_->Join(Request(r, absl::StrCat("pod-", r)), kT0,
+                            absl::StrCat("token-", r));
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->epoch, 1) << "rank " << r;
+    EXPECT_EQ(table_->plan().kind, PlanKind::kWait);
+  }
+  // The last slot: the epoch the job forms in, with its plan issued.
+  auto last = table_->Join(Request(3, "pod-3"), kT0, "token-3");
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->epoch, 2);
+  EXPECT_EQ(table_->plan().kind, PlanKind::kNew);
+  int started = 0;
+  for (const Decision& d : table_->decisions()) {
+    started += d.kind == DecisionKind::kEpochStarted ? 1 : 0;
+  }
+  EXPECT_EQ(started, 2);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), 2, 0,
+                                MemberPhase::kReady, kT0)
+                    .ok());
+  }
+  EXPECT_TRUE(table_->ready());
+}
+
+TEST_F(MembershipTableTest, JoinsAfterTheJobFormedEachStartAnEpoch) {
+  JoinAllReady(kT0);
+  ASSERT_TRUE(table_->ready());
+  const int64_t formed = table_->epoch();
+  ASSERT_TRUE(table_->Leave(1, "token-1", "scale down", kT0).ok());
+  ASSERT_TRUE(table_->Leave(2, "token-2", "scale down", kT0).ok());
+  EXPECT_EQ(table_->epoch(), formed + 2);
+  auto a = table_->Join(Request(1, "pod-1b"), kT0, "token-1b");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->epoch, formed + 3);  // Not coalesced: the job was ready.
+  auto b = table_->Join(Request(2, "pod-2b"), kT0, "token-2b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->epoch, formed + 4);
+}
+
+TEST_F(MembershipTableTest, FormingJoinStartsAnEpochAboveTheMembersLastOne) {
+  // Re-joins after a coordinator restart: the epoch stays above what each
+  // member last saw, so none mistakes it for one it already had.
+  JoinRequestInfo first = Holder(0, "pod-0");
+  first.last_epoch = 5;
+  ASSERT_TRUE(table_->Join(first, kT0, "token-0").ok());
+  EXPECT_EQ(table_->epoch(), 6);
+  JoinRequestInfo same = Holder(1, "pod-1");
+  same.last_epoch = 5;
+  ASSERT_TRUE(table_->Join(same, kT0, "token-1").ok());
+  EXPECT_EQ(table_->epoch(), 6);  // Coalesced.
+  JoinRequestInfo newer = Holder(2, "pod-2");
+  newer.last_epoch = 6;
+  ASSERT_TRUE(table_->Join(newer, kT0, "token-2").ok());
+  EXPECT_EQ(table_->epoch(), 7);
+}
+
+TEST_F(MembershipTableTest, FormingJoinThatReplacesALiveMemberStartsAnEpoch) {
+  ASSERT_TRUE(table_->Join(Request(0, "pod-0"), kT0, "token-0").ok());
+  ASSERT_TRUE(table_->Join(Request(1, "pod-1"), kT0, "token-1").ok());
+  ASSERT_EQ(table_->epoch(), 1);
+  JoinRequestInfo restarted = Request(1, "pod-1");
+  restarted.incarnation = "pod-1-inc2";
+  ASSERT_TRUE(table_->Join(restarted, kT0, "token-1b").ok());
+  EXPECT_EQ(table_->epoch(), 2);
 }
 
 TEST_F(MembershipTableTest, DecisionsTotalCountsEveryDecisionEverLogged) {

@@ -34,8 +34,15 @@ struct MembershipView {
   int world_size = 0;
   int sharding_factor = 0;
   int64_t committed_step = 0;
-  // Live members of `epoch`, by rank.
+  // Live members of `epoch`, by rank: all of them from a coordinator that
+  // predates scoped watch streams, else those of this member's shard group
+  // and replica group (the peers it exchanges data with; see
+  // WatchMembershipRequest.scoped). A member's entry is as of when its
+  // holder joined (its state and step are not kept current).
   std::vector<shardd::v1::MemberInfo> members;
+  // Live members in the whole job (all W slots); -1: unknown, count
+  // `members` instead.
+  int live_members = -1;
   // Why the last change happened.
   std::string reason;
   // Watch messages applied that were not keepalives.
@@ -55,10 +62,12 @@ struct MembershipView {
   // (terminal; the message says why).
   absl::Status error;
 
-  // True when every one of the W slots is held by a live member.
-  bool AllLive() const {
-    return world_size > 0 && static_cast<int>(members.size()) == world_size;
+  // Live members in the whole job.
+  int LiveCount() const {
+    return live_members >= 0 ? live_members : static_cast<int>(members.size());
   }
+  // True when every one of the W slots is held by a live member.
+  bool AllLive() const { return world_size > 0 && LiveCount() == world_size; }
   // True when `rank` is held in this view by the process `incarnation`
   // (not by a successor that took the slot).
   bool HeldBy(int rank, const std::string& incarnation) const {

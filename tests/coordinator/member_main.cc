@@ -198,7 +198,7 @@ int Run() {
       break;
     }
     handled = view->epoch;
-    Say("epoch epoch=%d members=%d", handled, view->members.size());
+    Say("epoch epoch=%d members=%d", handled, view->LiveCount());
     if (absl::GetFlag(FLAGS_gloo)) {
       absl::StatusOr<double> sum =
           AllReduceCheck(channel, handled, view->rank, view->world_size,
