@@ -97,7 +97,10 @@ ABSL_FLAG(int64_t, shm_sweep_interval_ms, 30000,
 ABSL_FLAG(std::string, shm_dir, "/dev/shm",
           "directory of the shared-memory segments");
 ABSL_FLAG(std::string, device, "cpu",
-          "cpu, cuda:N or auto (only the CPU data plane is implemented)");
+          "cpu, cuda:N or auto: where the engine's buffers live and what "
+          "runs the collectives (cuda:N: GPU N and NCCL, a --config=cuda "
+          "build only; auto: the GPU where one is usable, else the CPU, "
+          "saying why)");
 ABSL_FLAG(int, metrics_port, 0,
           "serve Prometheus /metrics on this port (0: off; -1: any free "
           "port, printed)");

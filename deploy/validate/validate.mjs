@@ -27,6 +27,10 @@ import YAML from "yaml";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const DEPLOY = path.resolve(HERE, "..");
+// The metric contract: names, types and labels of what the binaries export,
+// the GPU exporter's allowed names and the target labels (one page, read by
+// people, this validator and //tests/docs).
+export const METRICS_PAGE = path.resolve(DEPLOY, "..", "docs", "metrics.md");
 const NODE_MODULES = path.join(HERE, "node_modules");
 
 // ---------------------------------------------------------------------------
@@ -1127,7 +1131,7 @@ export function podMetaLabel(fieldPath) {
 }
 
 // The dashboard's per-rank panels group by a `rank` target label
-// (METRICS.md, "Target labels"): every endpoint of the daemons' PodMonitor
+// (docs/metrics.md, "Target labels"): every endpoint of the daemons' PodMonitor
 // copies it from the pod field the daemon's --rank comes from, so the
 // label and the daemon's rank cannot disagree.
 export function checkRankLabel(pm, sidecar) {
@@ -1786,16 +1790,19 @@ export function checkImagesPinned(objects) {
 // ---------------------------------------------------------------------------
 // Alert rules and dashboard.
 
-// The metric types from METRICS.md's tables: name -> type.
-export function metricTypes(file = path.join(DEPLOY, "METRICS.md")) {
+// The metric types from docs/metrics.md's tables: name -> type.
+export function metricTypes(file = METRICS_PAGE) {
   const types = new Map();
   for (const line of fs.readFileSync(file, "utf8").split("\n")) {
     const m = /^\|\s*([a-z_:][a-z0-9_:]*)\s*\|\s*([a-z]+)/.exec(line);
     if (m && m[1] !== "name") types.set(m[1], m[2]);
   }
-  // The "both" section lists the process metrics in prose.
+  // The "both" section lists the process metrics in prose (up to the next
+  // section: the implementation notes name label values like process_exited).
   const text = fs.readFileSync(file, "utf8");
-  const both = text.slice(Math.max(0, text.indexOf("\n## both")));
+  const start = text.indexOf("\n## both");
+  const end = start < 0 ? -1 : text.indexOf("\n## ", start + 1);
+  const both = start < 0 ? "" : text.slice(start, end < 0 ? undefined : end);
   for (const m of both.matchAll(/\b(process_[a-z_]+)\b(?: \((counter|gauge)\))?/g)) {
     if (!types.has(m[1])) types.set(m[1], m[1].endsWith("_total") ? "counter" : "gauge");
   }
@@ -1803,9 +1810,9 @@ export function metricTypes(file = path.join(DEPLOY, "METRICS.md")) {
 }
 
 // The GPU exporter's metric names the dashboard may use besides ours: the
-// table of METRICS.md's section "GPU exporter (DCGM)" (the documented
+// table of docs/metrics.md's section "GPU exporter (DCGM)" (the documented
 // allow-list; an unlisted DCGM_ name is refused like a typo of ours).
-export function dcgmMetrics(file = path.join(DEPLOY, "METRICS.md")) {
+export function dcgmMetrics(file = METRICS_PAGE) {
   const text = fs.readFileSync(file, "utf8");
   const start = text.indexOf("\n## GPU exporter (DCGM)");
   if (start < 0) return [];
@@ -1834,7 +1841,7 @@ function seriesNames(exported, types) {
   return names;
 }
 
-// exported_metrics.txt lists every metric of METRICS.md, and otherwise only
+// exported_metrics.txt lists every metric of docs/metrics.md, and otherwise only
 // prometheus-cpp's own exposer_* metrics.
 export function checkExportedList() {
   const errors = [];
@@ -1845,10 +1852,10 @@ export function checkExportedList() {
     if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(n)) errors.push(`exported_metrics.txt: '${n}' is not a metric name`);
     if (seen.has(n)) errors.push(`exported_metrics.txt: '${n}' is listed twice`);
     seen.add(n);
-    if (!types.has(n) && !n.startsWith("exposer_")) errors.push(`exported_metrics.txt: '${n}' is not in METRICS.md`);
+    if (!types.has(n) && !n.startsWith("exposer_")) errors.push(`exported_metrics.txt: '${n}' is not in docs/metrics.md`);
     if (/_(bucket|sum|count)$/.test(n)) errors.push(`exported_metrics.txt: '${n}': list a histogram by its base name`);
   }
-  for (const n of types.keys()) if (!seen.has(n)) errors.push(`exported_metrics.txt: '${n}' of METRICS.md is missing`);
+  for (const n of types.keys()) if (!seen.has(n)) errors.push(`exported_metrics.txt: '${n}' of docs/metrics.md is missing`);
   return errors;
 }
 
@@ -1958,7 +1965,7 @@ export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboar
     if (names.length === 0) errors.push(`${file}: ${q.where} selects no metric: ${q.expr}`);
     for (const n of names) {
       used.add(n);
-      if (!allowed.has(n)) errors.push(`${file}: ${q.where}: '${n}' is not an exported metric (deploy/exported_metrics.txt), a GPU exporter metric of METRICS.md or Prometheus' up`);
+      if (!allowed.has(n)) errors.push(`${file}: ${q.where}: '${n}' is not an exported metric (deploy/exported_metrics.txt), a GPU exporter metric of docs/metrics.md or Prometheus' up`);
     }
   }
   for (const [what, metric] of DASHBOARD_METRICS) {

@@ -673,14 +673,14 @@ describe("alert rules", () => {
 });
 
 describe("metric names", () => {
-  test("exported_metrics.txt lists every metric of METRICS.md and only prometheus-cpp's exposer_* besides", () => {
+  test("exported_metrics.txt lists every metric of docs/metrics.md and only prometheus-cpp's exposer_* besides", () => {
     assert.deepEqual(v.checkExportedList(), []);
     const types = v.metricTypes();
     assert.equal(types.get("shardd_collective_duration_seconds"), "histogram");
     assert.equal(types.get("shardd_coordinator_recovery_duration_seconds"), "histogram");
     assert.equal(types.get("process_cpu_seconds_total"), "counter");
     assert.equal(types.get("process_open_fds"), "gauge");
-    assert.ok(!types.has("process_exited"), "a label value of METRICS.md is not a metric");
+    assert.ok(!types.has("process_exited"), "a label value of docs/metrics.md is not a metric");
   });
   test("PromQL: functions, keywords, labels, ranges, numbers and variables are not metric names", () => {
     assert.deepEqual(v.promqlMetricNames('histogram_quantile(0.9, sum by (le, op) (rate(a_bucket{op="x",le!="1"}[$__rate_interval])))'), ["a_bucket"]);
