@@ -23,6 +23,13 @@ COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
           "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
 
+def _human_bytes(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
 def _run_label(path):
     when = datetime.datetime.fromtimestamp(os.path.getmtime(path),
                                            datetime.timezone.utc)
@@ -49,6 +56,15 @@ def _header(out, title, xlabel="", ylabel=""):
         "set tics nomirror",
         "",
     ])
+
+
+def _parts_of(row, key):
+    """A row's value of `key` for the stack: a torch row splits its compute
+    into forward, backward and optimizer, so its compute_ms is left out
+    (it is their sum)."""
+    if key == "compute_ms" and row.get("fwd_ms") is not None:
+        return 0.0
+    return float(row.get(key) or 0)
 
 
 def _stacked(out, tmp, title, ylabel, labels, parts, series, note=""):
@@ -98,7 +114,7 @@ def plot_step(path, out, tmp):
     labels = [names.get(r["row"], r["row"]) for r in rows]
     series = []
     for name, key in parts:
-        values = [float(r.get(key) or 0) for r in rows]
+        values = [_parts_of(r, key) for r in rows]
         if any(values):
             series.append((name, values))
     title = (f"bench/step: a step's mean time per rank by configuration, "
@@ -123,7 +139,7 @@ def plot_torch_step(path, out, tmp):
               for r in rows]
     series = []
     for name, key in parts:
-        values = [float(r.get(key) or 0) for r in rows]
+        values = [_parts_of(r, key) for r in rows]
         if any(values):
             series.append((name, values))
     title = (f"bench/torch_step: a step's mean time per rank by row, W = 4 "
@@ -155,12 +171,15 @@ def plot_collectives(path, out, tmp):
     for r in rows:
         if r["op"] not in ops:
             ops.append(r["op"])
-    script = [_header(out, "")]
+    script = [_header(out, "").replace(f"size {WIDTH},{HEIGHT}",
+                                       f"size {WIDTH},{HEIGHT + 160}")]
     script.append("set multiplot layout 2,2 title \"bench/collectives: our "
                   "bus bandwidth over raw Gloo's (paired median; dashed: the "
                   f"A/A control) ({_run_label(path)})\"")
     script.append("set logscale x 2")
-    script.append("set format x '%.0s%cB'")
+    sizes = sorted({int(r["bytes"]) for r in rows})
+    script.append("set xtics (" + ", ".join(
+        f"'{_human_bytes(b)}' {b}" for b in sizes) + ")")
     script.append("set yrange [0:*]")
     script.append("set key bottom right")
     for k, op in enumerate(ops):
@@ -212,7 +231,8 @@ def main(argv):
             print(f"{path}: missing; run scripts/bench {name} first",
                   file=sys.stderr)
             return 1
-        out = os.path.abspath(os.path.join(args.out, f"bench-{name}.png"))
+        out = os.path.abspath(os.path.join(
+            args.out, f"bench-{name.replace('_', '-')}.png"))
         with tempfile.TemporaryDirectory() as tmp:
             PLOTS[name](os.path.abspath(path), out, tmp)
         print(f"wrote {os.path.relpath(out)} from {path}")
