@@ -48,6 +48,11 @@ def test_every_exported_metric_is_in_metrics_md_and_only_those():
     assert problems == [], _report(problems)
 
 
+def test_every_alert_has_a_row_in_operations_md_linking_its_runbook():
+    problems = docs_reference.check_alerts(ROOT)
+    assert problems == [], _report(problems)
+
+
 def test_every_relative_link_points_to_a_file_and_heading_that_exist():
     problems = docs_reference.check_links(ROOT)
     assert problems == [], _report(problems)
@@ -184,6 +189,22 @@ def test_a_metric_missing_from_the_page_or_not_exported_is_reported(
     assert len(problems) == 2, text
     assert "b_seconds" in text and "is not documented" in text
     assert "gone_bytes is documented but not exported" in text
+
+
+def test_an_alert_without_a_runbook_row_is_reported(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "deploy" / "prometheus").mkdir(parents=True)
+    (tmp_path / "deploy" / "prometheus" / "alerts.yml").write_text(
+        "groups:\n  - rules:\n      - alert: SharddA\n        expr: x\n"
+        "      - alert: SharddB\n        expr: y\n")
+    (tmp_path / "docs" / "operations.md").write_text(
+        "| SharddA | fires | [SharddA](../deploy/README.md#sbbdda) |\n"
+        "| SharddA | fires | [SharddA](../deploy/README.md#sharddb) |\n")
+    problems = docs_reference.check_alerts(str(tmp_path))
+    text = _report(problems)
+    assert len(problems) == 2, text
+    assert "SharddA" in text and "deploy/README.md#shardda" in text
+    assert "SharddB" in text
 
 
 PROTO = textwrap.dedent("""\

@@ -15,6 +15,8 @@ Checks (each prints one line per problem and fails when there is one):
   fresh    the generated parts equal what `write` would produce now
   metrics  docs/metrics.md's tables name exactly the metrics of
            deploy/exported_metrics.txt (besides prometheus-cpp's exposer_*)
+  alerts   every alert of deploy/prometheus/alerts.yml has a row in
+           operations.md that links its runbook (deploy/README.md#alert)
   links    every relative link of README.md, docs/*.md and deploy/README.md
            points to a file that exists and, with #anchor, to a heading (or
            an explicit anchor) of that Markdown file
@@ -44,6 +46,7 @@ OPERATIONS = "docs/operations.md"
 API = "docs/api.md"
 METRICS = "docs/metrics.md"
 EXPORTED = "deploy/exported_metrics.txt"
+ALERTS = "deploy/prometheus/alerts.yml"
 LINKED_PAGES = ["README.md", "deploy/README.md"]  # and docs/*.md
 
 # ---------------------------------------------------------------------------
@@ -257,6 +260,23 @@ def check_metrics(root):
     return problems
 
 
+def check_alerts(root):
+    with open(os.path.join(root, ALERTS), encoding="utf-8") as fh:
+        alerts = re.findall(r"^\s*-\s*alert:\s*(\S+)", fh.read(), re.M)
+    with open(os.path.join(root, OPERATIONS), encoding="utf-8") as fh:
+        page = fh.read()
+    problems = []
+    if not alerts:
+        problems.append(f"{ALERTS}: no alert found")
+    for name in alerts:
+        runbook = f"(../deploy/README.md#{name.lower()})"
+        if not re.search(rf"^\| {re.escape(name)} \|.*{re.escape(runbook)}",
+                         page, re.M):
+            problems.append(f"{OPERATIONS}: the alert {name} ({ALERTS}) has "
+                            f"no row linking its runbook {runbook[1:-1]}")
+    return problems
+
+
 _LINK = re.compile(r"(?<!\\)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]+)>?"
                    r"(?:\s+\"[^\"]*\")?\s*\)")
 _REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s+<?(\S+?)>?(?:\s|$)", re.M)
@@ -397,7 +417,7 @@ def main(argv):
                         help="the repository (default: the current folder)")
     parser.add_argument("--shardd", help="the shardd binary")
     parser.add_argument("--coordinator", help="the coordinator binary")
-    parser.add_argument("--only", default="flags,fresh,metrics,links",
+    parser.add_argument("--only", default="flags,fresh,metrics,alerts,links",
                         help="checks to run (comma-separated)")
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -422,6 +442,8 @@ def main(argv):
             problems += check_fresh(root, args.shardd, args.coordinator)
         elif check == "metrics":
             problems += check_metrics(root)
+        elif check == "alerts":
+            problems += check_alerts(root)
         elif check == "links":
             problems += check_links(root)
         else:
