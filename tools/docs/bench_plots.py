@@ -185,10 +185,12 @@ def plot_collectives(path, out, tmp):
     # ratios there can be far off; the plot keeps the bar's region legible.
     script.append("set yrange [0:2]")
     script.append("set key bottom right")
-    script.append("set object 1 rect from graph 0, graph 0 to first 1048576, "
-                  "graph 1 fc rgb '#f0f0f0' fs solid noborder behind")
-    script.append("set label 2 'the bar looks at >= 1 MiB' at first 1048576, "
-                  "graph 0.93 offset 0.5,0 font ',8'")
+    if sizes[0] < 1 << 20:
+        script.append("set object 1 rect from graph 0, graph 0 to first "
+                      "1048576, graph 1 fc rgb '#f0f0f0' fs solid noborder "
+                      "behind")
+        script.append("set label 2 'the bar looks at >= 1 MiB' at first "
+                      "1048576, graph 0.93 offset 0.5,0 font ',8'")
     for k, op in enumerate(ops):
         plots = []
         worlds = sorted({int(r["W"]) for r in rows if r["op"] == op})
