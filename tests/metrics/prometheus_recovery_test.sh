@@ -211,6 +211,7 @@ wait_line "$d/d1.replacement.log" "shardd metrics on" 60 "${dpid[1]}" ||
     "$d/coord.log"
 old_port=${mport[1]}
 mport[1]=$(port_of "$d/d1.replacement.log" "shardd metrics on")
+echo "  daemon 1's metrics: old port $old_port, replacement's ${mport[1]}"
 sd_daemons
 trc=0
 for p in "${tps[@]}"; do wait "$p" || trc=1; done
@@ -229,9 +230,12 @@ check "trainer 1 re-attached to the replacement" \
 # Every target (the old daemon 1 is no longer one) scraped after the end:
 # the replacement's target found (file_sd refresh) and up, the old one gone
 # (a target still listed but dead would show as up == 0).
+# timestamp() must take the selector itself: over an expression such as
+# `up == 1` it gives the evaluation time, which let this wait pass on the
+# scrapes from before the kill when training ended within a scrape interval.
 check "prometheus scraped all $((W + 1)) targets after training ended" \
   prom wait "$prom_url" \
-  "count(up == 1) == $((W + 1)) and min(timestamp(up == 1)) > $finished and count(up) == $((W + 1))" 30
+  "count(up == 1) == $((W + 1)) and count(up) == $((W + 1)) and min(timestamp(up)) > $finished and count(up{instance=\"127.0.0.1:${mport[1]}\"} == 1) == 1" 30
 check "the old daemon 1 (port $old_port) is no longer scraped" bash -c '
   out=$("$0" "$1" query "$2" "up{instance=\"127.0.0.1:$3\"}")
   echo "up of the old target: ${out:-absent}"; [[ -z $out ]]' \
