@@ -236,15 +236,7 @@ int Run(const Options& options) {
   }
   report.SetFigure("adamw_to_traffic_roofline_ratio", min_ratio_large);
 
-  std::cout << report.Table() << std::flush;
-  if (!options.out.empty()) {
-    if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
-      std::cerr << status << "\n";
-      return 1;
-    }
-    std::cout << "wrote " << options.out << "\n";
-  }
-  return 0;
+  return report.Publish(options.out, std::cout, std::cerr);
 }
 
 }  // namespace

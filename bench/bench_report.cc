@@ -153,4 +153,16 @@ absl::Status BenchReport::WriteJson(const std::string& path) const {
   return absl::OkStatus();
 }
 
+int BenchReport::Publish(const std::string& json_path, std::ostream& out,
+                         std::ostream& err) const {
+  out << Table() << std::flush;
+  if (json_path.empty()) return 0;
+  if (absl::Status s = WriteJson(json_path); !s.ok()) {
+    err << name_ << ": " << s << "\n";
+    return 1;
+  }
+  out << "wrote " << json_path << "\n";
+  return 0;
+}
+
 }  // namespace shardd::bench

@@ -2,6 +2,7 @@
 #define SHARDD_BENCH_BENCH_REPORT_H_
 
 #include <map>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <variant>
@@ -43,6 +44,12 @@ class BenchReport {
   // Writes ToJson() to `path` (replacing it); INTERNAL / NOT_FOUND-style
   // errors name the path.
   absl::Status WriteJson(const std::string& path) const;
+  // How every benchmark ends: Table() on `out`, then, when `json_path` is
+  // not empty, the JSON written there ("wrote PATH" on `out`, or
+  // "NAME: error" on `err`). Returns the process exit code: 0, or 1 when
+  // the JSON could not be written.
+  int Publish(const std::string& json_path, std::ostream& out,
+              std::ostream& err) const;
 
  private:
   std::string name_;

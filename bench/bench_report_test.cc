@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -40,6 +41,19 @@ TEST(BenchReportTest, TableListsEveryColumn) {
 TEST(BenchReportTest, WriteJsonReportsAnUnwritablePath) {
   BenchReport report("t");
   EXPECT_FALSE(report.WriteJson("/nonexistent-dir/x.json").ok());
+}
+
+TEST(BenchReportTest, PublishPrintsTheTableAndFailsOnAnUnwritablePath) {
+  BenchReport report("t");
+  report.SetFigure("f", 1);
+  std::ostringstream out, err;
+  EXPECT_EQ(report.Publish("", out, err), 0);
+  EXPECT_EQ(out.str(), report.Table());
+  EXPECT_TRUE(err.str().empty());
+  std::ostringstream out2, err2;
+  EXPECT_EQ(report.Publish("/nonexistent-dir/x.json", out2, err2), 1);
+  EXPECT_EQ(out2.str(), report.Table());
+  EXPECT_EQ(err2.str().rfind("t: ", 0), 0u) << err2.str();
 }
 
 }  // namespace

@@ -298,14 +298,7 @@ int Run(const Options& options) {
   report.SetFigure("detection_p99_seconds", p99);
   report.SetFigure("lease_seconds", absl::ToDoubleSeconds(kLease));
 
-  std::cout << report.Table() << std::flush;
-  if (!options.out.empty()) {
-    if (absl::Status s = report.WriteJson(options.out); !s.ok()) {
-      std::cerr << "bench: " << s << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return report.Publish(options.out, std::cout, std::cerr);
 }
 
 }  // namespace

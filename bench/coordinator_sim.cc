@@ -263,14 +263,7 @@ int Run(const Options& options) {
                            : std::vector<int>{256, 1024, 4096};
   }
   for (int w : worlds) RunWorld(options, w, report);
-  std::cout << report.Table() << std::flush;
-  if (!options.out.empty()) {
-    if (absl::Status s = report.WriteJson(options.out); !s.ok()) {
-      std::cerr << "bench: " << s << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return report.Publish(options.out, std::cout, std::cerr);
 }
 
 }  // namespace

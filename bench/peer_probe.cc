@@ -184,12 +184,8 @@ int Run(const Options& o) {
   report.SetFigure("connections_per_probe_pool", kept.connections_per_probe);
   report.SetFigure("connections_per_probe_fresh_channel",
                    fresh.connections_per_probe);
-  std::cout << report.Table() << std::flush;
-  if (!o.out.empty()) {
-    if (absl::Status s = report.WriteJson(o.out); !s.ok()) {
-      std::cerr << "peer_probe: " << s << "\n";
-      return 1;
-    }
+  if (int rc = report.Publish(o.out, std::cout, std::cerr); rc != 0) {
+    return rc;
   }
   if (kept.failures + fresh.failures > 0) {
     std::cerr << "peer_probe: " << kept.failures + fresh.failures

@@ -1493,14 +1493,7 @@ int Run(const Options& options) {
                        verified_ratio);
     }
   }
-  std::cout << report.Table() << std::flush;
-  if (!options.out.empty()) {
-    if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
-      std::cerr << "recovery: " << status << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return report.Publish(options.out, std::cout, std::cerr);
 }
 
 }  // namespace

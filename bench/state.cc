@@ -893,15 +893,7 @@ int Run(const Options& options) {
     std::cerr << "no case named " << options.only_case << "\n";
     return 2;
   }
-  std::cout << report.Table() << std::flush;
-  if (!options.out.empty()) {
-    if (absl::Status status = report.WriteJson(options.out); !status.ok()) {
-      std::cerr << status << "\n";
-      return 1;
-    }
-    std::cout << "wrote " << options.out << "\n";
-  }
-  return 0;
+  return report.Publish(options.out, std::cout, std::cerr);
 }
 
 }  // namespace
