@@ -153,6 +153,8 @@ class CoordinatorManager {
   // version and shared by every full watch stream (a copy of all W slots
   // per watcher per change was most of the coordinator's time).
   std::shared_ptr<const ClusterSnapshot> SharedSnapshot() const;
+  // W, fixed for the coordinator's life (no lock).
+  int world_size() const { return options_.membership.world_size; }
 
   // For scoped watch streams: the changes after scoped version `since`
   // (-1: the stream's first message, every slot). Shared per (since,

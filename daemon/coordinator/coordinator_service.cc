@@ -143,8 +143,13 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
 grpc::Status CoordinatorService::WatchMembership(
     grpc::ServerContext* context, const pb::WatchMembershipRequest* request,
     grpc::ServerWriter<pb::MembershipUpdate>* writer) {
-  return request->scoped() ? WatchScoped(context, request->rank(), writer)
-                           : WatchFull(context, writer);
+  if (!request->scoped()) return WatchFull(context, writer);
+  if (absl::Status s = ScopedUpdateStream::CheckRank(request->rank(),
+                                                     manager_->world_size());
+      !s.ok()) {
+    return rpc::ToGrpc(s);
+  }
+  return WatchScoped(context, request->rank(), writer);
 }
 
 grpc::Status CoordinatorService::WatchFull(

@@ -10,6 +10,14 @@ namespace shardd::coordinator {
 
 namespace pb = ::shardd::v1;
 
+absl::Status ScopedUpdateStream::CheckRank(int rank, int world_size) {
+  if (rank == -1 || (rank >= 0 && rank < world_size)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("WatchMembershipRequest.rank ", rank,
+                   " with scoped: must be -1 (every member) or a rank in [0, ",
+                   world_size, ")"));
+}
+
 bool ScopedUpdateStream::InScope(int r, int factor) const {
   if (rank_ < 0 || factor <= 0) return true;
   return r / factor == rank_ / factor || r % factor == rank_ % factor;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "daemon/coordinator/coordinator_manager.h"
 #include "shardd/v1/coordinator.pb.h"
 
@@ -27,6 +28,11 @@ class ScopedUpdateStream {
  public:
   // `rank` -1: every member is in scope (a tool).
   explicit ScopedUpdateStream(int rank) : rank_(rank) {}
+
+  // INVALID_ARGUMENT naming the rank unless it is -1 or in [0, world_size):
+  // a scoped stream of a rank the job does not have would get a scope no
+  // member has.
+  static absl::Status CheckRank(int rank, int world_size);
 
   // The message for `changes`, which must be the manager's
   // ChangesSince(seen()); nullopt when it tells this stream nothing new.

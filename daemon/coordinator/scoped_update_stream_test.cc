@@ -54,6 +54,18 @@ class ScopedUpdateStreamTest : public ::testing::Test {
   std::unique_ptr<CoordinatorManager> manager_;
 };
 
+TEST(ScopedUpdateStreamRankTest, RejectsARankTheJobDoesNotHave) {
+  EXPECT_TRUE(ScopedUpdateStream::CheckRank(-1, 8).ok());
+  EXPECT_TRUE(ScopedUpdateStream::CheckRank(0, 8).ok());
+  EXPECT_TRUE(ScopedUpdateStream::CheckRank(7, 8).ok());
+  for (int bad : {8, 1 << 30, -2}) {
+    const absl::Status s = ScopedUpdateStream::CheckRank(bad, 8);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(absl::StrCat("rank ", bad)), std::string::npos)
+        << s;
+  }
+}
+
 TEST_F(ScopedUpdateStreamTest, FirstMessageListsTheShardAndReplicaGroups) {
   for (int r = 0; r < kWorld; ++r) Join(r);
   ScopedUpdateStream stream(5);

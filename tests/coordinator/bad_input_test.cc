@@ -147,6 +147,25 @@ TEST_F(BadInputTest, RankOutOfRangeIsInvalidArgument) {
   ExpectUnchanged("rank out of range");
 }
 
+TEST_F(BadInputTest, ScopedWatchOfARankTheJobDoesNotHaveIsInvalidArgument) {
+  for (int rank : {4, -2}) {
+    pb::WatchMembershipRequest watch;
+    watch.set_rank(rank);
+    watch.set_scoped(true);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    auto reader = cluster_.stub().WatchMembership(&context, watch);
+    pb::MembershipUpdate update;
+    EXPECT_FALSE(reader->Read(&update)) << rank;
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << rank;
+    EXPECT_TRUE(
+        absl::StrContains(s.error_message(), absl::StrCat("rank ", rank)))
+        << s.error_message();
+  }
+  ExpectUnchanged("scoped watch of a rank out of range");
+}
+
 TEST_F(BadInputTest, HeartbeatForAnUnknownSlotOrTokenIsNotFound) {
   struct Case {
     int rank;
