@@ -2012,6 +2012,25 @@ export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboar
   return errors;
 }
 
+// Every metric an alert selects is shown by a dashboard query, so that an
+// operator paged by an alert finds the numbers it fired on.
+export function checkAlertsOnDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboard.json"), groups = alertRuleGroups()) {
+  let dashboard;
+  try {
+    dashboard = JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch (e) {
+    return [`${file}: ${e.message}`];
+  }
+  const shown = new Set(dashboardQueries(dashboard).flatMap((q) => promqlMetricNames(q.expr)));
+  const errors = [];
+  for (const rule of groups.flatMap((g) => g.rules).filter((r) => r.alert)) {
+    for (const n of promqlMetricNames(rule.expr)) {
+      if (!shown.has(n)) errors.push(`${file}: alert ${rule.alert} fires on '${n}', which no panel shows`);
+    }
+  }
+  return errors;
+}
+
 export function alertRuleGroups(file = path.join(DEPLOY, "prometheus/alerts.yml")) {
   return loadYamlFile(file)[0].groups;
 }
@@ -2157,7 +2176,7 @@ export async function checkDashboardConfigMap(dir = path.join(DEPLOY, "grafana")
 // Every check on every kustomization; errors as strings.
 export async function checkAll() {
   const errors = [];
-  errors.push(...checkExportedList(), ...checkDashboard(), ...await checkDashboardConfigMap(), ...checkExitStatuses());
+  errors.push(...checkExportedList(), ...checkDashboard(), ...checkAlertsOnDashboard(), ...await checkDashboardConfigMap(), ...checkExitStatuses());
   for (const [name, dir] of Object.entries(KUSTOMIZATIONS)) {
     let objects;
     try {

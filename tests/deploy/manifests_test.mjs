@@ -745,6 +745,23 @@ describe("dashboard", () => {
     }
     assert.ok(some(errors, /no annotation marks the membership epoch changes/), errors.join("\n"));
   });
+  test("every metric an alert fires on is on a panel", () => {
+    assert.deepEqual(v.checkAlertsOnDashboard(), []);
+  });
+  test("the alerts check fails when no panel shows an alert's metric", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    dashboard.panels = dashboard.panels.filter((p) => !(p.targets ?? []).some((t) => /stall_alert_after/.test(t.expr)));
+    const file = path.join(tmpDir(), "dashboard.json");
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    assert.ok(some(v.checkAlertsOnDashboard(file), /alert SharddTrainingStalled fires on 'shardd_coordinator_stall_alert_after_seconds', which no panel shows/));
+    const groups = [{ name: "g", rules: [{ alert: "X", expr: "shardd_not_on_the_dashboard > 0" }] }];
+    assert.ok(some(v.checkAlertsOnDashboard(undefined, groups), /alert X fires on 'shardd_not_on_the_dashboard'/));
+  });
+  test("the checkpoint age is the oldest daemon's, how far back a rollback would go", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    const age = dashboard.panels.find((p) => p.title === "Checkpoint age");
+    assert.match(age.targets[0].expr, /^time\(\) - min\(shardd_checkpoint_last_written_timestamp_seconds\{/);
+  });
   test("the epoch annotation's query is checked like a panel's", () => {
     const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
     const q = v.dashboardQueries(dashboard).find((x) => x.where.startsWith("annotation"));
