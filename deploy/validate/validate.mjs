@@ -7,7 +7,8 @@
 // mutual TLS (flags, probes on the plaintext health port, certificates from
 // a read-only Secret, the cert-manager Certificate naming every dialled
 // host), the NetworkPolicies (every port a pod opens admits exactly its
-// intended peers), the job shape, the alert rules and the Grafana dashboard
+// intended peers), the job shape (the JobSet's exit codes against the ones
+// the programs exit with), the alert rules and the Grafana dashboard
 // against the metric names the binaries export.
 //
 //   node validate.mjs check                 every check; exit 1 on an error
@@ -1156,6 +1157,36 @@ export function checkRankLabel(pm, sidecar) {
 // exit 3; client/python/examples/train_gpt.py exits 2 on JobFailed.
 export const EXIT_JOB_FAILED = 3;
 export const EXIT_JOB_FAILED_PYTHON = 2;
+export const EXIT_STATUS_HEADER = path.resolve(DEPLOY, "..", "daemon", "core", "exit_status.h");
+export const PYTHON_TRAINER = path.resolve(DEPLOY, "..", "client", "python", "examples", "train_gpt.py");
+
+// The podFailurePolicy's exit codes are the ones the programs exit with:
+// kExitJobFailed of daemon/core/exit_status.h is EXIT_JOB_FAILED, and every
+// `except JobFailed` handler of the Python trainer returns or sys.exit()s
+// EXIT_JOB_FAILED_PYTHON (no test runs it into a failed job). A drift would
+// turn the job's terminal state into retries of a job that cannot recover.
+export function checkExitStatuses(header = EXIT_STATUS_HEADER, pythonTrainer = PYTHON_TRAINER) {
+  const errors = [];
+  const constant = /\bkExitJobFailed\s*=\s*(\d+)\s*;/.exec(fs.readFileSync(header, "utf8"));
+  if (!constant) errors.push(`${header}: no kExitJobFailed = N;`);
+  else if (Number(constant[1]) !== EXIT_JOB_FAILED) errors.push(`${header}: kExitJobFailed is ${constant[1]}, the podFailurePolicy's EXIT_JOB_FAILED ${EXIT_JOB_FAILED}`);
+  const lines = fs.readFileSync(pythonTrainer, "utf8").split("\n");
+  let handlers = 0;
+  lines.forEach((line, i) => {
+    const m = /^(\s*)except\s+\(?[^:]*\bJobFailed\b[^:]*:/.exec(line);
+    if (!m) return;
+    ++handlers;
+    const exits = [];
+    for (let j = i + 1; j < lines.length; ++j) {
+      if (lines[j].trim() !== "" && lines[j].search(/\S/) <= m[1].length) break;
+      for (const e of lines[j].matchAll(/\breturn\s+(\d+)\b|\bsys\.exit\(\s*(\d+)\s*\)/g)) exits.push(Number(e[1] ?? e[2]));
+    }
+    if (exits.length === 0) errors.push(`${pythonTrainer}:${i + 1}: an except JobFailed that neither returns nor sys.exit()s a status`);
+    for (const code of exits) if (code !== EXIT_JOB_FAILED_PYTHON) errors.push(`${pythonTrainer}:${i + 1}: JobFailed exits ${code}, the podFailurePolicy's EXIT_JOB_FAILED_PYTHON ${EXIT_JOB_FAILED_PYTHON}`);
+  });
+  if (handlers === 0) errors.push(`${pythonTrainer}: no except JobFailed handler`);
+  return errors;
+}
 
 // The ConfigMap an env var of a container comes from (undefined when the
 // var is not from a ConfigMap); null when that ConfigMap is not deployed.
@@ -1981,6 +2012,25 @@ export function checkDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboar
   return errors;
 }
 
+// Every metric an alert selects is shown by a dashboard query, so that an
+// operator paged by an alert finds the numbers it fired on.
+export function checkAlertsOnDashboard(file = path.join(DEPLOY, "grafana/shardd-dashboard.json"), groups = alertRuleGroups()) {
+  let dashboard;
+  try {
+    dashboard = JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch (e) {
+    return [`${file}: ${e.message}`];
+  }
+  const shown = new Set(dashboardQueries(dashboard).flatMap((q) => promqlMetricNames(q.expr)));
+  const errors = [];
+  for (const rule of groups.flatMap((g) => g.rules).filter((r) => r.alert)) {
+    for (const n of promqlMetricNames(rule.expr)) {
+      if (!shown.has(n)) errors.push(`${file}: alert ${rule.alert} fires on '${n}', which no panel shows`);
+    }
+  }
+  return errors;
+}
+
 export function alertRuleGroups(file = path.join(DEPLOY, "prometheus/alerts.yml")) {
   return loadYamlFile(file)[0].groups;
 }
@@ -2126,7 +2176,7 @@ export async function checkDashboardConfigMap(dir = path.join(DEPLOY, "grafana")
 // Every check on every kustomization; errors as strings.
 export async function checkAll() {
   const errors = [];
-  errors.push(...checkExportedList(), ...checkDashboard(), ...await checkDashboardConfigMap());
+  errors.push(...checkExportedList(), ...checkDashboard(), ...checkAlertsOnDashboard(), ...await checkDashboardConfigMap(), ...checkExitStatuses());
   for (const [name, dir] of Object.entries(KUSTOMIZATIONS)) {
     let objects;
     try {

@@ -745,6 +745,23 @@ describe("dashboard", () => {
     }
     assert.ok(some(errors, /no annotation marks the membership epoch changes/), errors.join("\n"));
   });
+  test("every metric an alert fires on is on a panel", () => {
+    assert.deepEqual(v.checkAlertsOnDashboard(), []);
+  });
+  test("the alerts check fails when no panel shows an alert's metric", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    dashboard.panels = dashboard.panels.filter((p) => !(p.targets ?? []).some((t) => /stall_alert_after/.test(t.expr)));
+    const file = path.join(tmpDir(), "dashboard.json");
+    fs.writeFileSync(file, JSON.stringify(dashboard));
+    assert.ok(some(v.checkAlertsOnDashboard(file), /alert SharddTrainingStalled fires on 'shardd_coordinator_stall_alert_after_seconds', which no panel shows/));
+    const groups = [{ name: "g", rules: [{ alert: "X", expr: "shardd_not_on_the_dashboard > 0" }] }];
+    assert.ok(some(v.checkAlertsOnDashboard(undefined, groups), /alert X fires on 'shardd_not_on_the_dashboard'/));
+  });
+  test("the checkpoint age is the oldest daemon's, how far back a rollback would go", () => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
+    const age = dashboard.panels.find((p) => p.title === "Checkpoint age");
+    assert.match(age.targets[0].expr, /^time\(\) - min\(shardd_checkpoint_last_written_timestamp_seconds\{/);
+  });
   test("the epoch annotation's query is checked like a panel's", () => {
     const dashboard = JSON.parse(fs.readFileSync(path.join(v.DEPLOY, "grafana/shardd-dashboard.json"), "utf8"));
     const q = v.dashboardQueries(dashboard).find((x) => x.where.startsWith("annotation"));
@@ -805,8 +822,25 @@ describe("JobSet form", () => {
     assert.deepEqual(jobSetOf(objects).spec.failurePolicy.rules, [{ name: "job-failed", action: "FailJobSet", onJobFailureReasons: ["PodFailurePolicy"] }]);
     assert.deepEqual(jobSetOf(objects).spec.successPolicy, { operator: "All", targetReplicatedJobs: ["workers"] });
   });
-  test("the job's exit status is daemon/core/exit_status.h's kExitJobFailed", () => {
-    assert.equal(v.EXIT_JOB_FAILED, 3);
+  test("the exit codes it fails on are daemon/core/exit_status.h's kExitJobFailed and train_gpt.py's on JobFailed", () => {
+    assert.deepEqual(v.checkExitStatuses(), []);
+  });
+  test("the exit-code check fails when the header or a JobFailed handler of the Python trainer exits otherwise", () => {
+    const dir = tmpDir();
+    const header = path.join(dir, "exit_status.h");
+    const trainer = path.join(dir, "train.py");
+    const python = (body) => `def main():\n    try:\n        step()\n    except JobFailed as e:\n${body}\n    return 0\n`;
+    fs.writeFileSync(header, "inline constexpr int kExitJobFailed = 4;\n");
+    fs.writeFileSync(trainer, python("        print(e)\n        return 2"));
+    assert.ok(some(v.checkExitStatuses(header, trainer), /kExitJobFailed is 4, the podFailurePolicy's EXIT_JOB_FAILED 3/));
+    fs.writeFileSync(header, "inline constexpr int kExitJobFailed = 3;\n");
+    assert.deepEqual(v.checkExitStatuses(header, trainer), []);
+    fs.writeFileSync(trainer, python("        sys.exit(1)"));
+    assert.ok(some(v.checkExitStatuses(header, trainer), /train\.py:4: JobFailed exits 1/));
+    fs.writeFileSync(trainer, python("        print(e)"));
+    assert.ok(some(v.checkExitStatuses(header, trainer), /train\.py:4: an except JobFailed that neither returns nor sys.exit\(\)s a status/));
+    fs.writeFileSync(trainer, "def main():\n    return 0\n");
+    assert.ok(some(v.checkExitStatuses(header, trainer), /no except JobFailed handler/));
   });
   for (const [what, mutate, pattern] of [
     ["the workers do not fail on the trainer's exit 3", (o) => { rjOf(o, "workers").template.spec.podFailurePolicy.rules[0].onExitCodes.values = [2]; }, /FailJob on the trainer's exit codes 3 and 2/],

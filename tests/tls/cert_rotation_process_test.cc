@@ -11,12 +11,16 @@
 //    coordinator says it keeps the last good pair, and every new
 //    connection is still served with it;
 //  - a CA rotation: with a bundle of the old and a new CA and a certificate
-//    of the new CA, a client of the new CA, refused before, gets in.
+//    of the new CA, a client of the new CA, refused before, gets in;
+//  - a shardd daemon joined to that coordinator, with its own copies of the
+//    files: a new pair reaches new connections to its peer port, while a
+//    connection made before keeps working.
 //
-//   cert_rotation_process_test COORDINATOR_BINARY
+//   cert_rotation_process_test COORDINATOR_BINARY SHARDD_BINARY
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -39,6 +43,7 @@ namespace shardd::tests {
 namespace {
 
 std::string g_coordinator_binary;
+std::string g_shardd_binary;
 
 std::string Read(const std::string& path) {
   std::ifstream in(path);
@@ -121,26 +126,29 @@ class CertRotationProcessTest : public ::testing::Test {
     return Credentials({certs_.client_cert, certs_.client_key, certs_.ca});
   }
 
-  // The certificate a new connection with `credentials` is shown.
+  // The certificate a new connection to `address` with `credentials` is
+  // shown.
   absl::StatusOr<std::string> NewConnection(
+      const std::string& address,
       const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
-    return PresentedCertificate(FreshChannel(address_, credentials));
+    return PresentedCertificate(FreshChannel(address, credentials));
   }
 
-  // Polls new connections until one is shown `cert` (every connection
-  // before it must be answered, with `before`).
+  // Polls new connections to `address` until one is shown `cert` (every
+  // connection before it must be answered, with `before`).
   void WaitForCertificate(
+      const std::string& address,
       const std::shared_ptr<grpc::ChannelCredentials>& credentials,
       const std::string& before, const std::string& cert) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    absl::StatusOr<std::string> seen = NewConnection(credentials);
+    absl::StatusOr<std::string> seen = NewConnection(address, credentials);
     while (!(seen.ok() && *seen == cert) && absl::Now() < deadline) {
       if (!before.empty()) {
         ASSERT_TRUE(seen.ok()) << seen.status();
         ASSERT_EQ(*seen, before);
       }
       absl::SleepFor(absl::Milliseconds(50));  // Polling, with a deadline.
-      seen = NewConnection(credentials);
+      seen = NewConnection(address, credentials);
     }
     ASSERT_TRUE(seen.ok()) << seen.status();
     EXPECT_EQ(*seen, cert);
@@ -180,7 +188,7 @@ TEST_F(CertRotationProcessTest,
   const absl::Time until = absl::Now() + absl::Milliseconds(2500);
   int connections = 0;
   while (absl::Now() < until) {
-    absl::StatusOr<std::string> seen = NewConnection(good);
+    absl::StatusOr<std::string> seen = NewConnection(address_, good);
     ASSERT_TRUE(seen.ok()) << seen.status() << " after " << connections;
     EXPECT_EQ(*seen, old_cert);
     ++connections;
@@ -192,7 +200,8 @@ TEST_F(CertRotationProcessTest,
   absl::StatusOr<std::string> reloaded =
       coordinator_->WaitForLine("TLS files reloaded (set 2)", deadline);
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
-  ASSERT_NO_FATAL_FAILURE(WaitForCertificate(good, old_cert, new_cert));
+  ASSERT_NO_FATAL_FAILURE(
+      WaitForCertificate(address_, good, old_cert, new_cert));
   std::printf(
       "rotation: a new connection saw the new certificate %.2f s after it "
       "was installed (--tls_refresh_interval=1s)\n",
@@ -208,14 +217,70 @@ TEST_F(CertRotationProcessTest, CaRotationAdmitsClientsOfTheNewCa) {
   // A client of the other CA, trusting only that CA: refused before.
   const std::shared_ptr<grpc::ChannelCredentials> other =
       Credentials({certs_.rogue_cert, certs_.rogue_key, certs_.other_ca});
-  EXPECT_EQ(NewConnection(other).status().code(),
+  EXPECT_EQ(NewConnection(address_, other).status().code(),
             absl::StatusCode::kUnavailable);
   // Both CAs trusted, and a certificate of the new one.
   Install(Read(certs_.ca) + Read(certs_.other_ca), ca_);
   Install(Read(certs_.rogue_key), key_);
   Install(Read(certs_.rogue_cert), cert_);
-  ASSERT_NO_FATAL_FAILURE(
-      WaitForCertificate(other, "", FirstCertificateOfFile(certs_.rogue_cert)));
+  ASSERT_NO_FATAL_FAILURE(WaitForCertificate(
+      address_, other, "", FirstCertificateOfFile(certs_.rogue_cert)));
+}
+
+TEST_F(CertRotationProcessTest,
+       DaemonPeerPortShowsNewPairToNewConnectionsOldOnesKeepWorking) {
+  // The daemon's own copies of the files, as each pod mounts the Secret.
+  const std::string files = dir_ + "/daemon";
+  ASSERT_EQ(mkdir(files.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((dir_ + "/shm").c_str(), 0700), 0);
+  const std::string cert = files + "/tls.crt";
+  const std::string key = files + "/tls.key";
+  Install(Read(certs_.node_cert), cert);
+  Install(Read(certs_.node_key), key);
+  Install(Read(certs_.ca), files + "/ca.crt");
+  // stderr joined to stdout: the reload lines are on stderr.
+  absl::StatusOr<std::unique_ptr<Subprocess>> daemon = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec '", g_shardd_binary, "' --coordinator=", address_,
+                    " --identity=node-0 --rank=0 --shm_dir='", dir_,
+                    "/shm' --listen_unix='", dir_,
+                    "/shardd.sock' --peer_listen=127.0.0.1:0 "
+                    "--tls_refresh_interval=1s --tls_cert='",
+                    cert, "' --tls_key='", key, "' --tls_ca='", files,
+                    "/ca.crt' 2>&1")},
+      "shardd");
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<std::string> line =
+      (*daemon)->WaitForLine("shardd rank", deadline);
+  ASSERT_TRUE(line.ok()) << line.status();
+  const std::string peer = Field(*line, " peer ");
+  ASSERT_FALSE(peer.empty()) << *line;
+
+  const std::string old_cert = FirstCertificateOfFile(certs_.node_cert);
+  const std::string new_cert = FirstCertificateOfFile(next_.cert);
+  ASSERT_FALSE(old_cert.empty());
+  ASSERT_NE(old_cert, new_cert);
+  const std::shared_ptr<grpc::ChannelCredentials> good = Good();
+  std::shared_ptr<grpc::Channel> established = FreshChannel(peer, good);
+  absl::StatusOr<std::string> first = PresentedCertificate(established);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, old_cert);
+
+  const absl::Time installed = absl::Now();
+  Install(Read(next_.key), key);
+  Install(Read(next_.cert), cert);
+  absl::StatusOr<std::string> reloaded =
+      (*daemon)->WaitForLine("TLS files reloaded (set 2)", deadline);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  ASSERT_NO_FATAL_FAILURE(WaitForCertificate(peer, good, old_cert, new_cert));
+  std::printf(
+      "daemon rotation: a new connection to the peer port saw the new "
+      "certificate %.2f s after it was installed (--tls_refresh_interval=1s)\n",
+      absl::ToDoubleSeconds(absl::Now() - installed));
+  absl::StatusOr<std::string> again = PresentedCertificate(established);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, old_cert);
 }
 
 }  // namespace
@@ -223,10 +288,12 @@ TEST_F(CertRotationProcessTest, CaRotationAdmitsClientsOfTheNewCa) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY\n", argv[0]);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY SHARDD_BINARY\n",
+                 argv[0]);
     return 2;
   }
   shardd::tests::g_coordinator_binary = argv[1];
+  shardd::tests::g_shardd_binary = argv[2];
   return RUN_ALL_TESTS();
 }
