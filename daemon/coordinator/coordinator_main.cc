@@ -102,7 +102,7 @@ ABSL_FLAG(absl::Duration, stall_alert_after, absl::Minutes(15),
           "before the SharddTrainingStalled alert fires (exported as "
           "shardd_coordinator_stall_alert_after_seconds for the rule; 0: "
           "never)");
-ABSL_FLAG(double, behind_late_fraction, 0.25,
+ABSL_FLAG(double, behind_late_fraction, 0.1,
           "when this share of the live members (and at least 16) are late "
           "at once, the coordinator judges itself behind (their heartbeats "
           "queued at it, or its own link cut) and holds expired leases back "
@@ -139,7 +139,7 @@ struct ServeFlags {
   absl::Duration quarantine;
   int metrics_port = 0;
   absl::Duration stall_alert_after;
-  double behind_late_fraction = 0.25;
+  double behind_late_fraction = 0.1;
   absl::Duration max_expiry_deferral;
   std::string health_listen;
 };

@@ -17,9 +17,14 @@ namespace {
 
 namespace pb = ::shardd::v1;
 
-// How long a watch stream waits for a build slot before it builds anyway:
-// holders only compute, so a slot frees within milliseconds.
-constexpr absl::Duration kBuildWait = absl::Seconds(1);
+// A WatchMembership stream refused before it starts: finishes with
+// `status` at once and deletes itself when gRPC is done with it.
+class RefusedWatch final
+    : public grpc::ServerWriteReactor<pb::MembershipUpdate> {
+ public:
+  explicit RefusedWatch(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
 
 absl::StatusOr<MemberPhase> FromProto(pb::MemberState state) {
   switch (state) {
@@ -140,104 +145,17 @@ grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchMembership(
-    grpc::ServerContext* context, const pb::WatchMembershipRequest* request,
-    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
-  if (!request->scoped()) return WatchFull(context, writer);
-  if (absl::Status s = ScopedUpdateStream::CheckRank(request->rank(),
-                                                     manager_->world_size());
-      !s.ok()) {
-    return rpc::ToGrpc(s);
-  }
-  return WatchScoped(context, request->rank(), writer);
-}
-
-grpc::Status CoordinatorService::WatchFull(
-    grpc::ServerContext* context,
-    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
-  std::shared_ptr<const ClusterSnapshot> snap = manager_->SharedSnapshot();
-  const absl::Duration keepalive = snap->lease / 3;
-  bool is_keepalive = false;
-  while (true) {
-    std::shared_ptr<const pb::MembershipUpdate> update;
-    {
-      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
-      update = full_updates_.Get(snap, is_keepalive);
-    }
-    if (!writer->Write(*update)) return grpc::Status::CANCELLED;
-    const int64_t seen = snap->version;
-    // Wake for a change, a keepalive, the client's deadline or shutdown.
-    const ChangeSignal::Versions v = manager_->AwaitVersion(
-        /*scoped=*/false, seen, Deadline(context, keepalive));
-    if (grpc::Status end = WatchEnded(context, v.shut_down); !end.ok()) {
-      return end;
-    }
-    {
-      const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
-      snap = manager_->SharedSnapshot();
-    }
-    is_keepalive = snap->version == seen;
-  }
-}
-
-grpc::Status CoordinatorService::WatchScoped(
-    grpc::ServerContext* context, int rank,
-    grpc::ServerWriter<pb::MembershipUpdate>* writer) {
-  ScopedUpdateStream stream(rank);
-  // The wake counter first: a change after it is not missed.
-  int64_t woken =
-      manager_->AwaitVersion(/*scoped=*/true, 0, MonoTime::InfinitePast())
-          .scoped;
-  std::optional<pb::MembershipUpdate> update;
-  absl::Duration keepalive;
-  {
-    const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
-    std::shared_ptr<const MembershipChanges> changes =
-        manager_->ScopedSnapshot(rank);
-    // A lease, not a third of one: the member's watchdog reopens a stream
-    // silent for two leases, its heartbeat replies carry epoch and
-    // readiness meanwhile, and at W = 4,096 keepalives every lease / 3
-    // were as many wakeups as the heartbeats themselves.
-    keepalive = changes->snapshot.lease;
-    update = stream.Next(*changes);
-  }
-  while (true) {
-    if (update.has_value() && !writer->Write(*update)) {
-      return grpc::Status::CANCELLED;
-    }
-    const MonoTime next_keepalive = MonoNow() + keepalive;
-    update.reset();
-    while (!update.has_value()) {
-      const ChangeSignal::Versions v = manager_->AwaitVersion(
-          /*scoped=*/true, woken,
-          std::min(next_keepalive, rpc::DeadlineOf(*context)));
-      if (grpc::Status end = WatchEnded(context, v.shut_down); !end.ok()) {
-        return end;
-      }
-      const bool keepalive_due = MonoNow() >= next_keepalive;
-      if (v.scoped > woken || keepalive_due) {
-        woken = v.scoped;
-        // Nothing new for this stream: nullopt (then a keepalive, if due).
-        const ConcurrencyLimit::Slot slot(build_slots_, MonoNow() + kBuildWait);
-        update = stream.Next(*manager_->ChangesSince(stream.seen()));
-        if (!update.has_value() && keepalive_due) update = stream.Keepalive();
-      }
+grpc::ServerWriteReactor<pb::MembershipUpdate>*
+CoordinatorService::WatchMembership(grpc::CallbackServerContext* context,
+                                    const pb::WatchMembershipRequest* request) {
+  if (request->scoped()) {
+    if (absl::Status s = ScopedUpdateStream::CheckRank(request->rank(),
+                                                       manager_->world_size());
+        !s.ok()) {
+      return new RefusedWatch(rpc::ToGrpc(s));
     }
   }
-}
-
-grpc::Status CoordinatorService::WatchEnded(grpc::ServerContext* context,
-                                            bool shut_down) {
-  if (context->IsCancelled()) return grpc::Status::CANCELLED;
-  if (shut_down || manager_->shut_down()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "the coordinator is shutting down");
-  }
-  if (MonoNow() >= rpc::DeadlineOf(*context)) {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "watch deadline reached");
-  }
-  return grpc::Status::OK;
+  return watches_.Open(context, *request);
 }
 
 grpc::Status CoordinatorService::ReportFailure(

@@ -2,9 +2,8 @@
 #define SHARDD_DAEMON_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include "absl/time/time.h"
-#include "daemon/coordinator/concurrency_limit.h"
 #include "daemon/coordinator/coordinator_manager.h"
-#include "daemon/coordinator/full_update_cache.h"
+#include "daemon/coordinator/watch_hub.h"
 #include "shardd/v1/coordinator.grpc.pb.h"
 
 namespace shardd::coordinator {
@@ -12,16 +11,23 @@ namespace shardd::coordinator {
 // The Coordinator gRPC service: a thin adapter that converts messages and
 // status codes and delegates every decision to CoordinatorManager.
 //
+// WatchMembership is served by a WatchHub on gRPC's callback API (no thread
+// per stream); every other method is synchronous.
+//
 // Thread-safe (gRPC calls it from many threads). Borrows the manager, which
-// must outlive the server.
-class CoordinatorService final : public shardd::v1::Coordinator::Service {
+// must outlive the server; the server must be shut down before the service
+// is destroyed.
+class CoordinatorService final
+    : public shardd::v1::Coordinator::WithCallbackMethod_WatchMembership<
+          shardd::v1::Coordinator::Service> {
  public:
   CoordinatorService(CoordinatorManager* manager,
                      absl::Duration heartbeat_interval,
                      absl::Duration max_rendezvous_wait)
       : manager_(manager),
         heartbeat_interval_(heartbeat_interval),
-        max_rendezvous_wait_(max_rendezvous_wait) {}
+        max_rendezvous_wait_(max_rendezvous_wait),
+        watches_(manager) {}
 
   grpc::Status Join(grpc::ServerContext* context,
                     const shardd::v1::JoinRequest* request,
@@ -32,10 +38,9 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
   grpc::Status Leave(grpc::ServerContext* context,
                      const shardd::v1::LeaveRequest* request,
                      shardd::v1::LeaveResponse* response) override;
-  grpc::Status WatchMembership(
-      grpc::ServerContext* context,
-      const shardd::v1::WatchMembershipRequest* request,
-      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer) override;
+  grpc::ServerWriteReactor<shardd::v1::MembershipUpdate>* WatchMembership(
+      grpc::CallbackServerContext* context,
+      const shardd::v1::WatchMembershipRequest* request) override;
   grpc::Status ReportFailure(
       grpc::ServerContext* context,
       const shardd::v1::ReportFailureRequest* request,
@@ -62,29 +67,10 @@ class CoordinatorService final : public shardd::v1::Coordinator::Service {
       shardd::v1::ClusterState* response) override;
 
  private:
-  // WatchMembership for clients that want every member in every message
-  // (one shared message per version), and for scoped streams
-  // (ScopedUpdateStream over the manager's shared changes).
-  grpc::Status WatchFull(
-      grpc::ServerContext* context,
-      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
-  grpc::Status WatchScoped(
-      grpc::ServerContext* context, int rank,
-      grpc::ServerWriter<shardd::v1::MembershipUpdate>* writer);
-  // Why a watch stream ends now (cancelled, shutting down, its deadline),
-  // or OK to go on.
-  grpc::Status WatchEnded(grpc::ServerContext* context, bool shut_down);
-
   CoordinatorManager* const manager_;
-  FullUpdateCache full_updates_;
-  // Watch streams that build a message at the same time. Every stream has
-  // a thread; when thousands wake at once (a new epoch, or W streams
-  // opening while the job forms) they would all be runnable together and
-  // starve the heartbeat handlers until leases expired (measured at
-  // W = 4,096). The rest wait, asleep, for a slot.
-  ConcurrencyLimit build_slots_{2};
   const absl::Duration heartbeat_interval_;
   const absl::Duration max_rendezvous_wait_;
+  WatchHub watches_;
 };
 
 }  // namespace shardd::coordinator

@@ -47,14 +47,22 @@ LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
     if (now - m.last_heartbeat > late_after || now >= m.lease_expiry) ++d.late;
     if (now >= m.lease_expiry) ++expired;
   }
-  const double threshold = std::max<double>(
-      options.behind_min_late, options.behind_late_fraction * live.size());
+  // Hysteresis: a spell ends when half the threshold is late, not as soon
+  // as the first queued heartbeats are served.
+  const double threshold =
+      std::max<double>(options.behind_min_late,
+                       options.behind_late_fraction * live.size()) /
+      (behind_since.has_value() ? 2 : 1);
   d.behind = d.late > 0 && d.late >= threshold;
   const MonoTime since = behind_since.value_or(now);
   if (d.behind && now - since < options.max_expiry_deferral) {
     d.deferred = expired;
     return d;
   }
+  // A spell that ended in time: the leases it held may belong to members
+  // whose heartbeats are still queued, so they get one more lease.
+  const bool renew = behind_since.has_value() && !d.behind &&
+                     now - since < options.max_expiry_deferral;
   const std::string held =
       d.behind ? absl::StrCat("; expiries held for ", Ms(now - since),
                               " ms while ", d.late, " of ", live.size(),
@@ -62,6 +70,10 @@ LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
                : std::string();
   for (const MemberLiveness& m : live) {
     if (now < m.lease_expiry) continue;
+    if (renew) {
+      d.renewed.push_back(m.rank);
+      continue;
+    }
     d.removals.push_back(
         {m.rank,
          absl::StrCat("rank ", m.rank, " lease expired ",

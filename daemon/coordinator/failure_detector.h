@@ -39,7 +39,7 @@ struct DetectorOptions {
   // link. Expiring them one by one would then evict healthy members, whose
   // rejoins make the backlog worse. The same rule as Kubernetes' node
   // controller, which stops evicting when a whole zone looks down.
-  double behind_late_fraction = 0.25;
+  double behind_late_fraction = 0.1;
   int behind_min_late = 16;
   // While the coordinator is behind, expired leases are held for at most
   // this long; a real failure of that many members is then acted on.
@@ -65,11 +65,16 @@ struct LeaseExpiryDecision {
   std::vector<Removal> removals;
   // Live members late now (see DetectorOptions::behind_late_fraction).
   int late = 0;
-  // The coordinator is behind: `late` reached the threshold.
+  // The coordinator is behind: `late` reached the threshold (half of it
+  // while a spell lasts, `behind_since` set).
   bool behind = false;
   // Members whose lease ran out but who are kept because the coordinator is
   // behind (within max_expiry_deferral of `behind_since`).
   int deferred = 0;
+  // A spell ended within max_expiry_deferral: members whose lease ran out
+  // meanwhile get one more lease from `now` (their heartbeats may still be
+  // queued) instead of being removed.
+  std::vector<int> renewed;
 };
 
 // Which members to remove for leases that ran out by `now`. `behind_since`

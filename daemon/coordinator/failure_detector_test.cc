@@ -79,7 +79,7 @@ TEST(FailureDetectorTest, ManyMembersLateAtOnceHoldTheirExpiryBack) {
 
 TEST(FailureDetectorTest, LateButNotExpiredMembersCountTowardsBehind) {
   // 200 expired and 100 more a heartbeat overdue (1.1 s): 300 late of
-  // 1,024 (over a quarter), so the 200 are held.
+  // 1,024 (over a tenth), so the 200 are held.
   auto live = Job(1024, 200, absl::Milliseconds(1600));
   for (int r = 200; r < 300; ++r) live[r] = Member(r, absl::Milliseconds(1100));
   const LeaseExpiryDecision d =
@@ -119,6 +119,27 @@ TEST(FailureDetectorTest, HeldExpiryEndsAfterTheLongestDeferral) {
   EXPECT_NE(over.removals[0].reason.find("expiries held for 15000 ms"),
             std::string::npos)
       << over.removals[0].reason;
+}
+
+TEST(FailureDetectorTest, ASpellLastsUntilHalfTheThresholdIsLate) {
+  // The threshold at 1,024 is 102.4 late; once behind, 51.2.
+  const auto live = Job(1024, 80, absl::Milliseconds(1600));
+  EXPECT_FALSE(DecideLeaseExpiry(kT0, live, Options(), std::nullopt).behind);
+  const LeaseExpiryDecision in_spell =
+      DecideLeaseExpiry(kT0, live, Options(), kT0 - absl::Seconds(1));
+  EXPECT_TRUE(in_spell.behind);
+  EXPECT_TRUE(in_spell.removals.empty());
+}
+
+TEST(FailureDetectorTest, ASpellThatEndsRenewsTheLeasesItHeldOnce) {
+  // 40 still expired when the spell ends (40 < 51.2): their heartbeats
+  // may still be queued, so they get one more lease instead of removal.
+  const LeaseExpiryDecision d =
+      DecideLeaseExpiry(kT0, Job(1024, 40, absl::Milliseconds(1600)), Options(),
+                        kT0 - absl::Seconds(3));
+  EXPECT_FALSE(d.behind);
+  EXPECT_TRUE(d.removals.empty());
+  EXPECT_EQ(d.renewed.size(), 40u);
 }
 
 TEST(FailureDetectorTest, ZeroDeferralNeverHolds) {

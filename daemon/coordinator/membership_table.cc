@@ -788,11 +788,15 @@ std::vector<int> MembershipTable::ExpireLeases(MonoTime now) {
             d.deferred, " expired lease(s) kept for up to ",
             absl::FormatDuration(options_.detector.max_expiry_deferral)));
   }
+  for (int r : d.renewed) {
+    slots_[r].lease_expiry = now + options_.detector.lease;
+  }
   if (!d.behind && behind_deferred_) {
     Log(now, DecisionKind::kLeaseExpiryDeferred, {},
         absl::StrCat("lease expiry resumed after ",
                      absl::FormatDuration(now - *behind_since_), ": ", d.late,
-                     " of ", live.size(), " members late"));
+                     " of ", live.size(), " members late; ", d.renewed.size(),
+                     " lease(s) that ran out meanwhile renewed once"));
   }
   if (d.behind) {
     if (!behind_since_.has_value()) behind_since_ = now;

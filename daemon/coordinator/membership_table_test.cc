@@ -1087,8 +1087,8 @@ class MembershipTableBehindTest : public ::testing::Test {
 };
 
 TEST_F(MembershipTableBehindTest, HoldsExpiryWhileManyAreLateAndResumes) {
-  // 40 renew; the heartbeats of 24 (over a quarter) are stuck behind a
-  // coordinator that cannot keep up.
+  // 40 renew; the heartbeats of 24 (over a tenth, and over 16) are stuck behind
+  // a coordinator that cannot keep up.
   Heartbeat(0, 40, kT0 + absl::Seconds(1));
   const int64_t epoch = table_->epoch();
   EXPECT_TRUE(table_->ExpireLeases(kT0 + kLease).empty());
@@ -1107,6 +1107,23 @@ TEST_F(MembershipTableBehindTest, HoldsExpiryWhileManyAreLateAndResumes) {
   EXPECT_NE(table_->decisions().back().reason.find("resumed"),
             std::string::npos);
   EXPECT_EQ(Live(), kW);
+}
+
+TEST_F(MembershipTableBehindTest, ASpellEndingRenewsHeldLeasesOnceOnly) {
+  Heartbeat(0, 40, kT0 + absl::Seconds(1));
+  ASSERT_TRUE(table_->ExpireLeases(kT0 + kLease).empty());
+  // 20 of the 24 catch up; 4 (< half the threshold of 16) stay silent.
+  const MonoTime t1 = kT0 + absl::Seconds(2);
+  Heartbeat(0, 60, t1);
+  EXPECT_TRUE(table_->ExpireLeases(t1).empty());
+  EXPECT_NE(table_->decisions().back().reason.find(
+                "4 lease(s) that ran out meanwhile renewed once"),
+            std::string::npos)
+      << table_->decisions().back().reason;
+  // One lease later the 4 are removed like any failure.
+  Heartbeat(0, 60, t1 + kLease - absl::Milliseconds(1));
+  EXPECT_EQ(table_->ExpireLeases(t1 + kLease),
+            (std::vector<int>{60, 61, 62, 63}));
 }
 
 TEST_F(MembershipTableBehindTest, RemovesTheSilentOnceTheDeferralRunsOut) {
