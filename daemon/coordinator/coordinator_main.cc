@@ -99,9 +99,9 @@ ABSL_FLAG(absl::Duration, failed_report_wait, absl::Seconds(60),
           "after the job failed: longest (from the failure) the exit, on "
           "drain or on a first SIGTERM/SIGINT, is held until /metrics has "
           "been scraped once since the failure, so that the SharddJobFailed "
-          "alert sees it; only with --metrics_port; 0: not held. Keep it "
-          "above the scrape interval and below the pod's "
-          "terminationGracePeriodSeconds");
+          "alert sees it; only with --metrics_port; 0: not held. Keep it at "
+          "least two scrape intervals, and the pod's "
+          "terminationGracePeriodSeconds above it");
 ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
           "longest a RendezvousWait may block");
 ABSL_FLAG(int, metrics_port, 0,

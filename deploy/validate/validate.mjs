@@ -1225,22 +1225,31 @@ export function checkRankLabel(pm, sidecar) {
 
 // The exit statuses of daemon/core/exit_status.h that say "the job has
 // FAILED" (terminal): shardd, the coordinator and client/example_trainer
-// exit 3; client/python/examples/train_gpt.py exits 2 on JobFailed.
+// exit 3; client/python/examples/train_gpt.py and quickstart.py (the
+// README's example) exit 2 on JobFailed.
 export const EXIT_JOB_FAILED = 3;
 export const EXIT_JOB_FAILED_PYTHON = 2;
 export const EXIT_STATUS_HEADER = path.resolve(DEPLOY, "..", "daemon", "core", "exit_status.h");
 export const PYTHON_TRAINER = path.resolve(DEPLOY, "..", "client", "python", "examples", "train_gpt.py");
+export const PYTHON_QUICKSTART = path.resolve(DEPLOY, "..", "client", "python", "examples", "quickstart.py");
 
 // The podFailurePolicy's exit codes are the ones the programs exit with:
 // kExitJobFailed of daemon/core/exit_status.h is EXIT_JOB_FAILED, and every
-// `except JobFailed` handler of the Python trainer returns or sys.exit()s
-// EXIT_JOB_FAILED_PYTHON (no test runs it into a failed job). A drift would
-// turn the job's terminal state into retries of a job that cannot recover.
-export function checkExitStatuses(header = EXIT_STATUS_HEADER, pythonTrainer = PYTHON_TRAINER) {
+// `except JobFailed` handler of each Python trainer (a path or a list)
+// returns or sys.exit()s EXIT_JOB_FAILED_PYTHON (no test runs train_gpt.py
+// into a failed job). A drift would turn the job's terminal state into
+// retries of a job that cannot recover.
+export function checkExitStatuses(header = EXIT_STATUS_HEADER, pythonTrainers = [PYTHON_TRAINER, PYTHON_QUICKSTART]) {
   const errors = [];
   const constant = /\bkExitJobFailed\s*=\s*(\d+)\s*;/.exec(fs.readFileSync(header, "utf8"));
   if (!constant) errors.push(`${header}: no kExitJobFailed = N;`);
   else if (Number(constant[1]) !== EXIT_JOB_FAILED) errors.push(`${header}: kExitJobFailed is ${constant[1]}, the podFailurePolicy's EXIT_JOB_FAILED ${EXIT_JOB_FAILED}`);
+  for (const pythonTrainer of [pythonTrainers].flat()) errors.push(...checkPythonExitStatus(pythonTrainer));
+  return errors;
+}
+
+function checkPythonExitStatus(pythonTrainer) {
+  const errors = [];
   const lines = fs.readFileSync(pythonTrainer, "utf8").split("\n");
   let handlers = 0;
   lines.forEach((line, i) => {
