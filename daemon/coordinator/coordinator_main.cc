@@ -117,6 +117,15 @@ ABSL_FLAG(absl::Duration, stall_alert_after, absl::Minutes(15),
           "before the SharddTrainingStalled alert fires (exported as "
           "shardd_coordinator_stall_alert_after_seconds for the rule; 0: "
           "never)");
+ABSL_FLAG(double, behind_late_fraction, 0.25,
+          "when this share of the live members (and at least 16) are late "
+          "at once, the coordinator judges itself behind (their heartbeats "
+          "queued at it, or its own link cut) and holds expired leases back "
+          "instead of removing members one by one; in (0, 1]");
+ABSL_FLAG(absl::Duration, max_expiry_deferral, absl::Seconds(15),
+          "the longest expired leases are held back while the coordinator is "
+          "behind (then the members are removed: a real failure of that "
+          "many); 0: never held");
 ABSL_FLAG(std::string, health_listen, "",
           "also serve grpc.health.v1, and nothing else, in plaintext on this "
           "host:port (port 0: any), for probes that cannot present a "
@@ -145,6 +154,8 @@ struct ServeFlags {
   absl::Duration quarantine;
   int metrics_port = 0;
   absl::Duration stall_alert_after;
+  double behind_late_fraction = 0.25;
+  absl::Duration max_expiry_deferral;
   std::string health_listen;
 };
 
@@ -187,6 +198,17 @@ absl::StatusOr<ServeFlags> ParseServeFlags() {
     return absl::InvalidArgumentError(
         "--stall_alert_after must not be negative (0: the alert never fires)");
   }
+  flags.behind_late_fraction = absl::GetFlag(FLAGS_behind_late_fraction);
+  if (!(flags.behind_late_fraction > 0 && flags.behind_late_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--behind_late_fraction must be in (0, 1], got ",
+                     flags.behind_late_fraction));
+  }
+  flags.max_expiry_deferral = absl::GetFlag(FLAGS_max_expiry_deferral);
+  if (flags.max_expiry_deferral < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--max_expiry_deferral must not be negative (0: never held)");
+  }
   flags.health_listen = absl::GetFlag(FLAGS_health_listen);
   return flags;
 }
@@ -199,6 +221,8 @@ absl::StatusOr<CoordinatorOptions> BuildOptions(
   options.membership.world_size = absl::GetFlag(FLAGS_world_size);
   options.membership.sharding_factor = absl::GetFlag(FLAGS_sharding_factor);
   options.membership.detector.lease = flags.lease;
+  options.membership.detector.behind_late_fraction = flags.behind_late_fraction;
+  options.membership.detector.max_expiry_deferral = flags.max_expiry_deferral;
   options.membership.partition_quarantine = flags.quarantine;
   options.membership.partition_quarantine_max =
       std::max(flags.quarantine, absl::Minutes(10));

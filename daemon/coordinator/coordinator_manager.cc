@@ -267,6 +267,10 @@ void CoordinatorManager::Publish() {
     }
     published_fallbacks_ = table_.checkpoint_fallbacks();
   }
+  for (; published_deferrals_ < table_.expiry_deferrals();
+       ++published_deferrals_) {
+    observer->LeaseExpiryDeferred();
+  }
   // Shard indices that no live member holds: only a checkpoint can bring
   // them back.
   // Live members change only with a decision (join, removal, leave): the

@@ -67,6 +67,8 @@ pb::DecisionKind ToProto(DecisionKind kind) {
       return pb::DECISION_KIND_EPOCH_STALLED;
     case DecisionKind::kJobFailed:
       return pb::DECISION_KIND_JOB_FAILED;
+    case DecisionKind::kLeaseExpiryDeferred:
+      return pb::DECISION_KIND_LEASE_EXPIRY_DEFERRED;
   }
   return pb::DECISION_KIND_UNSPECIFIED;
 }

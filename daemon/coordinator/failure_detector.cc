@@ -1,5 +1,6 @@
 #include "daemon/coordinator/failure_detector.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -35,20 +36,40 @@ ReportDecision Remove(int rank, std::string reason) {
 
 }  // namespace
 
-std::vector<Removal> DecideLeaseExpiry(MonoTime now,
-                                       const std::vector<MemberLiveness>& live,
-                                       const DetectorOptions& options) {
-  std::vector<Removal> removals;
+LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
+                                      const std::vector<MemberLiveness>& live,
+                                      const DetectorOptions& options,
+                                      std::optional<MonoTime> behind_since) {
+  LeaseExpiryDecision d;
+  const absl::Duration late_after = options.lease * 2 / 3;
+  int expired = 0;
+  for (const MemberLiveness& m : live) {
+    if (now - m.last_heartbeat > late_after || now >= m.lease_expiry) ++d.late;
+    if (now >= m.lease_expiry) ++expired;
+  }
+  const double threshold = std::max<double>(
+      options.behind_min_late, options.behind_late_fraction * live.size());
+  d.behind = d.late > 0 && d.late >= threshold;
+  const MonoTime since = behind_since.value_or(now);
+  if (d.behind && now - since < options.max_expiry_deferral) {
+    d.deferred = expired;
+    return d;
+  }
+  const std::string held =
+      d.behind ? absl::StrCat("; expiries held for ", Ms(now - since),
+                              " ms while ", d.late, " of ", live.size(),
+                              " members were late, the most allowed")
+               : std::string();
   for (const MemberLiveness& m : live) {
     if (now < m.lease_expiry) continue;
-    removals.push_back(
+    d.removals.push_back(
         {m.rank,
          absl::StrCat("rank ", m.rank, " lease expired ",
                       Ms(now - m.lease_expiry), " ms ago (last heartbeat ",
                       Ms(now - m.last_heartbeat), " ms ago, lease ",
-                      Ms(options.lease), " ms)")});
+                      Ms(options.lease), " ms)", held)});
   }
-  return removals;
+  return d;
 }
 
 ReportDecision DecideReport(MonoTime now, const Accusation& report,

@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_COORDINATOR_FAILURE_DETECTOR_H_
 #define SHARDD_DAEMON_COORDINATOR_FAILURE_DETECTOR_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,20 @@ struct DetectorOptions {
   absl::Duration lease = absl::Milliseconds(1500);
   // Reports older than this no longer count towards "odd one out".
   absl::Duration accusation_window = absl::Seconds(30);
+  // The coordinator is behind when at least max(behind_min_late,
+  // behind_late_fraction x live members) members are late at once (no
+  // heartbeat for two renewal periods, 2/3 of a lease). Members fail
+  // independently, a few at a time; a large share late together means
+  // their heartbeats are queued at a coordinator that cannot keep up (a
+  // join storm of thousands, a starved host) or lost on its own network
+  // link. Expiring them one by one would then evict healthy members, whose
+  // rejoins make the backlog worse. The same rule as Kubernetes' node
+  // controller, which stops evicting when a whole zone looks down.
+  double behind_late_fraction = 0.25;
+  int behind_min_late = 16;
+  // While the coordinator is behind, expired leases are held for at most
+  // this long; a real failure of that many members is then acted on.
+  absl::Duration max_expiry_deferral = absl::Seconds(15);
 };
 
 // Result of asking the suspect directly (Peer.Probe with a short deadline),
@@ -44,12 +59,27 @@ struct Removal {
   std::string reason;
 };
 
-// Members whose lease ran out by `now`, with a reason each
-// ("rank 2 lease expired 150 ms ago (last heartbeat 1650 ms ago)").
-// Pure: a function of its arguments only.
-std::vector<Removal> DecideLeaseExpiry(MonoTime now,
-                                       const std::vector<MemberLiveness>& live,
-                                       const DetectorOptions& options);
+struct LeaseExpiryDecision {
+  // Members to remove now, with a reason each ("rank 2 lease expired 150 ms
+  // ago (last heartbeat 1650 ms ago)").
+  std::vector<Removal> removals;
+  // Live members late now (see DetectorOptions::behind_late_fraction).
+  int late = 0;
+  // The coordinator is behind: `late` reached the threshold.
+  bool behind = false;
+  // Members whose lease ran out but who are kept because the coordinator is
+  // behind (within max_expiry_deferral of `behind_since`).
+  int deferred = 0;
+};
+
+// Which members to remove for leases that ran out by `now`. `behind_since`
+// is when the coordinator was first found behind in the current spell
+// (nullopt when it was not behind at the last decision); the caller keeps
+// it from `behind` of each decision. Pure: a function of its arguments.
+LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
+                                      const std::vector<MemberLiveness>& live,
+                                      const DetectorOptions& options,
+                                      std::optional<MonoTime> behind_since);
 
 struct ReportDecision {
   // Members to remove now (the suspect, or a reporter found to be the odd

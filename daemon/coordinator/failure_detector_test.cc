@@ -1,5 +1,6 @@
 #include "daemon/coordinator/failure_detector.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,14 +30,18 @@ std::vector<MemberLiveness> FourHealthy() {
       Member(2, absl::Milliseconds(300)), Member(3, absl::Milliseconds(50))};
 }
 
+std::vector<Removal> Expire(const std::vector<MemberLiveness>& live) {
+  return DecideLeaseExpiry(kT0, live, Options(), std::nullopt).removals;
+}
+
 TEST(FailureDetectorTest, NothingExpiresWhileLeasesRun) {
-  EXPECT_TRUE(DecideLeaseExpiry(kT0, FourHealthy(), Options()).empty());
+  EXPECT_TRUE(Expire(FourHealthy()).empty());
 }
 
 TEST(FailureDetectorTest, MissedLeaseRemovesTheMemberWithAReason) {
   auto live = FourHealthy();
   live[2] = Member(2, absl::Milliseconds(1600));  // Expired 100 ms ago.
-  const auto removals = DecideLeaseExpiry(kT0, live, Options());
+  const auto removals = Expire(live);
   ASSERT_EQ(removals.size(), 1u);
   EXPECT_EQ(removals[0].rank, 2);
   EXPECT_NE(removals[0].reason.find("lease expired 100 ms ago"),
@@ -47,9 +52,81 @@ TEST(FailureDetectorTest, MissedLeaseRemovesTheMemberWithAReason) {
 TEST(FailureDetectorTest, LeaseExpiresExactlyAtTheBoundary) {
   auto live = FourHealthy();
   live[1] = Member(1, absl::Milliseconds(1500));
-  EXPECT_EQ(DecideLeaseExpiry(kT0, live, Options()).size(), 1u);
+  EXPECT_EQ(Expire(live).size(), 1u);
   live[1] = Member(1, absl::Milliseconds(1499));
-  EXPECT_TRUE(DecideLeaseExpiry(kT0, live, Options()).empty());
+  EXPECT_TRUE(Expire(live).empty());
+}
+
+// W members, the first `late` of them silent for `silent`, the rest
+// heartbeating 100 ms ago.
+std::vector<MemberLiveness> Job(int w, int late, absl::Duration silent) {
+  std::vector<MemberLiveness> live;
+  for (int r = 0; r < w; ++r) {
+    live.push_back(Member(r, r < late ? silent : absl::Milliseconds(100)));
+  }
+  return live;
+}
+
+TEST(FailureDetectorTest, ManyMembersLateAtOnceHoldTheirExpiryBack) {
+  // 300 of 1,024 silent for 1.6 s: the coordinator is behind.
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, Job(1024, 300, absl::Milliseconds(1600)), Options(), std::nullopt);
+  EXPECT_TRUE(d.behind);
+  EXPECT_EQ(d.late, 300);
+  EXPECT_EQ(d.deferred, 300);
+  EXPECT_TRUE(d.removals.empty());
+}
+
+TEST(FailureDetectorTest, LateButNotExpiredMembersCountTowardsBehind) {
+  // 200 expired and 100 more a heartbeat overdue (1.1 s): 300 late of
+  // 1,024 (over a quarter), so the 200 are held.
+  auto live = Job(1024, 200, absl::Milliseconds(1600));
+  for (int r = 200; r < 300; ++r) live[r] = Member(r, absl::Milliseconds(1100));
+  const LeaseExpiryDecision d =
+      DecideLeaseExpiry(kT0, live, Options(), std::nullopt);
+  EXPECT_EQ(d.late, 300);
+  EXPECT_TRUE(d.behind);
+  EXPECT_EQ(d.deferred, 200);
+  EXPECT_TRUE(d.removals.empty());
+}
+
+TEST(FailureDetectorTest, AFewFailuresInALargeJobAreRemovedAtOnce) {
+  // 64 of 1,024 (a rack) is a real failure, not the coordinator.
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, Job(1024, 64, absl::Milliseconds(1600)), Options(), std::nullopt);
+  EXPECT_FALSE(d.behind);
+  EXPECT_EQ(d.removals.size(), 64u);
+}
+
+TEST(FailureDetectorTest, SmallJobsNeverHoldExpiry) {
+  // Half of a job of 8 is fewer than behind_min_late (16) members.
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, Job(8, 4, absl::Milliseconds(1600)), Options(), std::nullopt);
+  EXPECT_FALSE(d.behind);
+  EXPECT_EQ(d.removals.size(), 4u);
+}
+
+TEST(FailureDetectorTest, HeldExpiryEndsAfterTheLongestDeferral) {
+  const auto live = Job(1024, 300, absl::Milliseconds(1600));
+  const DetectorOptions o = Options();
+  const LeaseExpiryDecision held = DecideLeaseExpiry(
+      kT0, live, o, kT0 - o.max_expiry_deferral + absl::Milliseconds(1));
+  EXPECT_TRUE(held.removals.empty());
+  const LeaseExpiryDecision over =
+      DecideLeaseExpiry(kT0, live, o, kT0 - o.max_expiry_deferral);
+  EXPECT_TRUE(over.behind);
+  ASSERT_EQ(over.removals.size(), 300u);
+  EXPECT_NE(over.removals[0].reason.find("expiries held for 15000 ms"),
+            std::string::npos)
+      << over.removals[0].reason;
+}
+
+TEST(FailureDetectorTest, ZeroDeferralNeverHolds) {
+  DetectorOptions o = Options();
+  o.max_expiry_deferral = absl::ZeroDuration();
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, Job(1024, 300, absl::Milliseconds(1600)), o, std::nullopt);
+  EXPECT_EQ(d.removals.size(), 300u);
 }
 
 TEST(FailureDetectorTest, FastPathRemovesTheSuspectAtOnce) {

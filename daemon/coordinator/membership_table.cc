@@ -58,6 +58,8 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "EPOCH_STALLED";
     case DecisionKind::kJobFailed:
       return "JOB_FAILED";
+    case DecisionKind::kLeaseExpiryDeferred:
+      return "LEASE_EXPIRY_DEFERRED";
   }
   return "UNKNOWN";
 }
@@ -352,6 +354,11 @@ MonoTime MembershipTable::next_expiry() const {
   }
   if (!failed() && plan_.kind == PlanKind::kWait && plan_.lost_shard >= 0) {
     next = std::min(next, settle_after_);
+  }
+  // Behind: expired leases are held, so look again soon rather than at
+  // once (their expiry is in the past).
+  if (behind_since_.has_value()) {
+    next = std::max(next, last_expiry_check_ + options_.detector.lease / 8);
   }
   return next;
 }
@@ -766,8 +773,34 @@ absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
 
 std::vector<int> MembershipTable::ExpireLeases(MonoTime now) {
   std::vector<int> removed;
-  for (const Removal& r :
-       DecideLeaseExpiry(now, Liveness(), options_.detector)) {
+  const std::vector<MemberLiveness> live = Liveness();
+  const LeaseExpiryDecision d =
+      DecideLeaseExpiry(now, live, options_.detector, behind_since_);
+  last_expiry_check_ = now;
+  if (d.deferred > 0 && !behind_deferred_) {
+    behind_deferred_ = true;
+    ++expiry_deferrals_;
+    Log(now, DecisionKind::kLeaseExpiryDeferred, {},
+        absl::StrCat(
+            "lease expiry held back: ", d.late, " of ", live.size(),
+            " members are late at once, so the coordinator is "
+            "behind (or cut off from them); ",
+            d.deferred, " expired lease(s) kept for up to ",
+            absl::FormatDuration(options_.detector.max_expiry_deferral)));
+  }
+  if (!d.behind && behind_deferred_) {
+    Log(now, DecisionKind::kLeaseExpiryDeferred, {},
+        absl::StrCat("lease expiry resumed after ",
+                     absl::FormatDuration(now - *behind_since_), ": ", d.late,
+                     " of ", live.size(), " members late"));
+  }
+  if (d.behind) {
+    if (!behind_since_.has_value()) behind_since_ = now;
+  } else {
+    behind_since_.reset();
+    behind_deferred_ = false;
+  }
+  for (const Removal& r : d.removals) {
     Remove(r.rank, MemberPhase::kFailed, now, r.reason);
     removed.push_back(r.rank);
   }

@@ -44,6 +44,9 @@ enum class DecisionKind {
   kPartitionUndecided,
   kEpochStalled,
   kJobFailed,
+  // Lease expiry held back, or resumed, because the coordinator was behind
+  // (see DetectorOptions::behind_late_fraction).
+  kLeaseExpiryDeferred,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -286,7 +289,12 @@ class MembershipTable {
                      absl::string_view reason, MonoTime now);
 
   // Removes the members whose lease ran out by `now`; returns their ranks.
+  // While the coordinator is behind (DecideLeaseExpiry) nobody is removed,
+  // for up to max_expiry_deferral; each such spell is logged as
+  // LEASE_EXPIRY_DEFERRED when it first holds a lease back and when it ends.
   std::vector<int> ExpireLeases(MonoTime now);
+  // Spells in which expired leases were held back (see ExpireLeases).
+  int64_t expiry_deferrals() const { return expiry_deferrals_; }
 
   // A survivor's fast-path report (see DecideReport). INVALID_ARGUMENT for a
   // suspect out of range or equal to the reporter; NOT_FOUND when the
@@ -400,6 +408,13 @@ class MembershipTable {
   std::deque<Decision> decisions_;
   int64_t decisions_total_ = 0;
   std::vector<Accusation> accusations_;
+  // Since when the coordinator has been behind (see ExpireLeases), whether
+  // this spell has held a lease back, when ExpireLeases last ran, and the
+  // spells that held one.
+  std::optional<MonoTime> behind_since_;
+  bool behind_deferred_ = false;
+  MonoTime last_expiry_check_ = MonoTime::InfinitePast();
+  int64_t expiry_deferrals_ = 0;
   std::map<std::string, Quarantine> quarantines_;
   std::vector<std::pair<int, int>> broken_links_;
   // Broken links without a verdict ("" when none), since when they have

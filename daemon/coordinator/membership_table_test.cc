@@ -1044,5 +1044,88 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
   }
 }
 
+// A forming job of 64 (F = 8) whose members all joined at kT0.
+class MembershipTableBehindTest : public ::testing::Test {
+ protected:
+  static constexpr int kW = 64;
+  void SetUp() override {
+    MembershipOptions options;
+    options.world_size = kW;
+    options.sharding_factor = 8;
+    options.detector.lease = kLease;
+    auto table = MembershipTable::Create(options);
+    ASSERT_TRUE(table.ok());
+    table_.emplace(*std::move(table));
+    for (int r = 0; r < kW; ++r) {
+      JoinRequestInfo req;
+      req.rank = r;
+      req.identity = absl::StrCat("pod-", r);
+      req.peer_address = absl::StrCat("127.0.0.1:", 7001 + r);
+      req.incarnation = req.identity + "-inc1";
+      ASSERT_TRUE(table_->Join(req, kT0, absl::StrCat("token-", r)).ok());
+    }
+  }
+  void Heartbeat(int from, int to, MonoTime now) {
+    for (int r = from; r < to; ++r) {
+      ASSERT_TRUE(table_
+                      ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                  0, MemberPhase::kJoining, now)
+                      .ok());
+    }
+  }
+  int Live() const {
+    int n = 0;
+    for (const SlotRecord& s : table_->slots()) n += s.live();
+    return n;
+  }
+  int Logged(DecisionKind kind) const {
+    int n = 0;
+    for (const Decision& d : table_->decisions()) n += d.kind == kind;
+    return n;
+  }
+  std::optional<MembershipTable> table_;
+};
+
+TEST_F(MembershipTableBehindTest, HoldsExpiryWhileManyAreLateAndResumes) {
+  // 40 renew; the heartbeats of 24 (over a quarter) are stuck behind a
+  // coordinator that cannot keep up.
+  Heartbeat(0, 40, kT0 + absl::Seconds(1));
+  const int64_t epoch = table_->epoch();
+  EXPECT_TRUE(table_->ExpireLeases(kT0 + kLease).empty());
+  EXPECT_EQ(table_->epoch(), epoch);
+  EXPECT_EQ(Logged(DecisionKind::kLeaseExpiryDeferred), 1);
+  EXPECT_EQ(table_->expiry_deferrals(), 1);
+  EXPECT_NE(table_->decisions().back().reason.find("24 of 64 members"),
+            std::string::npos)
+      << table_->decisions().back().reason;
+  // Held leases are in the past; the lease timer must not spin on them.
+  EXPECT_GE(table_->next_expiry(), kT0 + kLease + kLease / 8);
+  // The backlog drains: the 24 heartbeats arrive, late but alive.
+  Heartbeat(40, kW, kT0 + absl::Seconds(2));
+  EXPECT_TRUE(table_->ExpireLeases(kT0 + absl::Seconds(2)).empty());
+  EXPECT_EQ(Logged(DecisionKind::kLeaseExpiryDeferred), 2);
+  EXPECT_NE(table_->decisions().back().reason.find("resumed"),
+            std::string::npos);
+  EXPECT_EQ(Live(), kW);
+}
+
+TEST_F(MembershipTableBehindTest, RemovesTheSilentOnceTheDeferralRunsOut) {
+  const absl::Duration deferral =
+      table_->options().detector.max_expiry_deferral;
+  MonoTime now = kT0;
+  // 24 are dead for good; the 40 others keep renewing.
+  for (; now <= kT0 + kLease + deferral; now += absl::Milliseconds(500)) {
+    Heartbeat(0, 40, now);
+    const std::vector<int> removed = table_->ExpireLeases(now);
+    if (now < kT0 + kLease + deferral) {
+      ASSERT_TRUE(removed.empty()) << absl::FormatDuration(now - kT0);
+    } else {
+      EXPECT_EQ(removed.size(), 24u);
+    }
+  }
+  EXPECT_EQ(Live(), 40);
+  EXPECT_EQ(table_->expiry_deferrals(), 1);
+}
+
 }  // namespace
 }  // namespace shardd::coordinator

@@ -72,6 +72,9 @@ class CoordinatorObserver {
   virtual void ShardsWithoutReplica(int /*n*/) {}
   // A recovery had to use a checkpoint.
   virtual void CheckpointFallback() {}
+  // The coordinator found itself behind and held expired leases back (once
+  // per spell; see DetectorOptions::behind_late_fraction).
+  virtual void LeaseExpiryDeferred() {}
   // A ShouldCommit decision: commit, reject or aborted.
   virtual void CommitVote(absl::string_view /*decision*/) {}
   // The lease members must renew within.

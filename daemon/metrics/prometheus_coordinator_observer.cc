@@ -118,6 +118,10 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
   checkpoint_fallbacks_ =
       NewCounter(registry, "shardd_coordinator_checkpoint_fallbacks_total",
                  "Recoveries that had to use a checkpoint.");
+  lease_expiry_deferrals_ = NewCounter(
+      registry, "shardd_coordinator_lease_expiry_deferrals_total",
+      "Spells in which the coordinator, with many members late at once, "
+      "judged itself behind and held expired leases back.");
   lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
                     "The lease members must renew within, in seconds.");
   stall_alert_after_ = NewGauge(
@@ -205,6 +209,10 @@ void PrometheusCoordinatorObserver::BrokenPeerLinks(int n) {
 
 void PrometheusCoordinatorObserver::CheckpointFallback() {
   checkpoint_fallbacks_->Increment();
+}
+
+void PrometheusCoordinatorObserver::LeaseExpiryDeferred() {
+  lease_expiry_deferrals_->Increment();
 }
 
 void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {

@@ -60,6 +60,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void ShardsWithoutReplica(int n) override;
   void BrokenPeerLinks(int n) override;
   void CheckpointFallback() override;
+  void LeaseExpiryDeferred() override;
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
   void StallAlertAfter(absl::Duration after) override;
@@ -82,6 +83,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Gauge* shards_without_replica_;
   prometheus::Gauge* broken_peer_links_;
   prometheus::Counter* checkpoint_fallbacks_;
+  prometheus::Counter* lease_expiry_deferrals_;
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;
   prometheus::Gauge* stall_alert_after_;

@@ -161,6 +161,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
   observer_.RecoveryStarted();
   observer_.RecoveryCompleted();
   observer_.CheckpointFallback();
+  observer_.LeaseExpiryDeferred();
   observer_.RecoveryPhase(labels::kDetection, absl::Milliseconds(1700));
   observer_.RecoveryPhase(labels::kTransfer, absl::Milliseconds(200));
   observer_.RecoveryPhase(labels::kTotal, absl::Seconds(700));
@@ -168,6 +169,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
   EXPECT_EQ(s.at("shardd_coordinator_recoveries_started_total"), 2);
   EXPECT_EQ(s.at("shardd_coordinator_recoveries_completed_total"), 1);
   EXPECT_EQ(s.at("shardd_coordinator_checkpoint_fallbacks_total"), 1);
+  EXPECT_EQ(s.at("shardd_coordinator_lease_expiry_deferrals_total"), 1);
   const std::string h = "shardd_coordinator_recovery_duration_seconds";
   EXPECT_EQ(s.at(h + "_count{phase=\"detection\"}"), 1);
   EXPECT_DOUBLE_EQ(s.at(h + "_sum{phase=\"detection\"}"), 1.7);
@@ -265,6 +267,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
   observer_.RecoveryPhase("unknown phase", absl::Seconds(1));
   observer_.ShardsWithoutReplica(1);
   observer_.CheckpointFallback();
+  observer_.LeaseExpiryDeferred();
   observer_.CommitVote(labels::kReject);
   observer_.Lease(absl::Seconds(2));
   observer_.JobFailed(true, "EPOCH_STALLED: \"quoted\"\nreason");
