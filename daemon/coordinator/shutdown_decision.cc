@@ -22,7 +22,7 @@ ShutdownDecision DecideShutdown(const ShutdownOptions& options,
     d.leave = "second signal received";
     d.report = in.last_scrape >= in.failed_at
                    ? "/metrics was served since the failure"
-                   : "exiting without waiting for a /metrics scrape";
+                   : "/metrics not scraped since the failure";
     return d;
   }
   if (in.signals == 1) {

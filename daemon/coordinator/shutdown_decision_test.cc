@@ -147,7 +147,7 @@ TEST_F(ShutdownDecisionTest, ASecondSignalExitsAtOnceWithStatus3) {
   EXPECT_TRUE(d.exit);
   EXPECT_EQ(d.exit_status, 3);
   EXPECT_EQ(d.leave, "second signal received");
-  EXPECT_EQ(d.report, "exiting without waiting for a /metrics scrape");
+  EXPECT_EQ(d.report, "/metrics not scraped since the failure");
 }
 
 TEST_F(ShutdownDecisionTest, WithoutMetricsItExitsOnceDrainedAsBefore) {

@@ -6,7 +6,7 @@
 # daemons, 4 example trainers, HYBRID_SHARD F = 2), the coordinator with
 # /metrics on. When trainer 1 prints "step 3", both holders of shard 0
 # (daemons 0 and 2) get SIGKILL and replacements start: the job fails (no
-# replica, no checkpoint) and every trainer and daemon exits 3 within a
+# replica, no checkpoint) and every trainer and daemon exits within a
 # second (tests/faults/replica_loss_test.sh), long before a 15 s scrape.
 #
 #   scraped     --failed_report_wait=60s; Prometheus (Debian's, on
@@ -24,6 +24,8 @@
 #   unscraped   --failed_report_wait=3s and nobody scrapes: the coordinator
 #               exits 3 once 3 s have passed since the failure, logging
 #               that no scrape came.
+#   signalled   --failed_report_wait=60s, nobody scrapes: a first SIGTERM
+#               leaves it waiting, a second one makes it exit 3 at once.
 #
 # Synchronisation by log lines, process exits and PromQL answers, each with
 # a deadline. Fails, never skips, when prometheus is missing.
@@ -44,7 +46,7 @@ command -v prometheus >/dev/null ||
 
 # fail_job RUN: starts RUN's cluster, kills both holders of shard 0 at
 # step 3, starts their replacements and waits until the coordinator logs
-# JOB_FAILED and every trainer and daemon has exited 3. FAIL_TIME: the
+# JOB_FAILED and every trainer and daemon has exited. FAIL_TIME: the
 # JOB_FAILED line's timestamp (epoch seconds).
 fail_job() {
   local run=$1 p coord
@@ -62,15 +64,16 @@ fail_job() {
     fl_die "$run: the coordinator did not declare the job failed within 30 s"
   FAIL_TIME=$(fl_coord_time "$(grep -m1 'JOB_FAILED' "$coord")")
   fl_log "$run: job failed"
+  # Their exit statuses are replica_loss_test's concern; here only that
+  # the coordinator is left alone.
+  local statuses=()
   for p in "${FL_TRAINER_PID[@]}" "${survivors[@]}" "${FL_DAEMON_PID[0]}" \
     "${FL_DAEMON_PID[2]}"; do
-    if fl_wait_exit "$p" 30; then
-      fl_expect "$run: pid $p (trainer or daemon) exited 3" "[[ $FL_RC -eq 3 ]]"
-    else
-      fl_expect "$run: pid $p (trainer or daemon) exited within 30 s" false
-    fi
+    fl_wait_exit "$p" 30 ||
+      fl_die "$run: pid $p (trainer or daemon) still runs 30 s after the failure"
+    statuses+=("$FL_RC")
   done
-  fl_log "$run: every trainer and daemon exited"
+  fl_log "$run: every trainer and daemon exited (trainers 0-3, daemons 1, 3, 0, 2: ${statuses[*]})"
 }
 
 metrics_port() {  # metrics_port LOG: the port of "coordinator metrics on".
@@ -170,4 +173,25 @@ fi
 grep -E 'coordinator: (the job has failed|signal)' "$coord" | cut -c1-400
 fl_expect "unscraped: ... saying that no scrape came" \
   "grep -q 'every member has left; no /metrics scrape within --failed_report_wait=3s of the failure' '$coord'"
+
+# --- signalled: a second SIGTERM exits at once -------------------------------
+FL_COORD_FLAGS=(--metrics_port=-1 --metrics_address=127.0.0.1
+  --failed_report_wait=60s)
+fail_job signalled
+coord=$FL_ROOT/signalled/coord-1.log
+fl_expect "signalled: the coordinator holds its exit for a scrape" \
+  "fl_wait_line '$coord' 'every member has left, but /metrics has not been scraped' 10"
+kill -TERM "$FL_COORD_PID"
+fl_expect "signalled: a first SIGTERM leaves it waiting" \
+  "fl_wait_line '$coord' 'signal received, but /metrics has not been scraped' 10"
+t_second=$(fl_now)
+kill -TERM "$FL_COORD_PID"
+if fl_wait_exit "$FL_COORD_PID" 10; then
+  fl_expect "signalled: the second SIGTERM made it exit 3" "[[ $FL_RC -eq 3 ]]"
+  echo "signalled: second SIGTERM -> coordinator exited: +$(fl_sub "$FL_EXIT_TIME" "$t_second") s"
+else
+  fl_expect "signalled: the coordinator exited within 10 s of the second SIGTERM" false
+fi
+fl_expect "signalled: ... saying so" \
+  "grep -q 'second signal received; /metrics not scraped since the failure, exiting with status 3' '$coord'"
 fl_finish
