@@ -23,7 +23,12 @@
 // without progress: JOB_FAILED in the log), the coordinator keeps serving
 // until every member has left (or --failed_drain_s), so that daemons,
 // trainers and shardctl read the reason, then exits with status 3
-// (core::kExitJobFailed).
+// (core::kExitJobFailed). With --metrics_port it first waits, at most
+// --failed_report_wait from the failure, until /metrics has been scraped
+// once since the failure (shardd_coordinator_job_failed = 1 has reached
+// Prometheus, or the SharddJobFailed alert could miss a coordinator that
+// lived half a second after the failure); a SIGTERM or SIGINT after the
+// failure waits the same way, a second one exits at once (status 3).
 
 #include <pthread.h>
 #include <signal.h>
@@ -43,12 +48,15 @@
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/coordinator_service.h"
 #include "daemon/coordinator/peer_prober.h"
+#include "daemon/coordinator/shutdown_decision.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/exit_status.h"
 #include "daemon/core/host_port.h"
 #include "daemon/core/mono_notification.h"
 #include "daemon/core/mono_time.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
+#include "daemon/metrics/scrape_recorder.h"
 #include "daemon/recovery/failpoint.h"
 #include "daemon/rpc/exclusive_port.h"
 #include "daemon/rpc/grpc_deadline.h"
@@ -87,6 +95,13 @@ ABSL_FLAG(int64_t, rejoin_grace_ms, 0,
 ABSL_FLAG(int64_t, failed_drain_s, 30,
           "after the job failed: longest the coordinator keeps serving for "
           "members to read the reason and leave before it exits (status 3)");
+ABSL_FLAG(absl::Duration, failed_report_wait, absl::Seconds(60),
+          "after the job failed: longest (from the failure) the exit, on "
+          "drain or on a first SIGTERM/SIGINT, is held until /metrics has "
+          "been scraped once since the failure, so that the SharddJobFailed "
+          "alert sees it; only with --metrics_port; 0: not held. Keep it at "
+          "least two scrape intervals, and the pod's "
+          "terminationGracePeriodSeconds above it");
 ABSL_FLAG(int64_t, max_rendezvous_wait_s, 300,
           "longest a RendezvousWait may block");
 ABSL_FLAG(int, metrics_port, 0,
@@ -223,7 +238,7 @@ absl::StatusOr<CoordinatorOptions> BuildOptions(
 
 // Serves /metrics of `registry` (nothing when the port is 0).
 absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
-    int metrics_port, std::shared_ptr<prometheus::Registry> registry) {
+    int metrics_port, std::shared_ptr<prometheus::Collectable> registry) {
   if (metrics_port == 0) return nullptr;
   absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> started =
       metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_address),
@@ -318,35 +333,77 @@ sigset_t TerminationSignals() {
   return signals;
 }
 
-// Waits for SIGTERM or SIGINT (exit status 0) or for a failed job to drain:
-// every member has left, or `failed_drain` has passed since it failed
-// (exit status 3).
+// When the coordinator may exit, from the flags (--metrics_port: whether
+// there is a /metrics to wait for).
+absl::StatusOr<ShutdownOptions> ParseShutdownFlags(int metrics_port) {
+  ShutdownOptions options;
+  options.failed_drain = absl::Seconds(absl::GetFlag(FLAGS_failed_drain_s));
+  options.failed_report_wait = absl::GetFlag(FLAGS_failed_report_wait);
+  if (options.failed_report_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--failed_report_wait must not be negative (0: exit without waiting "
+        "for a /metrics scrape)");
+  }
+  options.metrics_served = metrics_port != 0;
+  return options;
+}
+
+// Serves until SIGTERM or SIGINT (exit status 0) or, once the job has
+// failed, until DecideShutdown lets it go (exit status 3). `scrapes` (null
+// without /metrics) says when /metrics was last collected.
 int WaitForSignalOrDrainedFailure(CoordinatorManager& manager,
-                                  absl::Duration failed_drain) {
+                                  const ShutdownOptions& options,
+                                  const metrics::ScrapeRecorder* scrapes) {
   const sigset_t signals = TerminationSignals();
-  MonoTime failed_at = MonoTime::InfiniteFuture();
+  ShutdownInput in;
+  std::string failure;
+  std::string announced;  // The leave reason last logged as held.
   while (true) {
     const timespec poll{0, 100'000'000};
     const int signal_number = sigtimedwait(&signals, nullptr, &poll);
     if (signal_number > 0) {
-      std::fprintf(stderr, "coordinator: signal %d, shutting down\n",
-                   signal_number);
-      return core::kExitOk;
+      ++in.signals;
+      std::fprintf(stderr, "coordinator: signal %d%s\n", signal_number,
+                   in.failed ? "" : ", shutting down");
     }
     const ClusterSnapshot s = manager.Snapshot(0);
-    if (!s.failed) continue;
-    if (failed_at == MonoTime::InfiniteFuture()) failed_at = MonoNow();
-    const bool drained =
+    in.now = MonoNow();
+    if (s.failed && !in.failed) {
+      // The manager set the job-failed gauge before its snapshot showed
+      // the failure: a collection that begins from now on reads it.
+      in.failed = true;
+      in.failed_at = in.now;
+      failure = s.failure;
+    }
+    in.drained =
         std::none_of(s.slots.begin(), s.slots.end(),
                      [](const SlotRecord& slot) { return slot.live(); });
-    if (drained || MonoNow() - failed_at >= failed_drain) {
-      std::fprintf(stderr,
-                   "coordinator: the job has failed (%s); %s, exiting with "
-                   "status %d\n",
-                   s.failure.c_str(),
-                   drained ? "every member has left" : "drain time is up",
-                   core::kExitJobFailed);
-      return core::kExitJobFailed;
+    if (scrapes != nullptr) in.last_scrape = scrapes->LastCollectionStart();
+    const ShutdownDecision d = DecideShutdown(options, in);
+    if (d.exit) {
+      if (in.failed) {
+        std::fprintf(stderr,
+                     "coordinator: the job has failed (%s); %s%s%s, exiting "
+                     "with status %d\n",
+                     failure.c_str(), d.leave.c_str(),
+                     d.report.empty() ? "" : "; ", d.report.c_str(),
+                     d.exit_status);
+      }
+      return d.exit_status;
+    }
+    if (d.awaiting_scrape && d.leave != announced) {
+      announced = d.leave;
+      std::fprintf(
+          stderr,
+          "coordinator: the job has failed; %s, but /metrics has not been "
+          "scraped since the failure: waiting up to %s more for a scrape "
+          "(--failed_report_wait), so that the SharddJobFailed alert sees "
+          "shardd_coordinator_job_failed = 1; a second SIGTERM/SIGINT exits "
+          "now\n",
+          d.leave.c_str(),
+          absl::FormatDuration(
+              absl::Trunc(d.report_deadline - in.now, absl::Milliseconds(100)))
+              .c_str());
     }
   }
 }
@@ -354,6 +411,8 @@ int WaitForSignalOrDrainedFailure(CoordinatorManager& manager,
 // Expires leases while the coordinator serves, then shuts it down in order
 // and returns the exit status.
 int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
+                      const ShutdownOptions& shutdown,
+                      const metrics::ScrapeRecorder* scrapes,
                       rpc::HealthService& health, Servers& servers) {
   // Lease timer: expire leases when they are due, at least every lease/4.
   MonoNotification stop;
@@ -363,8 +422,8 @@ int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
       stop.WaitUntil(std::min(next, MonoNow() + lease / 4));
     }
   });
-  const int exit_status = WaitForSignalOrDrainedFailure(
-      manager, absl::Seconds(absl::GetFlag(FLAGS_failed_drain_s)));
+  const int exit_status =
+      WaitForSignalOrDrainedFailure(manager, shutdown, scrapes);
   manager.Shutdown();
   stop.Notify();
   ticker.join();
@@ -378,15 +437,21 @@ int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
 int Run() {
   absl::StatusOr<ServeFlags> flags = ParseServeFlags();
   if (!flags.ok()) return Fail(flags.status());
+  absl::StatusOr<ShutdownOptions> shutdown =
+      ParseShutdownFlags(flags->metrics_port);
+  if (!shutdown.ok()) return Fail(shutdown.status());
   absl::StatusOr<rpc::ServerTls> credentials = rpc::ServerTlsFromFlags(
       "coordinator", {{"--listen", flags->listen}}, flags->health_listen);
   if (!credentials.ok()) return Fail(credentials.status());
   // Metrics: the registry and observer outlive the manager that reports to
   // them; the server (below) stops first.
   std::shared_ptr<prometheus::Registry> registry;
+  std::shared_ptr<metrics::ScrapeRecorder> scrapes;
   std::unique_ptr<metrics::PrometheusCoordinatorObserver> observer;
   if (flags->metrics_port != 0) {
     registry = std::make_shared<prometheus::Registry>();
+    scrapes =
+        std::make_shared<metrics::ScrapeRecorder>(registry, Clock::Real());
     observer =
         std::make_unique<metrics::PrometheusCoordinatorObserver>(*registry);
     observer->InsecureEndpoints(credentials->insecure_endpoints);
@@ -403,7 +468,7 @@ int Run() {
     return Fail(absl::StrCat("--", manager.status().message()));
   }
   absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
-      StartMetricsServer(flags->metrics_port, registry);
+      StartMetricsServer(flags->metrics_port, scrapes);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   CoordinatorService service(
       manager->get(), flags->heartbeat,
@@ -413,7 +478,8 @@ int Run() {
       StartServers(*flags, *credentials, service, health);
   if (!servers.ok()) return Fail(servers.status());
   PrintListening(*flags, *options, *servers, metrics_server->get());
-  return ServeUntilStopped(**manager, flags->lease, health, *servers);
+  return ServeUntilStopped(**manager, flags->lease, *shutdown, scrapes.get(),
+                           health, *servers);
 }
 
 }  // namespace

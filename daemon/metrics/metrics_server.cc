@@ -71,7 +71,7 @@ absl::Status DiagnoseBind(const std::string& address, int port,
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, int port,
-    std::shared_ptr<prometheus::Registry> registry) {
+    std::shared_ptr<prometheus::Collectable> registry) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics port ", port, " must be in [0, 65535] (0: any free port)"));
@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 }
 
 MetricsServer::MetricsServer(std::string address, int port,
-                             std::shared_ptr<prometheus::Registry> registry,
+                             std::shared_ptr<prometheus::Collectable> registry,
                              std::shared_ptr<prometheus::Collectable> process,
                              std::unique_ptr<prometheus::Exposer> exposer)
     : address_(std::move(address)),

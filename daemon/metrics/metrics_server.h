@@ -10,12 +10,12 @@
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
-#include "prometheus/registry.h"
 
 namespace shardd::metrics {
 
-// Serves /metrics (Prometheus text format) over HTTP: a registry, the
-// process_* metrics (ProcessCollector) and any collectable added later.
+// Serves /metrics (Prometheus text format) over HTTP: a registry (or any
+// collectable, e.g. a registry behind a ScrapeRecorder), the process_*
+// metrics (ProcessCollector) and any collectable added later.
 //
 // A thin wrapper over prometheus::Exposer (civetweb) whose errors come back
 // as absl::Status: no exception leaves this class.
@@ -27,13 +27,13 @@ class MetricsServer {
   // Listens on `address` (an IPv4 or IPv6 literal, e.g. "0.0.0.0") and
   // `port` (0: a free port the kernel picks; see port()).
   //   INVALID_ARGUMENT  port outside [0, 65535], address not an IP literal,
-  //                     registry null
+  //                     registry null (a prometheus::Registry converts)
   //   ALREADY_EXISTS    address:port is in use
   //   UNAVAILABLE       anything else that kept the server from listening
   // Every message names the address.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& address, int port,
-      std::shared_ptr<prometheus::Registry> registry);
+      std::shared_ptr<prometheus::Collectable> registry);
   ~MetricsServer();
 
   MetricsServer(const MetricsServer&) = delete;
@@ -51,13 +51,13 @@ class MetricsServer {
 
  private:
   MetricsServer(std::string address, int port,
-                std::shared_ptr<prometheus::Registry> registry,
+                std::shared_ptr<prometheus::Collectable> registry,
                 std::shared_ptr<prometheus::Collectable> process,
                 std::unique_ptr<prometheus::Exposer> exposer);
 
   const std::string address_;
   const int port_;
-  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::shared_ptr<prometheus::Collectable> registry_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_
       ABSL_GUARDED_BY(mu_);

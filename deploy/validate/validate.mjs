@@ -1123,6 +1123,77 @@ export function checkStallAlertAfter(objects, container, id) {
   return [];
 }
 
+// Seconds of an absl duration flag value ("60s", "1m30s", "1.5m", "0").
+export function parseAbslDuration(d) {
+  if (d === "0") return 0;
+  const units = { ns: 1e-9, us: 1e-6, ms: 0.001, s: 1, m: 60, h: 3600 };
+  let total = 0;
+  let end = 0;
+  const re = /(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)/gy;
+  let m;
+  while ((m = re.exec(d)) !== null) {
+    total += Number(m[1]) * units[m[2]];
+    end = re.lastIndex;
+  }
+  if (end !== d.length || d.length === 0) throw new Error(`'${d}' is not a duration (e.g. 60s, 1m30s; 0: off)`);
+  return total;
+}
+
+// The coordinator's --failed_report_wait when the flag is not given.
+export const FAILED_REPORT_WAIT_DEFAULT = "60s";
+// Kubernetes' terminationGracePeriodSeconds when a pod does not set it.
+const DEFAULT_GRACE_S = 30;
+// Prometheus Operator's scrape interval of an endpoint without one.
+const DEFAULT_SCRAPE_INTERVAL = "30s";
+// What the coordinator needs after --failed_report_wait to stop its servers
+// (2 s for in-flight calls) and exit, with room to spare.
+export const FAILED_REPORT_SHUTDOWN_S = 10;
+
+// The coordinator of a failed job holds its exit, at most
+// --failed_report_wait from the failure, until /metrics has been scraped
+// once (else SharddJobFailed may never see shardd_coordinator_job_failed =
+// 1), also after the SIGTERM with which Kubernetes deletes a failed
+// JobSet's pods. So the coordinator pod's terminationGracePeriodSeconds
+// must outlast the wait (by FAILED_REPORT_SHUTDOWN_S), or the kubelet
+// SIGKILLs it before the scrape; and the wait must span two scrape
+// intervals of every monitor of the coordinator, or no scrape may come.
+export function checkFailedReportWait(objects) {
+  const t = coordinatorTemplate(objects);
+  const c = t && (t.spec.containers ?? []).find((x) => x.name === "coordinator");
+  if (!c) return [];
+  const port = flag(c, "metrics_port");
+  if (port === undefined || Number(port) === 0) return [];  // No /metrics to wait for.
+  const raw = flag(c, "failed_report_wait") ?? FAILED_REPORT_WAIT_DEFAULT;
+  let wait;
+  try {
+    wait = parseAbslDuration(raw);
+  } catch (e) {
+    return [`${t.id}: coordinator --failed_report_wait: ${e.message}`];
+  }
+  if (wait === 0) return [];
+  const errors = [];
+  const grace = t.spec.terminationGracePeriodSeconds;
+  const effective = grace ?? DEFAULT_GRACE_S;
+  if (!(effective >= wait + FAILED_REPORT_SHUTDOWN_S)) {
+    errors.push(`${t.id}: terminationGracePeriodSeconds (${grace ?? `unset: ${DEFAULT_GRACE_S}`}) must be at least the coordinator's --failed_report_wait (${raw}) + ${FAILED_REPORT_SHUTDOWN_S} s, or a failed job's coordinator is killed before /metrics reports the failure`);
+  }
+  const services = objects.filter((o) => o.kind === "Service" && selectorMatches({ matchLabels: o.spec?.selector ?? {} }, t.labels) && Object.keys(o.spec?.selector ?? {}).length > 0);
+  const intervals = [];
+  for (const m of objects) {
+    if (m.kind === "PodMonitor" && selectorMatches(m.spec.selector, t.labels)) {
+      intervals.push(...(m.spec.podMetricsEndpoints ?? []).map((ep) => [m, ep.interval ?? DEFAULT_SCRAPE_INTERVAL]));
+    } else if (m.kind === "ServiceMonitor" && services.some((svc) => selectorMatches(m.spec.selector, svc.metadata.labels ?? {}))) {
+      intervals.push(...(m.spec.endpoints ?? []).map((ep) => [m, ep.interval ?? DEFAULT_SCRAPE_INTERVAL]));
+    }
+  }
+  for (const [m, interval] of intervals) {
+    if (wait < 2 * parseDuration(interval)) {
+      errors.push(`${t.id}: the coordinator's --failed_report_wait (${raw}) must be at least twice ${objectId(m)}'s scrape interval (${interval}), or the failure may not be scraped before the coordinator exits`);
+    }
+  }
+  return errors;
+}
+
 // The Prometheus meta label of a pod field (metadata.labels['K'] or
 // metadata.annotations['K']) in Kubernetes service discovery.
 export function podMetaLabel(fieldPath) {
@@ -1154,22 +1225,31 @@ export function checkRankLabel(pm, sidecar) {
 
 // The exit statuses of daemon/core/exit_status.h that say "the job has
 // FAILED" (terminal): shardd, the coordinator and client/example_trainer
-// exit 3; client/python/examples/train_gpt.py exits 2 on JobFailed.
+// exit 3; client/python/examples/train_gpt.py and quickstart.py (the
+// README's example) exit 2 on JobFailed.
 export const EXIT_JOB_FAILED = 3;
 export const EXIT_JOB_FAILED_PYTHON = 2;
 export const EXIT_STATUS_HEADER = path.resolve(DEPLOY, "..", "daemon", "core", "exit_status.h");
 export const PYTHON_TRAINER = path.resolve(DEPLOY, "..", "client", "python", "examples", "train_gpt.py");
+export const PYTHON_QUICKSTART = path.resolve(DEPLOY, "..", "client", "python", "examples", "quickstart.py");
 
 // The podFailurePolicy's exit codes are the ones the programs exit with:
 // kExitJobFailed of daemon/core/exit_status.h is EXIT_JOB_FAILED, and every
-// `except JobFailed` handler of the Python trainer returns or sys.exit()s
-// EXIT_JOB_FAILED_PYTHON (no test runs it into a failed job). A drift would
-// turn the job's terminal state into retries of a job that cannot recover.
-export function checkExitStatuses(header = EXIT_STATUS_HEADER, pythonTrainer = PYTHON_TRAINER) {
+// `except JobFailed` handler of each Python trainer (a path or a list)
+// returns or sys.exit()s EXIT_JOB_FAILED_PYTHON (no test runs train_gpt.py
+// into a failed job). A drift would turn the job's terminal state into
+// retries of a job that cannot recover.
+export function checkExitStatuses(header = EXIT_STATUS_HEADER, pythonTrainers = [PYTHON_TRAINER, PYTHON_QUICKSTART]) {
   const errors = [];
   const constant = /\bkExitJobFailed\s*=\s*(\d+)\s*;/.exec(fs.readFileSync(header, "utf8"));
   if (!constant) errors.push(`${header}: no kExitJobFailed = N;`);
   else if (Number(constant[1]) !== EXIT_JOB_FAILED) errors.push(`${header}: kExitJobFailed is ${constant[1]}, the podFailurePolicy's EXIT_JOB_FAILED ${EXIT_JOB_FAILED}`);
+  for (const pythonTrainer of [pythonTrainers].flat()) errors.push(...checkPythonExitStatus(pythonTrainer));
+  return errors;
+}
+
+function checkPythonExitStatus(pythonTrainer) {
+  const errors = [];
   const lines = fs.readFileSync(pythonTrainer, "utf8").split("\n");
   let handlers = 0;
   lines.forEach((line, i) => {
@@ -2189,7 +2269,7 @@ export async function checkAll() {
     errors.push(...tag(await validateSchemas(objects)), ...tag(checkSidecar(objects)),
       ...tag(checkRestricted(objects)), ...tag(checkProbes(objects)), ...tag(checkTls(objects)),
       ...tag(checkJob(objects)), ...tag(checkRules(objects)), ...tag(checkNetworkPolicies(objects)),
-      ...tag(checkCertificates(objects)), ...tag(checkInsecure(objects)));
+      ...tag(checkCertificates(objects)), ...tag(checkInsecure(objects)), ...tag(checkFailedReportWait(objects)));
     if (name !== "base" && name !== "jobset") errors.push(...tag(checkImagesPinned(objects)));
   }
   return errors;

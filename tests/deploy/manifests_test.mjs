@@ -822,7 +822,7 @@ describe("JobSet form", () => {
     assert.deepEqual(jobSetOf(objects).spec.failurePolicy.rules, [{ name: "job-failed", action: "FailJobSet", onJobFailureReasons: ["PodFailurePolicy"] }]);
     assert.deepEqual(jobSetOf(objects).spec.successPolicy, { operator: "All", targetReplicatedJobs: ["workers"] });
   });
-  test("the exit codes it fails on are daemon/core/exit_status.h's kExitJobFailed and train_gpt.py's on JobFailed", () => {
+  test("the exit codes it fails on are daemon/core/exit_status.h's kExitJobFailed and train_gpt.py's and quickstart.py's on JobFailed", () => {
     assert.deepEqual(v.checkExitStatuses(), []);
   });
   test("the exit-code check fails when the header or a JobFailed handler of the Python trainer exits otherwise", () => {
@@ -841,6 +841,13 @@ describe("JobSet form", () => {
     assert.ok(some(v.checkExitStatuses(header, trainer), /train\.py:4: an except JobFailed that neither returns nor sys.exit\(\)s a status/));
     fs.writeFileSync(trainer, "def main():\n    return 0\n");
     assert.ok(some(v.checkExitStatuses(header, trainer), /no except JobFailed handler/));
+    // Each of a list is checked: the README's quickstart as it was (a
+    // JobFailed escaped it: exit 1) fails while train_gpt.py passes.
+    fs.writeFileSync(trainer, python("        return 2"));
+    const quickstart = path.join(dir, "quickstart.py");
+    fs.writeFileSync(quickstart, "while True:\n    try:\n        step()\n    except StepAborted:\n        recover()\n");
+    const errors = v.checkExitStatuses(header, [trainer, quickstart]);
+    assert.deepEqual(errors, [`${quickstart}: no except JobFailed handler`]);
   });
   for (const [what, mutate, pattern] of [
     ["the workers do not fail on the trainer's exit 3", (o) => { rjOf(o, "workers").template.spec.podFailurePolicy.rules[0].onExitCodes.values = [2]; }, /FailJob on the trainer's exit codes 3 and 2/],
@@ -1060,6 +1067,68 @@ describe("renderer: namePrefix, labels, configMapGenerator, configurations, JSON
     assert.throws(() => v.applyJson6902(target, [{ op: "test", path: "/spec/a/0", value: 2 }]), /is 1, not 2/);
     v.applyJson6902(target, [{ op: "add", path: "/spec/a/-", value: 2 }, { op: "add", path: "/spec/x~1y", value: 3 }]);
     assert.deepEqual(target, { spec: { a: [1, 2], "x/y": 3 } });
+  });
+});
+
+describe("a failed job's coordinator outlives its report wait (checkFailedReportWait)", () => {
+  const coordPod = (objects) => v.coordinatorTemplate(objects).spec;
+  const coordContainer = (objects) => coordPod(objects).containers.find((c) => c.name === "coordinator");
+  const setFlag = (c, name, value) => {
+    c.args = c.args.filter((a) => !a.startsWith(`--${name}=`));
+    if (value !== undefined) c.args.push(`--${name}=${value}`);
+  };
+  for (const name of Object.keys(v.KUSTOMIZATIONS)) {
+    test(`${name}: the grace period exceeds --failed_report_wait, which spans two scrapes`, () => {
+      const objects = render(name);
+      assert.deepEqual(v.checkFailedReportWait(objects), []);
+      assert.equal(v.flag(coordContainer(objects), "failed_report_wait"), "60s");
+      assert.ok(coordPod(objects).terminationGracePeriodSeconds >= 60 + v.FAILED_REPORT_SHUTDOWN_S);
+    });
+  }
+  for (const name of ["base", "jobset-cpu"]) {
+    test(`${name}: fails on Kubernetes' default grace period (30 s) and on a wait the grace period does not cover`, () => {
+      let objects = render(name);
+      delete coordPod(objects).terminationGracePeriodSeconds;
+      let errors = v.checkFailedReportWait(objects);
+      assert.ok(some(errors, /terminationGracePeriodSeconds \(unset: 30\) must be at least the coordinator's --failed_report_wait \(60s\) \+ 10 s/), errors.join("\n"));
+      objects = render(name);
+      setFlag(coordContainer(objects), "failed_report_wait", "1m30s");
+      errors = v.checkFailedReportWait(objects);
+      assert.ok(some(errors, /terminationGracePeriodSeconds \(90\) must be at least the coordinator's --failed_report_wait \(1m30s\)/), errors.join("\n"));
+      // The flag's default is what the binary waits without it.
+      objects = render(name);
+      setFlag(coordContainer(objects), "failed_report_wait", undefined);
+      coordPod(objects).terminationGracePeriodSeconds = 60;
+      errors = v.checkFailedReportWait(objects);
+      assert.ok(some(errors, /--failed_report_wait \(60s\)/), errors.join("\n"));
+    });
+    test(`${name}: fails when the wait is shorter than two scrape intervals, or no duration`, () => {
+      let objects = render(name);
+      setFlag(coordContainer(objects), "failed_report_wait", "20s");
+      let errors = v.checkFailedReportWait(objects);
+      assert.ok(some(errors, /--failed_report_wait \(20s\) must be at least twice .*'s scrape interval \(15s\)/), errors.join("\n"));
+      objects = render(name);
+      setFlag(coordContainer(objects), "failed_report_wait", "60");
+      errors = v.checkFailedReportWait(objects);
+      assert.ok(some(errors, /--failed_report_wait: '60' is not a duration/), errors.join("\n"));
+    });
+    test(`${name}: nothing to outlast without /metrics or with the wait off`, () => {
+      let objects = render(name);
+      delete coordPod(objects).terminationGracePeriodSeconds;
+      setFlag(coordContainer(objects), "failed_report_wait", "0");
+      assert.deepEqual(v.checkFailedReportWait(objects), []);
+      objects = render(name);
+      delete coordPod(objects).terminationGracePeriodSeconds;
+      setFlag(coordContainer(objects), "metrics_port", undefined);
+      assert.deepEqual(v.checkFailedReportWait(objects), []);
+    });
+  }
+  test("absl durations as the coordinator parses them", () => {
+    assert.equal(v.parseAbslDuration("60s"), 60);
+    assert.equal(v.parseAbslDuration("1m30s"), 90);
+    assert.equal(v.parseAbslDuration("1.5m"), 90);
+    assert.equal(v.parseAbslDuration("0"), 0);
+    assert.throws(() => v.parseAbslDuration("60"), /not a duration/);
   });
 });
 

@@ -157,9 +157,10 @@ fl_wait_exit() {
 # FL_COORD_ENV: extra environment (VAR=VALUE words) for every coordinator
 # started here (not by netns_lib.sh), set through env(1), which execs the
 # coordinator: its pid is still the one the test holds (e.g. LD_PRELOAD of
-# libfaketime).
+# libfaketime). FL_COORD_FLAGS: extra flags for those coordinators.
 declare -A FL_COORD_N
 FL_COORD_ENV=()
+FL_COORD_FLAGS=()
 fl_start_coordinator() {
   local d="$FL_ROOT/$1" port=${2:-} attempt
   mkdir -p "$d"
@@ -168,7 +169,8 @@ fl_start_coordinator() {
     local n=${FL_COORD_N[$1]}
     local log="$d/coord-$n.log" try=${port:-$((20000 + RANDOM % 12000))}
     env "${FL_COORD_ENV[@]}" "$FL_COORDINATOR" --listen=127.0.0.1:"$try" \
-      --world_size=$FL_W --sharding_factor=$FL_F >"$log" 2>&1 &
+      --world_size=$FL_W --sharding_factor=$FL_F "${FL_COORD_FLAGS[@]}" \
+      >"$log" 2>&1 &
     FL_COORD_PID=$!
     fl_pids+=($!)
     fl_wait_line "$log" 'listening on 127\.0\.0\.1:[0-9]+|cannot listen' 30 ||
