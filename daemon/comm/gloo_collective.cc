@@ -14,11 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/comm/all_reduce_algorithm.h"
 #include "daemon/comm/collective_transport.h"
 #include "daemon/comm/gloo_abort_signal.h"
 #include "daemon/comm/gloo_abortable_buffer.h"
 #include "daemon/comm/gloo_direct_reduce_scatter.h"
 #include "daemon/comm/gloo_halving_reduce_scatter.h"
+#include "daemon/comm/gloo_pair_all_reduce.h"
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/host_reduce_math.h"
@@ -45,6 +47,7 @@ using core::DType;
 // (gloo/types.h); these stay clear of them.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x52;
 constexpr uint8_t kPointToPointSlotPrefix = 0x53;
+constexpr uint8_t kAllReduceSlotPrefix = 0x54;
 
 uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
   return (static_cast<uint64_t>(prefix) << 56) | tag;
@@ -108,10 +111,12 @@ absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
 // - ReduceScatter: our own on unbound buffers, chosen by
 //   ChooseReduceScatterAlgorithm (direct, pipelined ring, or recursive
 //   halving); Gloo 2022 has no uneven reduce-scatter.
-// - AllReduce: that reduce-scatter on an even split, then the all-gather
-//   above in place: the bandwidth of a ring all-reduce, and abortable like
-//   every other operation (gloo::allreduce waits on internal buffers an
-//   abort cannot reach).
+// - AllReduce: at W = 2 the fused pair exchange (GlooPairAllReduce),
+//   otherwise that reduce-scatter on an even split, then the all-gather
+//   above in place (ChooseAllReduceAlgorithm; the same bits either way at
+//   W = 2): the bandwidth of a ring all-reduce, and abortable like every
+//   other operation (gloo::allreduce waits on internal buffers an abort
+//   cannot reach).
 // - Broadcast: gloo::broadcast (binomial tree).
 // - Send/Recv: unbound buffers, slot derived from the tag.
 // - Barrier: a one-byte-per-rank gloo::allgather.
@@ -194,6 +199,10 @@ class GlooTransport : public CollectiveTransport {
                         ReduceOp op, MonoTime deadline);
   void RunAllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
                     MonoTime deadline);
+  // The W = 2 all-reduce, fused (GlooPairAllReduce); rank 0's half is
+  // [0, split).
+  void PairAllReduce(void* buffer, int64_t count, int64_t split, DType dtype,
+                     ReduceOp op, MonoTime deadline);
   void RunBroadcast(void* buffer, int64_t bytes, int root, MonoTime deadline);
   void RunBarrier(MonoTime deadline);
 
@@ -399,6 +408,11 @@ void GlooTransport::RunAllReduce(void* buffer, int64_t count, DType dtype,
     if (i < rank()) my_offset += counts[i];
   }
   const int64_t mine = counts[rank()];
+  if (ChooseAllReduceAlgorithm(size(), ForcedAllReduceAlgorithm()) ==
+      AllReduceAlgorithm::kPairFused) {
+    PairAllReduce(buffer, count, counts[0], dtype, op, deadline);
+    return;
+  }
   if (dtype == DType::kFloat32) {
     float* data = static_cast<float*>(buffer);
     ReduceScatterF32(data, data + my_offset, counts, deadline);
@@ -414,6 +428,56 @@ void GlooTransport::RunAllReduce(void* buffer, int64_t count, DType dtype,
                     mine);
   }
   GatherInPlace(static_cast<uint8_t*>(buffer), byte_counts, deadline);
+}
+
+void GlooTransport::PairAllReduce(void* buffer, int64_t count, int64_t split,
+                                  DType dtype, ReduceOp op, MonoTime deadline) {
+  const int64_t my_offset = rank() == 0 ? 0 : split;
+  const int64_t mine = rank() == 0 ? split : count - split;
+  // The reduce-scatter's segments and window at W = 2, from the larger
+  // half (rank 0's) as the reduce-scatter's largest block: both ranks must
+  // cut the halves into the same segments.
+  const ReduceScatterPipelining pipelining =
+      ChooseReduceScatterPipelining(size(), split);
+  GlooPairAllReduceArgs args;
+  args.count = count;
+  args.split = split;
+  args.output = buffer;
+  args.element_size = core::DTypeSize(dtype);
+  args.segment_elements = pipelining.segment_elements;
+  args.window_segments = pipelining.window_segments;
+  const int64_t window =
+      pipelining.window_segments > 0
+          ? pipelining.window_segments * pipelining.segment_elements
+          : mine;
+  args.scratch = Scratch(ring_, std::max<int64_t>(std::min(mine, window), 1));
+  args.slot = MakeSlot(kAllReduceSlotPrefix, 0);
+  const int divisor = op == ReduceOp::kAverage ? size() : 1;
+  if (dtype == DType::kFloat32) {
+    float* data = static_cast<float*>(buffer);
+    args.input = data;
+    args.sums = data + my_offset;
+    args.finish = [divisor](float* sum, int64_t /*begin*/, int64_t n) {
+      if (divisor > 1) DivideInPlace(sum, n, divisor);
+    };
+  } else {
+    // 16-bit: reduce in fp32; each element is rounded once, by its owner,
+    // and the peer receives the rounded bits.
+    float* in32 = Scratch(input_f32_, count);
+    WidenToFloat(buffer, dtype, in32, count);
+    args.input = in32;
+    args.sums = Scratch(output_f32_, std::max<int64_t>(mine, 1));
+    uint16_t* out16 = static_cast<uint16_t*>(buffer);
+    args.finish = [divisor, dtype, out16](float* sum, int64_t begin,
+                                          int64_t n) {
+      if (divisor > 1) DivideInPlace(sum, n, divisor);
+      NarrowFromFloat(sum, dtype, out16 + begin, n);
+    };
+  }
+  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
+    return MakeBuffer(ptr, bytes, deadline);
+  };
+  GlooPairAllReduce(*context_, factory, args);
 }
 
 void GlooTransport::RunBroadcast(void* buffer, int64_t bytes, int root,

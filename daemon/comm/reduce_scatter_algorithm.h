@@ -42,9 +42,10 @@ struct ReduceScatterPipelining {
 // from the previous sum, and an operation wakes its thread once per MiB
 // (on the 2-core VM under load: 16 MiB 0.81-0.89 -> 0.87-1.00 of Gloo's
 // ring all-reduce at half its time; README, "Benchmarks"). W > 2: a
-// quarter of the block, clamped to 256 KiB .. 1 MiB, no window. Every
-// choice gives the same bits (the order of additions does not depend on
-// it). Pure.
+// quarter of the block, clamped to 256 KiB .. 1 MiB, no window. The W = 2
+// all-reduce (GlooPairAllReduce) cuts its halves the same way, rank 0's
+// half counting as the largest block. Every choice gives the same bits
+// (the order of additions does not depend on it). Pure.
 ReduceScatterPipelining ChooseReduceScatterPipelining(int world,
                                                       int64_t max_count);
 

@@ -200,7 +200,11 @@ absl::Status ShmTransport::AllReduce(void* buffer, int64_t count, DType dtype,
     if (q < rank_) my_offset += counts[q];
   }
   uint8_t* data = static_cast<uint8_t*>(buffer);
-  // Each element is rounded once, by its owner; the gather copies bits.
+  // Each element is rounded once, by its owner; the gather copies bits. At
+  // W = 2 GlooTransport fuses the two phases instead (AllReduceAlgorithm):
+  // the same single addition per element, so the same bits. Here the two
+  // phases stay apart; whether fusing them over the shared rounds would
+  // pay has not been measured.
   if (absl::Status s = ReduceScatter(data, data + my_offset * es, counts, dtype,
                                      op, deadline);
       !s.ok()) {
