@@ -420,12 +420,13 @@ class ExampleTrainer {
     if (unit.response.was_prefetched()) ++prefetched_gathers_;
   }
 
+  // Names the call (and unit) that failed, keeping the client's marks: the
+  // job's failure must still read as one (exit 3, not 1).
   static absl::Status Annotate(const absl::Status& s, absl::string_view call,
                                int unit) {
-    return absl::Status(
-        s.code(), unit >= 0
-                      ? absl::StrCat(call, "(unit ", unit, "): ", s.message())
-                      : absl::StrCat(call, ": ", s.message()));
+    return TrainerClient::WithContext(
+        s, unit >= 0 ? absl::StrCat(call, "(unit ", unit, ")")
+                     : std::string(call));
   }
 
   TrainerClient* client_;

@@ -97,6 +97,18 @@ bool TrainerClient::IsJobFailed(const absl::Status& status) {
          status.GetPayload(kJobFailedPayload).has_value();
 }
 
+absl::Status TrainerClient::WithContext(const absl::Status& status,
+                                        absl::string_view context) {
+  if (status.ok()) return status;
+  absl::Status annotated(status.code(),
+                         absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view type_url, const absl::Cord& payload) {
+        annotated.SetPayload(type_url, payload);
+      });
+  return annotated;
+}
+
 void TrainerClient::SetDeadline(grpc::ClientContext& context,
                                 std::optional<MonoTime> deadline) const {
   const MonoTime when = deadline.value_or(MonoNow() + options_.default_timeout);

@@ -184,6 +184,13 @@ class TrainerClient {
   // non-zero. Another DATA_LOSS (a corrupt load_from file, or this client's
   // own: a reply that does not fit its segment) is not this.
   static bool IsJobFailed(const absl::Status& status);
+  // `status` with its message prefixed by "`context`: " (e.g. which call
+  // failed), the same code and every mark the predicates above read. A
+  // status rebuilt from code and message alone loses them: the job's
+  // terminal DATA_LOSS would become a plain one, and a trainer would exit
+  // as for an ordinary error (and be restarted) instead of stopping.
+  static absl::Status WithContext(const absl::Status& status,
+                                  absl::string_view context);
 
   // "unix:/a/b" for "/a/b"; anything else unchanged.
   static std::string NormalizeTarget(absl::string_view target);

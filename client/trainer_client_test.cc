@@ -197,6 +197,33 @@ TEST_F(TrainerClientTest, OnlyTheMarkedDataLossIsTheJobFailing) {
   EXPECT_TRUE(TrainerClient::IsJobFailed(failed.status())) << failed.status();
 }
 
+TEST_F(TrainerClientTest, WithContextKeepsTheMarksAndPrefixesTheMessage) {
+  auto client = Client(StartFakeDaemon());
+  v1::RegisterModelRequest request;
+  request.set_load_from("job");
+  const absl::Status failed = client->RegisterModel(request).status();
+  ASSERT_TRUE(TrainerClient::IsJobFailed(failed)) << failed;
+  const absl::Status named =
+      TrainerClient::WithContext(failed, "ReduceGrad(unit 1)");
+  EXPECT_EQ(named.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(named.message(), "ReduceGrad(unit 1): shard 0 at step 4 is lost");
+  EXPECT_TRUE(TrainerClient::IsJobFailed(named))
+      << "the job's failure must stay terminal when a caller names the call";
+
+  auto gone = Client(absl::StrCat(dir_, "/nothing.sock"))->Step(1);
+  ASSERT_TRUE(TrainerClient::IsDaemonUnreachable(gone.status()))
+      << gone.status();
+  EXPECT_TRUE(TrainerClient::IsDaemonUnreachable(
+      TrainerClient::WithContext(gone.status(), "Step")));
+
+  request.set_load_from("/ckpt/m.safetensors");
+  const absl::Status corrupt = client->RegisterModel(request).status();
+  EXPECT_FALSE(
+      TrainerClient::IsJobFailed(TrainerClient::WithContext(corrupt, "load")))
+      << "a DATA_LOSS of the call's own gains no mark";
+  EXPECT_TRUE(TrainerClient::WithContext(absl::OkStatus(), "Step").ok());
+}
+
 TEST_F(TrainerClientTest, BlockingCallEndsAtItsDeadline) {
   auto client = Client(StartFakeDaemon());
   const MonoTime start = MonoNow();

@@ -6,7 +6,7 @@
 # daemons, 4 example trainers, HYBRID_SHARD F = 2), the coordinator with
 # /metrics on. When trainer 1 prints "step 3", both holders of shard 0
 # (daemons 0 and 2) get SIGKILL and replacements start: the job fails (no
-# replica, no checkpoint) and every trainer and daemon exits within a
+# replica, no checkpoint) and every trainer and daemon exits 3 within a
 # second (tests/faults/replica_loss_test.sh), long before a 15 s scrape.
 #
 #   scraped     --failed_report_wait=60s; Prometheus (Debian's, on
@@ -46,7 +46,7 @@ command -v prometheus >/dev/null ||
 
 # fail_job RUN: starts RUN's cluster, kills both holders of shard 0 at
 # step 3, starts their replacements and waits until the coordinator logs
-# JOB_FAILED and every trainer and daemon has exited. FAIL_TIME: the
+# JOB_FAILED and every trainer and daemon has exited 3. FAIL_TIME: the
 # JOB_FAILED line's timestamp (epoch seconds).
 fail_job() {
   local run=$1 p coord
@@ -64,8 +64,6 @@ fail_job() {
     fl_die "$run: the coordinator did not declare the job failed within 30 s"
   FAIL_TIME=$(fl_coord_time "$(grep -m1 'JOB_FAILED' "$coord")")
   fl_log "$run: job failed"
-  # Their exit statuses are replica_loss_test's concern; here only that
-  # the coordinator is left alone.
   local statuses=()
   for p in "${FL_TRAINER_PID[@]}" "${survivors[@]}" "${FL_DAEMON_PID[0]}" \
     "${FL_DAEMON_PID[2]}"; do
@@ -74,6 +72,8 @@ fail_job() {
     statuses+=("$FL_RC")
   done
   fl_log "$run: every trainer and daemon exited (trainers 0-3, daemons 1, 3, 0, 2: ${statuses[*]})"
+  fl_expect "$run: every trainer and daemon exited 3 (job failed)" \
+    "[[ '${statuses[*]}' == '3 3 3 3 3 3 3 3' ]]"
 }
 
 metrics_port() {  # metrics_port LOG: the port of "coordinator metrics on".
