@@ -446,7 +446,7 @@ absl::Status StepEngine::InstallState(int64_t committed_step) {
       return s;
     }
   }
-  pending_.reset();
+  ClearPendingLocked();
   committed_step_ = committed_step;
   state_version_.fetch_add(1);
   ResetReductionsLocked();
@@ -793,7 +793,7 @@ absl::Status StepEngine::ReduceGrad(int unit, absl::Duration timeout,
   absl::MutexLock lock(&mu_);
   // The gradient shard is about to be overwritten: a step prepared from it
   // can no longer be applied.
-  pending_.reset();
+  ClearPendingLocked();
   const core::UnitLayout& layout = config_.units[unit];
   UnitState& st = units_[unit];
   const bool reducing =
@@ -909,7 +909,7 @@ absl::StatusOr<StepResult> StepEngine::Step(
     std::optional<double> learning_rate) {
   absl::MutexLock lock(&mu_);
   // A new attempt supersedes an unresolved one.
-  pending_.reset();
+  ClearPendingLocked();
   // A prefetch reads the shards the optimizer is about to change (and its
   // parameters would be stale after this step anyway). The replica
   // all-reduces are waited for below, their errors kept.
@@ -996,6 +996,7 @@ absl::StatusOr<StepResult> StepEngine::Step(
   // the others did (ApplyPending / DropPending).
   const int64_t step = committed_step_ + 1;
   pending_ = PendingStep{step, clip->total_norm, clip->scale, learning_rate};
+  pending_step_.store(step, std::memory_order_release);
   if (before_apply) {
     if (absl::Status s =
             before_apply(StepResult{step, clip->total_norm, clip->scale});
@@ -1007,9 +1008,16 @@ absl::StatusOr<StepResult> StepEngine::Step(
 }
 
 std::optional<int64_t> StepEngine::pending_step() const {
-  absl::MutexLock lock(&mu_);
-  if (!pending_.has_value()) return std::nullopt;
-  return pending_->step;
+  // Without mu_: a collective holds it for as long as a dead peer takes to
+  // time out, and the member's re-join asks for this (see pending_step_).
+  const int64_t step = pending_step_.load(std::memory_order_acquire);
+  if (step == 0) return std::nullopt;
+  return step;
+}
+
+void StepEngine::ClearPendingLocked() {
+  pending_.reset();
+  pending_step_.store(0, std::memory_order_release);
 }
 
 absl::StatusOr<StepResult> StepEngine::ApplyPending() {
@@ -1022,12 +1030,12 @@ absl::StatusOr<StepResult> StepEngine::ApplyPending() {
 
 void StepEngine::DropPending() {
   absl::MutexLock lock(&mu_);
-  pending_.reset();
+  ClearPendingLocked();
 }
 
 absl::StatusOr<StepResult> StepEngine::ApplyPendingLocked() {
   const PendingStep pending = *pending_;
-  pending_.reset();
+  ClearPendingLocked();
   const int64_t step = pending.step;
   if (pending.learning_rate.has_value()) {
     // Validated before the vote by the caller; set_lr's check is the last

@@ -242,6 +242,7 @@ class StepEngine {
   // it once it learns that the others committed it, or drop it when they
   // did not. The next Step, a ReduceGrad (it overwrites the gradient shard)
   // or InstallState drops it too.
+  // Never blocks (a collective in flight holds the engine's lock).
   std::optional<int64_t> pending_step() const;
   // Applies the pending step as Step would have: FAILED_PRECONDITION when
   // none is pending.
@@ -400,6 +401,8 @@ class StepEngine {
   // The optimizer on the local shards for pending_ (then cleared).
   absl::StatusOr<StepResult> ApplyPendingLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resets pending_ and pending_step_.
+  void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds the time since `since` to collective_wait_ns_: around the issue
   // of a collective the caller waits for (OpOptions::caller_waits), which
   // the backend may run to completion on the calling thread.
@@ -479,6 +482,11 @@ class StepEngine {
     std::optional<double> learning_rate;
   };
   std::optional<PendingStep> pending_ ABSL_GUARDED_BY(mu_);
+  // pending_'s step (0: none), readable without mu_: the daemon's re-join
+  // reports it from the heartbeat thread while a collective may hold mu_
+  // until a dead peer times out, and the epoch driver, which would abort
+  // that collective, waits for the same NodeManager lock.
+  std::atomic<int64_t> pending_step_{0};
   std::atomic<int64_t> committed_step_{0};
   std::atomic<uint64_t> state_version_{0};
   std::atomic<int64_t> collective_wait_ns_{0};

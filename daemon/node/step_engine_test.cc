@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -494,6 +495,68 @@ TEST(StepEngineTest, AReduceScatterThatFailsLaterFailsTheStepUnapplied) {
       << stepped;
   EXPECT_EQ(committed, 0);
   EXPECT_EQ(master_after, master_before);
+}
+
+// The member's re-join reads the pending step from its heartbeat thread
+// while a collective with a peer that stopped answering holds the engine;
+// it must not wait for that collective to time out (it held the node's
+// lock meanwhile, and the epoch driver that would abort the collective
+// waited for that lock: 23 s in partition_replace_test).
+TEST(StepEngineTest, PendingAndCommittedStepDoNotWaitForACollective) {
+  constexpr int kW = 2;
+  comm::InMemoryStore store;
+  absl::Status setup, gathered;
+  absl::Notification rank0_done;
+  std::atomic<bool> gather_returned{false};
+  std::atomic<bool> reader_saw_it_return{false};
+  int reads = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kW; ++r) {
+    threads.emplace_back([&, r] {
+      auto groups = ConnectFullShard(r, kW, store);
+      if (!groups.ok()) {
+        if (r == 0) setup = groups.status();
+        if (r == 1) rank0_done.WaitForNotification();
+        return;
+      }
+      if (r == 1) {
+        // Connected, and silent: never joins the all-gather.
+        rank0_done.WaitForNotification();
+        return;
+      }
+      memory::HeapAllocator heap;
+      auto engine = StepEngine::Create(
+          Config(kW, kW, r, 1, {}, DType::kFloat32), Init, heap);
+      if (!engine.ok()) {
+        setup = engine.status();
+        rank0_done.Notify();
+        return;
+      }
+      StepEngine& e = **engine;
+      e.SetCommunicators(groups->shard, groups->replica);
+      std::thread reader([&] {
+        // For 1.5 s of the 20 s all-gather: each read returns at once.
+        const MonoTime until = MonoNow() + absl::Milliseconds(1500);
+        while (MonoNow() < until) {
+          (void)e.pending_step();
+          (void)e.committed_step();
+          ++reads;
+          if (gather_returned.load()) reader_saw_it_return = true;
+        }
+        groups->shard->Abort("the test is done");
+      });
+      gathered = e.Gather(0, absl::Seconds(20)).status();
+      gather_returned = true;
+      reader.join();
+      rank0_done.Notify();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(setup.ok()) << setup;
+  EXPECT_FALSE(reader_saw_it_return.load());
+  EXPECT_GT(reads, 0);
+  // Ended by the abort, not by its timeout.
+  EXPECT_FALSE(gathered.ok());
 }
 
 // The replica all-reduce of a unit's gradient runs before Step, as soon as
