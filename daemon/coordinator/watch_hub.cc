@@ -23,6 +23,9 @@ constexpr absl::Duration kScanPeriod = absl::Milliseconds(100);
 // After a change, the dispatcher waits this long before offering it, so
 // that a burst (many members reporting READY) goes out as one message.
 constexpr absl::Duration kCoalesce = absl::Milliseconds(2);
+// The longest a new stream or one whose write completed waits for the
+// dispatcher to offer it what it owes.
+constexpr absl::Duration kPoll = absl::Milliseconds(5);
 
 }  // namespace
 
@@ -84,21 +87,18 @@ class WatchHub::Stream final
       writing_ = false;
       out_.reset();
       full_.reset();
-      if (!ok) {
+      if (!ok || cancelled_) {
         finish = grpc::Status::CANCELLED;
-      } else if (cancelled_) {
-        finish = grpc::Status::CANCELLED;
+        finished_ = true;
       }
-      if (finish.has_value()) finished_ = true;
     }
     if (finish.has_value()) {
       Finish(*std::move(finish));
       return;
     }
-    // Whatever changed while the write was in flight.
-    const ChangeSignal::Versions v = hub_->manager_->AwaitVersion(
-        /*scoped=*/false, 0, MonoTime::InfinitePast());
-    Offer(v, MonoNow());
+    // Whatever changed while the write was in flight goes out from the
+    // dispatcher: gRPC's threads never wait on the manager's lock.
+    hub_->NeedsOffer(this);
   }
 
   void OnCancel() override {
@@ -209,6 +209,12 @@ int WatchHub::open_streams() const {
   return static_cast<int>(streams_.size());
 }
 
+void WatchHub::NeedsOffer(Stream* stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (it != streams_.end()) needs_offer_.push_back(it->second);
+}
+
 void WatchHub::Remove(Stream* stream) {
   // The dispatcher may hold a reference for its current pass; the stream
   // is destroyed with the last one, outside mu_.
@@ -236,21 +242,27 @@ void WatchHub::Run() {
       any_full = full_streams_ > 0;
     }
     // The next change a stream shows (scoped streams show fewer than full
-    // ones), or the next scan.
+    // ones), the next scan, or kPoll for streams that asked (new ones,
+    // completed writes): they cannot wake this wait.
     ChangeSignal::Versions v = manager_->AwaitVersion(
-        /*scoped=*/!any_full, any_full ? seen.any : seen.scoped, next_scan);
-    const bool changed = (any_full ? v.any > seen.any : v.scoped > seen.scoped);
+        /*scoped=*/!any_full, any_full ? seen.any : seen.scoped,
+        std::min(next_scan, MonoNow() + kPoll));
+    const bool changed = any_full ? v.any > seen.any : v.scoped > seen.scoped;
     if (changed) {
       absl::SleepFor(kCoalesce);
       v = manager_->AwaitVersion(/*scoped=*/false, 0, MonoTime::InfinitePast());
     }
     const MonoTime now = MonoNow();
     const bool scan = now >= next_scan;
-    if (!changed && !scan && !v.shut_down) continue;
     {
       absl::MutexLock lock(&mu_);
-      pass.reserve(streams_.size());
-      for (const auto& [raw, stream] : streams_) pass.push_back(stream);
+      if (changed || scan || v.shut_down) {
+        pass.reserve(streams_.size());
+        for (const auto& [raw, stream] : streams_) pass.push_back(stream);
+        needs_offer_.clear();
+      } else {
+        pass.swap(needs_offer_);
+      }
     }
     for (const std::shared_ptr<Stream>& s : pass) s->Offer(v, now);
     pass.clear();

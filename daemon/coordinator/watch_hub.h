@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -23,11 +24,13 @@ namespace shardd::coordinator {
 // scoped stream, what ScopedUpdateStream makes of each change, for a full
 // one the shared FullUpdateCache message of each version; a keepalive
 // when nothing was sent for a lease, a third of one for full streams). A
-// stream writes one message at a time: a change that comes while it is
-// writing is sent when the write completes (from gRPC's completion, not
-// the dispatcher). One dispatcher thread waits on the manager's
-// ChangeSignal and, on a change, offers it to every stream; every
-// kScanPeriod it looks at every stream for keepalives and deadlines.
+// stream writes one message at a time. One dispatcher thread builds every
+// message: it waits on the manager's ChangeSignal and, on a change, offers
+// it to every stream; every kScanPeriod it looks at every stream for
+// keepalives and deadlines; within kPoll it serves streams that opened or
+// whose write completed (a change during a write goes out then). gRPC's
+// threads only flip a stream's flags: they never wait on the manager's
+// lock, so a busy manager cannot stall gRPC's transport.
 // A stream ends CANCELLED when its client goes away, DEADLINE_EXCEEDED at
 // its deadline, UNAVAILABLE when the manager shuts down.
 //
@@ -53,6 +56,9 @@ class WatchHub {
   class Stream;
 
   void Run();
+  // `stream` (new, or its write completed) is offered what it owes at the
+  // dispatcher's next pass (within kPoll).
+  void NeedsOffer(Stream* stream);
   void Remove(Stream* stream);
 
   CoordinatorManager* const manager_;
@@ -61,6 +67,7 @@ class WatchHub {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_
       ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Stream>> needs_offer_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Open streams that are not scoped (they want every change).
   int full_streams_ ABSL_GUARDED_BY(mu_) = 0;
