@@ -1111,7 +1111,14 @@ export function checkJob(objects) {
 // absl parses ("15m", "1h30m", "0"): else the coordinator does not start.
 export function checkStallAlertAfter(objects, container, id) {
   let value = flag(container, "stall_alert_after");
-  if (value === undefined) return [];
+  if (value === undefined) {
+    // SharddTrainingStalled compares the time without a committed step
+    // with the stall time the coordinator exports: without the flag, the
+    // 15m default, whatever the job's ConfigMap says.
+    const port = flag(container, "metrics_port");
+    if (port === undefined || Number(port) === 0) return [];
+    return [`${id}: the coordinator serves /metrics but does not pass --stall_alert_after=$(STALL_ALERT_AFTER): SharddTrainingStalled would use the 15m default, not the job's STALL_ALERT_AFTER`];
+  }
   const v = /^\$\((\w+)\)$/.exec(value);
   if (v) {
     const ref = (container.env ?? []).find((e) => e.name === v[1])?.valueFrom?.configMapKeyRef;

@@ -1070,6 +1070,24 @@ describe("renderer: namePrefix, labels, configMapGenerator, configurations, JSON
   });
 });
 
+describe("every coordinator passes the job's stall time (checkStallAlertAfter)", () => {
+  for (const name of Object.keys(v.KUSTOMIZATIONS)) {
+    test(`${name}: --stall_alert_after=$(STALL_ALERT_AFTER)`, () => {
+      const objects = render(name);
+      const c = v.coordinatorTemplate(objects).spec.containers.find((x) => x.name === "coordinator");
+      assert.equal(v.flag(c, "stall_alert_after"), "$(STALL_ALERT_AFTER)");
+      assert.deepEqual(v.checkStallAlertAfter(objects, c, "coordinator"), []);
+    });
+  }
+  test("fails on a coordinator that serves /metrics without it", () => {
+    const objects = render("jobset-cpu");
+    const c = v.coordinatorTemplate(objects).spec.containers.find((x) => x.name === "coordinator");
+    c.args = c.args.filter((a) => !a.startsWith("--stall_alert_after="));
+    const errors = v.checkStallAlertAfter(objects, c, "coordinator");
+    assert.ok(some(errors, /does not pass --stall_alert_after=\$\(STALL_ALERT_AFTER\)/), errors.join("\n"));
+  });
+});
+
 describe("a failed job's coordinator outlives its report wait (checkFailedReportWait)", () => {
   const coordPod = (objects) => v.coordinatorTemplate(objects).spec;
   const coordContainer = (objects) => coordPod(objects).containers.find((c) => c.name === "coordinator");
