@@ -55,6 +55,11 @@
 // minutes, and a slow spell then weighs on every point alike instead of on
 // whichever point it hit.
 //
+// --gloo_as_ours (calibration): ours' side runs raw Gloo on a context of
+// its own, so every figure of ours becomes a second A/A control; the bar's
+// verdicts then say how often it fails code identical to Gloo's by chance
+// (docs/benchmarks.md has the counts).
+//
 // --quick measures exactly as the full run does (the same blocks, warm-up,
 // balanced order, pairing, interleaving and stopping rule) at a subset of
 // its points, and starts no new round once 15 s have passed at a W
@@ -157,6 +162,11 @@ struct Options {
   bool fsdp = false;
   // Raw Gloo only (no GlooCollective): a baseline of the machine.
   bool raw_only = false;
+  // Calibration: ours' side runs raw Gloo too, on a context of its own set
+  // up as ours is, so that every ratio of ours becomes a second A/A
+  // control: what the bar reads for code identical to Gloo's (how often
+  // it fails by chance).
+  bool gloo_as_ours = false;
   // Only these operations / world sizes (empty: all), for looking into one
   // point without the whole run.
   std::vector<std::string> ops;
@@ -307,7 +317,11 @@ class Worker {
 
  private:
   void Connect() {
-    if (!o_.raw_only) ConnectOurs();
+    if (o_.gloo_as_ours) {
+      gloo_ours_ = RawContext("ours");
+    } else if (!o_.raw_only) {
+      ConnectOurs();
+    }
     // Every raw Gloo use has a context of its own (its own TCP device, with
     // its event-loop thread, and its own store), as ours has: Gloo's side;
     // the A/A control's second side, set up as ours is; Gloo's ring
@@ -407,8 +421,9 @@ class Worker {
     std::string op;
     int64_t bytes = 0;
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rshd;
-    // The same on the control's context.
-    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> ctrl_rshd;
+    // The same on the control's context, and on ours' under --gloo_as_ours.
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> ctrl_rshd,
+        ours_rshd;
     // Per repetition, each rank's slowest: ours, raw Gloo, the control (raw
     // Gloo on the second context) and, for reduce-scatter, Gloo's ring
     // all-reduce of the whole input and its control (the same on a context
@@ -428,15 +443,14 @@ class Worker {
     point.bytes = bytes;
     if (op == "reducescatter") {
       const int64_t n = bytes / 4;
-      point.rshd = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-          raw_, std::vector<float*>{b_->data()}, static_cast<int>(n),
-          std::vector<int>(world_, static_cast<int>(n / world_)));
-      if (!o_.raw_only) {
-        point.ctrl_rshd =
-            std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-                ctrl_, std::vector<float*>{b_->data()}, static_cast<int>(n),
-                std::vector<int>(world_, static_cast<int>(n / world_)));
-      }
+      const auto make = [&](const std::shared_ptr<gloo::Context>& context) {
+        return std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+            context, std::vector<float*>{b_->data()}, static_cast<int>(n),
+            std::vector<int>(world_, static_cast<int>(n / world_)));
+      };
+      point.rshd = make(raw_);
+      if (!o_.raw_only) point.ctrl_rshd = make(ctrl_);
+      if (o_.gloo_as_ours) point.ours_rshd = make(gloo_ours_);
     }
     return point;
   }
@@ -474,7 +488,9 @@ class Worker {
       }
     };
     auto ours = [&] {
-      if (op == "allgather") {
+      if (o_.gloo_as_ours) {
+        gloo_on(gloo_ours_, point.ours_rshd.get());
+      } else if (op == "allgather") {
         OursWait(ours_->AllGather(a, b, counts, DType::kFloat32, waited), op);
       } else if (op == "reducescatter") {
         OursWait(ours_->ReduceScatter(a, b, counts, DType::kFloat32,
@@ -640,6 +656,13 @@ class Worker {
       const int64_t shard = per_gather / 4 / world_;
       const std::vector<int64_t> counts(world_, shard);
       auto ours = [&] {
+        if (o_.gloo_as_ours) {
+          for (int t = 0; t < tensors; ++t) {
+            RawAllgather(gloo_ours_, a + t * shard, b + t * shard * world_,
+                         shard);
+          }
+          return;
+        }
         std::vector<std::shared_ptr<comm::Work>> works;
         works.reserve(tensors);
         for (int t = 0; t < tensors; ++t) {
@@ -678,6 +701,8 @@ class Worker {
   std::unique_ptr<Collective> ours_;
   // Raw Gloo contexts (Connect); each holds its TCP device.
   std::shared_ptr<gloo::Context> raw_, ring_, sync_, ctrl_, ctrl_ring_;
+  // Ours' side under --gloo_as_ours (instead of ours_).
+  std::shared_ptr<gloo::Context> gloo_ours_;
   std::unique_ptr<Buffer> a_, b_;
 };
 
@@ -719,6 +744,7 @@ std::string RunWorld(const Options& o, int world, bool fsdp) {
     if (o.quick) argv.push_back("--quick");
     if (fsdp) argv.push_back("--fsdp");
     if (o.raw_only) argv.push_back("--raw_only");
+    if (o.gloo_as_ours) argv.push_back("--gloo_as_ours");
     if (!o.ops.empty()) {
       argv.push_back(absl::StrCat("--ops=", absl::StrJoin(o.ops, ",")));
     }
@@ -844,6 +870,12 @@ int RunParent(const Options& o) {
                           "points of 1-16 MiB, W = 2 and 4)"
                         : "")
             << "\n";
+  if (o.gloo_as_ours) {
+    std::cout << "--gloo_as_ours: CALIBRATION, 'ours' below is raw Gloo on a "
+                 "context of its own; a FAIL is the bar failing code "
+                 "identical to Gloo's\n";
+    report.SetFigure("gloo_as_ours", 1);
+  }
   for (int world : worlds) {
     const bool with_fsdp = world == 4 && o.ops.empty();
     const absl::Time start = absl::Now();
@@ -1116,7 +1148,8 @@ int RunParent(const Options& o) {
 
 int Usage(const char* argv0) {
   std::cerr << "usage: " << argv0
-            << " [--quick] [--raw_only] [--ops=allgather,reducescatter,"
+            << " [--quick] [--raw_only] [--gloo_as_ours]"
+               " [--ops=allgather,reducescatter,"
                "allreduce,broadcast] [--worlds=2,4,8] [--min_bytes=N] "
                "[--max_bytes=N] [--budget_s=SECONDS per W] [--out=PATH]\n";
   return 2;
@@ -1136,6 +1169,8 @@ int main(int argc, char** argv) {
       o.worker = true;
     } else if (arg == "--raw_only") {
       o.raw_only = true;
+    } else if (arg == "--gloo_as_ours") {
+      o.gloo_as_ours = true;
     } else if (arg == "--fsdp") {
       o.fsdp = true;
     } else if (absl::StartsWith(arg, "--ops=")) {
@@ -1176,6 +1211,7 @@ int main(int argc, char** argv) {
     }
   }
   if (o.quick && !budget_given) o.budget = shardd::bench::kQuickBudget;
+  if (o.raw_only && o.gloo_as_ours) return shardd::bench::Usage(argv[0]);
   if (o.worker) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // Never outlive the parent.
     if (o.rank < 0 || o.rank >= o.size || o.store.empty()) {

@@ -14,10 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/comm/all_gather_algorithm.h"
 #include "daemon/comm/all_reduce_algorithm.h"
 #include "daemon/comm/collective_transport.h"
 #include "daemon/comm/gloo_abort_signal.h"
 #include "daemon/comm/gloo_abortable_buffer.h"
+#include "daemon/comm/gloo_direct_all_gather.h"
 #include "daemon/comm/gloo_direct_reduce_scatter.h"
 #include "daemon/comm/gloo_halving_reduce_scatter.h"
 #include "daemon/comm/gloo_pair_all_reduce.h"
@@ -48,6 +50,7 @@ using core::DType;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x52;
 constexpr uint8_t kPointToPointSlotPrefix = 0x53;
 constexpr uint8_t kAllReduceSlotPrefix = 0x54;
+constexpr uint8_t kAllGatherSlotPrefix = 0x55;
 
 uint64_t MakeSlot(uint8_t prefix, uint32_t tag) {
   return (static_cast<uint64_t>(prefix) << 56) | tag;
@@ -290,6 +293,19 @@ void GlooTransport::GatherInPlace(uint8_t* output,
     equal = equal && bytes == byte_counts[0];
   }
   if (total == 0) return;
+  const size_t max_part =
+      *std::max_element(byte_counts.begin(), byte_counts.end());
+  if (ChooseAllGatherAlgorithm(size(), static_cast<int64_t>(max_part),
+                               ForcedAllGatherAlgorithm()) ==
+      AllGatherAlgorithm::kDirect) {
+    GlooDirectAllGather(
+        *context_,
+        [this, deadline](void* ptr, size_t bytes) {
+          return MakeBuffer(ptr, bytes, deadline);
+        },
+        output, byte_counts, MakeSlot(kAllGatherSlotPrefix, 0));
+    return;
+  }
   if (equal) {
     gloo::AllgatherOptions opts(context_);
     opts.setOutput<uint8_t>(MakeBuffer(output, total, deadline));

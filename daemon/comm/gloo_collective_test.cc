@@ -99,8 +99,12 @@ std::vector<int64_t> CountsFor(int world, int pattern) {
       case 1:  // Uneven, with zero counts when world > 1.
         counts[r] = (r % 2 == 1) ? 0 : 11 + 5 * r;
         break;
-      default:  // Large enough for several 1 MiB ring segments.
+      case 2:  // Large enough for several 1 MiB ring segments.
         counts[r] = 300000 + 12345 * r;
+        break;
+      default:  // fp32 parts over 2 MiB: all-gather takes Gloo's ring at
+                // W > 2 (ChooseAllGatherAlgorithm), direct below.
+        counts[r] = (int64_t{2} << 20) / 4 + 1000 + 7 * r;
         break;
     }
   }
@@ -117,7 +121,8 @@ TEST_P(GlooCollectiveTest, AllGatherMatchesConcatenationForEveryDtypeAndCount) {
   const int world = GetParam();
   Comms comms = Connect(world);
   for (DType dtype : AllDTypes()) {
-    for (int pattern = 0; pattern < 3; ++pattern) {
+    // Patterns 0-2 run the direct exchange; 3's fp32 parts Gloo's ring.
+    for (int pattern = 0; pattern < 4; ++pattern) {
       const std::vector<int64_t> counts = CountsFor(world, pattern);
       std::vector<uint8_t> expected;
       std::vector<std::vector<uint8_t>> inputs(world);
@@ -914,7 +919,14 @@ enum class Departure { kDestroyed, kAborted, kSilent };
 class GlooCollectivePeerLossTest : public ::testing::TestWithParam<Departure> {
 };
 
-TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
+// Runs `op` (one operation of kind `kind` on 3 << 18 floats per rank's
+// buffer, 1 << 18 per part) on every rank but the last, which leaves as
+// the test's parameter says; the others must fail within the deadline and
+// stay broken.
+void ExpectOthersFailWhenAPeerLeaves(
+    Departure departure, OpKind kind,
+    const std::function<std::shared_ptr<Work>(
+        Collective&, std::vector<float>&, const std::vector<int64_t>&)>& op) {
   constexpr int kWorld = 3;
   const absl::Duration timeout = absl::Seconds(2);
   Comms comms = Connect(kWorld, timeout);
@@ -926,7 +938,7 @@ TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
   ForEachRank(kWorld, [&](int r) {
     if (r == kWorld - 1) {
       absl::SleepFor(absl::Milliseconds(200));
-      switch (GetParam()) {
+      switch (departure) {
         case Departure::kDestroyed:
           comms[r].reset();
           break;
@@ -939,10 +951,7 @@ TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
       return;
     }
     const MonoTime start = MonoNow();
-    results[r] = comms[r]
-                     ->ReduceScatter(bufs[r].data(), bufs[r].data(), counts,
-                                     DType::kFloat32, ReduceOp::kSum)
-                     ->Wait();
+    results[r] = op(*comms[r], bufs[r], counts)->Wait();
     elapsed[r] = MonoNow() - start;
   });
   for (int r = 0; r < kWorld - 1; ++r) {
@@ -958,11 +967,34 @@ TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
     std::shared_ptr<Work> later = comms[r]->Barrier();
     EXPECT_TRUE(later->Done());
     EXPECT_EQ(later->Wait().code(), error.code());
-    EXPECT_EQ(comms[r]->Stats().of(OpKind::kReduceScatter).failures, 1);
+    EXPECT_EQ(comms[r]->Stats().of(kind).failures, 1);
   }
   const MonoTime destroy = MonoNow();
   comms.clear();
   EXPECT_LT(MonoNow() - destroy, absl::Seconds(3));
+}
+
+TEST_P(GlooCollectivePeerLossTest, OthersFailWithinTheDeadlineAndStayBroken) {
+  ExpectOthersFailWhenAPeerLeaves(GetParam(), OpKind::kReduceScatter,
+                                  [](Collective& comm, std::vector<float>& buf,
+                                     const std::vector<int64_t>& counts) {
+                                    return comm.ReduceScatter(
+                                        buf.data(), buf.data(), counts,
+                                        DType::kFloat32, ReduceOp::kSum);
+                                  });
+}
+
+// The direct all-gather (parts of 1 MiB) has every receive posted at once:
+// a peer that leaves must still fail the others promptly.
+TEST_P(GlooCollectivePeerLossTest, AllGatherFailsWithinTheDeadlineToo) {
+  ExpectOthersFailWhenAPeerLeaves(
+      GetParam(), OpKind::kAllGather,
+      [](Collective& comm, std::vector<float>& buf,
+         const std::vector<int64_t>& counts) {
+        const int64_t offset = comm.rank() * counts[0];
+        return comm.AllGather(buf.data() + offset, buf.data(), counts,
+                              DType::kFloat32);
+      });
 }
 
 std::string DepartureName(const ::testing::TestParamInfo<Departure>& info) {
