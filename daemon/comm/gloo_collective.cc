@@ -190,6 +190,8 @@ class GlooTransport : public CollectiveTransport {
   // Operation bodies; they throw on failure.
   std::unique_ptr<GlooAbortableBuffer> MakeBuffer(void* ptr, size_t bytes,
                                                   MonoTime deadline);
+  // MakeBuffer bound to `deadline`, for our own algorithms.
+  GlooBufferFactory BufferFactory(MonoTime deadline);
   void GatherInPlace(uint8_t* output, const std::vector<size_t>& byte_counts,
                      MonoTime deadline);
   void ReduceScatterF32(const float* input, float* output,
@@ -283,6 +285,12 @@ std::unique_ptr<GlooAbortableBuffer> GlooTransport::MakeBuffer(
       context_->createUnboundBuffer(ptr, bytes), &abort_signal_, deadline);
 }
 
+GlooBufferFactory GlooTransport::BufferFactory(MonoTime deadline) {
+  return [this, deadline](void* ptr, size_t bytes) {
+    return MakeBuffer(ptr, bytes, deadline);
+  };
+}
+
 void GlooTransport::GatherInPlace(uint8_t* output,
                                   const std::vector<size_t>& byte_counts,
                                   MonoTime deadline) {
@@ -298,12 +306,8 @@ void GlooTransport::GatherInPlace(uint8_t* output,
   if (ChooseAllGatherAlgorithm(size(), static_cast<int64_t>(max_part),
                                ForcedAllGatherAlgorithm()) ==
       AllGatherAlgorithm::kDirect) {
-    GlooDirectAllGather(
-        *context_,
-        [this, deadline](void* ptr, size_t bytes) {
-          return MakeBuffer(ptr, bytes, deadline);
-        },
-        output, byte_counts, MakeSlot(kAllGatherSlotPrefix, 0));
+    GlooDirectAllGather(*context_, BufferFactory(deadline), output, byte_counts,
+                        MakeSlot(kAllGatherSlotPrefix, 0));
     return;
   }
   if (equal) {
@@ -367,9 +371,7 @@ void GlooTransport::ReduceScatterF32(const float* input, float* output,
         max_count, pipelining.window_segments * pipelining.segment_elements);
   }
   args.scratch = Scratch(ring_, (size() - 1) * per_peer);
-  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
-    return MakeBuffer(ptr, bytes, deadline);
-  };
+  const GlooBufferFactory factory = BufferFactory(deadline);
   if (algorithm == ReduceScatterAlgorithm::kHalving) {
     GlooHalvingReduceScatter(*context_, factory, args);
   } else if (algorithm == ReduceScatterAlgorithm::kDirect) {
@@ -490,9 +492,7 @@ void GlooTransport::PairAllReduce(void* buffer, int64_t count, int64_t split,
       NarrowFromFloat(sum, dtype, out16 + begin, n);
     };
   }
-  const GlooBufferFactory factory = [this, deadline](void* ptr, size_t bytes) {
-    return MakeBuffer(ptr, bytes, deadline);
-  };
+  const GlooBufferFactory factory = BufferFactory(deadline);
   GlooPairAllReduce(*context_, factory, args);
 }
 

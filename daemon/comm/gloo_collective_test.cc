@@ -997,6 +997,45 @@ TEST_P(GlooCollectivePeerLossTest, AllGatherFailsWithinTheDeadlineToo) {
       });
 }
 
+// Two faults at once: of four ranks in a direct all-gather, one is
+// destroyed and another stays silent; both survivors fail within the
+// deadline (not one deadline per missing peer) and stay broken.
+TEST(GlooCollectiveFixedTest, AllGatherFailsPromptlyWhenTwoPeersLeaveAtOnce) {
+  constexpr int kWorld = 4;
+  const absl::Duration timeout = absl::Seconds(2);
+  Comms comms = Connect(kWorld, timeout);
+  const std::vector<int64_t> counts(kWorld, 1 << 16);
+  std::vector<std::vector<float>> bufs(kWorld,
+                                       std::vector<float>(kWorld << 16, 1.0f));
+  std::vector<absl::Status> results(kWorld);
+  std::vector<absl::Duration> elapsed(kWorld);
+  ForEachRank(kWorld, [&](int r) {
+    if (r == 2) {
+      absl::SleepFor(absl::Milliseconds(200));
+      comms[r].reset();
+      return;
+    }
+    if (r == 3) return;  // Alive, connected, never issues the operation.
+    const MonoTime start = MonoNow();
+    results[r] = comms[r]
+                     ->AllGather(bufs[r].data() + r * counts[0], bufs[r].data(),
+                                 counts, DType::kFloat32)
+                     ->Wait();
+    elapsed[r] = MonoNow() - start;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(results[r].code() == absl::StatusCode::kUnavailable ||
+                results[r].code() == absl::StatusCode::kDeadlineExceeded)
+        << r << ": " << results[r];
+    EXPECT_LT(elapsed[r], timeout + absl::Milliseconds(1500)) << r;
+    EXPECT_FALSE(comms[r]->AsyncError().ok()) << r;
+    EXPECT_EQ(comms[r]->Stats().of(OpKind::kAllGather).failures, 1) << r;
+  }
+  const MonoTime destroy = MonoNow();
+  comms.clear();
+  EXPECT_LT(MonoNow() - destroy, absl::Seconds(3));
+}
+
 std::string DepartureName(const ::testing::TestParamInfo<Departure>& info) {
   static const char* const kNames[] = {"Destroyed", "Aborted", "Silent"};
   return kNames[static_cast<int>(info.param)];
