@@ -232,9 +232,13 @@ if [[ -z ${CLOCK_STEP_STEPS:-} ]] &&
 fi
 # The runs with clock steps train the reference's steps under libfaketime
 # (slower: its timers spin) on a machine whose load changes from minute to
-# minute: each trainer gets 4x the reference's time, at least 120 s.
+# minute: each trainer gets 8x the reference's time, at least 120 s. The
+# deadline only guards against a hang (the checks are on the results):
+# alone on the 2-core VM the coordinator's run took 2.9-3.8x the
+# reference and the faked daemon's 4.3-5.6x; under CI's parallel tests a
+# 4x budget ran out at step 2299 of 2459.
 FL_DEADLINE=$(awk -v t="$ref_s" -v d="$FL_DEADLINE" \
-  'BEGIN { s = int(4 * t) + 1; print (s > d ? s : d) }')
+  'BEGIN { s = int(8 * t) + 1; print (s > d ? s : d) }')
 fl_log "the reference trained $FL_STEPS steps in $ref_s s: trainers get $FL_DEADLINE s"
 
 # --- The coordinator's wall clock steps forward; a daemon dies; the clock
