@@ -36,12 +36,20 @@
 #
 # What libfaketime cannot fake is the kernel's CLOCK_REALTIME: a wait the
 # process hands the kernel as an absolute wall-clock time (the timed waits
-# of Debian's abseil Mutex, CondVar and Notification, which gRPC's own
-# waits use too) is off by the whole offset for as long as it holds: at
-# +60 it sleeps 60 s too long, at -60 it returns at once (gRPC's timer
-# threads then spin). A real step only upsets the waits in flight (a
-# backward one stalls them by the step). So this test also requires that
-# nothing the faked process needs in time waits on a wall-clock deadline.
+# of Debian's abseil Mutex, CondVar and Notification, which gRPC's pollers
+# and timer thread use too) would be off by the whole offset for as long
+# as it holds: at +60 each sleeps 60 s too long, at -60 each returns at
+# once (gRPC's timer thread then spins on a core). No real step does that:
+# both clocks move together and only the waits in flight at the step are
+# off, once. With that artifact, 1 in 5 runs had every member evicted at
+# +60 (the coordinator's heartbeat path stalled behind a gRPC wait) and two
+# runs at once slowed the faked processes past 8x the reference at -60.
+# So every faked process also preloads futex_clock_shim (see its comment),
+# which moves those kernel deadlines with the faked clock; the test checks
+# first, with abseil_wait_probe, that an abseil wait under the faked clock
+# is skewed without the shim and lasts its timeout with it. What remains
+# tested is what a real step does to our code: leases, deadlines and
+# timers we own must not read the wall clock.
 #
 # Checks in each run, for each hold: no coordinator decision at all (no
 # MEMBER_REMOVED, EPOCH_STARTED, EPOCH_STALLED, JOB_FAILED ... lines);
@@ -105,11 +113,17 @@ fi
 [[ -n "$CS_LIB" ]] ||
   fl_die "libfaketime.so.1 not found (Debian package faketime): run scripts/install-deps"
 echo "libfaketime: $CS_LIB"
+# The shim and the probe follow the five binaries (BUILD's _EXTRA); the
+# shim's path absolute, as the preload is read in other directories.
+[[ -r "${6:-}" && -x "${7:-}" ]] ||
+  fl_die "usage: $0 COORDINATOR SHARDD TRAINER COMMIT_LOG_CHECK SHARDCTL SHIM PROBE"
+CS_SHIM=$(realpath "$6")
+CS_PROBE=$7
 
 # cs_env FILE: the environment that puts a process's wall clock under FILE.
 cs_env() {
-  CS_ENV=(LD_PRELOAD="$CS_LIB" FAKETIME_TIMESTAMP_FILE="$1" FAKETIME_NO_CACHE=1
-    FAKETIME_DONT_FAKE_MONOTONIC=1)
+  CS_ENV=(LD_PRELOAD="$CS_LIB:$CS_SHIM" FAKETIME_TIMESTAMP_FILE="$1"
+    FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1)
 }
 
 # cs_set RUN FILE OFFSET: the faked wall clock becomes real time + OFFSET;
@@ -217,6 +231,26 @@ cs_phase() {
     "[[ $s1 -gt $s0 ]] && ! fl_exited ${FL_TRAINER_PID[0]}"
 }
 
+# cs_probe OFFSET PRELOAD: how many (monotonic) ms a 300 ms abseil wait
+# takes with the faked clock at OFFSET and LD_PRELOAD=PRELOAD.
+cs_probe() {
+  local file="$FL_ROOT/probe-clock"
+  echo "$1" >"$file"
+  env LD_PRELOAD="$2" FAKETIME_TIMESTAMP_FILE="$file" FAKETIME_NO_CACHE=1 \
+    FAKETIME_DONT_FAKE_MONOTONIC=1 timeout 120 "$CS_PROBE" 300
+}
+# The fault model: abseil's timed waits are skewed by libfaketime alone
+# (60 s behind: the wait returns at once; 60 s ahead it would sleep a
+# minute more, not waited for here) and keep their timeout with the shim.
+ms=$(cs_probe -60 "$CS_LIB")
+fl_expect "probe: a 300 ms abseil wait with the clock 60 s behind, libfaketime alone, returns early ($ms ms)" \
+  "[[ '$ms' =~ ^[0-9]+$ ]] && ((ms < 100))"
+for off in -60 +60; do
+  ms=$(cs_probe "$off" "$CS_LIB:$CS_SHIM")
+  fl_expect "probe: ... with the shim, at $off s, it lasts its 300 ms ($ms ms)" \
+    "[[ '$ms' =~ ^[0-9]+$ ]] && ((ms >= 250 && ms < 30000))"
+done
+
 t_ref=$(fl_now)
 fl_reference
 ref_s=$(fl_sub "$(fl_now)" "$t_ref")
@@ -230,13 +264,13 @@ if [[ -z ${CLOCK_STEP_STEPS:-} ]] &&
   fl_reference
   ref_s=$(fl_sub "$(fl_now)" "$t_ref")
 fi
-# The runs with clock steps train the reference's steps under libfaketime
-# (slower: its timers spin) on a machine whose load changes from minute to
-# minute: each trainer gets 8x the reference's time, at least 120 s. The
-# deadline only guards against a hang (the checks are on the results):
-# alone on the 2-core VM the coordinator's run took 2.9-3.8x the
-# reference and the faked daemon's 4.3-5.6x; under CI's parallel tests a
-# 4x budget ran out at step 2299 of 2459.
+# The runs with clock steps train the reference's steps on a machine whose
+# load changes from minute to minute: each trainer gets 8x the reference's
+# time, at least 120 s. The deadline only guards against a hang (the
+# checks are on the results). With the shim each faked run takes about as
+# long as the reference (1.0-1.2x, six runs two at a time on the 2-core
+# VM); without it, libfaketime's skewed waits made them 2.9-5.6x alone and
+# ran a 4x budget out under CI's parallel tests.
 FL_DEADLINE=$(awk -v t="$ref_s" -v d="$FL_DEADLINE" \
   'BEGIN { s = int(8 * t) + 1; print (s > d ? s : d) }')
 fl_log "the reference trained $FL_STEPS steps in $ref_s s: trainers get $FL_DEADLINE s"
