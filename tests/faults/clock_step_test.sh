@@ -42,8 +42,9 @@
 # once (gRPC's timer thread then spins on a core). No real step does that:
 # both clocks move together and only the waits in flight at the step are
 # off, once. With that artifact, 1 in 5 runs had every member evicted at
-# +60 (the coordinator's heartbeat path stalled behind a gRPC wait) and two
-# runs at once slowed the faked processes past 8x the reference at -60.
+# +60 (all four daemons' heartbeats stopped reaching the coordinator's
+# lease table for a whole lease; not seen since the shim) and two runs at
+# once slowed the faked processes past 8x the reference at -60.
 # So every faked process also preloads futex_clock_shim (see its comment),
 # which moves those kernel deadlines with the faked clock; the test checks
 # first, with abseil_wait_probe, that an abseil wait under the faked clock
