@@ -4,10 +4,15 @@
 
 namespace shardd::comm {
 
-AllReduceAlgorithm ChooseAllReduceAlgorithm(int world,
+AllReduceAlgorithm ChooseAllReduceAlgorithm(int world, int64_t fp32_bytes,
                                             absl::string_view forced) {
-  if (world == 2 && forced != "split") return AllReduceAlgorithm::kPairFused;
-  return AllReduceAlgorithm::kReduceScatterThenGather;
+  if (world != 2 || forced == "split") {
+    return AllReduceAlgorithm::kReduceScatterThenGather;
+  }
+  if (forced == "fused") return AllReduceAlgorithm::kPairFused;
+  if (forced == "exchange") return AllReduceAlgorithm::kPairExchange;
+  return fp32_bytes <= kPairExchangeMaxBytes ? AllReduceAlgorithm::kPairExchange
+                                             : AllReduceAlgorithm::kPairFused;
 }
 
 absl::string_view ForcedAllReduceAlgorithm() {

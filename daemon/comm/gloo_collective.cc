@@ -23,6 +23,7 @@
 #include "daemon/comm/gloo_direct_reduce_scatter.h"
 #include "daemon/comm/gloo_halving_reduce_scatter.h"
 #include "daemon/comm/gloo_pair_all_reduce.h"
+#include "daemon/comm/gloo_pair_exchange_all_reduce.h"
 #include "daemon/comm/gloo_ring_reduce_scatter.h"
 #include "daemon/comm/gloo_store_adapter.h"
 #include "daemon/comm/host_reduce_math.h"
@@ -109,17 +110,19 @@ absl::Status ValidateOptions(const GlooCollectiveOptions& options) {
 
 // The transport of the CPU communicator over Gloo's TCP pairs
 // (QueuedCollective holds the rest). Which algorithm runs each operation:
-// - AllGather: gloo::allgather (equal counts) or gloo::allgatherv (uneven),
-//   both rings, in place on the output.
+// - AllGather: one direct exchange (GlooDirectAllGather) or Gloo's ring
+//   (gloo::allgather, gloo::allgatherv when uneven), chosen by
+//   ChooseAllGatherAlgorithm, in place on the output.
 // - ReduceScatter: our own on unbound buffers, chosen by
 //   ChooseReduceScatterAlgorithm (direct, pipelined ring, or recursive
 //   halving); Gloo 2022 has no uneven reduce-scatter.
-// - AllReduce: at W = 2 the fused pair exchange (GlooPairAllReduce),
-//   otherwise that reduce-scatter on an even split, then the all-gather
-//   above in place (ChooseAllReduceAlgorithm; the same bits either way at
-//   W = 2): the bandwidth of a ring all-reduce, and abortable like every
-//   other operation (gloo::allreduce waits on internal buffers an abort
-//   cannot reach).
+// - AllReduce: at W = 2 one exchange of the whole inputs up to 1 MiB
+//   (GlooPairExchangeAllReduce) and the fused pair exchange above
+//   (GlooPairAllReduce); otherwise that reduce-scatter on an even split,
+//   then the all-gather above in place (ChooseAllReduceAlgorithm; the same
+//   bits every way at W = 2): the bandwidth of a ring all-reduce, and
+//   abortable like every other operation (gloo::allreduce waits on
+//   internal buffers an abort cannot reach).
 // - Broadcast: gloo::broadcast (binomial tree).
 // - Send/Recv: unbound buffers, slot derived from the tag.
 // - Barrier: a one-byte-per-rank gloo::allgather.
@@ -204,6 +207,10 @@ class GlooTransport : public CollectiveTransport {
                         ReduceOp op, MonoTime deadline);
   void RunAllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
                     MonoTime deadline);
+  // The W = 2 all-reduce as one exchange of the whole inputs
+  // (GlooPairExchangeAllReduce); each rank sums and finishes every element.
+  void PairExchangeAllReduce(void* buffer, int64_t count, DType dtype,
+                             ReduceOp op, MonoTime deadline);
   // The W = 2 all-reduce, fused (GlooPairAllReduce); rank 0's half is
   // [0, split).
   void PairAllReduce(void* buffer, int64_t count, int64_t split, DType dtype,
@@ -426,10 +433,16 @@ void GlooTransport::RunAllReduce(void* buffer, int64_t count, DType dtype,
     if (i < rank()) my_offset += counts[i];
   }
   const int64_t mine = counts[rank()];
-  if (ChooseAllReduceAlgorithm(size(), ForcedAllReduceAlgorithm()) ==
-      AllReduceAlgorithm::kPairFused) {
-    PairAllReduce(buffer, count, counts[0], dtype, op, deadline);
-    return;
+  switch (ChooseAllReduceAlgorithm(size(), count * int64_t{sizeof(float)},
+                                   ForcedAllReduceAlgorithm())) {
+    case AllReduceAlgorithm::kPairExchange:
+      PairExchangeAllReduce(buffer, count, dtype, op, deadline);
+      return;
+    case AllReduceAlgorithm::kPairFused:
+      PairAllReduce(buffer, count, counts[0], dtype, op, deadline);
+      return;
+    case AllReduceAlgorithm::kReduceScatterThenGather:
+      break;
   }
   if (dtype == DType::kFloat32) {
     float* data = static_cast<float*>(buffer);
@@ -494,6 +507,36 @@ void GlooTransport::PairAllReduce(void* buffer, int64_t count, int64_t split,
   }
   const GlooBufferFactory factory = BufferFactory(deadline);
   GlooPairAllReduce(*context_, factory, args);
+}
+
+void GlooTransport::PairExchangeAllReduce(void* buffer, int64_t count,
+                                          DType dtype, ReduceOp op,
+                                          MonoTime deadline) {
+  GlooPairExchangeAllReduceArgs args;
+  args.count = count;
+  args.scratch = Scratch(ring_, count);
+  args.slot = MakeSlot(kAllReduceSlotPrefix, 0);
+  const int divisor = op == ReduceOp::kAverage ? size() : 1;
+  if (dtype == DType::kFloat32) {
+    float* data = static_cast<float*>(buffer);
+    args.input = data;
+    args.finish = [divisor, data](float* sum, int64_t begin, int64_t n) {
+      if (divisor > 1) DivideInPlace(sum, n, divisor);
+      std::memcpy(data + begin, sum, static_cast<size_t>(n) * sizeof(float));
+    };
+  } else {
+    // 16-bit: reduce in fp32; both ranks round each sum once, alike.
+    float* in32 = Scratch(input_f32_, count);
+    WidenToFloat(buffer, dtype, in32, count);
+    args.input = in32;
+    uint16_t* out16 = static_cast<uint16_t*>(buffer);
+    args.finish = [divisor, dtype, out16](float* sum, int64_t begin,
+                                          int64_t n) {
+      if (divisor > 1) DivideInPlace(sum, n, divisor);
+      NarrowFromFloat(sum, dtype, out16 + begin, n);
+    };
+  }
+  GlooPairExchangeAllReduce(*context_, BufferFactory(deadline), args);
 }
 
 void GlooTransport::RunBroadcast(void* buffer, int64_t bytes, int root,

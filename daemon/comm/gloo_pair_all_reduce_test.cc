@@ -1,7 +1,8 @@
-// GlooPairAllReduce through the communicator that runs it: a GlooCollective
-// of two ranks (ChooseAllReduceAlgorithm fuses every all-reduce at W = 2).
-#include "daemon/comm/gloo_pair_all_reduce.h"
-
+// The W = 2 all-reduces (GlooPairExchangeAllReduce, GlooPairAllReduce)
+// through the communicator that runs them: a GlooCollective of two ranks.
+// ChooseAllReduceAlgorithm exchanges up to 1 MiB and fuses above; BUILD
+// runs this file three times: with that choice, and with
+// SHARDD_ALL_REDUCE=exchange and =fused forcing one at every count.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -122,8 +123,9 @@ class GlooPairAllReduceTest : public ::testing::Test {};
 // Even and odd counts: one element (rank 1's half empty), halves within
 // one segment, halves of several 1 MiB segments that wrap the two-slot
 // receive window (odd: the halves differ by one element, and the last
-// segments by one), a large count first so that later ones reuse larger
-// scratch. Every rank must hold the reference's bits.
+// segments by one), exactly 1 MiB and one element more (the exchange's
+// limit), a large count first so that later ones reuse larger scratch.
+// Every rank must hold the reference's bits.
 TEST_F(GlooPairAllReduceTest, EqualsTheReferenceSumBitForBit) {
   Comms comms = ConnectPair(absl::Seconds(60));
   std::mt19937 rng(2026);
@@ -133,6 +135,8 @@ TEST_F(GlooPairAllReduceTest, EqualsTheReferenceSumBitForBit) {
                                        3,
                                        37,
                                        kMiBElements / 2 + 1,
+                                       kMiBElements,
+                                       kMiBElements + 1,
                                        6 * kMiBElements + 1,
                                        4 * kMiBElements};
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

@@ -129,28 +129,31 @@ void ExpectDeterministic(int world) {
   }
 }
 
-// At W = 2 every all-reduce is fused (ChooseAllReduceAlgorithm); forced
-// back to a reduce-scatter and an all-gather (SHARDD_ALL_REDUCE=split) it
-// must give the same bits on every rank. 1000003 elements: halves of
-// several 1 MiB segments in fp32.
-TEST(CollectivesDeterminismTest, TwoProcessesFusedAllReduceGivesSplitBits) {
+// At W = 2 an all-reduce is one exchange up to 1 MiB and fused above
+// (ChooseAllReduceAlgorithm); each forced at every size, and forced back to
+// a reduce-scatter and an all-gather (SHARDD_ALL_REDUCE=exchange, fused,
+// split), it must give the same bits on every rank. 1000003 elements: past
+// the exchange's limit, halves of several 1 MiB segments in fp32.
+TEST(CollectivesDeterminismTest, TwoProcessesEveryAllReduceGivesTheSameBits) {
   const std::vector<std::string> args = {
       "--scenario=determinism", "--seed=2026", "--op_timeout_ms=120000",
       "--dtypes=fp32,bf16,fp16", "--sizes=1,7,1001,1000003"};
-  const auto fused =
-      RunWorld(2, "allreduce_fused_w2", args, absl::Seconds(120));
-  setenv("SHARDD_ALL_REDUCE", "split", 1);
-  const auto split =
-      RunWorld(2, "allreduce_split_w2", args, absl::Seconds(120));
-  unsetenv("SHARDD_ALL_REDUCE");
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_FALSE(fused[r].count("allreduce_hash") == 0 ||
-                 split[r].count("allreduce_hash") == 0)
-        << "rank " << r << " reported no hash";
-    EXPECT_EQ(fused[r].at("allreduce_hash"), split[r].at("allreduce_hash"))
-        << "rank " << r;
-    EXPECT_EQ(fused[r].at("allreduce_hash"), fused[0].at("allreduce_hash"))
-        << "all-reduce results differ between rank " << r << " and rank 0";
+  const auto chosen =
+      RunWorld(2, "allreduce_default_w2", args, absl::Seconds(120));
+  for (const char* forced : {"exchange", "fused", "split"}) {
+    setenv("SHARDD_ALL_REDUCE", forced, 1);
+    const auto other = RunWorld(2, absl::StrCat("allreduce_", forced, "_w2"),
+                                args, absl::Seconds(120));
+    unsetenv("SHARDD_ALL_REDUCE");
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(chosen[r].count("allreduce_hash") == 0 ||
+                   other[r].count("allreduce_hash") == 0)
+          << "rank " << r << " reported no hash (" << forced << ")";
+      EXPECT_EQ(chosen[r].at("allreduce_hash"), other[r].at("allreduce_hash"))
+          << "rank " << r << ", " << forced << " against the default";
+      EXPECT_EQ(chosen[r].at("allreduce_hash"), chosen[0].at("allreduce_hash"))
+          << "all-reduce results differ between rank " << r << " and rank 0";
+    }
   }
 }
 
