@@ -22,10 +22,11 @@ enum class AllReduceAlgorithm {
 // Up to this many fp32 bytes a W = 2 all-reduce is one exchange: it has no
 // round trip, and summing every element costs less than the round trip
 // saves. Measured on the 2-core VM (bench/collectives, all-reduce W = 2,
-// paired ratio to Gloo's ring): exchange / fused 2.27 / 1.31 at 4 KiB,
-// 1.72 / 1.27 at 64 KiB, 1.32 / 1.09 at 256 KiB, about level at 1 MiB
-// (1.01 / 0.94, noisy); at 4 MiB 0.82 / 1.05, the sum of the whole buffer
-// no longer hidden.
+// paired ratio to Gloo's ring, alternated runs): exchange / fused 2.27 /
+// 1.31 at 4 KiB, 1.72 / 1.27 at 64 KiB, 1.32 / 1.09 at 256 KiB; at 1 MiB
+// 1.01 / 0.94 in all-reduce-only runs and 0.89 / 0.89 / 0.90 in full W = 2
+// runs (fused: 0.69 / 0.90 / 0.83 in earlier ones); at 4 MiB 0.82 / 1.05,
+// the sum of the whole buffer no longer hidden.
 inline constexpr int64_t kPairExchangeMaxBytes = int64_t{1} << 20;
 
 // The algorithm for an all-reduce over `world` ranks of `fp32_bytes` bytes

@@ -22,9 +22,11 @@ struct GlooPairExchangeAllReduceArgs {
   // may change them) into the output's elements [begin, begin + n).
   std::function<void(float* sum, int64_t begin, int64_t n)> finish;
   // Message size, in elements (> 0): a segment is summed as soon as it has
-  // arrived. One message each way up to 1 MiB measured best on the 2-core
-  // VM (at 1 MiB, paired ratio to Gloo's ring 0.98 in one, 0.96 in four,
-  // 0.72 in sixteen: each message costs a wake-up of the receiver).
+  // arrived. One message each way up to 1 MiB: in full bench/collectives
+  // W = 2 runs the 1 MiB point scored 0.89 / 0.89 / 0.90 (paired ratio to
+  // Gloo's ring) as one message and 1.04 / 0.94 / 0.59 as four of 256 KiB;
+  // sixteen of 64 KiB scored 0.72 in --quick runs (each message costs the
+  // receiver a wake-up).
   int64_t segment_elements = 256 * 1024;
   // The Gloo slot this operation's messages travel on: the same on both
   // ranks, distinct from other operations'.
