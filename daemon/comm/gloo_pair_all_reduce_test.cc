@@ -6,11 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,7 +17,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/collective.h"
 #include "daemon/comm/gloo_collective.h"
-#include "daemon/comm/in_memory_store.h"
+#include "daemon/comm/gloo_test_group.h"
 #include "daemon/core/dtype.h"
 #include "daemon/core/mono_time.h"
 #include "gtest/gtest.h"
@@ -29,34 +27,14 @@ namespace {
 
 using core::DType;
 
-using Comms = std::vector<std::unique_ptr<Collective>>;
+using testing::AllDepartures;
+using testing::Comms;
+using testing::Departure;
+using testing::DepartureName;
+using testing::Leave;
 
 constexpr int kWorld = 2;
 constexpr int64_t kMiBElements = (int64_t{1} << 20) / 4;
-
-// Runs fn(0) and fn(1) on a thread each and joins them.
-void ForBothRanks(const std::function<void(int)>& fn) {
-  std::thread other([&fn] { fn(1); });
-  fn(0);
-  other.join();
-}
-
-// Two ranks over Gloo TCP on 127.0.0.1.
-Comms ConnectPair(absl::Duration op_timeout) {
-  InMemoryStore store;
-  Comms comms(kWorld);
-  ForBothRanks([&](int r) {
-    GlooCollectiveOptions options;
-    options.rank = r;
-    options.size = kWorld;
-    options.group = "pair";
-    options.default_op_timeout = op_timeout;
-    auto comm = CreateGlooCollective(options, store);
-    ASSERT_TRUE(comm.ok()) << comm.status();
-    comms[r] = std::move(*comm);
-  });
-  return comms;
-}
 
 float Widen(const uint8_t* p, DType dtype) {
   uint16_t h;
@@ -127,7 +105,7 @@ class GlooPairAllReduceTest : public ::testing::Test {};
 // limit), a large count first so that later ones reuse larger scratch.
 // Every rank must hold the reference's bits.
 TEST_F(GlooPairAllReduceTest, EqualsTheReferenceSumBitForBit) {
-  Comms comms = ConnectPair(absl::Seconds(60));
+  Comms comms = testing::ConnectGroup(kWorld, absl::Seconds(60));
   std::mt19937 rng(2026);
   const std::vector<int64_t> counts = {10 * kMiBElements,
                                        1,
@@ -147,7 +125,7 @@ TEST_F(GlooPairAllReduceTest, EqualsTheReferenceSumBitForBit) {
             RandomElements(dtype, count, rng)};
         const std::vector<uint8_t> expected =
             ReferenceSum(dtype, op, buffers[0], buffers[1]);
-        ForBothRanks([&](int r) {
+        testing::ForEachRank(kWorld, [&](int r) {
           absl::Status s =
               comms[r]->AllReduce(buffers[r].data(), count, dtype, op)->Wait();
           EXPECT_TRUE(s.ok()) << s;
@@ -167,9 +145,6 @@ TEST_F(GlooPairAllReduceTest, EqualsTheReferenceSumBitForBit) {
   }
 }
 
-// How rank 1 leaves while rank 0's all-reduce is running.
-enum class Departure { kDestroyed, kAborted, kSilent };
-
 class GlooPairAllReducePeerLossTest
     : public ::testing::TestWithParam<Departure> {};
 
@@ -179,7 +154,7 @@ class GlooPairAllReducePeerLossTest
 // communicator stays broken.
 TEST_P(GlooPairAllReducePeerLossTest, TheSurvivorFailsWithinItsDeadline) {
   const absl::Duration timeout = absl::Seconds(2);
-  Comms comms = ConnectPair(timeout);
+  Comms comms = testing::ConnectGroup(kWorld, timeout);
   std::vector<float> buf(8 * kMiBElements, 1.0f);
   const MonoTime start = MonoNow();
   std::shared_ptr<Work> work =
@@ -191,16 +166,7 @@ TEST_P(GlooPairAllReducePeerLossTest, TheSurvivorFailsWithinItsDeadline) {
     absl::SleepFor(absl::Milliseconds(1));  // Polling with a deadline.
   }
   ASSERT_EQ(comms[0]->Stats().of(OpKind::kAllReduce).calls, 1);
-  switch (GetParam()) {
-    case Departure::kDestroyed:
-      comms[1].reset();
-      break;
-    case Departure::kAborted:
-      comms[1]->Abort("leaving");
-      break;
-    case Departure::kSilent:
-      break;  // Alive and connected; never issues the all-reduce.
-  }
+  Leave(GetParam(), comms[1]);
   const absl::Status s = work->Wait();
   const absl::Duration elapsed = MonoNow() - start;
   EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
@@ -221,16 +187,8 @@ TEST_P(GlooPairAllReducePeerLossTest, TheSurvivorFailsWithinItsDeadline) {
   EXPECT_LT(MonoNow() - destroy, absl::Seconds(3));
 }
 
-std::string DepartureName(const ::testing::TestParamInfo<Departure>& info) {
-  static const char* const kNames[] = {"Destroyed", "Aborted", "Silent"};
-  return kNames[static_cast<int>(info.param)];
-}
-
 INSTANTIATE_TEST_SUITE_P(Departures, GlooPairAllReducePeerLossTest,
-                         ::testing::Values(Departure::kDestroyed,
-                                           Departure::kAborted,
-                                           Departure::kSilent),
-                         DepartureName);
+                         ::testing::ValuesIn(AllDepartures()), DepartureName);
 
 // Both ranks run a 64 MiB all-reduce and rank 1 is aborted as soon as its
 // own has started, so segments are in flight both ways: neither may hang;
@@ -238,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(Departures, GlooPairAllReducePeerLossTest,
 // the exact sums) or fails within its deadline.
 TEST_F(GlooPairAllReduceTest, APeerAbortedMidExchangeEndsBothPromptly) {
   const absl::Duration timeout = absl::Seconds(5);
-  Comms comms = ConnectPair(timeout);
+  Comms comms = testing::ConnectGroup(kWorld, timeout);
   const int64_t count = 16 * kMiBElements;
   std::vector<std::vector<float>> bufs = {std::vector<float>(count, 1.5f),
                                           std::vector<float>(count, 2.25f)};
