@@ -190,6 +190,8 @@ cs_start() {
   [[ $who == coordinator ]] || pid=${FL_DAEMON_PID[$who]}
   fl_expect "$run: the faked process ($who, pid $pid) has libfaketime loaded" \
     "grep -q '/libfaketime' /proc/$pid/maps"
+  fl_expect "$run: ... and futex_clock_shim" \
+    "grep -q '/libfutex_clock_shim\.so' /proc/$pid/maps"
   fl_wait_line "$FL_ROOT/$run/coord-1.log" \
     "EPOCH_READY: epoch [0-9]+ ready: all $FL_W members" 30 ||
     fl_die "$run: the cluster did not get ready within 30 s"
