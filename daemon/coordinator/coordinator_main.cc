@@ -51,6 +51,7 @@
 #include "daemon/coordinator/shutdown_decision.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/exit_status.h"
+#include "daemon/core/fd_limit.h"
 #include "daemon/core/host_port.h"
 #include "daemon/core/mono_notification.h"
 #include "daemon/core/mono_time.h"
@@ -499,6 +500,17 @@ int main(int argc, char** argv) {
   // coordinator's CPU. The check stays on in tests, which run the same
   // locking in-process.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A connection per member (coordinator) or per peer (daemon): far more
+  // descriptors than a default soft limit of 1024 (core/fd_limit.h).
+  if (absl::StatusOr<shardd::core::FdLimit::Result> fds =
+          shardd::core::FdLimit::RaiseSoftToHard();
+      !fds.ok()) {
+    std::fprintf(stderr, "coordinator: %s; going on with the limit as it is\n",
+                 fds.status().ToString().c_str());
+  } else if (fds->soft_after != fds->soft_before) {
+    std::fprintf(stderr, "coordinator: %s\n",
+                 shardd::core::FdLimit::Describe(*fds).c_str());
+  }
   // Fault tests arm fail points (commit.decided) through the environment.
   if (absl::Status armed = shardd::recovery::Failpoints::ConfigureFromEnv();
       !armed.ok()) {

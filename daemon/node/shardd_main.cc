@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/nccl/nccl_plan.h"
 #include "daemon/core/device_choice.h"
+#include "daemon/core/fd_limit.h"
 #include "daemon/core/host_port.h"
 #include "daemon/memory/device_probe.h"
 #include "daemon/memory/memory_limit_reader.h"
@@ -770,5 +771,16 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "shardd node daemon: Trainer API, Peer API, ZeRO step engine");
   absl::ParseCommandLine(argc, argv);
+  // A connection per member (coordinator) or per peer (daemon): far more
+  // descriptors than a default soft limit of 1024 (core/fd_limit.h).
+  if (absl::StatusOr<shardd::core::FdLimit::Result> fds =
+          shardd::core::FdLimit::RaiseSoftToHard();
+      !fds.ok()) {
+    std::fprintf(stderr, "shardd: %s; going on with the limit as it is\n",
+                 fds.status().ToString().c_str());
+  } else if (fds->soft_after != fds->soft_before) {
+    std::fprintf(stderr, "shardd: %s\n",
+                 shardd::core::FdLimit::Describe(*fds).c_str());
+  }
   return shardd::node::Run();
 }
