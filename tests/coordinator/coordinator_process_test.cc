@@ -1,14 +1,19 @@
 // Process-level tests of the coordinator: a real coordinator binary and W = 4
 // member processes on 127.0.0.1 (lease 1.5 s, heartbeat 0.5 s).
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "daemon/testing/subprocess.h"
@@ -85,6 +90,38 @@ TEST_F(CoordinatorProcessTest, HealthServiceAnswersServing) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// Started with a soft open-file limit of 1024 (inherited from this test,
+// as from a systemd unit or a containerd 2 container), the coordinator
+// runs with its soft limit raised to the hard one (core::FdLimit).
+TEST_F(CoordinatorProcessTest, StartsWithItsOpenFileLimitRaisedToTheHardOne) {
+  rlimit mine{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  rlimit lowered = mine;
+  lowered.rlim_cur = std::min<rlim_t>(1024, mine.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  const absl::Status started = cluster_.StartCoordinator();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);  // This test's own back.
+  ASSERT_TRUE(started.ok()) << started;
+  std::ifstream limits(
+      absl::StrCat("/proc/", cluster_.coordinator().pid(), "/limits"));
+  std::string line;
+  std::string found;
+  while (std::getline(limits, line)) {
+    if (absl::StartsWith(line, "Max open files")) found = line;
+  }
+  ASSERT_FALSE(found.empty()) << "no open-file line in /proc/PID/limits";
+  const std::string hard = mine.rlim_max == RLIM_INFINITY
+                               ? std::string("unlimited")
+                               : absl::StrCat(mine.rlim_max);
+  // "Max open files            20000                20000                files"
+  std::vector<std::string> fields =
+      absl::StrSplit(found.substr(std::string("Max open files").size()), ' ',
+                     absl::SkipEmpty());
+  ASSERT_GE(fields.size(), 2u) << found;
+  EXPECT_EQ(fields[0], hard) << found;
+  EXPECT_EQ(fields[1], hard) << found;
 }
 
 TEST_F(CoordinatorProcessTest, FourMembersJoinAndTheJobBecomesReady) {
