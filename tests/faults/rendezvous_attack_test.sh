@@ -16,6 +16,11 @@
 # hundreds of attempts and every one was refused with UNAUTHENTICATED
 # (rendezvous) or PERMISSION_DENIED (Join), nothing accepted.
 set -uo pipefail
+# Enough steps that the attack spans many rounds however fast the job
+# trains: at fault_lib's 12 steps a run once trained in 0.39 s, the
+# attacker (~150 attempts a round) got 3 rounds in and fell short of the
+# 500-attempt check below. 120 steps: 3-4 s here.
+FL_STEPS=${FL_STEPS:-120}
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 ATTACKER=${6:?usage: $0 COORDINATOR SHARDD TRAINER COMMIT_LOG_CHECK SHARDCTL ATTACKER}
