@@ -502,15 +502,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // A connection per member (coordinator) or per peer (daemon): far more
   // descriptors than a default soft limit of 1024 (core/fd_limit.h).
-  if (absl::StatusOr<shardd::core::FdLimit::Result> fds =
-          shardd::core::FdLimit::RaiseSoftToHard();
-      !fds.ok()) {
-    std::fprintf(stderr, "coordinator: %s; going on with the limit as it is\n",
-                 fds.status().ToString().c_str());
-  } else if (fds->soft_after != fds->soft_before) {
-    std::fprintf(stderr, "coordinator: %s\n",
-                 shardd::core::FdLimit::Describe(*fds).c_str());
-  }
+  shardd::core::FdLimit::RaiseAtStartup("coordinator");
   // Fault tests arm fail points (commit.decided) through the environment.
   if (absl::Status armed = shardd::recovery::Failpoints::ConfigureFromEnv();
       !armed.ok()) {

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,21 @@ std::string FdLimit::Describe(const Result& result) {
   return absl::StrCat("open-file limit ", Limit(result.soft_before), " -> ",
                       Limit(result.soft_after), " (hard ", Limit(result.hard),
                       ")");
+}
+
+std::string FdLimit::StartupMessage(absl::string_view program,
+                                    const absl::StatusOr<Result>& outcome) {
+  if (!outcome.ok()) {
+    return absl::StrCat(program, ": ", outcome.status().ToString(),
+                        "; going on with the limit as it is");
+  }
+  if (outcome->soft_after == outcome->soft_before) return "";
+  return absl::StrCat(program, ": ", Describe(*outcome));
+}
+
+void FdLimit::RaiseAtStartup(absl::string_view program) {
+  const std::string message = StartupMessage(program, RaiseSoftToHard());
+  if (!message.empty()) std::fprintf(stderr, "%s\n", message.c_str());
 }
 
 }  // namespace shardd::core

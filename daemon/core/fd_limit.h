@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace shardd::core {
 
@@ -41,6 +42,15 @@ class FdLimit {
 
   // "open-file limit 1024 -> 524288 (hard 524288)", for the start-up log.
   static std::string Describe(const Result& result);
+
+  // The start-up line of `program` for a RaiseSoftToHard outcome: the
+  // raise, or the error and that the program goes on; empty when the limit
+  // was already the hard one.
+  static std::string StartupMessage(absl::string_view program,
+                                    const absl::StatusOr<Result>& outcome);
+
+  // RaiseSoftToHard, and its StartupMessage on stderr. For main().
+  static void RaiseAtStartup(absl::string_view program);
 };
 
 }  // namespace shardd::core

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 
@@ -19,6 +20,21 @@ TEST(FdLimitTest, RaisedSoftIsTheHardLimitAndNeverLower) {
   EXPECT_EQ(FdLimit::RaisedSoft(1024, kUnlimited), kUnlimited);
   // A soft limit above the hard one cannot be; it is left alone anyway.
   EXPECT_EQ(FdLimit::RaisedSoft(4096, 1024), 4096u);
+}
+
+TEST(FdLimitTest, StartupMessageSaysWhatChangedOrWhatFailed) {
+  EXPECT_EQ(FdLimit::StartupMessage("coordinator",
+                                    FdLimit::Result{1024, 524288, 524288}),
+            "coordinator: open-file limit 1024 -> 524288 (hard 524288)");
+  EXPECT_EQ(FdLimit::StartupMessage(
+                "shardd", FdLimit::Result{kUnlimited, kUnlimited, kUnlimited}),
+            "");
+  const std::string failed = FdLimit::StartupMessage(
+      "shardd", absl::PermissionDeniedError("setrlimit(RLIMIT_NOFILE)"));
+  EXPECT_NE(failed.find("shardd: PERMISSION_DENIED"), std::string::npos)
+      << failed;
+  EXPECT_NE(failed.find("going on with the limit as it is"), std::string::npos)
+      << failed;
 }
 
 // The real call on this process: lowered first (always allowed), then

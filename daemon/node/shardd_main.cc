@@ -773,14 +773,6 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   // A connection per member (coordinator) or per peer (daemon): far more
   // descriptors than a default soft limit of 1024 (core/fd_limit.h).
-  if (absl::StatusOr<shardd::core::FdLimit::Result> fds =
-          shardd::core::FdLimit::RaiseSoftToHard();
-      !fds.ok()) {
-    std::fprintf(stderr, "shardd: %s; going on with the limit as it is\n",
-                 fds.status().ToString().c_str());
-  } else if (fds->soft_after != fds->soft_before) {
-    std::fprintf(stderr, "shardd: %s\n",
-                 shardd::core::FdLimit::Describe(*fds).c_str());
-  }
+  shardd::core::FdLimit::RaiseAtStartup("shardd");
   return shardd::node::Run();
 }
