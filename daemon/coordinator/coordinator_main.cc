@@ -59,6 +59,7 @@
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/metrics/scrape_recorder.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/accept4_interposer.h"
 #include "daemon/rpc/exclusive_port.h"
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
@@ -503,6 +504,9 @@ int main(int argc, char** argv) {
   // A connection per member (coordinator) or per peer (daemon): far more
   // descriptors than a default soft limit of 1024 (core/fd_limit.h).
   shardd::core::FdLimit::RaiseAtStartup("coordinator");
+  // And a listener that meets a shortage anyway keeps listening
+  // (rpc/accept_retry.h).
+  shardd::rpc::PrepareAcceptRetry("coordinator");
   // Fault tests arm fail points (commit.decided) through the environment.
   if (absl::Status armed = shardd::recovery::Failpoints::ConfigureFromEnv();
       !armed.ok()) {

@@ -65,6 +65,7 @@
 #include "daemon/node/shm_janitor.h"
 #include "daemon/node/trainer_service.h"
 #include "daemon/recovery/failpoint.h"
+#include "daemon/rpc/accept4_interposer.h"
 #include "daemon/rpc/exclusive_port.h"
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/health_server.h"
@@ -774,5 +775,8 @@ int main(int argc, char** argv) {
   // A connection per member (coordinator) or per peer (daemon): far more
   // descriptors than a default soft limit of 1024 (core/fd_limit.h).
   shardd::core::FdLimit::RaiseAtStartup("shardd");
+  // And a listener that meets a shortage anyway keeps listening
+  // (rpc/accept_retry.h).
+  shardd::rpc::PrepareAcceptRetry("shardd");
   return shardd::node::Run();
 }

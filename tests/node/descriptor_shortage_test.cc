@@ -1,0 +1,312 @@
+// A coordinator and a shardd that run out of file descriptors keep their
+// listeners: once descriptors are free again, connections that waited in a
+// listener's queue meanwhile are served, with no new connection needed to
+// wake it (rpc::AcceptRetry; gRPC 1.51 alone closes a listener for good at
+// the first EMFILE). Real binaries on 127.0.0.1; the shortage is made with
+// prlimit(2) on the running process and a flood of real connections.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/testing/subprocess.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace shardd::tests {
+
+std::string g_coordinator_binary;
+std::string g_shardd_binary;
+
+namespace {
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+// Descriptors `pid` has open.
+int OpenDescriptors(pid_t pid) {
+  DIR* dir = opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+// Connections waiting to be accepted on the TCP listener of `port` (the
+// rx_queue of a LISTEN row in /proc/net/tcp{,6}); -1 when none listens.
+int ListenQueue(int port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // Header.
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() < 5 || f[3] != "0A") continue;  // 0A: LISTEN.
+      const std::string& local = f[1];
+      int local_port = 0;
+      if (!absl::SimpleHexAtoi(local.substr(local.rfind(':') + 1),
+                               &local_port) ||
+          local_port != port) {
+        continue;
+      }
+      int queued = 0;
+      if (absl::SimpleHexAtoi(f[4].substr(f[4].find(':') + 1), &queued)) {
+        return queued;
+      }
+    }
+  }
+  return -1;
+}
+
+bool Eventually(const std::function<bool()>& done, absl::Duration within) {
+  const absl::Time deadline = In(within);
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));  // Polling with a deadline.
+  }
+  return done();
+}
+
+// Calls grpc.health.v1.Health/Check at `address` on a connection of its
+// own: the gRPC code of the answer. UNAVAILABLE or DEADLINE_EXCEEDED mean
+// the server was not reached; any other code (UNIMPLEMENTED where no health
+// service is registered) came from the server.
+grpc::StatusCode Reach(const std::string& address, absl::Duration deadline) {
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.use_local_subchannel_pool", 1);  // A new connection.
+  // Its connect attempt lasts longer than the call: no reconnection (a new
+  // connection, which would wake the listener by itself) within the call;
+  // only the listener's retry can serve a connection that waited queued.
+  args.SetInt("grpc.min_reconnect_backoff_ms", 60000);
+  grpc::GenericStub stub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(In(deadline)));
+  context.set_wait_for_ready(true);  // Through connect failures, to the end.
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();  // The call's own deadline ends it.
+  return status.error_code();
+}
+
+bool Reached(grpc::StatusCode code) {
+  return code != grpc::StatusCode::UNAVAILABLE &&
+         code != grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+int ConnectTcp(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int ConnectUnix(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int PortOf(const std::string& address) {
+  int port = 0;
+  return absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port) ? port
+                                                                         : -1;
+}
+
+class DescriptorShortageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardd-fds-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto c = Subprocess::Spawn({g_coordinator_binary, "--listen=127.0.0.1:0",
+                                "--world_size=1", "--sharding_factor=1"},
+                               "coordinator");
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    auto line = coordinator_->WaitForLine("coordinator listening on",
+                                          In(absl::Seconds(20)));
+    ASSERT_TRUE(line.ok()) << line.status();
+    const std::string rest = line->substr(line->find(" on ") + 4);
+    coordinator_address_ = rest.substr(0, rest.find(' '));
+  }
+
+  void TearDown() override {
+    Release();
+    daemon_.reset();  // SIGKILLs it if it still runs.
+    coordinator_.reset();
+    unlink(socket_path().c_str());
+    rmdir(dir_.c_str());
+  }
+
+  std::string socket_path() const { return dir_ + "/shardd.sock"; }
+
+  // Caps `pid`'s open files (soft and hard) a few above what it has open,
+  // then fills its table with `connect` (one more connection each call)
+  // until it has no descriptor left.
+  void FillDescriptorTable(pid_t pid, const std::function<int()>& connect) {
+    const int open_now = OpenDescriptors(pid);
+    ASSERT_GT(open_now, 0);
+    const rlim_t cap = static_cast<rlim_t>(open_now + 8);
+    const rlimit limit{cap, cap};
+    ASSERT_EQ(prlimit(pid, RLIMIT_NOFILE, &limit, nullptr), 0)
+        << std::strerror(errno);
+    for (int i = 0; i < 40; ++i) {
+      const int fd = connect();
+      ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+      flood_.push_back(fd);
+    }
+    ASSERT_TRUE(Eventually(
+        [&] { return OpenDescriptors(pid) >= static_cast<int>(cap); },
+        absl::Seconds(20)))
+        << OpenDescriptors(pid) << " open of " << cap;
+  }
+
+  void Release() {
+    for (int fd : flood_) close(fd);
+    flood_.clear();
+  }
+
+  // Calls Reach(address) on a thread once `port`'s queue holds the flood's
+  // unaccepted connections, waits until the call's connection is queued
+  // behind them (the process cannot accept it), releases the flood, and
+  // returns the call's code; `served_after` is how long after the release
+  // it came back.
+  grpc::StatusCode ReachAcrossTheShortage(const std::string& address, int port,
+                                          absl::Duration* served_after) {
+    const int queued_before = ListenQueue(port);
+    EXPECT_GE(queued_before, 0) << "nothing listens on port " << port;
+    grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+    absl::Time answered;
+    std::thread call([&] {
+      code = Reach(address, absl::Seconds(30));
+      answered = absl::Now();
+    });
+    const bool queued = Eventually(
+        [&] { return ListenQueue(port) > queued_before; }, absl::Seconds(20));
+    EXPECT_TRUE(queued) << "the call's connection never queued on " << port;
+    const absl::Time released = absl::Now();
+    Release();
+    call.join();
+    *served_after = answered - released;
+    return code;
+  }
+
+  std::string dir_;
+  std::string coordinator_address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<Subprocess> daemon_;
+  std::vector<int> flood_;
+};
+
+TEST_F(DescriptorShortageTest, CoordinatorServesAgainOnceDescriptorsAreFree) {
+  const int port = PortOf(coordinator_address_);
+  ASSERT_GT(port, 0) << coordinator_address_;
+  FillDescriptorTable(coordinator_->pid(), [&] { return ConnectTcp(port); });
+  absl::Duration served_after;
+  const grpc::StatusCode code =
+      ReachAcrossTheShortage(coordinator_address_, port, &served_after);
+  EXPECT_EQ(code, grpc::StatusCode::OK);
+  std::printf("coordinator served the queued call %s after the release\n",
+              absl::FormatDuration(served_after).c_str());
+  // And it goes on serving new connections.
+  EXPECT_EQ(Reach(coordinator_address_, absl::Seconds(10)),
+            grpc::StatusCode::OK);
+}
+
+TEST_F(DescriptorShortageTest, DaemonServesTrainersAndPeersAgainAfterwards) {
+  auto d = Subprocess::Spawn(
+      {g_shardd_binary, absl::StrCat("--coordinator=", coordinator_address_),
+       "--identity=node-0", "--rank=0", absl::StrCat("--shm_dir=", dir_),
+       absl::StrCat("--listen_unix=", socket_path()),
+       "--peer_listen=127.0.0.1:0"},
+      "shardd");
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = std::move(*d);
+  // "shardd rank 0 listening on unix:PATH peer 127.0.0.1:PORT".
+  auto line =
+      daemon_->WaitForLine("shardd rank 0 listening on", In(absl::Seconds(30)));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const std::string peer = line->substr(line->find(" peer ") + 6);
+  const int peer_port = PortOf(peer);
+  ASSERT_GT(peer_port, 0) << *line;
+
+  // Trainers' connections fill the table.
+  FillDescriptorTable(daemon_->pid(),
+                      [&] { return ConnectUnix(socket_path()); });
+  // A peer's call queues on the peer port meanwhile, and is served once the
+  // trainers' connections are gone.
+  absl::Duration served_after;
+  const grpc::StatusCode code = ReachAcrossTheShortage(
+      absl::StrCat("127.0.0.1:", peer_port), peer_port, &served_after);
+  EXPECT_EQ(code, grpc::StatusCode::OK);
+  std::printf("shardd served the queued peer call %s after the release\n",
+              absl::FormatDuration(served_after).c_str());
+  // The Trainer socket, whose listener met the shortage first, accepts
+  // again (no health service there: UNIMPLEMENTED is the server's answer).
+  const grpc::StatusCode trainer =
+      Reach(absl::StrCat("unix:", socket_path()), absl::Seconds(10));
+  EXPECT_TRUE(Reached(trainer)) << static_cast<int>(trainer);
+  EXPECT_EQ(Reach(absl::StrCat("127.0.0.1:", peer_port), absl::Seconds(10)),
+            grpc::StatusCode::OK);
+}
+
+}  // namespace
+}  // namespace shardd::tests
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s COORDINATOR_BINARY SHARDD_BINARY\n",
+                 argv[0]);
+    return 2;
+  }
+  shardd::tests::g_coordinator_binary = argv[1];
+  shardd::tests::g_shardd_binary = argv[2];
+  return RUN_ALL_TESTS();
+}
