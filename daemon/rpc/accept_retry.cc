@@ -135,9 +135,14 @@ void AcceptRetry::Deferred(int listen_fd, int error) {
     if (it != episodes_.end()) {
       Episode& episode = it->second;
       ++episode.deferred;
-      if (!episode.kick_due && episode.target.length > 0) {
-        episode.kick_due = true;
-        episode.next_kick = now + options_.period;
+      if (episode.target.length > 0) {
+        if (!episode.kick_due) {
+          episode.kick_due = true;
+          episode.next_kick = NextKick(episode, now);
+        } else {
+          episode.next_kick =
+              std::min(episode.next_kick, NextKick(episode, now));
+        }
       }
       return;
     }
@@ -178,6 +183,12 @@ void AcceptRetry::Deferred(int listen_fd, int error) {
     open_episodes_.fetch_add(1, std::memory_order_relaxed);
   }
   std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+MonoTime AcceptRetry::NextKick(const Episode& episode, MonoTime now) const {
+  return now + (episode.accepted > episode.accepted_at_kick
+                    ? options_.progress_period
+                    : options_.period);
 }
 
 void AcceptRetry::Accepted(int listen_fd) {
@@ -289,6 +300,7 @@ void AcceptRetry::Run() {
       if (episode.kick_due && episode.next_kick <= now) {
         due.push_back({fd, episode.target, episode.id, episode.deferred});
         episode.next_kick = now + options_.period;  // If another is needed.
+        episode.accepted_at_kick = episode.accepted;
       }
     }
     if (due.empty()) continue;

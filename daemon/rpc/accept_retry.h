@@ -58,6 +58,12 @@ class AcceptRetry {
   struct Options {
     // Time from a deferral to the kick, and between kicks while they fail.
     absl::Duration period = absl::Seconds(1);
+    // Time from a deferral to the next kick when the kick before it got
+    // connections accepted: descriptors are coming free (the queue may
+    // hold many stale connections, each accepted and closed in turn, a
+    // round of as many as there are free descriptors), so the next round
+    // need not wait a whole period.
+    absl::Duration progress_period = absl::Milliseconds(10);
     // How long a kick waits for a TCP connect still in progress.
     absl::Duration connect_wait = absl::Milliseconds(200);
   };
@@ -120,7 +126,11 @@ class AcceptRetry {
     bool kick_due = false;  // A kick is scheduled (cleared once one landed).
     int64_t deferred = 0;
     int64_t accepted = 0;
+    int64_t accepted_at_kick = 0;  // `accepted` when the last kick started.
   };
+
+  // When the next kick of `episode`, after a deferral at `now`, is due.
+  MonoTime NextKick(const Episode& episode, MonoTime now) const;
 
   void Run();
   // One connection to `target`, closed at once. OK once it connected (or

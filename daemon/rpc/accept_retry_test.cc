@@ -277,6 +277,20 @@ TEST_F(AcceptRetryTest, NewEpisodeOfTheSameListenerIsKickedToo) {
   EXPECT_EQ(retry.counts().episodes, 2);
 }
 
+// Connections accepted since the last kick mean descriptors are coming
+// free: the next kick follows within progress_period, not a whole period
+// (a queue of many stale connections drains a round per kick).
+TEST_F(AcceptRetryTest, AcceptsSinceTheLastKickBringTheNextKickForward) {
+  TcpListener();
+  AcceptRetry retry(
+      {.period = absl::Hours(1), .progress_period = absl::Milliseconds(1)});
+  retry.Deferred(listener_, EMFILE);  // Kick due in an hour.
+  retry.Accepted(listener_);
+  retry.Deferred(listener_, EMFILE);  // Progress: due at once.
+  ASSERT_TRUE(ConnectionArrives());
+  ASSERT_TRUE(Eventually([&] { return retry.counts().kicks == 1; }));
+}
+
 TEST_F(AcceptRetryTest, KeepsKickingWhileOutOfDescriptorsThenGetsThrough) {
   TcpListener();
   AcceptRetry retry({.period = kPeriod});
