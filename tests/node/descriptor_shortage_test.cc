@@ -23,14 +23,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/testing/health_check.h"
 #include "daemon/testing/subprocess.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
@@ -90,39 +91,25 @@ bool Eventually(const std::function<bool()>& done, absl::Duration within) {
   return done();
 }
 
-// Calls grpc.health.v1.Health/Check at `address` on a connection of its
-// own: the gRPC code of the answer. UNAVAILABLE or DEADLINE_EXCEEDED mean
-// the server was not reached; any other code (UNIMPLEMENTED where no health
-// service is registered) came from the server.
-grpc::StatusCode Reach(const std::string& address, absl::Duration deadline) {
+// Health/Check ("", the server) at `address` on a connection of its own:
+// the serving status, or the call's status (UNAVAILABLE or
+// DEADLINE_EXCEEDED: the server was not reached; UNIMPLEMENTED, where no
+// health service is registered, came from the server).
+absl::StatusOr<int> Reach(const std::string& address, absl::Duration deadline) {
   grpc::ChannelArguments args;
   args.SetInt("grpc.use_local_subchannel_pool", 1);  // A new connection.
   // Its connect attempt lasts longer than the call: no reconnection (a new
   // connection, which would wake the listener by itself) within the call;
   // only the listener's retry can serve a connection that waited queued.
   args.SetInt("grpc.min_reconnect_backoff_ms", 60000);
-  grpc::GenericStub stub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(In(deadline)));
-  context.set_wait_for_ready(true);  // Through connect failures, to the end.
-  grpc::Slice empty;
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();  // The call's own deadline ends it.
-  return status.error_code();
+  return CheckHealth(grpc::CreateCustomChannel(
+                         address, grpc::InsecureChannelCredentials(), args),
+                     "", deadline);
 }
 
-bool Reached(grpc::StatusCode code) {
-  return code != grpc::StatusCode::UNAVAILABLE &&
-         code != grpc::StatusCode::DEADLINE_EXCEEDED;
+bool Reached(const absl::StatusOr<int>& answer) {
+  return answer.ok() || (!absl::IsUnavailable(answer.status()) &&
+                         !absl::IsDeadlineExceeded(answer.status()));
 }
 
 int ConnectTcp(int port) {
@@ -217,14 +204,15 @@ class DescriptorShortageTest : public ::testing::Test {
   // behind them (the process cannot accept it), releases the flood, and
   // returns the call's code; `served_after` is how long after the release
   // it came back.
-  grpc::StatusCode ReachAcrossTheShortage(const std::string& address, int port,
-                                          absl::Duration* served_after) {
+  absl::StatusOr<int> ReachAcrossTheShortage(const std::string& address,
+                                             int port,
+                                             absl::Duration* served_after) {
     const int queued_before = ListenQueue(port);
     EXPECT_GE(queued_before, 0) << "nothing listens on port " << port;
-    grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+    absl::StatusOr<int> answer = absl::UnknownError("not called");
     absl::Time answered;
     std::thread call([&] {
-      code = Reach(address, absl::Seconds(30));
+      answer = Reach(address, absl::Seconds(30));
       answered = absl::Now();
     });
     const bool queued = Eventually(
@@ -234,7 +222,7 @@ class DescriptorShortageTest : public ::testing::Test {
     Release();
     call.join();
     *served_after = answered - released;
-    return code;
+    return answer;
   }
 
   std::string dir_;
@@ -249,14 +237,13 @@ TEST_F(DescriptorShortageTest, CoordinatorServesAgainOnceDescriptorsAreFree) {
   ASSERT_GT(port, 0) << coordinator_address_;
   FillDescriptorTable(coordinator_->pid(), [&] { return ConnectTcp(port); });
   absl::Duration served_after;
-  const grpc::StatusCode code =
+  const absl::StatusOr<int> answer =
       ReachAcrossTheShortage(coordinator_address_, port, &served_after);
-  EXPECT_EQ(code, grpc::StatusCode::OK);
+  EXPECT_EQ(answer.value_or(-1), 1) << answer.status();  // SERVING.
   std::printf("coordinator served the queued call %s after the release\n",
               absl::FormatDuration(served_after).c_str());
   // And it goes on serving new connections.
-  EXPECT_EQ(Reach(coordinator_address_, absl::Seconds(10)),
-            grpc::StatusCode::OK);
+  EXPECT_EQ(Reach(coordinator_address_, absl::Seconds(10)).value_or(-1), 1);
 }
 
 TEST_F(DescriptorShortageTest, DaemonServesTrainersAndPeersAgainAfterwards) {
@@ -282,18 +269,19 @@ TEST_F(DescriptorShortageTest, DaemonServesTrainersAndPeersAgainAfterwards) {
   // A peer's call queues on the peer port meanwhile, and is served once the
   // trainers' connections are gone.
   absl::Duration served_after;
-  const grpc::StatusCode code = ReachAcrossTheShortage(
+  const absl::StatusOr<int> answer = ReachAcrossTheShortage(
       absl::StrCat("127.0.0.1:", peer_port), peer_port, &served_after);
-  EXPECT_EQ(code, grpc::StatusCode::OK);
+  EXPECT_EQ(answer.value_or(-1), 1) << answer.status();
   std::printf("shardd served the queued peer call %s after the release\n",
               absl::FormatDuration(served_after).c_str());
   // The Trainer socket, whose listener met the shortage first, accepts
   // again (no health service there: UNIMPLEMENTED is the server's answer).
-  const grpc::StatusCode trainer =
+  const absl::StatusOr<int> trainer =
       Reach(absl::StrCat("unix:", socket_path()), absl::Seconds(10));
-  EXPECT_TRUE(Reached(trainer)) << static_cast<int>(trainer);
-  EXPECT_EQ(Reach(absl::StrCat("127.0.0.1:", peer_port), absl::Seconds(10)),
-            grpc::StatusCode::OK);
+  EXPECT_TRUE(Reached(trainer)) << trainer.status();
+  EXPECT_EQ(Reach(absl::StrCat("127.0.0.1:", peer_port), absl::Seconds(10))
+                .value_or(-1),
+            1);
 }
 
 }  // namespace
