@@ -55,6 +55,7 @@
 #include "daemon/core/host_port.h"
 #include "daemon/core/mono_notification.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/metrics/accept_retry_collector.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_coordinator_observer.h"
 #include "daemon/metrics/scrape_recorder.h"
@@ -250,6 +251,7 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsServer(
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_address/--metrics_port: ", started.status().ToString()));
   }
+  (*started)->AddCollectable(metrics::AcceptRetryCollector::ForThisProcess());
   return started;
 }
 

@@ -53,6 +53,7 @@
 #endif
 #include "daemon/core/exit_status.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/metrics/accept_retry_collector.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/prometheus_node_observer.h"
 #include "daemon/node/coordinator_ports.h"
@@ -339,6 +340,7 @@ absl::StatusOr<Metrics> StartMetrics(int metrics_port, int insecure_endpoints) {
         "--metrics_address/--metrics_port: ", started.status().ToString()));
   }
   m.server = *std::move(started);
+  m.server->AddCollectable(metrics::AcceptRetryCollector::ForThisProcess());
   return m;
 }
 

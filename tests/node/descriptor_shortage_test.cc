@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +31,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/metrics/exposition.h"
+#include "daemon/metrics/http_get.h"
 #include "daemon/testing/health_check.h"
 #include "daemon/testing/subprocess.h"
 #include "grpcpp/grpcpp.h"
@@ -151,9 +154,11 @@ class DescriptorShortageTest : public ::testing::Test {
     char tmpl[] = "/tmp/shardd-fds-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    auto c = Subprocess::Spawn({g_coordinator_binary, "--listen=127.0.0.1:0",
-                                "--world_size=1", "--sharding_factor=1"},
-                               "coordinator");
+    auto c =
+        Subprocess::Spawn({g_coordinator_binary, "--listen=127.0.0.1:0",
+                           "--world_size=1", "--sharding_factor=1",
+                           "--metrics_port=-1", "--metrics_address=127.0.0.1"},
+                          "coordinator");
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
     auto line = coordinator_->WaitForLine("coordinator listening on",
@@ -161,6 +166,19 @@ class DescriptorShortageTest : public ::testing::Test {
     ASSERT_TRUE(line.ok()) << line.status();
     const std::string rest = line->substr(line->find(" on ") + 4);
     coordinator_address_ = rest.substr(0, rest.find(' '));
+    // "coordinator metrics on 127.0.0.1:PORT", right after it.
+    auto metrics = coordinator_->WaitForLine("coordinator metrics on",
+                                             In(absl::Seconds(5)));
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_port_ = PortOf(*metrics);
+  }
+
+  // The coordinator's /metrics, parsed.
+  absl::StatusOr<std::map<std::string, double>> Scrape() {
+    absl::StatusOr<std::string> body = metrics::HttpGet(
+        "127.0.0.1", metrics_port_, "/metrics", In(absl::Seconds(10)));
+    if (!body.ok()) return body.status();
+    return metrics::ParseExposition(*body);
   }
 
   void TearDown() override {
@@ -227,6 +245,7 @@ class DescriptorShortageTest : public ::testing::Test {
 
   std::string dir_;
   std::string coordinator_address_;
+  int metrics_port_ = -1;
   std::unique_ptr<Subprocess> coordinator_;
   std::unique_ptr<Subprocess> daemon_;
   std::vector<int> flood_;
@@ -244,6 +263,19 @@ TEST_F(DescriptorShortageTest, CoordinatorServesAgainOnceDescriptorsAreFree) {
               absl::FormatDuration(served_after).c_str());
   // And it goes on serving new connections.
   EXPECT_EQ(Reach(coordinator_address_, absl::Seconds(10)).value_or(-1), 1);
+  // The operator sees it: one shortage, over now.
+  absl::StatusOr<std::map<std::string, double>> metrics;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        metrics = Scrape();
+        return metrics.ok() && metrics->count("shardd_accept_shortages_open") &&
+               metrics->at("shardd_accept_shortages_open") == 0;
+      },
+      absl::Seconds(10)))
+      << metrics.status();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_GE(metrics->at("shardd_accept_shortages_total"), 1);
+  EXPECT_GE(metrics->at("shardd_accept_deferred_total"), 1);
 }
 
 TEST_F(DescriptorShortageTest, DaemonServesTrainersAndPeersAgainAfterwards) {
