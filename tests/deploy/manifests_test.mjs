@@ -653,6 +653,7 @@ describe("alert rules", () => {
   test("every rule selects only exported metrics", () => {
     const names = v.alertRuleGroups().flatMap((g) => g.rules).flatMap((r) => v.promqlMetricNames(r.expr)).sort();
     assert.deepEqual([...new Set(names)], [
+      "shardd_accept_shortages_open",
       "shardd_checkpoint_write_failures_total",
       "shardd_coordinator_broken_peer_links",
       "shardd_coordinator_job_failed",
@@ -1154,8 +1155,9 @@ describe("runbooks", () => {
   test("every alert's runbook_url is a heading of deploy/README.md", () => {
     assert.deepEqual(v.checkRunbooks(), []);
     const urls = v.alertRuleGroups().flatMap((g) => g.rules).map((r) => r.annotations.runbook_url);
-    assert.equal(urls.length, 8);
+    assert.equal(urls.length, 9);
     assert.ok(urls.includes("deploy/README.md#sharddcheckpointwritefailing"));
+    assert.ok(urls.includes("deploy/README.md#sharddoutoffiledescriptors"));
     assert.ok(urls.includes("deploy/README.md#sharddtrainingstalled"));
   });
   test("fails on a missing annotation and on an anchor the README lacks", () => {
