@@ -107,6 +107,19 @@ class AcceptRetryTest : public ::testing::Test {
                 static_cast<int>(absl::ToInt64Milliseconds(kDeadline))) == 1;
   }
 
+  // Whether `count` connections are accepted (and closed) within kDeadline.
+  bool Accepts(int count) {
+    int accepted = 0;
+    return Eventually([&] {
+      const int fd = accept(listener_, nullptr, nullptr);
+      if (fd >= 0) {
+        close(fd);
+        ++accepted;
+      }
+      return accepted == count;
+    });
+  }
+
   int listener_ = -1;
   std::string dir_;
 };
@@ -243,15 +256,7 @@ TEST_F(AcceptRetryTest, ShortageAgainRightAfterAKickGetsAnotherKick) {
   retry.Deferred(listener_, EMFILE);
   ASSERT_TRUE(ConnectionArrives());
   retry.Deferred(listener_, EMFILE);  // Possibly before the kick is counted.
-  int accepted = 0;
-  ASSERT_TRUE(Eventually([&] {
-    const int fd = accept(listener_, nullptr, nullptr);
-    if (fd >= 0) {
-      close(fd);
-      ++accepted;
-    }
-    return accepted == 2;
-  }));
+  ASSERT_TRUE(Accepts(2));
   ASSERT_TRUE(Eventually([&] { return retry.counts().kicks == 2; }));
   EXPECT_EQ(retry.counts().episodes, 1);
 }
@@ -265,15 +270,7 @@ TEST_F(AcceptRetryTest, NewEpisodeOfTheSameListenerIsKickedToo) {
   ASSERT_TRUE(ConnectionArrives());
   retry.Drained(listener_);
   retry.Deferred(listener_, EMFILE);
-  int accepted = 0;
-  ASSERT_TRUE(Eventually([&] {
-    const int fd = accept(listener_, nullptr, nullptr);
-    if (fd >= 0) {
-      close(fd);
-      ++accepted;
-    }
-    return accepted == 2;
-  }));
+  ASSERT_TRUE(Accepts(2));
   EXPECT_EQ(retry.counts().episodes, 2);
 }
 
