@@ -24,16 +24,19 @@ prometheus::MetricFamily One(const char* name, const char* help,
 }  // namespace
 
 AcceptRetryCollector::AcceptRetryCollector(
-    std::function<rpc::AcceptRetry::Counts()> counts)
-    : counts_(std::move(counts)) {}
+    std::function<rpc::AcceptRetry::Counts()> retry,
+    std::function<rpc::AcceptPacer::Counts()> pacer)
+    : retry_(std::move(retry)), pacer_(std::move(pacer)) {}
 
 std::shared_ptr<AcceptRetryCollector> AcceptRetryCollector::ForThisProcess() {
   return std::make_shared<AcceptRetryCollector>(
-      [] { return rpc::AcceptRetry::Process().counts(); });
+      [] { return rpc::AcceptRetry::Process().counts(); },
+      [] { return rpc::AcceptPacer::Process().counts(); });
 }
 
 std::vector<prometheus::MetricFamily> AcceptRetryCollector::Collect() const {
-  const rpc::AcceptRetry::Counts c = counts_();
+  const rpc::AcceptRetry::Counts c = retry_();
+  const rpc::AcceptPacer::Counts p = pacer_();
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> out;
   out.push_back(One("shardd_accept_shortages_total",
@@ -50,6 +53,11 @@ std::vector<prometheus::MetricFamily> AcceptRetryCollector::Collect() const {
                     "Accepts that failed for want of file descriptors or "
                     "socket memory and were retried.",
                     MetricType::Counter, static_cast<double>(c.deferred)));
+  out.push_back(One("shardd_accept_paced_total",
+                    "Accepts of the metrics endpoint that failed for want of "
+                    "file descriptors or socket memory and were retried "
+                    "after a pause.",
+                    MetricType::Counter, static_cast<double>(p.paced)));
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/rpc/accept_pacer.h"
 #include "daemon/rpc/accept_retry.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -17,23 +18,28 @@ namespace shardd::metrics {
 //   shardd_accept_shortages_open (gauge): listeners short right now (new
 //     connections wait in their queues);
 //   shardd_accept_deferred_total (counter): accepts that failed for want of
-//     descriptors (or socket memory) and were retried.
+//     descriptors (or socket memory) and were retried;
+// and the metrics endpoint's own (rpc::AcceptPacer):
+//   shardd_accept_paced_total (counter): its accepts that failed so and
+//     were retried after a pause.
 // With process_open_fds and process_max_fds they tell an operator that a
 // process ran out, and when it recovered.
 //
-// Thread-safe if `counts` is (AcceptRetry::counts is). Never throws.
+// Thread-safe if the count functions are (AcceptRetry::counts and
+// AcceptPacer::counts are). Never throws.
 class AcceptRetryCollector : public prometheus::Collectable {
  public:
-  explicit AcceptRetryCollector(
-      std::function<rpc::AcceptRetry::Counts()> counts);
+  AcceptRetryCollector(std::function<rpc::AcceptRetry::Counts()> retry,
+                       std::function<rpc::AcceptPacer::Counts()> pacer);
 
-  // The collector of AcceptRetry::Process().
+  // The collector of AcceptRetry::Process() and AcceptPacer::Process().
   static std::shared_ptr<AcceptRetryCollector> ForThisProcess();
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  std::function<rpc::AcceptRetry::Counts()> counts_;
+  std::function<rpc::AcceptRetry::Counts()> retry_;
+  std::function<rpc::AcceptPacer::Counts()> pacer_;
 };
 
 }  // namespace shardd::metrics

@@ -18,7 +18,10 @@ TEST(AcceptRetryCollectorTest, ExportsShortagesOpenAndDeferredAccepts) {
   counts.abandoned = 1;
   counts.deferred = 42;
   counts.kicks = 7;
-  AcceptRetryCollector collector([&] { return counts; });
+  rpc::AcceptPacer::Counts paced;
+  paced.paced = 9;
+  paced.episodes = 2;
+  AcceptRetryCollector collector([&] { return counts; }, [&] { return paced; });
   const std::string text =
       prometheus::TextSerializer().Serialize(collector.Collect());
   auto samples = ParseExposition(text);
@@ -26,6 +29,9 @@ TEST(AcceptRetryCollectorTest, ExportsShortagesOpenAndDeferredAccepts) {
   EXPECT_EQ(samples->at("shardd_accept_shortages_total"), 5) << text;
   EXPECT_EQ(samples->at("shardd_accept_shortages_open"), 1) << text;
   EXPECT_EQ(samples->at("shardd_accept_deferred_total"), 42) << text;
+  EXPECT_EQ(samples->at("shardd_accept_paced_total"), 9) << text;
+  EXPECT_NE(text.find("# TYPE shardd_accept_paced_total counter"),
+            std::string::npos);
   EXPECT_NE(text.find("# TYPE shardd_accept_shortages_total counter"),
             std::string::npos);
   EXPECT_NE(text.find("# TYPE shardd_accept_shortages_open gauge"),
@@ -36,20 +42,24 @@ TEST(AcceptRetryCollectorTest, ExportsShortagesOpenAndDeferredAccepts) {
 
 TEST(AcceptRetryCollectorTest, ReadsTheCountsAtEachScrape) {
   rpc::AcceptRetry::Counts counts;
-  AcceptRetryCollector collector([&] { return counts; });
+  rpc::AcceptPacer::Counts paced;
+  AcceptRetryCollector collector([&] { return counts; }, [&] { return paced; });
   auto before = ParseExposition(
       prometheus::TextSerializer().Serialize(collector.Collect()));
   ASSERT_TRUE(before.ok());
   EXPECT_EQ(before->at("shardd_accept_shortages_total"), 0);
   EXPECT_EQ(before->at("shardd_accept_shortages_open"), 0);
+  EXPECT_EQ(before->at("shardd_accept_paced_total"), 0);
   counts.episodes = 1;
   counts.deferred = 3;
+  paced.paced = 4;
   auto after = ParseExposition(
       prometheus::TextSerializer().Serialize(collector.Collect()));
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->at("shardd_accept_shortages_total"), 1);
   EXPECT_EQ(after->at("shardd_accept_shortages_open"), 1);
   EXPECT_EQ(after->at("shardd_accept_deferred_total"), 3);
+  EXPECT_EQ(after->at("shardd_accept_paced_total"), 4);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/metrics/process_collector.h"
+#include "daemon/rpc/accept_pacer.h"
 
 namespace shardd::metrics {
 namespace {
@@ -118,11 +119,25 @@ MetricsServer::MetricsServer(std::string address, int port,
       port_(port),
       registry_(std::move(registry)),
       exposer_(std::move(exposer)) {
-  absl::MutexLock lock(&mu_);
-  collectables_.push_back(std::move(process));
+  {
+    absl::MutexLock lock(&mu_);
+    collectables_.push_back(std::move(process));
+  }
+  // Found by address and port: civetweb does not tell its sockets.
+  absl::StatusOr<std::vector<int>> listeners =
+      rpc::AcceptPacer::FindListeners(address_, port_);
+  if (listeners.ok()) {
+    paced_listeners_ = *std::move(listeners);
+    for (int fd : paced_listeners_) {
+      rpc::AcceptPacer::Process().Register(
+          fd, absl::StrCat("metrics endpoint ", Endpoint(address_, port_)));
+    }
+  }
 }
 
-MetricsServer::~MetricsServer() = default;
+MetricsServer::~MetricsServer() {
+  for (int fd : paced_listeners_) rpc::AcceptPacer::Process().Unregister(fd);
+}
 
 void MetricsServer::AddCollectable(
     std::shared_ptr<prometheus::Collectable> collectable) {

@@ -57,6 +57,11 @@ class MetricsServer {
 
   const std::string address_;
   const int port_;
+  // The HTTP server's listening sockets, registered with
+  // rpc::AcceptPacer::Process() (unregistered before the server closes
+  // them): out of file descriptors, civetweb would retry accept in a busy
+  // loop.
+  std::vector<int> paced_listeners_;
   const std::shared_ptr<prometheus::Collectable> registry_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_

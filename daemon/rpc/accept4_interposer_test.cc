@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/time/time.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/rpc/accept_pacer.h"
 #include "daemon/rpc/accept_retry.h"
 #include "gtest/gtest.h"
 
@@ -152,6 +153,66 @@ TEST_F(Accept4InterposerTest, BlockingListenerStillSeesEmfile) {
   EXPECT_EQ(AcceptRetry::Process().counts().deferred, before.deferred);
 }
 
+// The way civetweb meets it: poll says the blocking listener is readable,
+// accept fails for want of a descriptor and the connection stays queued.
+// On the listener registered with AcceptPacer (the metrics endpoint's) the
+// failure comes back after a pause, so that the poll loop does not spin;
+// once descriptors are free the waiting connection is accepted.
+TEST_F(Accept4InterposerTest, AcceptPausesInAShortageOnARegisteredListener) {
+  sockaddr_in address{};
+  const int listener = Listen(&address, /*nonblocking=*/false);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  absl::Cleanup close_listener = [listener] { close(listener); };
+  AcceptPacer::Process().Register(listener, "test listener");
+  absl::Cleanup unregister = [listener] {
+    AcceptPacer::Process().Unregister(listener);
+  };
+  const int client = Connect(address);
+  ASSERT_GE(client, 0);
+  absl::Cleanup close_client = [client] { close(client); };
+  const AcceptPacer::Counts before = AcceptPacer::Process().counts();
+
+  FullDescriptorTable full;
+  ASSERT_TRUE(full.ok());
+  const MonoTime start = MonoNow();
+  errno = 0;
+  EXPECT_EQ(accept(listener, nullptr, nullptr), -1);
+  EXPECT_EQ(errno, EMFILE);
+  const absl::Duration took = MonoNow() - start;
+  full.Restore();
+  EXPECT_GE(took, AcceptPacer::Options{}.pause);
+  EXPECT_EQ(AcceptPacer::Process().counts().paced, before.paced + 1);
+  EXPECT_EQ(AcceptPacer::Process().counts().episodes, before.episodes + 1);
+
+  const int fd = accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  close(fd);
+  EXPECT_EQ(AcceptPacer::Process().counts().recovered, before.recovered + 1);
+}
+
+// Any other listener (Gloo's pairs accept on blocking listeners from their
+// event loop) gets the failure at once, unpaced.
+TEST_F(Accept4InterposerTest, AcceptOnAnUnregisteredListenerIsNotPaced) {
+  sockaddr_in address{};
+  const int listener = Listen(&address, /*nonblocking=*/false);
+  ASSERT_GE(listener, 0);
+  absl::Cleanup close_listener = [listener] { close(listener); };
+  const int client = Connect(address);
+  ASSERT_GE(client, 0);
+  absl::Cleanup close_client = [client] { close(client); };
+  const AcceptPacer::Counts before = AcceptPacer::Process().counts();
+  FullDescriptorTable full;
+  ASSERT_TRUE(full.ok());
+  errno = 0;
+  EXPECT_EQ(accept(listener, nullptr, nullptr), -1);
+  EXPECT_EQ(errno, EMFILE);
+  full.Restore();
+  EXPECT_EQ(AcceptPacer::Process().counts().paced, before.paced);
+  const int fd = accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  close(fd);
+}
+
 TEST_F(Accept4InterposerTest, OtherErrorsAndSuccessesPassThroughUnchanged) {
   errno = 0;
   EXPECT_EQ(accept4(-1, nullptr, nullptr, 0), -1);
@@ -160,6 +221,9 @@ TEST_F(Accept4InterposerTest, OtherErrorsAndSuccessesPassThroughUnchanged) {
   ASSERT_EQ(pipe(pipe_fds), 0);
   errno = 0;
   EXPECT_EQ(accept4(pipe_fds[0], nullptr, nullptr, 0), -1);
+  EXPECT_EQ(errno, ENOTSOCK);
+  errno = 0;
+  EXPECT_EQ(accept(pipe_fds[0], nullptr, nullptr), -1);
   EXPECT_EQ(errno, ENOTSOCK);
   close(pipe_fds[0]);
   close(pipe_fds[1]);

@@ -21,16 +21,13 @@
 #include "daemon/core/deadline_waker.h"
 
 namespace shardd::rpc {
-namespace {
 
-std::string OpenFileLimit() {
+std::string AcceptRetry::OpenFileLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return "unknown";
   return limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited")
                                          : absl::StrCat(limit.rlim_cur);
 }
-
-}  // namespace
 
 AcceptRetry::AcceptRetry(Options options) : options_(options) {
   thread_ = std::thread([this] { Run(); });

@@ -101,6 +101,9 @@ class AcceptRetry {
   // "127.0.0.1:7070", "[::1]:7070", "unix:/run/shardd.sock", for messages.
   static std::string Describe(const SocketAddress& address);
 
+  // This process's soft open-file limit ("1024", "unlimited"), for messages.
+  static std::string OpenFileLimit();
+
   // accept4 on listener `listen_fd` failed with `error` and was reported as
   // EAGAIN: starts (or continues) the listener's episode and schedules a
   // kick `period` from now unless one is scheduled.

@@ -59,6 +59,24 @@ int OpenDescriptors(pid_t pid) {
   return count;
 }
 
+// CPU time `pid` has used (user + system), from /proc/PID/stat.
+absl::Duration CpuTime(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command (which may hold spaces) in parentheses; utime
+  // and stime are fields 14 and 15 of the line, 12 and 13 after it.
+  std::vector<std::string> f =
+      absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ');
+  int64_t utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) ||
+      !absl::SimpleAtoi(f[12], &stime)) {
+    return absl::InfiniteDuration();
+  }
+  return absl::Seconds(static_cast<double>(utime + stime) /
+                       static_cast<double>(sysconf(_SC_CLK_TCK)));
+}
+
 // Connections waiting to be accepted on the TCP listener of `port` (the
 // rx_queue of a LISTEN row in /proc/net/tcp{,6}); -1 when none listens.
 int ListenQueue(int port) {
@@ -276,6 +294,54 @@ TEST_F(DescriptorShortageTest, CoordinatorServesAgainOnceDescriptorsAreFree) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_GE(metrics->at("shardd_accept_shortages_total"), 1);
   EXPECT_GE(metrics->at("shardd_accept_deferred_total"), 1);
+}
+
+// civetweb polls its listener and accepts when it is readable; out of
+// descriptors, accept fails and the scrape's connection stays queued, so
+// the poll returned at once and civetweb spun a core for as long as the
+// shortage lasted. The endpoint's listener is paced (rpc::AcceptPacer):
+// it retries a few times a second, and answers the scrape once descriptors
+// are free.
+TEST_F(DescriptorShortageTest, MetricsEndpointWaitsOutTheShortageIdle) {
+  const int port = PortOf(coordinator_address_);
+  ASSERT_GT(port, 0) << coordinator_address_;
+  FillDescriptorTable(coordinator_->pid(), [&] { return ConnectTcp(port); });
+  const int queued_before = ListenQueue(metrics_port_);
+  ASSERT_GE(queued_before, 0) << "nothing listens on " << metrics_port_;
+  absl::StatusOr<std::string> body = absl::UnknownError("not called");
+  std::thread scrape([&] {
+    body = metrics::HttpGet("127.0.0.1", metrics_port_, "/metrics",
+                            In(absl::Seconds(30)));
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return ListenQueue(metrics_port_) > queued_before; },
+                 absl::Seconds(20)))
+      << "the scrape's connection never queued";
+  // The shortage lasts two seconds with the scrape waiting.
+  constexpr absl::Duration kShortage = absl::Seconds(2);
+  const absl::Duration cpu_before = CpuTime(coordinator_->pid());
+  absl::SleepFor(kShortage);
+  const absl::Duration cpu_used = CpuTime(coordinator_->pid()) - cpu_before;
+  Release();
+  scrape.join();
+  std::printf(
+      "the coordinator used %s of CPU in %s short of descriptors "
+      "with a scrape waiting\n",
+      absl::FormatDuration(cpu_used).c_str(),
+      absl::FormatDuration(kShortage).c_str());
+  // Spinning, it used about as much CPU as time passed (or what the
+  // machine could spare); paced, a few milliseconds.
+  EXPECT_LT(cpu_used, absl::Milliseconds(500));
+  ASSERT_TRUE(body.ok()) << body.status();
+  absl::StatusOr<std::map<std::string, double>> samples =
+      metrics::ParseExposition(*body);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_TRUE(samples->count("shardd_accept_paced_total"));
+  // At most one retry per pause (100 ms) while the scrape waited, with
+  // room for the time it took to queue and to be answered.
+  const double paced = samples->at("shardd_accept_paced_total");
+  EXPECT_GE(paced, 1);
+  EXPECT_LE(paced, 60);
 }
 
 TEST_F(DescriptorShortageTest, DaemonServesTrainersAndPeersAgainAfterwards) {
