@@ -217,6 +217,9 @@ absl::StatusOr<ServeFlags> ParseServeFlags() {
 }
 
 // The manager's options from the flags.
+// How often the lease timer runs at the least.
+absl::Duration LeaseCheckPeriod(absl::Duration lease) { return lease / 4; }
+
 absl::StatusOr<CoordinatorOptions> BuildOptions(
     const ServeFlags& flags, metrics::CoordinatorObserver* observer) {
   CoordinatorOptions options;
@@ -226,6 +229,8 @@ absl::StatusOr<CoordinatorOptions> BuildOptions(
   options.membership.detector.lease = flags.lease;
   options.membership.detector.behind_late_fraction = flags.behind_late_fraction;
   options.membership.detector.max_expiry_deferral = flags.max_expiry_deferral;
+  // ServeUntilStopped's ticker checks leases at least this often.
+  options.membership.detector.check_period = LeaseCheckPeriod(flags.lease);
   options.membership.partition_quarantine = flags.quarantine;
   options.membership.partition_quarantine_max =
       std::max(flags.quarantine, absl::Minutes(10));
@@ -418,12 +423,14 @@ int ServeUntilStopped(CoordinatorManager& manager, absl::Duration lease,
                       const ShutdownOptions& shutdown,
                       const metrics::ScrapeRecorder* scrapes,
                       rpc::HealthService& health, Servers& servers) {
-  // Lease timer: expire leases when they are due, at least every lease/4.
+  // Lease timer: expire leases when they are due, at least every
+  // LeaseCheckPeriod (which the failure detector is told: a longer gap
+  // means the coordinator did not run).
   MonoNotification stop;
   std::thread ticker([&] {
     while (!stop.HasBeenNotified()) {
       const MonoTime next = manager.Tick();
-      stop.WaitUntil(std::min(next, MonoNow() + lease / 4));
+      stop.WaitUntil(std::min(next, MonoNow() + LeaseCheckPeriod(lease)));
     }
   });
   const int exit_status =

@@ -271,6 +271,9 @@ void CoordinatorManager::Publish() {
        ++published_deferrals_) {
     observer->LeaseExpiryDeferred();
   }
+  for (; published_stalls_ < table_.stalls(); ++published_stalls_) {
+    observer->CoordinatorStalled();
+  }
   // Shard indices that no live member holds: only a checkpoint can bring
   // them back.
   // Live members change only with a decision (join, removal, leave): the

@@ -283,6 +283,7 @@ class CoordinatorManager {
   RecoveryTimes recovery_ ABSL_GUARDED_BY(mu_);
   int64_t published_fallbacks_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t published_deferrals_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t published_stalls_ ABSL_GUARDED_BY(mu_) = 0;
   int published_without_replica_ ABSL_GUARDED_BY(mu_) = -1;
   int published_broken_links_ ABSL_GUARDED_BY(mu_) = -1;
   bool published_failed_ ABSL_GUARDED_BY(mu_) = false;

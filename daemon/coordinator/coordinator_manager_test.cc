@@ -22,6 +22,7 @@ class CoordinatorManagerTest : public ::testing::Test {
     options.membership.world_size = 4;
     options.membership.sharding_factor = 2;
     options.membership.detector.lease = absl::Milliseconds(1500);
+    options.membership.detector.check_period = check_period_;
     options.join_timeout = absl::Seconds(60);
     options.observer = observer_;
     auto clock = std::make_unique<ManualClock>();
@@ -62,6 +63,8 @@ class CoordinatorManagerTest : public ::testing::Test {
 
   ManualClock* clock_ = nullptr;
   metrics::CoordinatorObserver* observer_ = nullptr;  // Set before Make().
+  // The lease timer's period, or zero: Tick only when a test calls it.
+  absl::Duration check_period_ = absl::ZeroDuration();  // Set before Make().
   std::unique_ptr<CoordinatorManager> manager_;
 };
 
@@ -472,6 +475,10 @@ class RecordingObserver : public metrics::CoordinatorObserver {
     absl::MutexLock lock(&mu_);
     phases[std::string(phase)].push_back(d);
   }
+  void CoordinatorStalled() override {
+    absl::MutexLock lock(&mu_);
+    ++stalls;
+  }
 
   absl::Mutex mu_;
   std::vector<std::pair<int64_t, bool>> epochs;
@@ -484,6 +491,7 @@ class RecordingObserver : public metrics::CoordinatorObserver {
   int recoveries_started = 0;
   int recoveries_completed = 0;
   std::map<std::string, std::vector<absl::Duration>> phases;
+  int stalls = 0;
 };
 
 class CoordinatorManagerObserverTest : public CoordinatorManagerTest {
@@ -723,6 +731,31 @@ TEST_F(CoordinatorManagerObserverTest,
                             {"transfer", 0},
                             {"total", 700},
                         }));
+}
+
+// The manager's lease timer did not run for 5 s (the coordinator stopped):
+// every lease ran out unread; nobody is removed, the observer hears of the
+// stall once, and the job stays ready.
+TEST_F(CoordinatorManagerObserverTest, StalledCoordinatorRemovesNobody) {
+  check_period_ = absl::Milliseconds(375);
+  Make();
+  const std::vector<JoinOutcome> joined = ReadyCluster();
+  manager_->Tick();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  clock_->Advance(absl::Seconds(5));
+  manager_->Tick();
+  EXPECT_EQ(manager_->Snapshot().epoch, epoch);
+  EXPECT_TRUE(manager_->Snapshot().ready);
+  {
+    absl::MutexLock lock(&recorder_.mu_);
+    EXPECT_EQ(recorder_.stalls, 1);
+    EXPECT_TRUE(recorder_.failures.empty());
+  }
+  // The members' heartbeats, read now, keep them; the timer runs again.
+  Pass(absl::Seconds(3), joined, {0, 1, 2, 3});
+  EXPECT_EQ(manager_->Snapshot().epoch, epoch);
+  absl::MutexLock lock(&recorder_.mu_);
+  EXPECT_EQ(recorder_.stalls, 1);
 }
 
 }  // namespace

@@ -69,6 +69,8 @@ pb::DecisionKind ToProto(DecisionKind kind) {
       return pb::DECISION_KIND_JOB_FAILED;
     case DecisionKind::kLeaseExpiryDeferred:
       return pb::DECISION_KIND_LEASE_EXPIRY_DEFERRED;
+    case DecisionKind::kCoordinatorStalled:
+      return pb::DECISION_KIND_COORDINATOR_STALLED;
   }
   return pb::DECISION_KIND_UNSPECIFIED;
 }

@@ -39,11 +39,25 @@ ReportDecision Remove(int rank, std::string reason) {
 LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
                                       const std::vector<MemberLiveness>& live,
                                       const DetectorOptions& options,
-                                      std::optional<MonoTime> behind_since) {
+                                      std::optional<MonoTime> behind_since,
+                                      MonoTime last_check) {
   LeaseExpiryDecision d;
+  // The coordinator did not run since `last_check`: leases that were still
+  // running then and ran out meanwhile are renewed, whatever else holds.
+  const bool stalled = options.check_period > absl::ZeroDuration() &&
+                       last_check != MonoTime::InfinitePast() &&
+                       now - last_check > 2 * options.check_period;
+  if (stalled) d.stalled_for = now - last_check;
+  auto ran_out_in_stall = [&](const MemberLiveness& m) {
+    return stalled && now >= m.lease_expiry && m.lease_expiry > last_check;
+  };
   const absl::Duration late_after = options.lease * 2 / 3;
   int expired = 0;
   for (const MemberLiveness& m : live) {
+    if (ran_out_in_stall(m)) {
+      d.renewed.push_back(m.rank);
+      continue;  // Neither late nor expired: its heartbeats were not read.
+    }
     if (now - m.last_heartbeat > late_after || now >= m.lease_expiry) ++d.late;
     if (now >= m.lease_expiry) ++expired;
   }
@@ -69,7 +83,7 @@ LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
                               " members were late, the most allowed")
                : std::string();
   for (const MemberLiveness& m : live) {
-    if (now < m.lease_expiry) continue;
+    if (now < m.lease_expiry || ran_out_in_stall(m)) continue;
     if (renew) {
       d.renewed.push_back(m.rank);
       continue;

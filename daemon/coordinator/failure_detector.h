@@ -44,6 +44,17 @@ struct DetectorOptions {
   // While the coordinator is behind, expired leases are held for at most
   // this long; a real failure of that many members is then acted on.
   absl::Duration max_expiry_deferral = absl::Seconds(15);
+  // How often the caller checks leases while it runs (the coordinator's
+  // ticker: lease / 4), or zero when it checks only when told (tests). A gap
+  // of more than twice this since the previous check means the coordinator
+  // itself did not run meanwhile: the process was stopped, its VM or
+  // container frozen, or its host starved it. Its members' heartbeats then
+  // sit unread in its sockets, so a lease that ran out during the gap says
+  // nothing about the member: it is renewed once instead of removed (a
+  // member that did die is removed one lease later). Without this rule a
+  // coordinator paused for a few seconds removed every member at once when
+  // it resumed.
+  absl::Duration check_period = absl::ZeroDuration();
 };
 
 // Result of asking the suspect directly (Peer.Probe with a short deadline),
@@ -71,20 +82,26 @@ struct LeaseExpiryDecision {
   // Members whose lease ran out but who are kept because the coordinator is
   // behind (within max_expiry_deferral of `behind_since`).
   int deferred = 0;
-  // A spell ended within max_expiry_deferral: members whose lease ran out
-  // meanwhile get one more lease from `now` (their heartbeats may still be
-  // queued) instead of being removed.
+  // A spell ended within max_expiry_deferral, or the coordinator did not
+  // run (`stalled_for`): members whose lease ran out meanwhile get one more
+  // lease from `now` (their heartbeats may still be queued) instead of
+  // being removed.
   std::vector<int> renewed;
+  // How long the coordinator did not check leases, when that was more than
+  // twice DetectorOptions::check_period; zero otherwise.
+  absl::Duration stalled_for = absl::ZeroDuration();
 };
 
 // Which members to remove for leases that ran out by `now`. `behind_since`
 // is when the coordinator was first found behind in the current spell
 // (nullopt when it was not behind at the last decision); the caller keeps
-// it from `behind` of each decision. Pure: a function of its arguments.
-LeaseExpiryDecision DecideLeaseExpiry(MonoTime now,
-                                      const std::vector<MemberLiveness>& live,
-                                      const DetectorOptions& options,
-                                      std::optional<MonoTime> behind_since);
+// it from `behind` of each decision. `last_check` is the `now` of the
+// previous decision (InfinitePast before the first). Pure: a function of
+// its arguments.
+LeaseExpiryDecision DecideLeaseExpiry(
+    MonoTime now, const std::vector<MemberLiveness>& live,
+    const DetectorOptions& options, std::optional<MonoTime> behind_since,
+    MonoTime last_check = MonoTime::InfinitePast());
 
 struct ReportDecision {
   // Members to remove now (the suspect, or a reporter found to be the odd

@@ -57,6 +57,66 @@ TEST(FailureDetectorTest, LeaseExpiresExactlyAtTheBoundary) {
   EXPECT_TRUE(Expire(live).empty());
 }
 
+// The coordinator's ticker checks every 375 ms (lease / 4).
+DetectorOptions Checked() {
+  DetectorOptions o = Options();
+  o.check_period = absl::Milliseconds(375);
+  return o;
+}
+
+// Resumed after 5 s stopped: every member's last heartbeat it read is 5 s
+// old, every lease ran out meanwhile; none of that is the members' doing.
+TEST(FailureDetectorTest, RenewsLeasesThatRanOutWhileTheCoordinatorDidNotRun) {
+  std::vector<MemberLiveness> live;
+  for (int r = 0; r < 4; ++r) live.push_back(Member(r, absl::Seconds(5)));
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, live, Checked(), std::nullopt, kT0 - absl::Milliseconds(4900));
+  EXPECT_TRUE(d.removals.empty());
+  EXPECT_EQ(d.renewed, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(d.stalled_for, absl::Milliseconds(4900));
+  EXPECT_EQ(d.late, 0);  // Unread heartbeats are not lateness.
+  EXPECT_FALSE(d.behind);
+}
+
+TEST(FailureDetectorTest, ALeaseThatRanOutBeforeTheStallStillExpires) {
+  auto live = FourHealthy();
+  // Expired 200 ms before the last check (which, held back by nothing,
+  // would have removed it had it run a moment later).
+  live[1] = Member(1, absl::Milliseconds(5000));
+  live[2] = Member(2, absl::Milliseconds(2000));  // Ran out in the gap.
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, live, Checked(), std::nullopt, kT0 - absl::Milliseconds(3300));
+  ASSERT_EQ(d.removals.size(), 1u);
+  EXPECT_EQ(d.removals[0].rank, 1);
+  EXPECT_EQ(d.renewed, std::vector<int>{2});
+}
+
+TEST(FailureDetectorTest, AGapOfUpToTwoCheckPeriodsIsNoStall) {
+  auto live = FourHealthy();
+  live[3] = Member(3, absl::Milliseconds(1600));
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      kT0, live, Checked(), std::nullopt, kT0 - absl::Milliseconds(750));
+  EXPECT_EQ(d.stalled_for, absl::ZeroDuration());
+  ASSERT_EQ(d.removals.size(), 1u);
+  EXPECT_EQ(d.removals[0].rank, 3);
+  EXPECT_TRUE(d.renewed.empty());
+}
+
+TEST(FailureDetectorTest, NoStallWithoutACheckPeriodOrBeforeTheFirstCheck) {
+  auto live = FourHealthy();
+  live[3] = Member(3, absl::Seconds(5));
+  // Checked only when told: a long gap means nothing.
+  EXPECT_EQ(DecideLeaseExpiry(kT0, live, Options(), std::nullopt,
+                              kT0 - absl::Seconds(5))
+                .removals.size(),
+            1u);
+  // No earlier check to measure a gap from.
+  EXPECT_EQ(DecideLeaseExpiry(kT0, live, Checked(), std::nullopt,
+                              MonoTime::InfinitePast())
+                .removals.size(),
+            1u);
+}
+
 // W members, the first `late` of them silent for `silent`, the rest
 // heartbeating 100 ms ago.
 std::vector<MemberLiveness> Job(int w, int late, absl::Duration silent) {

@@ -60,6 +60,8 @@ absl::string_view DecisionKindName(DecisionKind kind) {
       return "JOB_FAILED";
     case DecisionKind::kLeaseExpiryDeferred:
       return "LEASE_EXPIRY_DEFERRED";
+    case DecisionKind::kCoordinatorStalled:
+      return "COORDINATOR_STALLED";
   }
   return "UNKNOWN";
 }
@@ -774,9 +776,22 @@ absl::Status MembershipTable::Leave(int rank, absl::string_view lease_token,
 std::vector<int> MembershipTable::ExpireLeases(MonoTime now) {
   std::vector<int> removed;
   const std::vector<MemberLiveness> live = Liveness();
-  const LeaseExpiryDecision d =
-      DecideLeaseExpiry(now, live, options_.detector, behind_since_);
+  const LeaseExpiryDecision d = DecideLeaseExpiry(
+      now, live, options_.detector, behind_since_, last_expiry_check_);
   last_expiry_check_ = now;
+  if (d.stalled_for > absl::ZeroDuration() && !d.renewed.empty()) {
+    ++stalls_;
+    std::string list;
+    for (int r : d.renewed) absl::StrAppend(&list, list.empty() ? "" : ",", r);
+    Log(now, DecisionKind::kCoordinatorStalled, d.renewed,
+        absl::StrCat(
+            "the coordinator did not run for ",
+            absl::FormatDuration(
+                absl::Trunc(d.stalled_for, absl::Milliseconds(1))),
+            " (no lease check since; stopped, frozen or starved), so its "
+            "members' heartbeats went unread: the lease(s) of rank(s) ",
+            list, " that ran out meanwhile renewed once instead of expiring"));
+  }
   if (d.deferred > 0 && !behind_deferred_) {
     behind_deferred_ = true;
     ++expiry_deferrals_;

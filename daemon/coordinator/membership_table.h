@@ -47,6 +47,10 @@ enum class DecisionKind {
   // Lease expiry held back, or resumed, because the coordinator was behind
   // (see DetectorOptions::behind_late_fraction).
   kLeaseExpiryDeferred,
+  // The coordinator did not run for a while (stopped, frozen, starved: see
+  // DetectorOptions::check_period); leases that ran out meanwhile were
+  // renewed once instead of expiring.
+  kCoordinatorStalled,
 };
 
 absl::string_view DecisionKindName(DecisionKind kind);
@@ -295,6 +299,8 @@ class MembershipTable {
   std::vector<int> ExpireLeases(MonoTime now);
   // Spells in which expired leases were held back (see ExpireLeases).
   int64_t expiry_deferrals() const { return expiry_deferrals_; }
+  // Stalls of the coordinator that renewed leases (kCoordinatorStalled).
+  int64_t stalls() const { return stalls_; }
 
   // A survivor's fast-path report (see DecideReport). INVALID_ARGUMENT for a
   // suspect out of range or equal to the reporter; NOT_FOUND when the
@@ -415,6 +421,7 @@ class MembershipTable {
   bool behind_deferred_ = false;
   MonoTime last_expiry_check_ = MonoTime::InfinitePast();
   int64_t expiry_deferrals_ = 0;
+  int64_t stalls_ = 0;
   std::map<std::string, Quarantine> quarantines_;
   std::vector<std::pair<int, int>> broken_links_;
   // Broken links without a verdict ("" when none), since when they have

@@ -1044,6 +1044,56 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
   }
 }
 
+// A coordinator stopped for 5 s (SIGSTOP, a frozen VM) finds on resuming
+// that every lease ran out while it could not read heartbeats: it renews
+// them once instead of removing all four members; a member that stays
+// silent is removed one lease later.
+TEST(MembershipTableStallTest, RenewsLeasesAfterTheCoordinatorDidNotRun) {
+  MembershipOptions options;
+  options.world_size = 4;
+  options.sharding_factor = 2;
+  options.detector.lease = kLease;
+  options.detector.check_period = kLease / 4;
+  auto table = MembershipTable::Create(options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  for (int r = 0; r < 4; ++r) {
+    JoinRequestInfo req;
+    req.rank = r;
+    req.identity = absl::StrCat("pod-", r);
+    req.peer_address = absl::StrCat("127.0.0.1:", 7001 + r);
+    req.incarnation = req.identity + "-inc1";
+    ASSERT_TRUE(table->Join(req, kT0, absl::StrCat("t", r)).ok());
+  }
+  ASSERT_TRUE(table->ExpireLeases(kT0).empty());
+  const int64_t epoch = table->epoch();
+  const MonoTime resumed = kT0 + absl::Seconds(5);
+  EXPECT_TRUE(table->ExpireLeases(resumed).empty());
+  EXPECT_EQ(table->epoch(), epoch);
+  EXPECT_EQ(table->stalls(), 1);
+  const Decision& d = table->decisions().back();
+  EXPECT_EQ(d.kind, DecisionKind::kCoordinatorStalled);
+  EXPECT_EQ(d.ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NE(d.reason.find("did not run for 5s"), std::string::npos) << d.reason;
+  EXPECT_EQ(table->next_expiry(), resumed + kLease);
+  // Three catch up; rank 2 really died meanwhile. The coordinator checks
+  // every 300 ms again, so no gap renews rank 2 a second time.
+  std::vector<int> removed;
+  MonoTime now = resumed;
+  while (removed.empty() && now < resumed + 2 * kLease) {
+    now += absl::Milliseconds(300);
+    for (int r : {0, 1, 3}) {
+      ASSERT_TRUE(table
+                      ->Heartbeat(r, absl::StrCat("t", r), table->epoch(), 0,
+                                  MemberPhase::kJoining, now)
+                      .ok());
+    }
+    removed = table->ExpireLeases(now);
+  }
+  EXPECT_EQ(removed, std::vector<int>{2});
+  EXPECT_EQ(now, resumed + kLease);
+  EXPECT_EQ(table->stalls(), 1);
+}
+
 // A forming job of 64 (F = 8) whose members all joined at kT0.
 class MembershipTableBehindTest : public ::testing::Test {
  protected:

@@ -75,6 +75,9 @@ class CoordinatorObserver {
   // The coordinator found itself behind and held expired leases back (once
   // per spell; see DetectorOptions::behind_late_fraction).
   virtual void LeaseExpiryDeferred() {}
+  // The coordinator had not run for a while and renewed the leases that
+  // ran out meanwhile (see DetectorOptions::check_period).
+  virtual void CoordinatorStalled() {}
   // A ShouldCommit decision: commit, reject or aborted.
   virtual void CommitVote(absl::string_view /*decision*/) {}
   // The lease members must renew within.

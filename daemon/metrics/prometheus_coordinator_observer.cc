@@ -122,6 +122,11 @@ PrometheusCoordinatorObserver::PrometheusCoordinatorObserver(
       registry, "shardd_coordinator_lease_expiry_deferrals_total",
       "Spells in which the coordinator, with many members late at once, "
       "judged itself behind and held expired leases back.");
+  stalls_ = NewCounter(
+      registry, "shardd_coordinator_stalls_total",
+      "Times the coordinator found it had not run for more than twice its "
+      "lease-check period (stopped, frozen, starved) and renewed the leases "
+      "that ran out meanwhile instead of removing their members.");
   lease_ = NewGauge(registry, "shardd_coordinator_lease_seconds",
                     "The lease members must renew within, in seconds.");
   stall_alert_after_ = NewGauge(
@@ -213,6 +218,10 @@ void PrometheusCoordinatorObserver::CheckpointFallback() {
 
 void PrometheusCoordinatorObserver::LeaseExpiryDeferred() {
   lease_expiry_deferrals_->Increment();
+}
+
+void PrometheusCoordinatorObserver::CoordinatorStalled() {
+  stalls_->Increment();
 }
 
 void PrometheusCoordinatorObserver::CommitVote(absl::string_view decision) {

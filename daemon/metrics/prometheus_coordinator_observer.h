@@ -61,6 +61,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   void BrokenPeerLinks(int n) override;
   void CheckpointFallback() override;
   void LeaseExpiryDeferred() override;
+  void CoordinatorStalled() override;
   void CommitVote(absl::string_view decision) override;
   void Lease(absl::Duration lease) override;
   void StallAlertAfter(absl::Duration after) override;
@@ -84,6 +85,7 @@ class PrometheusCoordinatorObserver : public CoordinatorObserver {
   prometheus::Gauge* broken_peer_links_;
   prometheus::Counter* checkpoint_fallbacks_;
   prometheus::Counter* lease_expiry_deferrals_;
+  prometheus::Counter* stalls_;
   BoundedSeries<prometheus::Counter> commit_votes_;
   prometheus::Gauge* lease_;
   prometheus::Gauge* stall_alert_after_;

@@ -162,6 +162,8 @@ TEST_F(PrometheusCoordinatorObserverTest,
   observer_.RecoveryCompleted();
   observer_.CheckpointFallback();
   observer_.LeaseExpiryDeferred();
+  observer_.CoordinatorStalled();
+  observer_.CoordinatorStalled();
   observer_.RecoveryPhase(labels::kDetection, absl::Milliseconds(1700));
   observer_.RecoveryPhase(labels::kTransfer, absl::Milliseconds(200));
   observer_.RecoveryPhase(labels::kTotal, absl::Seconds(700));
@@ -170,6 +172,7 @@ TEST_F(PrometheusCoordinatorObserverTest,
   EXPECT_EQ(s.at("shardd_coordinator_recoveries_completed_total"), 1);
   EXPECT_EQ(s.at("shardd_coordinator_checkpoint_fallbacks_total"), 1);
   EXPECT_EQ(s.at("shardd_coordinator_lease_expiry_deferrals_total"), 1);
+  EXPECT_EQ(s.at("shardd_coordinator_stalls_total"), 2);
   const std::string h = "shardd_coordinator_recovery_duration_seconds";
   EXPECT_EQ(s.at(h + "_count{phase=\"detection\"}"), 1);
   EXPECT_DOUBLE_EQ(s.at(h + "_sum{phase=\"detection\"}"), 1.7);
