@@ -55,13 +55,16 @@
 // A trainer that restarts against the same daemon re-attaches (RegisterModel
 // with the same model) and continues from the daemon's committed step.
 // --pause_after_step=N (tests) blocks after step N so that a test can
-// SIGKILL the trainer at a step boundary.
+// SIGKILL the trainer at a step boundary; --stop_in_step=N stops it in the
+// middle of step N (a trainer stopped or slow between two calls).
 //
 // Exit codes: 0 done; 1 a call failed (the message says which); 2 bad flags;
 // 3 the job has failed (DATA_LOSS from the daemon: a shard was lost with no
 // replica and no usable checkpoint, or the job made no progress): the
 // reason is printed as "example_trainer: stopping: the job has failed: ..."
 // and nothing is retried.
+
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -145,6 +148,10 @@ ABSL_FLAG(int64_t, pause_after_step, 0,
           "tests: after committing this step, print \"paused after step N\" "
           "and block (up to --ready_timeout_ms, then exit 1) so that a test "
           "can kill the trainer between steps (0: never)");
+ABSL_FLAG(int64_t, stop_in_step, 0,
+          "tests: in the first attempt of this step, once the first "
+          "ReduceGrad returned, print \"stopping in step N\" and stop "
+          "(SIGSTOP to itself) until a test continues it (0: never)");
 
 namespace shardd {
 namespace {
@@ -228,6 +235,15 @@ class ExampleTrainer {
   const StepTimes& times() const { return times_; }
 
  private:
+  // --stop_in_step: stops this process once, in that step.
+  void StopInStepOnce(int64_t step) {
+    if (stopped_in_step_ || step != absl::GetFlag(FLAGS_stop_in_step)) return;
+    stopped_in_step_ = true;
+    std::printf("stopping in step %lld\n", static_cast<long long>(step));
+    std::fflush(stdout);
+    raise(SIGSTOP);
+  }
+
   absl::StatusOr<StepOutcome> RunStepTimed(int64_t step) {
     const int L = mlp_.num_layers();
     absl::StatusOr<client::TaskBatch> batch = Timed(&times_.compute, [&] {
@@ -350,6 +366,7 @@ class ExampleTrainer {
           !r.ok()) {
         return Annotate(r.status(), "ReduceGrad", l);
       }
+      StopInStepOnce(step);
       if (l > 0 && daemon_prefetch_) {
         next = Timed(&times_.gather, [&] {
           return client_->Gather(l - 1, v1::PASS_BACKWARD, Hint(l - 2),
@@ -444,6 +461,7 @@ class ExampleTrainer {
   std::vector<std::vector<float>> acts_;
   std::vector<std::vector<float>> grad_acts_;
   StepTimes times_;
+  bool stopped_in_step_ = false;
 };
 
 absl::StatusOr<std::vector<int64_t>> Widths() {

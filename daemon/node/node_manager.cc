@@ -437,7 +437,7 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
     absl::MutexLock lock(&mu_);
     comms_.Install(epoch, shard_group, replica_group);
     // A step in progress when the old epoch broke is abandoned: the trainer
-    // redoes it (after WaitReady) from its first ReduceGrad.
+    // redoes it after WaitReady (told at its next call if it was in none).
     trainer_ops_->NewEpoch();
     engine = holder_.engine();
   }
@@ -771,6 +771,7 @@ absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
     const v1::WaitReadyRequest& request, MonoTime deadline) {
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
+  trainer_ops_->NoteWaitReady();
   absl::StatusOr<int64_t> epoch = WaitUntilReady(deadline, request.min_epoch());
   if (!epoch.ok()) return epoch.status();
   v1::WaitReadyResponse response;

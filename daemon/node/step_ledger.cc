@@ -67,9 +67,21 @@ absl::Status StepLedger::CheckStep(int64_t step, int64_t committed,
   return absl::OkStatus();
 }
 
+absl::Status StepLedger::EnterAttempt(int64_t epoch) {
+  if (attempt_epoch_ == 0) attempt_epoch_ = epoch;
+  if (attempt_epoch_ == epoch) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "this step attempt began in epoch ", attempt_epoch_,
+      " and the daemon is in epoch ", epoch,
+      " now: the old attempt's collectives and reductions are void (the "
+      "trainer was in no call when the epoch changed, or went on after an "
+      "ABORTED without WaitReady); WaitReady, then redo the step"));
+}
+
 void StepLedger::NoteCommitted(const v1::StepResponse& response) {
   reduced_.clear();
   collectives_in_step_ = 0;
+  attempt_epoch_ = 0;
   abort_counted_ = false;
   last_step_ = response;
 }
@@ -92,6 +104,7 @@ void StepLedger::ResetForEngine() {
   reduced_.clear();
   last_step_.reset();
   collectives_in_step_ = 0;
+  attempt_epoch_ = 0;
 }
 
 std::vector<int> StepLedger::TakeHeld() {
@@ -103,6 +116,7 @@ std::vector<int> StepLedger::TakeHeld() {
 bool StepLedger::TakeInStep() {
   const bool in_step = collectives_in_step_ > 0;
   collectives_in_step_ = 0;
+  attempt_epoch_ = 0;  // The new trainer process starts afresh.
   return in_step;
 }
 

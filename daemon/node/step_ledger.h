@@ -16,9 +16,10 @@ namespace shardd::node {
 // sees it: the units it gathered and has not released, the units it
 // reduced, the micro-batches it accumulated per unit, whether it issued a
 // collective since the last commit or epoch (a trainer that re-attaches
-// mid-step leaves its peers waiting in collectives), the last committed
-// step's response (a retried Step gets it again) and whether an aborted
-// attempt of the step was counted. The rules of the protocol (K gathered
+// mid-step leaves its peers waiting in collectives), the epoch the step
+// attempt under way began in, the last committed step's response (a
+// retried Step gets it again) and whether an aborted attempt of the step
+// was counted. The rules of the protocol (K gathered
 // units at most, each unit reduced once per step, Step only with nothing
 // gathered and everything reduced) are checked here, with the statuses
 // trainer.proto documents.
@@ -47,6 +48,19 @@ class StepLedger {
 
   // A collective was issued for the step under way.
   void NoteCollectiveIssued() { ++collectives_in_step_; }
+
+  // A Gather, ReduceGrad or Step of the trainer's step attempt in `epoch`.
+  // The first after a commit, a WaitReady or a new engine begins the
+  // attempt in that epoch; a later one in another epoch is refused
+  // (ABORTED, naming both) until the trainer calls WaitReady. A trainer
+  // told nothing of an epoch change (it was in no call: stopped, swapped
+  // out, loading data past its peers' collective timeout) would otherwise
+  // go on with the old attempt in the new epoch, issuing the rest of its
+  // collectives while its peers start the step afresh: collectives that do
+  // not match, whose results are garbage.
+  absl::Status EnterAttempt(int64_t epoch);
+  // The trainer called WaitReady: its next call begins a new attempt.
+  void EndAttempt() { attempt_epoch_ = 0; }
 
   // The answer to a Step of `step` already committed (with committed ==
   // step): the response it had; nullopt otherwise.
@@ -82,6 +96,8 @@ class StepLedger {
   std::set<int> reduced_;
   std::map<int, int> accumulated_;
   int64_t collectives_in_step_ = 0;
+  // The epoch the attempt under way began in; 0: none under way.
+  int64_t attempt_epoch_ = 0;
   std::optional<v1::StepResponse> last_step_;
   bool abort_counted_ = false;
 };

@@ -107,6 +107,30 @@ TEST_F(StepLedgerTest, ANewEpochAbandonsTheStepButKeepsGatheredUnits) {
   EXPECT_TRUE(ledger_.MarkAbortCounted());  // A new attempt counts again.
 }
 
+TEST_F(StepLedgerTest, AnAttemptBelongsToTheEpochItBeganIn) {
+  EXPECT_TRUE(ledger_.EnterAttempt(2).ok());  // Begins in epoch 2.
+  EXPECT_TRUE(ledger_.EnterAttempt(2).ok());
+  const absl::Status crossed = ledger_.EnterAttempt(3);
+  EXPECT_TRUE(absl::IsAborted(crossed)) << crossed;
+  EXPECT_NE(crossed.message().find("began in epoch 2 and the daemon is in "
+                                   "epoch 3"),
+            absl::string_view::npos)
+      << crossed;
+  EXPECT_TRUE(absl::IsAborted(ledger_.EnterAttempt(3)));  // Until WaitReady.
+  ledger_.EndAttempt();
+  EXPECT_TRUE(ledger_.EnterAttempt(3).ok());  // A new attempt in epoch 3.
+}
+
+TEST_F(StepLedgerTest, ACommitANewEngineOrANewTrainerEndTheAttempt) {
+  EXPECT_TRUE(ledger_.EnterAttempt(2).ok());
+  ledger_.NoteCommitted(v1::StepResponse());
+  EXPECT_TRUE(ledger_.EnterAttempt(3).ok());
+  ledger_.ResetForEngine();
+  EXPECT_TRUE(ledger_.EnterAttempt(4).ok());
+  (void)ledger_.TakeInStep();
+  EXPECT_TRUE(ledger_.EnterAttempt(5).ok());
+}
+
 TEST_F(StepLedgerTest, AnAbortIsCountedOncePerAttempt) {
   EXPECT_TRUE(ledger_.MarkAbortCounted());
   EXPECT_FALSE(ledger_.MarkAbortCounted());

@@ -65,6 +65,11 @@ void TrainerOps::NewEpoch() {
   ledger_.ResetForEpoch();
 }
 
+void TrainerOps::NoteWaitReady() {
+  absl::MutexLock lock(&mu_);
+  ledger_.EndAttempt();
+}
+
 void TrainerOps::EngineInstalled() {
   absl::MutexLock lock(&mu_);
   ledger_.ResetForEngine();
@@ -103,12 +108,15 @@ void TrainerOps::CountAbort(absl::string_view reason) {
 
 absl::StatusOr<int64_t> TrainerOps::EnterReadyEpoch() {
   absl::StatusOr<int64_t> epoch = options_.host->EnterReadyEpoch();
-  if (!epoch.ok()) {
-    CountAbort(metrics::node_labels::kEpochChanged);
-    return epoch.status();
+  if (epoch.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_.EnterAttempt(*epoch); !s.ok()) {
+      epoch = s;
+    } else {
+      ledger_.NoteCollectiveIssued();
+    }
   }
-  absl::MutexLock lock(&mu_);
-  ledger_.NoteCollectiveIssued();
+  if (!epoch.ok()) CountAbort(metrics::node_labels::kEpochChanged);
   return epoch;
 }
 
@@ -375,6 +383,14 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
   }
   v1::ReduceGradResponse response;
   if (request.accumulate_only()) {
+    // Part of the attempt all the same: its sum is reduced in this epoch.
+    {
+      absl::MutexLock lock(&mu_);
+      if (absl::Status s = ledger_.EnterAttempt(options_.host->CurrentEpoch());
+          !s.ok()) {
+        return s;
+      }
+    }
     // No collective: the engine adds the slot into the unit's private
     // accumulation buffer (like DDP's no_sync).
     if (absl::Status s = (*engine)->ReduceGrad(

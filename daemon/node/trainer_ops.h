@@ -93,8 +93,11 @@ class TrainerOps {
   absl::Mutex& op_mutex() { return op_mu_; }
 
   // A new epoch's communicators are installed: a step in progress is
-  // abandoned (the trainer redoes it from its first ReduceGrad).
+  // abandoned (the trainer redoes it after WaitReady; a trainer that was in
+  // no call is told at its next one: StepLedger::EnterAttempt).
   void NewEpoch();
+  // The trainer called WaitReady: its next call begins a new step attempt.
+  void NoteWaitReady();
   // A new engine is installed: the protocol starts over.
   void EngineInstalled();
   // A new trainer process attached to `engine`: what the old one held is
@@ -150,7 +153,8 @@ class TrainerOps {
   // collectives: `engine`'s collective wait since `before`.
   void ReportWait(absl::string_view call, const StepEngine& engine,
                   absl::Duration before);
-  // The host's ready epoch, or ABORTED counted as an epoch change.
+  // The host's ready epoch, or ABORTED counted as an epoch change: when it
+  // is not ready, or the trainer's step attempt began in another epoch.
   absl::StatusOr<int64_t> EnterReadyEpoch();
   // Copies (or checks, when written in place) a ReduceGrad's gradient into
   // the unit's gradient slot, zeroing the padding.

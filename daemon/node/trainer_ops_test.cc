@@ -53,7 +53,10 @@ class FakeHost : public TrainerOpsHost {
     ++entered_;
     return epoch_;
   }
-  int64_t CurrentEpoch() override { return epoch_; }
+  int64_t CurrentEpoch() override {
+    absl::MutexLock lock(&mu_);
+    return epoch_;
+  }
   absl::Status OnCollectiveError(absl::string_view what,
                                  absl::Status status) override {
     absl::MutexLock lock(&mu_);
@@ -75,6 +78,10 @@ class FakeHost : public TrainerOpsHost {
     absl::MutexLock lock(&mu_);
     ready_ = ready;
   }
+  void SetEpoch(int64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    epoch_ = epoch;
+  }
   int entered() {
     absl::MutexLock lock(&mu_);
     return entered_;
@@ -89,8 +96,8 @@ class FakeHost : public TrainerOpsHost {
   }
 
  private:
-  const int64_t epoch_ = 3;
   absl::Mutex mu_;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 3;
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   bool ready_ ABSL_GUARDED_BY(mu_) = true;
   int entered_ ABSL_GUARDED_BY(mu_) = 0;
@@ -403,6 +410,54 @@ TEST_F(TrainerOpsTest, ANewEpochAbandonsTheStepUnderWay) {
   ASSERT_TRUE(again.ok()) << again;
   absl::Status stepped = ops_->Step(StepOf(1), Deadline()).status();
   ASSERT_TRUE(stepped.ok()) << stepped;
+}
+
+// A trainer stopped (or slow) between two calls while its peers timed out
+// and a new epoch formed: it was told nothing, and would go on with the
+// old attempt's remaining collectives in the new epoch, where its peers
+// start the step afresh. Its calls are refused until it calls WaitReady.
+TEST_F(TrainerOpsTest, AnAttemptDoesNotCrossAnEpochChange) {
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  // As the node does when it installs epoch 4's communicators.
+  engine_->SetCommunicators(nullptr, nullptr);
+  ops_->NewEpoch();
+  host_.SetEpoch(4);
+  for (int i = 0; i < 2; ++i) {  // Not just once: until WaitReady.
+    absl::Status told = ops_->Step(StepOf(1), Deadline()).status();
+    // FAILED_PRECONDITION (unit 0 not reduced in this epoch) comes first.
+    EXPECT_TRUE(absl::IsFailedPrecondition(told)) << told;
+    told = ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).status();
+    EXPECT_TRUE(absl::IsAborted(told)) << told;
+    EXPECT_NE(told.message().find("began in epoch 3 and the daemon is in "
+                                  "epoch 4"),
+              absl::string_view::npos)
+        << told;
+    // Accumulating belongs to the attempt too.
+    v1::ReduceGradRequest accumulate = InlineGrad(0, 2.0f);
+    accumulate.set_accumulate_only(true);
+    EXPECT_TRUE(
+        absl::IsAborted(ops_->ReduceGrad(accumulate, Deadline()).status()));
+  }
+  EXPECT_EQ(observer_.aborts(),
+            std::vector<std::string>{metrics::node_labels::kEpochChanged});
+  EXPECT_EQ(engine_->committed_step(), 0);
+  ops_->NoteWaitReady();
+  // Redone in epoch 4, the step commits there.
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  ASSERT_TRUE(ops_->Step(StepOf(1), Deadline()).ok());
+  EXPECT_EQ(host_.commits(), std::vector<std::string>{"1@4"});
+}
+
+TEST_F(TrainerOpsTest, ANewEpochBetweenStepsRefusesNothing) {
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  ASSERT_TRUE(ops_->Step(StepOf(1), Deadline()).ok());
+  engine_->SetCommunicators(nullptr, nullptr);
+  ops_->NewEpoch();
+  host_.SetEpoch(4);
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  ASSERT_TRUE(ops_->Step(StepOf(2), Deadline()).ok());
+  EXPECT_EQ(host_.commits(), (std::vector<std::string>{"1@3", "2@4"}));
+  EXPECT_TRUE(observer_.aborts().empty());
 }
 
 TEST_F(TrainerOpsTest, DetachReleasesWhatTheOldTrainerHeld) {
