@@ -1044,6 +1044,19 @@ TEST(MembershipTableRestartTest, EveryJoinOrderGivesThePlanTheShardsAllow) {
   }
 }
 
+// Ranks 0..w-1 ("pod-R", a peer port each) join at kT0 with lease tokens
+// `token_prefix`R.
+void JoinAll(MembershipTable& table, int w, const std::string& token_prefix) {
+  for (int r = 0; r < w; ++r) {
+    JoinRequestInfo req;
+    req.rank = r;
+    req.identity = absl::StrCat("pod-", r);
+    req.peer_address = absl::StrCat("127.0.0.1:", 7001 + r);
+    req.incarnation = req.identity + "-inc1";
+    ASSERT_TRUE(table.Join(req, kT0, absl::StrCat(token_prefix, r)).ok());
+  }
+}
+
 // A coordinator stopped for 5 s (SIGSTOP, a frozen VM) finds on resuming
 // that every lease ran out while it could not read heartbeats: it renews
 // them once instead of removing all four members; a member that stays
@@ -1056,14 +1069,7 @@ TEST(MembershipTableStallTest, RenewsLeasesAfterTheCoordinatorDidNotRun) {
   options.detector.check_period = kLease / 4;
   auto table = MembershipTable::Create(options);
   ASSERT_TRUE(table.ok()) << table.status();
-  for (int r = 0; r < 4; ++r) {
-    JoinRequestInfo req;
-    req.rank = r;
-    req.identity = absl::StrCat("pod-", r);
-    req.peer_address = absl::StrCat("127.0.0.1:", 7001 + r);
-    req.incarnation = req.identity + "-inc1";
-    ASSERT_TRUE(table->Join(req, kT0, absl::StrCat("t", r)).ok());
-  }
+  JoinAll(*table, 4, "t");
   ASSERT_TRUE(table->ExpireLeases(kT0).empty());
   const int64_t epoch = table->epoch();
   const MonoTime resumed = kT0 + absl::Seconds(5);
@@ -1106,14 +1112,7 @@ class MembershipTableBehindTest : public ::testing::Test {
     auto table = MembershipTable::Create(options);
     ASSERT_TRUE(table.ok());
     table_.emplace(*std::move(table));
-    for (int r = 0; r < kW; ++r) {
-      JoinRequestInfo req;
-      req.rank = r;
-      req.identity = absl::StrCat("pod-", r);
-      req.peer_address = absl::StrCat("127.0.0.1:", 7001 + r);
-      req.incarnation = req.identity + "-inc1";
-      ASSERT_TRUE(table_->Join(req, kT0, absl::StrCat("token-", r)).ok());
-    }
+    JoinAll(*table_, kW, "token-");
   }
   void Heartbeat(int from, int to, MonoTime now) {
     for (int r = from; r < to; ++r) {

@@ -33,11 +33,17 @@ stop_coordinator() {
   fl_log "$1: coordinator stopped"
 }
 
+# continue_coordinator RUN: after STOP_S seconds (the fault's duration, not
+# a wait for an event), SIGCONT.
+continue_coordinator() {
+  sleep "$STOP_S"
+  kill -CONT "$FL_COORD_PID"
+  fl_log "$1: coordinator continued after $STOP_S s"
+}
+
 fl_start_cluster stop
 stop_coordinator stop
-sleep "$STOP_S"  # The fault's duration, not a wait for an event.
-kill -CONT "$FL_COORD_PID"
-fl_log "stop: coordinator continued after $STOP_S s"
+continue_coordinator stop
 fl_wait_trainers stop
 fl_check_run stop "$FL_REF"
 coord="$FL_ROOT/stop/coord-1.log"
@@ -54,9 +60,7 @@ kill -9 "${FL_DAEMON_PID[3]}"
 fl_wait_exit "${FL_DAEMON_PID[3]}" 10 || fl_die "daemon 3 survived SIGKILL"
 fl_start_daemon kill 3
 fl_log "kill: daemon 3 killed and its replacement started"
-sleep "$STOP_S"  # The fault's duration, not a wait for an event.
-kill -CONT "$FL_COORD_PID"
-fl_log "kill: coordinator continued after $STOP_S s"
+continue_coordinator kill
 fl_wait_trainers kill
 fl_check_run kill "$FL_REF"
 coord="$FL_ROOT/kill/coord-1.log"
