@@ -10,6 +10,7 @@ absl::Status ApplyNodeFlags(const NodeFlagValues& flags, NodeOptions& options) {
   options.rank = flags.rank;
   options.collective_timeout = absl::Milliseconds(flags.collective_timeout_ms);
   options.connect_timeout = options.collective_timeout;
+  options.verify_collectives = flags.verify_collectives;
   options.peer_probing.interval =
       absl::Milliseconds(flags.peer_probe_interval_ms);
   options.peer_probing.timeout =

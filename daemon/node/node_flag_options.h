@@ -27,6 +27,7 @@ struct NodeFlagValues {
   int64_t recovery_timeout_ms = 120000;
   std::string recovery_transport = "replica_group";
   std::string collective_transport = "auto";
+  bool verify_collectives = false;
 };
 
 // Checks `flags` and sets the fields of `options` they configure (others

@@ -22,6 +22,7 @@ TEST(ApplyNodeFlagsTest, SetsTheFieldsTheFlagsName) {
   flags.recovery_timeout_ms = 9000;
   flags.recovery_transport = "stream";
   flags.collective_transport = "tcp";
+  flags.verify_collectives = true;
   NodeOptions options;
   options.identity = "node-2";
 
@@ -38,6 +39,7 @@ TEST(ApplyNodeFlagsTest, SetsTheFieldsTheFlagsName) {
   EXPECT_EQ(options.checkpoint_interval_steps, 10);
   EXPECT_EQ(options.checkpoint_keep_last, 3);
   EXPECT_EQ(options.resume_from, "/tmp/old");
+  EXPECT_TRUE(options.verify_collectives);
   EXPECT_EQ(options.recovery_timeout, absl::Seconds(9));
   EXPECT_FALSE(options.recovery_over_replica_group);
   EXPECT_EQ(options.collective_transport, comm::TransportMode::kTcp);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/comm/verified_collective.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/crc32c.h"
 #include "daemon/core/deadline_waker.h"
@@ -424,6 +425,12 @@ absl::Status NodeManager::BuildCommunicators(int64_t epoch, int world_size,
   if (!r.ok()) return r.status();
   std::shared_ptr<comm::Collective> shard_group = std::move(*s);
   std::shared_ptr<comm::Collective> replica_group = std::move(*r);
+  if (options_.verify_collectives) {
+    shard_group = std::make_shared<comm::VerifiedCollective>(
+        std::move(shard_group), shard.group);
+    replica_group = std::make_shared<comm::VerifiedCollective>(
+        std::move(replica_group), replica.group);
+  }
   if (options_.observer != nullptr) {
     shard_group = std::make_shared<ObservedCollective>(
         std::move(shard_group), metrics::node_labels::kShardGroup,

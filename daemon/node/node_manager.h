@@ -77,6 +77,10 @@ struct NodeOptions {
   std::function<std::pair<int64_t, int64_t>()> shm_usage;
   // Bounds every collective and the Gloo connection set-up.
   absl::Duration collective_timeout = absl::Seconds(30);
+  // Check before every collective that the group's ranks issue the same
+  // one (comm::VerifiedCollective): a debugging mode, an extra small
+  // all-gather per collective.
+  bool verify_collectives = false;
   absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration initial_join_timeout = absl::Seconds(30);
 

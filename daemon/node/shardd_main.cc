@@ -112,6 +112,11 @@ ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
 ABSL_FLAG(int64_t, collective_timeout_ms, 30000,
           "deadline of every collective and of communicator set-up");
 ABSL_FLAG(int64_t, max_message_mb, 64, "largest gRPC message accepted");
+ABSL_FLAG(bool, verify_collectives, false,
+          "debugging: before every collective, check that every rank of the "
+          "group issues the same one (kind, element type, counts, root, "
+          "place in the sequence); a mismatch fails it on every rank with "
+          "INTERNAL naming both (costs a small all-gather per collective)");
 ABSL_FLAG(std::string, commit_log, "",
           "append every commit (step, epoch, shard CRC-32C) to this file, for "
           "tests and audits (costs a CRC of the shard per step)");
@@ -513,7 +518,8 @@ absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
        .resume_from = absl::GetFlag(FLAGS_resume_from),
        .recovery_timeout_ms = absl::GetFlag(FLAGS_recovery_timeout_ms),
        .recovery_transport = absl::GetFlag(FLAGS_recovery_transport),
-       .collective_transport = absl::GetFlag(FLAGS_collective_transport)},
+       .collective_transport = absl::GetFlag(FLAGS_collective_transport),
+       .verify_collectives = absl::GetFlag(FLAGS_verify_collectives)},
       options);
   if (!applied.ok()) return applied;
   SetPeerCalls(credentials.channel_credentials, options);

@@ -19,7 +19,9 @@ set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
-FL_DAEMON_FLAGS=(--collective_timeout_ms=3000)
+# Every collective checked for a match across ranks (the defect this test
+# is about made them differ).
+FL_DAEMON_FLAGS=(--collective_timeout_ms=3000 --verify_collectives)
 fl_reference
 
 RANK=2
