@@ -91,7 +91,14 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
       std::make_shared<ProcessCollector>();
   int bound = 0;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(Endpoint(address, port), 2);
+    // civetweb gives each connection a thread of num_threads until its
+    // request is read: with its defaults (2 threads, 30 s) two idle
+    // connections (a stalled client, a port scan's half-open socket) left
+    // /metrics unanswered for 30 s and every scrape failed meanwhile.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", Endpoint(address, port), "num_threads",
+        absl::StrCat(kServerThreads), "request_timeout_ms",
+        absl::StrCat(absl::ToInt64Milliseconds(kRequestTimeout))});
     const std::vector<int> ports = exposer->GetListeningPorts();
     if (ports.empty() || ports[0] <= 0) {
       return absl::UnavailableError(

@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 
@@ -24,6 +25,12 @@ namespace shardd::metrics {
 // ownership of the registry and the added collectables.
 class MetricsServer {
  public:
+  // HTTP connections served at once, and how long one may take to send its
+  // request (or to read the reply) before the server drops it: a scrape
+  // queued behind idle connections waits at most this long.
+  static constexpr int kServerThreads = 4;
+  static constexpr absl::Duration kRequestTimeout = absl::Seconds(2);
+
   // Listens on `address` (an IPv4 or IPv6 literal, e.g. "0.0.0.0") and
   // `port` (0: a free port the kernel picks; see port()).
   //   INVALID_ARGUMENT  port outside [0, 65535], address not an IP literal,

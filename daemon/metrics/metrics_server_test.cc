@@ -1,9 +1,17 @@
 #include "daemon/metrics/metrics_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -122,6 +130,50 @@ TEST_F(MetricsServerTest, AnAddressNotOnThisMachineIsUnavailable) {
       << server.status();
   EXPECT_TRUE(absl::StrContains(server.status().message(), "192.0.2.1:0"))
       << server.status();
+}
+
+// Connections that never send a request (a stalled client, a half-open
+// socket) each hold one of the server's threads; with civetweb's defaults
+// two of them kept every scrape waiting 30 s. They are dropped after
+// kRequestTimeout, and a scrape behind them is answered.
+TEST_F(MetricsServerTest, IdleConnectionsDoNotBlockScrapes) {
+  auto server = MetricsServer::Start("127.0.0.1", 0, registry_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> idle;
+  absl::Cleanup close_idle = [&idle] {
+    for (int fd : idle) close(fd);
+  };
+  for (int i = 0; i < 2 * MetricsServer::kServerThreads; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  }
+  // The idle ones take the threads in rounds of kServerThreads, each for
+  // kRequestTimeout; then the scrape's turn comes.
+  const absl::Time start = absl::Now();
+  const int rounds =
+      static_cast<int>(idle.size()) / MetricsServer::kServerThreads;
+  auto body = HttpGet("127.0.0.1", (*server)->port(), "/metrics",
+                      start + (rounds + 2) * MetricsServer::kRequestTimeout);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_TRUE(ParseExposition(*body).ok());
+  std::printf("scrape behind %zu idle connections answered after %s\n",
+              idle.size(), absl::FormatDuration(absl::Now() - start).c_str());
+  // The server closed them: each reads end of file.
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1,
+                   static_cast<int>(absl::ToInt64Milliseconds(
+                       2 * MetricsServer::kRequestTimeout))),
+              1);
+    char byte;
+    EXPECT_LE(recv(fd, &byte, 1, 0), 0);
+  }
 }
 
 TEST_F(MetricsServerTest, StopsServingWhenDestroyed) {
