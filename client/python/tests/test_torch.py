@@ -61,7 +61,7 @@ def train(directory, world_size, sharding_factor, strategy, units,
           kill_trainer=False, optimizer="adamw", deep=False, param_dtype="",
           lr=tt.LR, steps=STEPS, init="", load_from="",
           export_optimizer=False, zero_copy=False, model="",
-          micro_batches=1):
+          micro_batches=1, stop_rank=None, daemon_flags=()):
     """Runs one cluster and its trainers: every rank's results (and export).
 
     kill_rank: that rank's daemon runs with --failpoint=`failpoint`. A kill
@@ -69,6 +69,10 @@ def train(directory, world_size, sharding_factor, strategy, units,
     With kill_trainer, a stop point: once the daemon has stopped itself
     (SIGSTOP, in the middle of a step) its trainer is SIGKILLed, the daemon
     continued (SIGCONT) and a new trainer started against it.
+    stop_rank: that rank's trainer stops itself after step 4's forward and
+    is continued once the coordinator has a new epoch ready (its peers'
+    collectives timed out: pass a short --collective_timeout_ms in
+    daemon_flags, every daemon's extra flags).
     """
     os.makedirs(directory)
     c = Cluster(directory)
@@ -90,7 +94,8 @@ def train(directory, world_size, sharding_factor, strategy, units,
             argv = [
                 SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
                 f"--identity=node-{rank}", f"--rank={rank}",
-                f"--listen_unix={socket}", f"--shm_dir={shm}"
+                f"--listen_unix={socket}", f"--shm_dir={shm}",
+                *daemon_flags
             ]
             daemon_argv.append(argv)
             if rank == kill_rank:
@@ -130,9 +135,20 @@ def train(directory, world_size, sharding_factor, strategy, units,
             if model:
                 argv.append(f"--model={model}")
             argv.append(f"--micro_batches={micro_batches}")
+            if rank == stop_rank:
+                argv.append("--stop_in_step=4")
             trainers.append((f"trainer{rank}", c.start(f"trainer{rank}",
                                                        argv)))
         daemons = [p for p in c.procs if p not in trainers]
+        if stop_rank is not None:
+            trainer = trainers[stop_rank][1]
+            poll(lambda: stopped(trainer.pid), RUN_SECONDS,
+                 f"trainer {stop_rank} stopped in step 4", daemons + trainers)
+            poll(lambda: re.search(r"EPOCH_READY: epoch ([3-9]|\d\d+) ready",
+                                   c.log("coordinator")), RUN_SECONDS,
+                 "a new epoch ready while the trainer is stopped",
+                 daemons + trainers)
+            trainer.send_signal(signal.SIGCONT)
         if kill_rank is not None and kill_trainer:
             daemon = dict(daemons)[f"shardd{kill_rank}"]
             poll(lambda: stopped(daemon.pid), RUN_SECONDS,
@@ -518,6 +534,24 @@ def test_trainer_killed_mid_step_restarts_and_reattaches(tmp_path,
     assert sorted(restarted["losses"]) == list(range(4, STEPS + 1))
     for rank in (0, 1, 3):
         assert 4 in faulty[rank]["aborted"], rank
+    for a, b in zip(clean, faulty):
+        for name, value in a["params"].items():
+            assert torch.equal(value, b["params"][name]), name
+        for step, loss in b["losses"].items():
+            assert loss == a["losses"][step], step
+
+
+def test_trainer_stopped_mid_step_is_told_and_redoes_the_step(tmp_path,
+                                                              hybrid_run):
+    """Rank 2's torch trainer stops (SIGSTOP) after step 4's forward, its
+    peers' collectives time out (3 s) and a new epoch forms; continued, it
+    goes on with step 4's backward, which the daemon refuses (the attempt
+    began in the old epoch): StepAborted, recover(), the step redone, and
+    the parameters end bit-equal to the no-fault run."""
+    clean, _ = hybrid_run
+    faulty, _ = train(str(tmp_path / "stop"), stop_rank=2,
+                      daemon_flags=["--collective_timeout_ms=3000"], **HYBRID)
+    assert 4 in faulty[2]["aborted"]
     for a, b in zip(clean, faulty):
         for name, value in a["params"].items():
             assert torch.equal(value, b["params"][name]), name

@@ -8,6 +8,7 @@ daemon, to --out (torch.save) and, with --export, makes a FULL export.
 
 import argparse
 import os
+import signal
 import sys
 
 import torch
@@ -150,6 +151,8 @@ def main():
     parser.add_argument("--model", default="", help="mlp, deep or gpt")
     parser.add_argument("--micro_batches", type=int, default=1,
                         help="each rank's batch in this many micro-batches")
+    parser.add_argument("--stop_in_step", type=int, default=0,
+                        help="stop (SIGSTOP) once, after that step's forward")
     args = parser.parse_args()
     task = Task(args.model or ("deep" if args.deep else "mlp"))
 
@@ -187,6 +190,7 @@ def main():
             scheduler = torch.optim.lr_scheduler.LambdaLR(
                 model.optimizer, schedule)
         losses, norms, lrs, aborted = {}, {}, {}, []
+        stop_in_step = args.stop_in_step
         while model.next_step <= args.steps:
             step = model.next_step
             try:
@@ -198,6 +202,12 @@ def main():
                 for xi, yi in zip(xs[:-1], ys[:-1]):
                     (task.loss(model(xi), yi) / len(xs)).backward()
                 loss = task.loss(model(xs[-1]), ys[-1]) / len(xs)
+                if step == stop_in_step:
+                    # Its gathers issued, its reductions not: a trainer
+                    # stopped mid-step until the test continues it.
+                    stop_in_step = 0
+                    print(f"stopping in step {step}", flush=True)
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 model.backward(loss)
                 response = model.step()
             except (StepAborted, DaemonUnavailable) as e:
