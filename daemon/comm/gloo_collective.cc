@@ -569,6 +569,7 @@ QueuedCollective::Identity CommunicatorIdentity(
   identity.epoch = options.epoch;
   identity.group = options.group;
   identity.transport = std::move(transport);
+  identity.job_ranks = options.job_ranks;
   identity.default_op_timeout = options.default_op_timeout;
   return identity;
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/comm/op_validation.h"
 #include "daemon/comm/scoped_sigpipe_block.h"
 
@@ -35,11 +36,16 @@ QueuedCollective::~QueuedCollective() {
 
 absl::Status QueuedCollective::InContext(OpKind kind,
                                          const absl::Status& status) const {
+  const std::string job_ranks =
+      id_.job_ranks.empty()
+          ? std::string()
+          : absl::StrCat(", job ranks [", absl::StrJoin(id_.job_ranks, ", "),
+                         "]");
   return absl::Status(
       status.code(),
       absl::StrCat(OpKindName(kind), " on epoch ", id_.epoch, " group '",
                    id_.group, "' rank ", id_.rank, "/", id_.size, " (",
-                   id_.transport, "): ", status.message()));
+                   id_.transport, job_ranks, "): ", status.message()));
 }
 
 // ---------------------------------------------------------------------------

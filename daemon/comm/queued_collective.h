@@ -45,6 +45,9 @@ class QueuedCollective final : public Collective {
     std::string group;
     // Named in error messages: "tcp", "shm".
     std::string transport;
+    // The job rank of each group rank, named in error messages (whose
+    // "rank 1 did not reach ..." counts group ranks); empty: not known.
+    std::vector<int> job_ranks;
     // Deadline of an operation whose OpOptions leave it unset.
     absl::Duration default_op_timeout = absl::Seconds(30);
   };
@@ -120,7 +123,8 @@ class QueuedCollective final : public Collective {
   // communicator is idle afterwards.
   absl::Status Finish(const Op& op, absl::Status status, absl::Duration busy,
                       bool last);
-  // "<Op> on epoch E group 'g' rank r/n (transport): <message>".
+  // "<Op> on epoch E group 'g' rank r/n (transport, job ranks [a, b]):
+  // <message>".
   absl::Status InContext(OpKind kind, const absl::Status& status) const;
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !running_ && (stopping_ || !queue_.empty());

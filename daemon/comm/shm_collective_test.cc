@@ -66,7 +66,7 @@ struct Formed {
 
 Formed FormHost(int world, const std::string& group, TransportMode mode,
                 absl::Duration op_timeout = absl::Seconds(30),
-                int refusing_rank = -1) {
+                int refusing_rank = -1, std::vector<int> job_ranks = {}) {
   InMemoryStore store;
   Formed formed;
   formed.comms.resize(world);
@@ -75,6 +75,7 @@ Formed FormHost(int world, const std::string& group, TransportMode mode,
   ForEachRank(world, [&](int r) {
     HostCollectiveOptions options;
     options.gloo = GlooOptions(r, world, group, op_timeout);
+    options.gloo.job_ranks = job_ranks;
     options.transport = mode;
     options.slot_bytes = kSlotBytes;
     options.refuse_mapping_for_testing = r == refusing_rank;
@@ -373,6 +374,25 @@ TEST(ShmCollectiveTest, DeadlineWhenAPeerNeverIssuesThenEveryOpFails) {
   EXPECT_EQ(peer.code(), absl::StatusCode::kUnavailable) << peer;
   EXPECT_NE(peer.message().find("rank 0"), absl::string_view::npos) << peer;
   EXPECT_LT(MonoNow() - peer_start, absl::Milliseconds(250));
+}
+
+// "rank 1 did not reach round 0" counts group ranks; the context names the
+// job rank of each, so that an operator finds the straggling daemon.
+TEST(ShmCollectiveTest, ErrorsNameTheJobRanksOfTheGroup) {
+  Formed formed = FormHost(2, UniqueGroup("shm"), TransportMode::kShm,
+                           absl::Milliseconds(300), -1, {5, 9});
+  ASSERT_TRUE(formed.errors[0].ok()) << formed.errors[0];
+  std::vector<float> out(8);
+  std::vector<float> in(4, 1.0f);
+  const absl::Status status =
+      formed.comms[0]
+          ->AllGather(in.data(), out.data(), {4, 4}, DType::kFloat32)
+          ->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("rank 0/2 (shm, job ranks [5, 9]): rank 1 "
+                                  "did not reach round 0"),
+            absl::string_view::npos)
+      << status;
 }
 
 TEST(ShmCollectiveTest, AbortWhileWaitingOnAPeerReturnsPromptly) {
