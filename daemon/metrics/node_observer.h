@@ -102,6 +102,10 @@ class NodeObserver {
   virtual void RecoveryTransfer(absl::string_view /*role*/, bool /*ok*/) {}
   // A sharded checkpoint was written at `when`.
   virtual void CheckpointWritten(absl::Time /*when*/) {}
+  // The trainer called Gather, Release, ReduceGrad, Step or WaitReady at
+  // `when`: a rank whose trainer stops calling while its peers wait is the
+  // one a stalled job waits for.
+  virtual void TrainerCalled(absl::Time /*when*/) {}
   // Writing a sharded checkpoint failed (full disk, I/O error): training
   // goes on, but a later rollback can reach only older checkpoints.
   virtual void CheckpointWriteFailed() {}

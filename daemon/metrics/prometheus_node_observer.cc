@@ -194,6 +194,11 @@ PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
       registry, "shardd_checkpoint_last_written_timestamp_seconds",
       "Unix time the newest sharded checkpoint was written (0 before the "
       "first); its age is time() minus this.");
+  trainer_last_call_ = NewGauge(
+      registry, "shardd_trainer_last_call_timestamp_seconds",
+      "Unix time of the trainer's last Gather, Release, ReduceGrad, Step or "
+      "WaitReady (0 before the first); when a job stalls, the rank whose "
+      "value stopped moving is the one its peers wait for.");
   checkpoint_write_failures_ = NewCounter(
       registry, "shardd_checkpoint_write_failures_total",
       "Sharded checkpoints whose write failed (the daemon's log says why); "
@@ -327,6 +332,10 @@ void PrometheusNodeObserver::CheckpointWritten(absl::Time when) {
   if (unix_seconds > checkpoint_last_written_->Value()) {
     checkpoint_last_written_->Set(unix_seconds);
   }
+}
+
+void PrometheusNodeObserver::TrainerCalled(absl::Time when) {
+  trainer_last_call_->Set(absl::ToDoubleSeconds(when - absl::UnixEpoch()));
 }
 
 void PrometheusNodeObserver::CheckpointWriteFailed() {

@@ -50,6 +50,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void RecoveryBytes(absl::string_view direction, int64_t bytes) override;
   void RecoveryTransfer(absl::string_view role, bool ok) override;
   void CheckpointWritten(absl::Time when) override;
+  void TrainerCalled(absl::Time when) override;
   void CheckpointWriteFailed() override;
   void CheckpointRestored() override;
   void PrefetchHint(absl::string_view result) override;
@@ -95,6 +96,7 @@ class PrometheusNodeObserver : public NodeObserver {
   // read-compare-set one step.
   absl::Mutex checkpoint_mu_;
   prometheus::Gauge* checkpoint_last_written_ ABSL_GUARDED_BY(checkpoint_mu_);
+  prometheus::Gauge* trainer_last_call_;
 };
 
 }  // namespace shardd::metrics

@@ -231,6 +231,14 @@ TEST_F(PrometheusNodeObserverTest, CheckpointTimestampIsTheNewestCheckpoint) {
             1'700'000'000 - 30);
 }
 
+TEST_F(PrometheusNodeObserverTest, TrainerLastCallIsTheLatestCall) {
+  EXPECT_EQ(Samples().at("shardd_trainer_last_call_timestamp_seconds"), 0);
+  observer_.TrainerCalled(now_ - absl::Seconds(12));
+  observer_.TrainerCalled(now_ - absl::Seconds(2));
+  EXPECT_EQ(Samples().at("shardd_trainer_last_call_timestamp_seconds"),
+            1'700'000'000 - 2);
+}
+
 TEST_F(PrometheusNodeObserverTest,
        ShmLeftoversFollowTheLatestSweepAndSweptCountersAdd) {
   auto zero = Samples();

@@ -66,8 +66,14 @@ void TrainerOps::NewEpoch() {
 }
 
 void TrainerOps::NoteWaitReady() {
+  NoteCall();
   absl::MutexLock lock(&mu_);
   ledger_.EndAttempt();
+}
+
+void TrainerOps::NoteCall() {
+  if (options_.observer != nullptr)
+    options_.observer->TrainerCalled(absl::Now());
 }
 
 void TrainerOps::EngineInstalled() {
@@ -135,6 +141,7 @@ absl::StatusOr<std::shared_ptr<StepEngine>> TrainerOps::EngineForUnit(
 absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
     const v1::GatherRequest& request, MonoTime deadline) {
   (void)deadline;  // Collectives run to the collective timeout.
+  NoteCall();
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
@@ -223,6 +230,7 @@ absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
 
 absl::StatusOr<v1::ReleaseResponse> TrainerOps::Release(
     const v1::ReleaseRequest& request) {
+  NoteCall();
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
@@ -358,6 +366,7 @@ absl::Status TrainerOps::TakeGradient(StepEngine& engine, int unit,
 absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
     const v1::ReduceGradRequest& request, MonoTime deadline) {
   (void)deadline;  // Collectives run to the collective timeout.
+  NoteCall();
   absl::MutexLock op(&op_mu_);
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
@@ -433,6 +442,7 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReleaseAfterReduce(
 absl::StatusOr<v1::StepResponse> TrainerOps::Step(
     const v1::StepRequest& request, MonoTime deadline) {
   (void)deadline;  // Collectives run to the collective timeout.
+  NoteCall();
   if (request.step() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: must be >= 1, got ", request.step()));

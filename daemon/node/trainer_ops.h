@@ -153,6 +153,8 @@ class TrainerOps {
   // collectives: `engine`'s collective wait since `before`.
   void ReportWait(absl::string_view call, const StepEngine& engine,
                   absl::Duration before);
+  // Tells the observer that the trainer called now.
+  void NoteCall();
   // The host's ready epoch, or ABORTED counted as an epoch change: when it
   // is not ready, or the trainer's step attempt began in another epoch.
   absl::StatusOr<int64_t> EnterReadyEpoch();

@@ -151,12 +151,21 @@ class CountingObserver : public metrics::NodeObserver {
     absl::MutexLock lock(&mu_);
     return total_wait_;
   }
+  void TrainerCalled(absl::Time when) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(when);
+  }
+  std::vector<absl::Time> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<std::string> aborts_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> waits_ ABSL_GUARDED_BY(mu_);
   absl::Duration total_wait_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::ShouldCommitResponse Decision(bool commit) {
@@ -458,6 +467,26 @@ TEST_F(TrainerOpsTest, ANewEpochBetweenStepsRefusesNothing) {
   ASSERT_TRUE(ops_->Step(StepOf(2), Deadline()).ok());
   EXPECT_EQ(host_.commits(), (std::vector<std::string>{"1@3", "2@4"}));
   EXPECT_TRUE(observer_.aborts().empty());
+}
+
+// Every step call tells the observer when the trainer last called, those
+// refused included: a stuck trainer is one that stops calling.
+TEST_F(TrainerOpsTest, EveryCallIsNotedWithItsTime) {
+  const absl::Time before = absl::Now();
+  ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline()).ok());
+  v1::ReleaseRequest release;
+  release.set_unit(0);
+  ASSERT_TRUE(ops_->Release(release).ok());
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(ops_->Step(StepOf(0), Deadline()).status()));
+  ops_->NoteWaitReady();
+  const std::vector<absl::Time> calls = observer_.calls();
+  ASSERT_EQ(calls.size(), 5u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_GE(calls[i], i == 0 ? before : calls[i - 1]);
+  }
+  EXPECT_LE(calls.back(), absl::Now());
 }
 
 TEST_F(TrainerOpsTest, DetachReleasesWhatTheOldTrainerHeld) {
