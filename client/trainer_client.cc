@@ -12,6 +12,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/rpc/grpc_deadline.h"
 #include "daemon/rpc/grpc_status.h"
 
@@ -109,10 +110,15 @@ absl::Status TrainerClient::WithContext(const absl::Status& status,
   return annotated;
 }
 
-void TrainerClient::SetDeadline(grpc::ClientContext& context,
-                                std::optional<MonoTime> deadline) const {
+void TrainerClient::Prepare(grpc::ClientContext& context,
+                            std::optional<MonoTime> deadline) const {
   const MonoTime when = deadline.value_or(MonoNow() + options_.default_timeout);
   rpc::SetDeadline(&context, when);
+  const uint64_t attachment = attachment_.load(std::memory_order_acquire);
+  if (attachment != 0) {
+    context.AddMetadata(rpc::kAttachmentMetadata,
+                        absl::StrFormat("%016x", attachment));
+  }
 }
 
 absl::Status TrainerClient::Convert(const grpc::Status& status,
@@ -168,11 +174,12 @@ absl::StatusOr<v1::RegisterModelResponse> TrainerClient::RegisterModel(
   }
   segments_.Clear();
   grpc::ClientContext context;
-  SetDeadline(context,
-              deadline.value_or(MonoNow() + options_.register_timeout));
+  Prepare(context, deadline.value_or(MonoNow() + options_.register_timeout));
   v1::RegisterModelResponse response;
   grpc::Status status = stub_->RegisterModel(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
+  // From now on this process's calls say which attachment they are.
+  attachment_.store(response.attachment(), std::memory_order_release);
   return response;
 }
 
@@ -191,7 +198,7 @@ absl::StatusOr<GatheredUnit> TrainerClient::Gather(
   const int unit = request.unit();
   const v1::Pass pass = request.pass();
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::GatherResponse response;
   grpc::Status status = stub_->Gather(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -237,7 +244,7 @@ absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
 absl::StatusOr<v1::ReleaseResponse> TrainerClient::Release(
     const v1::ReleaseRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::ReleaseResponse response;
   grpc::Status status = stub_->Release(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -257,7 +264,7 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
 absl::StatusOr<v1::ReduceGradResponse> TrainerClient::ReduceGrad(
     const v1::ReduceGradRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::ReduceGradResponse response;
   grpc::Status status = stub_->ReduceGrad(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -271,7 +278,7 @@ absl::StatusOr<v1::StepResponse> TrainerClient::Step(
   request.set_step(step);
   if (learning_rate.has_value()) request.set_learning_rate(*learning_rate);
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::StepResponse response;
   grpc::Status status = stub_->Step(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -283,7 +290,7 @@ absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
   v1::WaitReadyRequest request;
   request.set_min_epoch(min_epoch);
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::WaitReadyResponse response;
   grpc::Status status = stub_->WaitReady(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -293,7 +300,7 @@ absl::StatusOr<v1::WaitReadyResponse> TrainerClient::WaitReady(
 absl::StatusOr<v1::ExportStateResponse> TrainerClient::ExportState(
     const v1::ExportStateRequest& request, std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::ExportStateResponse response;
   grpc::Status status = stub_->ExportState(&context, request, &response);
   if (!status.ok()) return Convert(status, context);
@@ -313,7 +320,7 @@ std::unique_ptr<EventStream> TrainerClient::WatchEvents(
 absl::StatusOr<v1::GetStatusResponse> TrainerClient::GetStatus(
     std::optional<MonoTime> deadline) {
   grpc::ClientContext context;
-  SetDeadline(context, deadline);
+  Prepare(context, deadline);
   v1::GetStatusResponse response;
   grpc::Status status =
       stub_->GetStatus(&context, v1::GetStatusRequest(), &response);

@@ -1,6 +1,7 @@
 #ifndef SHARDD_CLIENT_TRAINER_CLIENT_H_
 #define SHARDD_CLIENT_TRAINER_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -199,8 +200,10 @@ class TrainerClient {
   TrainerClient(TrainerClientOptions options, std::string target,
                 std::shared_ptr<grpc::Channel> channel);
 
-  void SetDeadline(grpc::ClientContext& context,
-                   std::optional<MonoTime> deadline) const;
+  // The call's deadline, and this process's attachment (the last
+  // RegisterModel's, as metadata rpc::kAttachmentMetadata) once it has one.
+  void Prepare(grpc::ClientContext& context,
+               std::optional<MonoTime> deadline) const;
   // gRPC status -> absl::Status (same code), rewriting connection failures
   // into the "no shardd daemon" message.
   absl::Status Convert(const grpc::Status& status,
@@ -211,6 +214,8 @@ class TrainerClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Trainer::Stub> stub_;
   SegmentCache segments_;
+  // RegisterModelResponse.attachment of the last registration (0: none).
+  std::atomic<uint64_t> attachment_{0};
 };
 
 }  // namespace shardd::client

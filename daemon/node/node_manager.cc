@@ -751,31 +751,42 @@ absl::StatusOr<std::unique_ptr<StepEngine>> NodeManager::CreateZeroedEngine(
 
 absl::StatusOr<v1::RegisterModelResponse> NodeManager::RegisterModel(
     const v1::RegisterModelRequest& request, MonoTime deadline) {
-  return registration_->RegisterModel(request, deadline);
+  absl::StatusOr<v1::RegisterModelResponse> registered =
+      registration_->RegisterModel(request, deadline);
+  if (registered.ok())
+    registered->set_attachment(trainer_ops_->NewAttachment());
+  return registered;
 }
 
 absl::StatusOr<v1::GatherResponse> NodeManager::Gather(
-    const v1::GatherRequest& request, MonoTime deadline) {
-  return trainer_ops_->Gather(request, deadline);
+    const v1::GatherRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
+  return trainer_ops_->Gather(request, deadline, attachment);
 }
 
 absl::StatusOr<v1::ReleaseResponse> NodeManager::Release(
-    const v1::ReleaseRequest& request) {
-  return trainer_ops_->Release(request);
+    const v1::ReleaseRequest& request, std::optional<uint64_t> attachment) {
+  return trainer_ops_->Release(request, attachment);
 }
 
 absl::StatusOr<v1::ReduceGradResponse> NodeManager::ReduceGrad(
-    const v1::ReduceGradRequest& request, MonoTime deadline) {
-  return trainer_ops_->ReduceGrad(request, deadline);
+    const v1::ReduceGradRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
+  return trainer_ops_->ReduceGrad(request, deadline, attachment);
 }
 
 absl::StatusOr<v1::StepResponse> NodeManager::Step(
-    const v1::StepRequest& request, MonoTime deadline) {
-  return trainer_ops_->Step(request, deadline);
+    const v1::StepRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
+  return trainer_ops_->Step(request, deadline, attachment);
 }
 
 absl::StatusOr<v1::WaitReadyResponse> NodeManager::WaitReady(
-    const v1::WaitReadyRequest& request, MonoTime deadline) {
+    const v1::WaitReadyRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
+  if (absl::Status s = trainer_ops_->CheckAttachment(attachment); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = EngineOrError();
   if (!engine.ok()) return engine.status();
   trainer_ops_->NoteWaitReady();

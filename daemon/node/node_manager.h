@@ -182,16 +182,23 @@ class NodeManager : private EpochActions,
 
   absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
       const v1::RegisterModelRequest& request, MonoTime deadline);
-  absl::StatusOr<v1::GatherResponse> Gather(const v1::GatherRequest& request,
-                                            MonoTime deadline);
+  // `attachment`: the caller's RegisterModelResponse.attachment, when it
+  // sent one (TrainerOps::CheckAttachment).
+  absl::StatusOr<v1::GatherResponse> Gather(
+      const v1::GatherRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
   absl::StatusOr<v1::ReleaseResponse> Release(
-      const v1::ReleaseRequest& request);
+      const v1::ReleaseRequest& request,
+      std::optional<uint64_t> attachment = std::nullopt);
   absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
-      const v1::ReduceGradRequest& request, MonoTime deadline);
-  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
-                                        MonoTime deadline);
+      const v1::ReduceGradRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
+  absl::StatusOr<v1::StepResponse> Step(
+      const v1::StepRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
   absl::StatusOr<v1::WaitReadyResponse> WaitReady(
-      const v1::WaitReadyRequest& request, MonoTime deadline);
+      const v1::WaitReadyRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
   // `cancelled` (may be null): the caller went away; the writing stops as
   // at the deadline (StateExport).
   absl::StatusOr<v1::ExportStateResponse> ExportState(

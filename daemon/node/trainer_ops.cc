@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/core/model_config.h"
 #include "daemon/memory/cuda_ipc_name.h"
 #include "daemon/memory/shared_memory_segment.h"
@@ -69,6 +71,27 @@ void TrainerOps::NoteWaitReady() {
   NoteCall();
   absl::MutexLock lock(&mu_);
   ledger_.EndAttempt();
+}
+
+uint64_t TrainerOps::NewAttachment() {
+  absl::BitGen random;
+  uint64_t id = 0;
+  while (id == 0) id = absl::Uniform<uint64_t>(random);
+  absl::MutexLock lock(&mu_);
+  attachment_ = id;
+  return id;
+}
+
+absl::Status TrainerOps::CheckAttachment(
+    std::optional<uint64_t> attachment) const {
+  if (!attachment.has_value()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (*attachment == attachment_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "this trainer's attachment %016x is superseded: another trainer process "
+      "registered with this daemon since (attachment %016x), and only the "
+      "newest may call; this process should exit",
+      *attachment, attachment_));
 }
 
 void TrainerOps::NoteCall() {
@@ -139,10 +162,12 @@ absl::StatusOr<std::shared_ptr<StepEngine>> TrainerOps::EngineForUnit(
 }
 
 absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
-    const v1::GatherRequest& request, MonoTime deadline) {
+    const v1::GatherRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
   (void)deadline;  // Collectives run to the collective timeout.
   NoteCall();
   absl::MutexLock op(&op_mu_);
+  if (absl::Status s = CheckAttachment(attachment); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
@@ -229,9 +254,10 @@ absl::StatusOr<v1::GatherResponse> TrainerOps::Gather(
 }
 
 absl::StatusOr<v1::ReleaseResponse> TrainerOps::Release(
-    const v1::ReleaseRequest& request) {
+    const v1::ReleaseRequest& request, std::optional<uint64_t> attachment) {
   NoteCall();
   absl::MutexLock op(&op_mu_);
+  if (absl::Status s = CheckAttachment(attachment); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
@@ -364,10 +390,12 @@ absl::Status TrainerOps::TakeGradient(StepEngine& engine, int unit,
 }
 
 absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReduceGrad(
-    const v1::ReduceGradRequest& request, MonoTime deadline) {
+    const v1::ReduceGradRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
   (void)deadline;  // Collectives run to the collective timeout.
   NoteCall();
   absl::MutexLock op(&op_mu_);
+  if (absl::Status s = CheckAttachment(attachment); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<StepEngine>> engine =
       EngineForUnit(request.unit());
   if (!engine.ok()) return engine.status();
@@ -440,7 +468,8 @@ absl::StatusOr<v1::ReduceGradResponse> TrainerOps::ReleaseAfterReduce(
 }
 
 absl::StatusOr<v1::StepResponse> TrainerOps::Step(
-    const v1::StepRequest& request, MonoTime deadline) {
+    const v1::StepRequest& request, MonoTime deadline,
+    std::optional<uint64_t> attachment) {
   (void)deadline;  // Collectives run to the collective timeout.
   NoteCall();
   if (request.step() < 1) {
@@ -455,6 +484,7 @@ absl::StatusOr<v1::StepResponse> TrainerOps::Step(
                      request.learning_rate()));
   }
   absl::MutexLock op(&op_mu_);
+  if (absl::Status s = CheckAttachment(attachment); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<StepEngine>> engine = options_.host->Engine();
   if (!engine.ok()) return engine.status();
   const EngineConfig& config = (*engine)->config();

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,14 +81,28 @@ class TrainerOps {
  public:
   explicit TrainerOps(TrainerOpsOptions options);
 
-  absl::StatusOr<v1::GatherResponse> Gather(const v1::GatherRequest& request,
-                                            MonoTime deadline);
+  // `attachment`: the caller's RegisterModelResponse.attachment, when it
+  // sent one; a superseded one is refused (CheckAttachment).
+  absl::StatusOr<v1::GatherResponse> Gather(
+      const v1::GatherRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
   absl::StatusOr<v1::ReleaseResponse> Release(
-      const v1::ReleaseRequest& request);
+      const v1::ReleaseRequest& request,
+      std::optional<uint64_t> attachment = std::nullopt);
   absl::StatusOr<v1::ReduceGradResponse> ReduceGrad(
-      const v1::ReduceGradRequest& request, MonoTime deadline);
-  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
-                                        MonoTime deadline);
+      const v1::ReduceGradRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
+  absl::StatusOr<v1::StepResponse> Step(
+      const v1::StepRequest& request, MonoTime deadline,
+      std::optional<uint64_t> attachment = std::nullopt);
+
+  // A trainer process registered (or re-attached): its attachment, new and
+  // never 0; every earlier one is superseded from now on.
+  uint64_t NewAttachment();
+  // FAILED_PRECONDITION when `attachment` is a superseded one (another
+  // trainer process registered since): two processes must not interleave
+  // their steps on one daemon. OK when it is the current one, or absent.
+  absl::Status CheckAttachment(std::optional<uint64_t> attachment) const;
 
   // Serialises trainer operations; held by each of the above.
   absl::Mutex& op_mutex() { return op_mu_; }
@@ -175,6 +190,8 @@ class TrainerOps {
   absl::Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   StepLedger ledger_ ABSL_GUARDED_BY(mu_);
+  // The newest trainer's attachment (0: none registered yet).
+  uint64_t attachment_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // How the node reads a failed operation's status, by code only.

@@ -489,6 +489,35 @@ TEST_F(TrainerOpsTest, EveryCallIsNotedWithItsTime) {
   EXPECT_LE(calls.back(), absl::Now());
 }
 
+// Two trainer processes on one daemon: the newest registration wins, and
+// the older one's calls are refused by name instead of interleaving.
+TEST_F(TrainerOpsTest, ASupersededAttachmentIsRefused) {
+  const uint64_t old_one = ops_->NewAttachment();
+  ASSERT_NE(old_one, 0u);
+  ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline(), old_one).ok());
+  const uint64_t new_one = ops_->NewAttachment();
+  ASSERT_NE(new_one, old_one);
+  v1::ReleaseRequest release;
+  release.set_unit(0);
+  const absl::Status refused = ops_->Release(release, old_one).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("is superseded"), absl::string_view::npos)
+      << refused;
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ops_->Gather(GatherOf(0), Deadline(), old_one).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline(), old_one).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      ops_->Step(StepOf(1), Deadline(), old_one).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(ops_->CheckAttachment(old_one)));
+  // The refused calls changed nothing: unit 0 is still held.
+  EXPECT_EQ(ops_->HeldUnits(), std::vector<int>{0});
+  // The newest, or a caller that sends none, goes on.
+  ASSERT_TRUE(ops_->Release(release, new_one).ok());
+  ASSERT_TRUE(ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline()).ok());
+  ASSERT_TRUE(ops_->Step(StepOf(1), Deadline(), new_one).ok());
+}
+
 TEST_F(TrainerOpsTest, DetachReleasesWhatTheOldTrainerHeld) {
   ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline()).ok());
   absl::MutexLock op(&ops_->op_mutex());

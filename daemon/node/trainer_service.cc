@@ -1,7 +1,13 @@
 #include "daemon/node/trainer_service.h"
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/core/mono_time.h"
@@ -34,6 +40,23 @@ grpc::Status Reply(NodeManager& manager, grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+// The caller's attachment (metadata rpc::kAttachmentMetadata), when it sent
+// one; INVALID_ARGUMENT when it is not 16 hex digits.
+absl::StatusOr<std::optional<uint64_t>> AttachmentOf(
+    const grpc::ServerContext& context) {
+  const auto it = context.client_metadata().find(rpc::kAttachmentMetadata);
+  if (it == context.client_metadata().end()) return std::nullopt;
+  const std::string text(it->second.data(), it->second.size());
+  uint64_t attachment = 0;
+  if (text.size() != 16 || !absl::SimpleHexAtoi(text, &attachment)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata ", rpc::kAttachmentMetadata, ": '", text,
+                     "' is not 16 hex digits (RegisterModelResponse."
+                     "attachment)"));
+  }
+  return attachment;
+}
+
 }  // namespace
 
 grpc::Status TrainerService::RegisterModel(
@@ -46,35 +69,50 @@ grpc::Status TrainerService::RegisterModel(
 grpc::Status TrainerService::Gather(grpc::ServerContext* context,
                                     const v1::GatherRequest* request,
                                     v1::GatherResponse* response) {
+  absl::StatusOr<std::optional<uint64_t>> attachment = AttachmentOf(*context);
+  if (!attachment.ok()) return rpc::ToGrpc(attachment.status());
   return Reply(*manager_, context,
-               manager_->Gather(*request, Deadline(context)), response);
+               manager_->Gather(*request, Deadline(context), *attachment),
+               response);
 }
 
 grpc::Status TrainerService::Release(grpc::ServerContext* context,
                                      const v1::ReleaseRequest* request,
                                      v1::ReleaseResponse* response) {
-  return Reply(*manager_, context, manager_->Release(*request), response);
+  absl::StatusOr<std::optional<uint64_t>> attachment = AttachmentOf(*context);
+  if (!attachment.ok()) return rpc::ToGrpc(attachment.status());
+  return Reply(*manager_, context, manager_->Release(*request, *attachment),
+               response);
 }
 
 grpc::Status TrainerService::ReduceGrad(grpc::ServerContext* context,
                                         const v1::ReduceGradRequest* request,
                                         v1::ReduceGradResponse* response) {
+  absl::StatusOr<std::optional<uint64_t>> attachment = AttachmentOf(*context);
+  if (!attachment.ok()) return rpc::ToGrpc(attachment.status());
   return Reply(*manager_, context,
-               manager_->ReduceGrad(*request, Deadline(context)), response);
+               manager_->ReduceGrad(*request, Deadline(context), *attachment),
+               response);
 }
 
 grpc::Status TrainerService::Step(grpc::ServerContext* context,
                                   const v1::StepRequest* request,
                                   v1::StepResponse* response) {
-  return Reply(*manager_, context, manager_->Step(*request, Deadline(context)),
+  absl::StatusOr<std::optional<uint64_t>> attachment = AttachmentOf(*context);
+  if (!attachment.ok()) return rpc::ToGrpc(attachment.status());
+  return Reply(*manager_, context,
+               manager_->Step(*request, Deadline(context), *attachment),
                response);
 }
 
 grpc::Status TrainerService::WaitReady(grpc::ServerContext* context,
                                        const v1::WaitReadyRequest* request,
                                        v1::WaitReadyResponse* response) {
+  absl::StatusOr<std::optional<uint64_t>> attachment = AttachmentOf(*context);
+  if (!attachment.ok()) return rpc::ToGrpc(attachment.status());
   return Reply(*manager_, context,
-               manager_->WaitReady(*request, Deadline(context)), response);
+               manager_->WaitReady(*request, Deadline(context), *attachment),
+               response);
 }
 
 grpc::Status TrainerService::ExportState(grpc::ServerContext* context,

@@ -11,6 +11,9 @@ namespace shardd::rpc {
 // the terminal status from another DATA_LOSS (a corrupt load_from file) by
 // a typed mark, never by the message.
 inline constexpr char kJobFailedTrailer[] = "shardd-job-failed";
+// Request metadata of the Trainer API: the caller's
+// RegisterModelResponse.attachment, 16 lowercase hex digits.
+inline constexpr char kAttachmentMetadata[] = "shardd-attachment";
 
 // absl::Status -> grpc::Status with the same code and message: the managers
 // choose codes by how the caller should react, and the wire keeps them.

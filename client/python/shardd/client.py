@@ -86,6 +86,10 @@ class TrainerClient:
                 ("grpc.max_reconnect_backoff_ms", 1000),
             ])
         self._stub = trainer_pb2_grpc.TrainerStub(self._channel)
+        # RegisterModelResponse.attachment of the last registration, sent
+        # with every call so that the daemon refuses this process's calls
+        # once another trainer process has registered (0: none yet).
+        self._attachment = 0
 
     def __enter__(self):
         return self
@@ -102,8 +106,11 @@ class TrainerClient:
         """Runs a unary call with a deadline; raises shardd.errors classes."""
         if timeout is None:
             timeout = self.default_timeout if default is None else default
+        metadata = ()
+        if self._attachment:
+            metadata = (("shardd-attachment", f"{self._attachment:016x}"),)
         try:
-            return method(request, timeout=timeout)
+            return method(request, timeout=timeout, metadata=metadata)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
@@ -131,8 +138,10 @@ class TrainerClient:
         if isinstance(request, common_pb2.ModelSpec):
             request = trainer_pb2.RegisterModelRequest(model=request)
         self.segments.clear()
-        return self._call(self._stub.RegisterModel, request, timeout,
-                          default=self.register_timeout)
+        response = self._call(self._stub.RegisterModel, request, timeout,
+                              default=self.register_timeout)
+        self._attachment = response.attachment
+        return response
 
     def gather(self, unit, pass_=FORWARD, prefetch=(), timeout=None,
                release_first=()):

@@ -29,11 +29,13 @@ import signal
 import subprocess
 import time
 
+import grpc
 import pytest
 import torch
 
 from conftest import REPO
 from shardd import client as shardd_client
+from shardd import errors as shardd_errors
 from shardd.v1 import common_pb2, trainer_pb2
 
 BIN_DIR = os.environ.get("SHARDD_BIN_DIR", os.path.join(REPO, "bazel-bin"))
@@ -219,3 +221,37 @@ def test_one_sgd_step_through_the_python_client(cluster, param_dtype):
         again = client.register_model(request, timeout=60)
         assert again.reattached and again.committed_step == 1
         assert client.get_status().committed_step == 1
+
+
+def test_a_second_trainer_process_supersedes_the_first(cluster):
+    """Two trainer processes on one daemon (a stale one still running, a new
+    one started): the newest registration wins; the older client's calls
+    are refused by name instead of interleaving with the newer's steps."""
+    generator = torch.Generator().manual_seed(23)
+    params = {(u, n): torch.randn(shape, generator=generator)
+              for u, tensors in MODEL.items() for n, shape in tensors}
+    request = trainer_pb2.RegisterModelRequest(
+        model=model_spec(params, common_pb2.DTYPE_FP32),
+        transport=common_pb2.TRANSPORT_SHARED_MEMORY)
+    with shardd_client.TrainerClient(cluster,
+                                     default_timeout=RPC_SECONDS) as old, \
+            shardd_client.TrainerClient(cluster,
+                                        default_timeout=RPC_SECONDS) as new:
+        old.wait_connected(timeout=START_SECONDS)
+        first = old.register_model(request, timeout=60)
+        old.wait_ready()
+        old.release(0, shardd_client.FORWARD)  # Accepted: the current one.
+        second = new.register_model(request, timeout=60)
+        assert second.reattached
+        assert first.attachment != 0 and second.attachment != 0
+        assert second.attachment != first.attachment
+        with pytest.raises(shardd_errors.ShardError) as refused:
+            old.gather(0, shardd_client.FORWARD)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "superseded" in str(refused.value)
+        with pytest.raises(shardd_errors.ShardError):
+            old.wait_ready()
+        new.wait_ready()
+        gathered = new.gather(0, shardd_client.FORWARD)
+        assert gathered.response.committed_step == 0
+        new.release(0, shardd_client.FORWARD)
