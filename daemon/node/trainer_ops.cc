@@ -86,7 +86,9 @@ absl::Status TrainerOps::CheckAttachment(
     std::optional<uint64_t> attachment) const {
   if (!attachment.has_value()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  if (*attachment == attachment_) return absl::OkStatus();
+  // Nothing registered here yet (a replacement daemon, before its trainer
+  // re-attaches): the call fails on its own, as "no model registered".
+  if (attachment_ == 0 || *attachment == attachment_) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "this trainer's attachment %016x is superseded: another trainer process "
       "registered with this daemon since (attachment %016x), and only the "

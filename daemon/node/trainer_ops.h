@@ -101,7 +101,8 @@ class TrainerOps {
   uint64_t NewAttachment();
   // FAILED_PRECONDITION when `attachment` is a superseded one (another
   // trainer process registered since): two processes must not interleave
-  // their steps on one daemon. OK when it is the current one, or absent.
+  // their steps on one daemon. OK when it is the current one, or absent,
+  // or nothing is registered with this daemon yet.
   absl::Status CheckAttachment(std::optional<uint64_t> attachment) const;
 
   // Serialises trainer operations; held by each of the above.

@@ -492,6 +492,8 @@ TEST_F(TrainerOpsTest, EveryCallIsNotedWithItsTime) {
 // Two trainer processes on one daemon: the newest registration wins, and
 // the older one's calls are refused by name instead of interleaving.
 TEST_F(TrainerOpsTest, ASupersededAttachmentIsRefused) {
+  // Before any registration (a replacement daemon): not a superseded one.
+  EXPECT_TRUE(ops_->CheckAttachment(0x1234).ok());
   const uint64_t old_one = ops_->NewAttachment();
   ASSERT_NE(old_one, 0u);
   ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline(), old_one).ok());
