@@ -261,7 +261,10 @@ FL_START_DAEMON=fl_start_daemon
 
 # fl_start_cluster RUN [RANK FLAG]...: a coordinator, W daemons (each RANK
 # named with its FLAG, e.g. --failpoint=...) and, once each daemon listens,
-# its trainer.
+# its trainer; the trainer of rank FL_TRAINER_FLAGS_RANK gets the extra
+# flags FL_TRAINER_FLAGS (e.g. --stop_in_step=5).
+FL_TRAINER_FLAGS_RANK=-1
+FL_TRAINER_FLAGS=()
 fl_start_cluster() {
   local run=$1 r
   shift
@@ -282,7 +285,11 @@ fl_start_cluster() {
     fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
       "^shardd rank $r listening" 30 ||
       fl_die "$run: daemon $r did not join within 30 s (or exited)"
-    fl_start_trainer "$run" "$r"
+    if [[ $r -eq $FL_TRAINER_FLAGS_RANK ]]; then
+      fl_start_trainer "$run" "$r" "${FL_TRAINER_FLAGS[@]}"
+    else
+      fl_start_trainer "$run" "$r"
+    fi
   done
   fl_log "$run: cluster up (coordinator port $FL_PORT)"
 }

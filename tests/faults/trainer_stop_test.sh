@@ -25,17 +25,8 @@ FL_DAEMON_FLAGS=(--collective_timeout_ms=3000 --verify_collectives)
 fl_reference
 
 RANK=2
-"$FL_START_COORDINATOR" run
-for ((r = 0; r < FL_W; r++)); do "$FL_START_DAEMON" run "$r"; done
-for ((r = 0; r < FL_W; r++)); do
-  fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log run "$r")" \
-    "^shardd rank $r listening" 30 || fl_die "run: daemon $r did not join"
-  if [[ $r -eq $RANK ]]; then
-    fl_start_trainer run "$r" --stop_in_step=5
-  else
-    fl_start_trainer run "$r"
-  fi
-done
+FL_TRAINER_FLAGS_RANK=$RANK FL_TRAINER_FLAGS=(--stop_in_step=5)
+fl_start_cluster run
 fl_wait_line "$(fl_trainer_log run $RANK)" "^stopping in step 5" 60 ||
   fl_die "trainer $RANK did not reach step 5 within 60 s"
 t_stop=$(fl_now)
