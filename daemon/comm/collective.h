@@ -45,6 +45,10 @@ struct OpOptions {
   // order and every other guarantee stay the same. A hint: backends may
   // ignore it.
   bool caller_waits = false;
+  // What the caller issues the collective for (e.g. which unit), the same
+  // on every rank; only VerifiedCollective reads it, to tell apart two
+  // collectives of the same kind and size. 0: nothing to compare.
+  uint64_t match_tag = 0;
 };
 
 // Counters for one kind of operation, since the communicator was created.

@@ -26,7 +26,7 @@ bool OpDescriptor::operator==(const OpDescriptor& other) const {
   return sequence == other.sequence && kind == other.kind &&
          dtype == other.dtype && reduce_op == other.reduce_op &&
          root == other.root && elements == other.elements &&
-         counts_hash == other.counts_hash;
+         counts_hash == other.counts_hash && tag == other.tag;
 }
 
 std::string OpDescriptor::ToString() const {
@@ -45,6 +45,7 @@ std::string OpDescriptor::ToString() const {
   }
   if (root >= 0) absl::StrAppend(&s, " from root ", root);
   if (counts_hash != 0) absl::StrAppend(&s, " (counts ", counts_hash, ")");
+  if (tag != 0) absl::StrAppend(&s, " tag ", absl::Hex(tag));
   return s;
 }
 
@@ -83,6 +84,7 @@ std::shared_ptr<Work> VerifiedCollective::Verified(OpDescriptor descriptor,
                                                    IssueFn&& issue) {
   absl::MutexLock lock(&mu_);
   descriptor.sequence = sequence_++;
+  descriptor.tag = options.match_tag;
   std::vector<OpDescriptor> all(static_cast<size_t>(size()));
   OpOptions exchange = options;
   exchange.caller_waits = true;

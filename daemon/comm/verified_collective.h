@@ -25,6 +25,7 @@ struct OpDescriptor {
   int32_t root = -1;         // Broadcast's root, or -1.
   int64_t elements = 0;      // Σ counts, or the count.
   uint64_t counts_hash = 0;  // FNV-1a of the counts vector (0 without one).
+  uint64_t tag = 0;          // OpOptions::match_tag.
 
   bool operator==(const OpDescriptor& other) const;
   // "op #12 all-reduce of 4096 fp32 (sum)", for messages.
@@ -33,8 +34,9 @@ struct OpDescriptor {
 
 // A communicator that checks, before each collective, that every rank of
 // the group is about to run the same one (the same kind, element type,
-// counts, reduction and root, as the same operation of the sequence), in
-// the manner of PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL.
+// counts, reduction, root and OpOptions::match_tag, as the same operation
+// of the sequence), in the manner of PyTorch's
+// TORCH_DISTRIBUTED_DEBUG=DETAIL.
 //
 // Why: ranks are matched by order only, so two ranks that issue different
 // collectives at the same place of the sequence (a bug of the step

@@ -120,6 +120,29 @@ TEST(VerifiedCollectiveTest, TheSameTotalSplitDifferentlyFails) {
   }
 }
 
+// The same kind and size for different purposes (a gather of unit 1 on one
+// rank, of unit 0 on the other): only the callers' tags tell them apart.
+TEST(VerifiedCollectiveTest, DifferentMatchTagsFail) {
+  auto group = VerifiedGroup(2);
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::vector<float>> out(2, std::vector<float>(4, 0.0f));
+  const float in[2] = {1, 2};
+  ForEachRank(2, [&](int r) {
+    OpOptions options;
+    options.match_tag = r == 0 ? 0x100000001ull : 0x100000000ull;
+    statuses[r] =
+        group[r]
+            ->AllGather(in, out[r].data(), {2, 2}, DType::kFloat32, options)
+            ->Wait();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::IsInternal(statuses[r])) << statuses[r];
+    EXPECT_NE(statuses[r].message().find("tag 100000001"),
+              absl::string_view::npos)
+        << statuses[r];
+  }
+}
+
 TEST(VerifiedCollectiveTest, ComparesDescriptorsInRankOrder) {
   OpDescriptor a;
   a.kind = static_cast<int32_t>(OpKind::kAllGather);

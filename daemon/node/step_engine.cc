@@ -25,6 +25,24 @@ comm::OpOptions WaitedOptions(absl::Duration timeout) {
   return options;
 }
 
+// OpOptions::match_tag of the engine's collectives: what for (high word)
+// and which unit (low word), so that --verify_collectives tells apart a
+// gather of unit 1 from one of unit 0 of the same size.
+enum class MatchPurpose : uint64_t {
+  kGatherParams = 1,
+  kReduceScatterGrad = 2,
+  kReplicaReduceGrad = 3,
+  kGradNorm = 4,
+  kGatherState = 5,
+};
+uint64_t MatchTag(MatchPurpose purpose, int unit = 0) {
+  return (static_cast<uint64_t>(purpose) << 32) | static_cast<uint32_t>(unit);
+}
+comm::OpOptions Tagged(comm::OpOptions options, uint64_t tag) {
+  options.match_tag = tag;
+  return options;
+}
+
 using core::DType;
 
 }  // namespace
@@ -423,10 +441,12 @@ absl::Status StepEngine::GatherStateInto(int unit, StateKind kind,
     scratch = *std::move(b);
     gathered = scratch->data();
   }
-  absl::Status s = shard_group_
-                       ->AllGather(mine, gathered, counts, DType::kFloat32,
-                                   WaitedOptions(timeout))
-                       ->Wait();
+  absl::Status s =
+      shard_group_
+          ->AllGather(mine, gathered, counts, DType::kFloat32,
+                      Tagged(WaitedOptions(timeout),
+                             MatchTag(MatchPurpose::kGatherState, unit)))
+          ->Wait();
   if (!s.ok()) return s;
   if (scratch != nullptr) {
     return math_->Download(out.data(), scratch->data(),
@@ -527,9 +547,10 @@ absl::StatusOr<UnitData> StepEngine::Gather(int unit, absl::Duration timeout) {
   TakeSlotLocked(slot, unit);
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
   const MonoTime issued = MonoNow();
-  std::shared_ptr<comm::Work> work =
-      shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
-                              dtype, WaitedOptions(timeout));
+  std::shared_ptr<comm::Work> work = shard_group_->AllGather(
+      input, slots_[slot]->data(), StoredCounts(unit), dtype,
+      Tagged(WaitedOptions(timeout),
+             MatchTag(MatchPurpose::kGatherParams, unit)));
   CountWait(issued);
   SHARDD_FAILPOINT("allgather.mid");
   absl::Status s = WaitCounted(*work);
@@ -598,9 +619,12 @@ StepEngine::PrefetchResult StepEngine::Prefetch(int unit,
   slot_last_use_[slot] = ++use_counter_;
   const void* input = lowp_units_ ? lowp(unit) : master(unit);
   // Not caller_waits: the point is not to wait.
-  st.inflight = shard_group_->AllGather(
-      input, slots_[slot]->data(), StoredCounts(unit),
-      config_.units[unit].dtype(), comm::OpOptions{timeout});
+  comm::OpOptions prefetch;
+  prefetch.timeout = timeout;
+  prefetch.match_tag = MatchTag(MatchPurpose::kGatherParams, unit);
+  st.inflight =
+      shard_group_->AllGather(input, slots_[slot]->data(), StoredCounts(unit),
+                              config_.units[unit].dtype(), prefetch);
   st.inflight_step = committed_step_;
   return PrefetchResult::kStarted;
 }
@@ -640,6 +664,7 @@ void StepEngine::IssueReplicaReducesLocked(absl::Duration timeout) {
     // trainer computes; Step waits.
     comm::OpOptions options;
     options.timeout = timeout;
+    options.match_tag = MatchTag(MatchPurpose::kReplicaReduceGrad, u);
     st.replica_reduce =
         replica_group_->AllReduce(grad(u), st.shard_stored, DType::kFloat32,
                                   comm::ReduceOp::kAverage, options);
@@ -886,7 +911,8 @@ absl::Status StepEngine::ReduceScatterLocked(int unit, int slot_index,
   // next unit's gradient into another slot, and is finished when its slot
   // is needed again or at Step.
   GradSlot& g = grad_slots_[slot_index];
-  comm::OpOptions options = WaitedOptions(timeout);
+  comm::OpOptions options = Tagged(
+      WaitedOptions(timeout), MatchTag(MatchPurpose::kReduceScatterGrad, unit));
   if (grad_slots_.size() > 1) options.caller_waits = false;
   const MonoTime issued = MonoNow();
   g.reducing = shard_group_->ReduceScatter(
@@ -937,7 +963,8 @@ absl::StatusOr<StepResult> StepEngine::Step(
     return absl::FailedPreconditionError(
         "no communicators yet: the daemon is not in a ready epoch");
   }
-  const comm::OpOptions options = WaitedOptions(timeout);
+  const comm::OpOptions options =
+      Tagged(WaitedOptions(timeout), MatchTag(MatchPurpose::kGradNorm));
   // 1. Average the gradient shards over the replicas (W/F of them): most
   // were issued by ReduceGrad; the rest go now.
   if (replicas) {
