@@ -68,9 +68,9 @@ void AppendHeader(const v1::ClusterState& s, std::string* out) {
 void AppendMembers(const v1::ClusterState& s, absl::Time now,
                    std::string* out) {
   absl::StrAppendFormat(out, "\nmembers (epoch %d)\n", s.epoch());
-  absl::StrAppendFormat(out, "%-5s %-11s %-22s %-16s %8s %-6s %s\n", "rank",
-                        "state", "address", "identity", "step", "device",
-                        "lease left");
+  absl::StrAppendFormat(out, "%-5s %-11s %-22s %-16s %8s %-6s %-14s %s\n",
+                        "rank", "state", "address", "identity", "step",
+                        "device", "trainer called", "lease left");
   for (const v1::SlotState& slot : s.slots()) {
     const std::string state =
         EnumName(v1::MemberState_Name(slot.state()), "MEMBER_STATE_");
@@ -81,12 +81,25 @@ void AppendMembers(const v1::ClusterState& s, absl::Time now,
     const v1::MemberInfo& m = slot.member();
     const absl::Duration left =
         absl::FromUnixMillis(m.lease_expiry_unix_ms()) - now;
+    // As of the member's last heartbeat: a trainer whose time keeps growing
+    // is the one its peers wait for.
+    const std::string trainer =
+        m.trainer_last_call_unix_ms() == 0
+            ? "none"
+            : absl::StrCat(
+                  absl::FormatDuration(absl::Trunc(
+                      std::max(absl::ZeroDuration(),
+                               now - absl::FromUnixMillis(
+                                         m.trainer_last_call_unix_ms())),
+                      absl::Milliseconds(100))),
+                  " ago");
     absl::StrAppendFormat(
-        out, "%-5d %-11s %-22s %-16s %8d %-6s %s\n", slot.rank(), state,
+        out, "%-5d %-11s %-22s %-16s %8d %-6s %-14s %s\n", slot.rank(), state,
         m.peer_address(), m.identity(), m.committed_step(),
         m.device() == v1::DEVICE_KIND_UNSPECIFIED
             ? "-"
             : EnumName(v1::DeviceKind_Name(m.device()), "DEVICE_KIND_"),
+        trainer,
         m.lease_expiry_unix_ms() == 0 ? "-"
         : left < absl::ZeroDuration()
             ? absl::StrCat("expired ",

@@ -37,6 +37,7 @@ v1::ClusterState ThreeMembers() {
     m->set_committed_step(12);
     m->set_device(v1::DEVICE_KIND_CPU);
     m->set_lease_expiry_unix_ms(kNowMs + 1200);
+    if (r != 1) m->set_trainer_last_call_unix_ms(kNowMs - 300 - r * 20000);
   }
   v1::PeerLink* link = s.add_broken_links();
   link->set_rank_a(0);
@@ -69,7 +70,13 @@ TEST(ClusterReportTest, ListsEveryRankWithStateAddressAndEpoch) {
             std::string::npos)
       << report;
   EXPECT_NE(report.find("3     EMPTY       -"), std::string::npos) << report;
-  EXPECT_NE(report.find("CPU    1.2s"), std::string::npos) << report;
+  EXPECT_NE(report.find("CPU    300ms ago      1.2s"), std::string::npos)
+      << report;
+  // Rank 2's trainer went quiet; rank 1 has none attached.
+  EXPECT_NE(report.find("CPU    40.3s ago      1.2s"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("CPU    none           1.2s"), std::string::npos)
+      << report;
 }
 
 TEST(ClusterReportTest, NamesBothEndsOfEachBrokenLink) {

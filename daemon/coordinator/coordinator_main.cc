@@ -20,7 +20,8 @@
 //
 // When the job fails for good (a shard lost with no live replica and no
 // checkpoint every rank holds, or --max_failed_epochs epochs in a row
-// without progress: JOB_FAILED in the log), the coordinator keeps serving
+// that never got ready, or --max_epochs_without_commit in a row without a
+// committed step: JOB_FAILED in the log), the coordinator keeps serving
 // until every member has left (or --failed_drain_s), so that daemons,
 // trainers and shardctl read the reason, then exits with status 3
 // (core::kExitJobFailed). With --metrics_port it first waits, at most
@@ -91,6 +92,12 @@ ABSL_FLAG(int64_t, partition_quarantine_ms, 30000,
 ABSL_FLAG(int, max_failed_epochs, 5,
           "epochs in a row that may fail with the same members in every slot "
           "before the job is declared failed (EPOCH_STALLED)");
+ABSL_FLAG(int, max_epochs_without_commit, 10,
+          "epochs in a row that may end without a step committed (ready or "
+          "not) with the same members in every slot before the job is "
+          "declared failed (EPOCH_STALLED; e.g. a trainer that exited for "
+          "good while its daemon lives: its peers' collectives time out "
+          "every epoch)");
 ABSL_FLAG(int64_t, rejoin_grace_ms, 0,
           "how long a shard without a live holder is waited for (after the "
           "coordinator starts, or its last holder is removed) before it is "
@@ -236,6 +243,8 @@ absl::StatusOr<CoordinatorOptions> BuildOptions(
       std::max(flags.quarantine, absl::Minutes(10));
   options.join_timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
   options.membership.max_failed_epochs = absl::GetFlag(FLAGS_max_failed_epochs);
+  options.membership.max_epochs_without_commit =
+      absl::GetFlag(FLAGS_max_epochs_without_commit);
   options.membership.rejoin_grace =
       absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_grace_ms));
   if (options.membership.rejoin_grace < absl::ZeroDuration()) {

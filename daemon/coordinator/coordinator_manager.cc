@@ -361,7 +361,8 @@ absl::Status CoordinatorManager::Heartbeat(
     int rank, const std::string& lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state,
     std::vector<UnreachablePeer> unreachable,
-    const CheckpointInventory* checkpoints, LeaseView* lease_out) {
+    const CheckpointInventory* checkpoints, LeaseView* lease_out,
+    const TrainerReport* trainer) {
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -375,7 +376,7 @@ absl::Status CoordinatorManager::Heartbeat(
   const MonoTime now = clock_->MonotonicNow();
   absl::Status s =
       table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now,
-                       std::move(unreachable), checkpoints);
+                       std::move(unreachable), checkpoints, trainer);
   NoteRendezvous(now);  // Before Changed reports a recovery's ready epoch.
   // The only removals a heartbeat makes are of members cut off from their
   // peers.

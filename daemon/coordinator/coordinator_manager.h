@@ -123,7 +123,8 @@ class CoordinatorManager {
                          MemberPhase state,
                          std::vector<UnreachablePeer> unreachable = {},
                          const CheckpointInventory* checkpoints = nullptr,
-                         LeaseView* lease_out = nullptr);
+                         LeaseView* lease_out = nullptr,
+                         const TrainerReport* trainer = nullptr);
   absl::Status Leave(int rank, const std::string& lease_token,
                      const std::string& reason);
   absl::StatusOr<ReportOutcome> ReportFailure(int reporter,

@@ -85,6 +85,9 @@ void FillMember(const ClusterSnapshot& snap, const SlotRecord& s,
   m->set_committed_step(s.committed_step);
   m->set_lease_expiry_unix_ms(UnixMs(snap, s.lease_expiry));
   m->set_joined_unix_ms(UnixMs(snap, s.joined));
+  if (s.trainer_attached) {
+    m->set_trainer_last_call_unix_ms(UnixMs(snap, s.trainer_last_call));
+  }
 }
 
 void FillTopology(int world_size, int sharding_factor, int rank,

@@ -122,11 +122,18 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
   if (request->has_checkpoints()) {
     checkpoints = FromProto(request->checkpoints());
   }
+  std::optional<TrainerReport> trainer;
+  if (request->has_trainer()) {
+    trainer.emplace();
+    trainer->attached = request->trainer().attached();
+    trainer->quiet = absl::Milliseconds(request->trainer().quiet_ms());
+  }
   LeaseView lease;
   absl::Status s = manager_->Heartbeat(
       request->rank(), request->lease_token(), request->epoch(),
       request->committed_step(), *state, std::move(unreachable),
-      checkpoints.has_value() ? &*checkpoints : nullptr, &lease);
+      checkpoints.has_value() ? &*checkpoints : nullptr, &lease,
+      trainer.has_value() ? &*trainer : nullptr);
   if (!s.ok()) return rpc::ToGrpc(s);
   response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry_wall));
   response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));

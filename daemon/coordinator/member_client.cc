@@ -224,6 +224,7 @@ absl::Status MemberClient::HeartbeatOnce() {
   if (options_.checkpoints) {
     *request.mutable_checkpoints() = options_.checkpoints();
   }
+  if (options_.trainer) *request.mutable_trainer() = options_.trainer();
   grpc::ClientContext context;
   rpc::SetDeadline(&context, MonoNow() + options_.rpc_timeout);
   if (!Register(&context)) {

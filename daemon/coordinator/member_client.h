@@ -54,6 +54,10 @@ struct MemberClientOptions {
   // heartbeat (called without the client's lock; it must be cheap and must
   // not call the client). Null: keeps none.
   std::function<shardd::v1::CheckpointInventory()> checkpoints;
+  // What the member knows of its trainer, sent with every heartbeat (called
+  // without the client's lock; it must be cheap and must not call the
+  // client). Null: not reported.
+  std::function<shardd::v1::TrainerPresence()> trainer;
   // Deadline of every unary RPC (Join, Heartbeat, Leave).
   absl::Duration rpc_timeout = absl::Seconds(2);
   // Deadline of ReportFailure (the coordinator probes the suspect first).

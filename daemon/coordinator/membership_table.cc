@@ -116,11 +116,20 @@ absl::StatusOr<MembershipTable> MembershipTable::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_failed_epochs must be >= 1, got ", options.max_failed_epochs));
   }
+  if (options.max_epochs_without_commit < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_epochs_without_commit must be >= 1, got ",
+                     options.max_epochs_without_commit));
+  }
   return MembershipTable(options);
 }
 
 MembershipTable::MembershipTable(const MembershipOptions& options)
-    : options_(options), slots_(options.world_size) {
+    : options_(options),
+      slots_(options.world_size),
+      progress_(ProgressWatchOptions{
+          .max_failed_epochs = options.max_failed_epochs,
+          .max_epochs_without_commit = options.max_epochs_without_commit}) {
   for (int r = 0; r < options.world_size; ++r) slots_[r].rank = r;
   if (options_.rejoin_grace <= absl::ZeroDuration()) {
     // Live members re-join within a heartbeat interval (a third of the
@@ -137,6 +146,62 @@ std::string MembershipTable::MembershipKey() const {
     absl::StrAppend(&key, s.live() ? s.incarnation : std::string(), ";");
   }
   return key;
+}
+
+std::vector<std::string> MembershipTable::QuietTrainers(MonoTime since,
+                                                        MonoTime now) const {
+  std::vector<std::string> quiet;
+  for (const SlotRecord& s : slots_) {
+    // Only what a report made after `since` shows: a call after the last
+    // report is not known yet.
+    if (!s.live() || !s.trainer_reported || s.trainer_reported_at < since) {
+      continue;
+    }
+    if (!s.trainer_attached) {
+      quiet.push_back(
+          absl::StrCat("rank ", s.rank, " has no trainer attached"));
+    } else if (s.trainer_last_call < since) {
+      quiet.push_back(absl::StrCat(
+          "rank ", s.rank, "'s trainer has not called its daemon for ",
+          absl::FormatDuration(absl::Trunc(now - s.trainer_last_call,
+                                           absl::Milliseconds(100)))));
+    }
+  }
+  return quiet;
+}
+
+std::string MembershipTable::StallDiagnosis(const Stall& stall,
+                                            MonoTime now) const {
+  if (!stall.without_commit) {
+    return absl::StrCat(stall.epochs,
+                        " epochs in a row failed with the same members in "
+                        "every slot and the same plan (",
+                        PlanKindName(plan_.kind), " at step ", plan_.step,
+                        "): ", absl::StrJoin(stall.causes, "; "));
+  }
+  // Whose trainer did not call its daemon since the first of these epochs
+  // ended: its peers wait for it in every epoch.
+  const std::vector<std::string> quiet = QuietTrainers(stall.since, now);
+  bool reported = false;
+  for (const SlotRecord& s : slots_) reported |= s.live() && s.trainer_reported;
+  std::string trainers;
+  if (!quiet.empty()) {
+    trainers = absl::StrCat(absl::StrJoin(quiet, ", "),
+                            " (since before the first of these epochs ended: "
+                            "a trainer that exited for good, or stopped?)");
+  } else if (reported) {
+    trainers =
+        "every trainer called its daemon during these epochs (a step slower "
+        "than the collective timeout?)";
+  } else {
+    trainers = "the members did not report their trainers";
+  }
+  return absl::StrCat(stall.epochs,
+                      " epochs in a row ended without a step committed "
+                      "(the last committed step is ",
+                      committed_step_,
+                      ") with the same members in every slot; ", trainers,
+                      ". The epochs: ", absl::StrJoin(stall.causes, "; "));
 }
 
 void MembershipTable::Fail(MonoTime now, std::vector<int> ranks,
@@ -206,39 +271,33 @@ void MembershipTable::Log(MonoTime now, DecisionKind kind,
 
 void MembershipTable::StartEpoch(MonoTime now, int64_t at_least,
                                  absl::string_view why) {
-  // An epoch whose plan went out to every slot and that ends unready while
-  // the same members hold the slots has failed; a membership change is
-  // progress of another kind (leases and quarantines bound those).
-  if (!plan_key_.empty() && plan_epoch_ == epoch_ && !was_ready_ && !failed()) {
-    const std::string key = MembershipKey();
-    if (key == plan_key_ && broken_links_.empty()) {
-      if (key != stalled_key_) {
-        stalled_key_ = key;
-        stalled_epochs_ = 0;
-        stalled_causes_.clear();
-      }
-      ++stalled_epochs_;
-      stalled_causes_.push_back(absl::StrCat("epoch ", epoch_, ": ", why));
-    } else if (key != plan_key_) {
-      stalled_epochs_ = 0;
-      stalled_causes_.clear();
-      stalled_key_.clear();
-    }
+  // An epoch whose plan went out to every slot and that ends unready, or
+  // without a committed step, while the same members hold the slots has
+  // failed; a membership change is progress of another kind (leases and
+  // quarantines bound those).
+  std::optional<Stall> stall;
+  if (!failed()) {
+    EpochEnd end;
+    end.time = now;
+    end.epoch = epoch_;
+    end.membership = MembershipKey();
+    end.planned = !plan_key_.empty() && plan_epoch_ == epoch_;
+    end.planned_membership = plan_key_;
+    end.ready = was_ready_;
+    end.partitioned = !broken_links_.empty();
+    end.cause = std::string(why);
+    stall = progress_.EpochEnded(end);
   }
   epoch_ = std::max(epoch_ + 1, at_least);
+  epoch_began_ = now;
   was_ready_ = false;
   ready_slots_ = 0;  // Nobody is READY for an epoch that just began.
   Log(now, DecisionKind::kEpochStarted, {},
       absl::StrCat("epoch ", epoch_, ": ", why));
-  if (stalled_epochs_ >= options_.max_failed_epochs && !failed()) {
+  if (stall.has_value()) {
     std::vector<int> ranks;
     for (const SlotRecord& s : slots_) ranks.push_back(s.rank);
-    const std::string diagnosis =
-        absl::StrCat(stalled_epochs_,
-                     " epochs in a row failed with the same members in "
-                     "every slot and the same plan (",
-                     PlanKindName(plan_.kind), " at step ", plan_.step,
-                     "): ", absl::StrJoin(stalled_causes_, "; "));
+    const std::string diagnosis = StallDiagnosis(*stall, now);
     Log(now, DecisionKind::kEpochStalled, ranks, diagnosis);
     Fail(now, std::move(ranks),
          absl::StrCat("the job makes no progress: ", diagnosis));
@@ -302,9 +361,7 @@ void MembershipTable::NoteReadiness(MonoTime now) {
     int64_t step = slots_.front().committed_step;
     for (const SlotRecord& s : slots_) step = std::min(step, s.committed_step);
     std::string rolled_back;
-    stalled_epochs_ = 0;
-    stalled_causes_.clear();
-    stalled_key_.clear();
+    progress_.Ready();
     if (step < committed_step_) {
       ++checkpoint_fallbacks_;
       rolled_back =
@@ -552,6 +609,10 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.pending_step = request.holds_shard ? request.pending_step : 0;
   slot.checkpoints = request.checkpoints;
   slot.unreachable.clear();
+  slot.trainer_reported = false;  // Until its first heartbeat says.
+  slot.trainer_reported_at = MonoTime::InfinitePast();
+  slot.trainer_attached = false;
+  slot.trainer_last_call = MonoTime::InfinitePast();
   Log(now, DecisionKind::kMemberJoined, {rank},
       absl::StrCat("rank ", rank, " joined: '", request.identity, "' at ",
                    request.peer_address,
@@ -590,9 +651,14 @@ absl::Status MembershipTable::Heartbeat(
     int rank, absl::string_view lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state, MonoTime now,
     std::vector<UnreachablePeer> unreachable,
-    const CheckpointInventory* checkpoints) {
+    const CheckpointInventory* checkpoints, const TrainerReport* trainer) {
   if (failed()) {
     return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
+  }
+  if (trainer != nullptr && trainer->quiet < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer.quiet_ms must be >= 0, got ",
+                     absl::ToInt64Milliseconds(trainer->quiet)));
   }
   if (state != MemberPhase::kJoining && state != MemberPhase::kRecovering &&
       state != MemberPhase::kReady) {
@@ -618,6 +684,13 @@ absl::Status MembershipTable::Heartbeat(
   slot.lease_expiry = now + options_.detector.lease;
   slot.unreachable = std::move(unreachable);
   if (checkpoints != nullptr) slot.checkpoints = *checkpoints;
+  if (trainer != nullptr) {
+    slot.trainer_reported = true;
+    slot.trainer_reported_at = now;
+    slot.trainer_attached = trainer->attached;
+    slot.trainer_last_call =
+        trainer->attached ? now - trainer->quiet : MonoTime::InfinitePast();
+  }
   if (!slot.unreachable.empty() || !broken_links_.empty()) {
     DecidePartitions(now);
     if (!slot.live()) {
@@ -863,9 +936,15 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
     // restarted trainer left its collectives unmatched, a peer reset the
     // connection): nobody is removed, a dead peer's lease expires on its
     // own, and everyone gets fresh communicators.
-    const std::string why = absl::StrCat(
+    std::string why = absl::StrCat(
         "rank ", reporter, " reported its communicators broken (no suspect) [",
         detail, "]");
+    // A peer whose trainer has not called in this epoch is the likeliest
+    // reason (its daemon issues nothing while its trainer is away).
+    if (const std::vector<std::string> quiet = QuietTrainers(epoch_began_, now);
+        !quiet.empty()) {
+      absl::StrAppend(&why, "; in this epoch ", absl::StrJoin(quiet, ", "));
+    }
     Log(now, DecisionKind::kFailureReportDismissed, {reporter}, why);
     StartEpoch(now, 0, why);
     ReportOutcome out;
@@ -919,6 +998,7 @@ bool MembershipTable::IsLiveMember(int rank,
 }
 
 void MembershipTable::CommitStep(int64_t step) {
+  if (step > committed_step_) progress_.Committed();
   committed_step_ = std::max(committed_step_, step);
   // Every member voted yes on it: each applied it or holds it in doubt and
   // applies it at the next epoch, whatever its last heartbeat said.

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "daemon/coordinator/epoch_plan.h"
 #include "daemon/coordinator/failure_detector.h"
+#include "daemon/coordinator/progress_watch.h"
 #include "daemon/core/mono_time.h"
 
 namespace shardd::coordinator {
@@ -111,6 +112,13 @@ struct SlotRecord {
   CheckpointInventory checkpoints;
   // The peers the member last reported unreachable (its latest heartbeat).
   std::vector<UnreachablePeer> unreachable;
+  // What the member last reported of its trainer: whether one registered
+  // with it, and when it last called (the heartbeat's time minus the quiet
+  // time it reported).
+  bool trainer_reported = false;
+  MonoTime trainer_reported_at = MonoTime::InfinitePast();
+  bool trainer_attached = false;
+  MonoTime trainer_last_call = MonoTime::InfinitePast();
 
   bool live() const {
     return phase == MemberPhase::kJoining ||
@@ -142,6 +150,20 @@ struct MembershipOptions {
   // broken peer links are reported do not count: the partition rules own
   // those.
   int max_failed_epochs = 5;
+  // Epochs in a row that end without a step committed (ready or not) while
+  // the same members hold every slot, before the job is declared failed
+  // (EPOCH_STALLED): the members are alive and form epochs, but no step
+  // completes, e.g. a trainer that exited for good while its daemon lives.
+  // The diagnosis names the ranks whose trainer did not call its daemon
+  // during those epochs.
+  int max_epochs_without_commit = 10;
+};
+
+// A member's report of its trainer (TrainerPresence in the protocol).
+struct TrainerReport {
+  bool attached = false;
+  // Since the trainer's last call (or registration), on the member's clock.
+  absl::Duration quiet = absl::ZeroDuration();
 };
 
 // A peer address whose member was removed as cut off from its peers.
@@ -275,7 +297,9 @@ class MembershipTable {
   // logged once as PARTITION_UNDECIDED. When the heartbeating member is
   // itself removed, NOT_FOUND says why.
   //
-  // `checkpoints`, when given, replaces the member's checkpoint inventory.
+  // `checkpoints`, when given, replaces the member's checkpoint inventory;
+  // `trainer`, when given, what is known of its trainer (a negative quiet
+  // time is INVALID_ARGUMENT).
   // A READY for the current epoch at another step than the epoch's plan is
   // refused (FAILED_PRECONDITION naming both steps) and starts a new epoch,
   // planned from the step the member reported.
@@ -285,7 +309,8 @@ class MembershipTable {
                          int64_t committed_step, MemberPhase state,
                          MonoTime now,
                          std::vector<UnreachablePeer> unreachable = {},
-                         const CheckpointInventory* checkpoints = nullptr);
+                         const CheckpointInventory* checkpoints = nullptr,
+                         const TrainerReport* trainer = nullptr);
 
   // The member leaves; NOT_FOUND when the token does not match a live
   // member of the slot.
@@ -399,9 +424,19 @@ class MembershipTable {
   void Fail(MonoTime now, std::vector<int> ranks, const std::string& why);
   // The incarnations of every slot's live holder ("" for an empty slot).
   std::string MembershipKey() const;
+  // EPOCH_STALLED's diagnosis of `stall`: the epochs and their causes, and
+  // for a spell without a commit which members' trainers did not call
+  // their daemon during it (when the members reported their trainers).
+  std::string StallDiagnosis(const Stall& stall, MonoTime now) const;
+  // "rank R's trainer has not called its daemon for D" (or "rank R has no
+  // trainer attached") for each live member that reported its trainer and
+  // whose trainer did not call since `since`, as of a report made since.
+  std::vector<std::string> QuietTrainers(MonoTime since, MonoTime now) const;
 
   MembershipOptions options_;
   int64_t epoch_ = 0;
+  // When the current epoch began.
+  MonoTime epoch_began_ = MonoTime::InfinitePast();
   int64_t committed_step_ = 0;
   int64_t checkpoint_fallbacks_ = 0;
   bool was_ready_ = false;
@@ -435,10 +470,8 @@ class MembershipTable {
   int64_t plan_epoch_ = -1;
   // The membership the current epoch's plan was issued to ("" when none).
   std::string plan_key_;
-  // Failed epochs in a row with the same membership, and their causes.
-  int stalled_epochs_ = 0;
-  std::string stalled_key_;
-  std::vector<std::string> stalled_causes_;
+  // Epochs in a row without progress with the same membership.
+  ProgressWatch progress_;
   // A lost shard is not declared lost before this (see rejoin_grace).
   MonoTime settle_after_ = MonoTime::InfinitePast();
   std::string failure_;

@@ -701,6 +701,116 @@ TEST_F(MembershipTableTest, SameMembersFailingEpochsEndTheJobOnce) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST_F(MembershipTableTest,
+       ReadyEpochsWithoutACommitEndTheJobNamingTheQuietTrainer) {
+  JoinAllReady(kT0);
+  // Rank 2's trainer exited for good at kT0: its daemon lives and reports
+  // it; the others' trainers keep calling (and redoing the step).
+  MonoTime now = kT0;
+  const auto heartbeats = [&](MonoTime at) {
+    for (int r = 0; r < 4; ++r) {
+      TrainerReport trainer;
+      trainer.attached = true;
+      trainer.quiet = r == 2 ? at - kT0 : absl::ZeroDuration();
+      ASSERT_TRUE(table_
+                      ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                  7, MemberPhase::kReady, at, {}, nullptr,
+                                  &trainer)
+                      .ok());
+    }
+  };
+  heartbeats(now);
+  ASSERT_TRUE(table_->ready());
+  // Every epoch forms and ends by a collective timeout, no step committed.
+  for (int i = 0; i < 9; ++i) {
+    now += absl::Seconds(3);
+    ASSERT_TRUE(table_
+                    ->ReportFailure(3, "token-3", table_->epoch(), -1,
+                                    "all-gather: rank 0 did not reach round 0",
+                                    ProbeResult::kNotProbed, now)
+                    .ok());
+    heartbeats(now + absl::Milliseconds(50));
+    ASSERT_TRUE(table_->ready()) << i;
+    ASSERT_FALSE(table_->failed()) << i;
+  }
+  now += absl::Seconds(3);
+  ASSERT_TRUE(table_
+                  ->ReportFailure(3, "token-3", table_->epoch(), -1,
+                                  "all-gather: rank 0 did not reach round 0",
+                                  ProbeResult::kNotProbed, now)
+                  .ok());
+  ASSERT_TRUE(table_->failed());
+  const std::string& failure = table_->failure();
+  EXPECT_NE(failure.find("10 epochs in a row ended without a step committed "
+                         "(the last committed step is 7)"),
+            std::string::npos)
+      << failure;
+  EXPECT_NE(failure.find("rank 2's trainer has not called its daemon for 30s "
+                         "(since before the first of these epochs ended"),
+            std::string::npos)
+      << failure;
+  // Each dismissed report said so too.
+  bool named = false;
+  for (const Decision& d : table_->decisions()) {
+    if (d.kind == DecisionKind::kFailureReportDismissed &&
+        d.reason.find("; in this epoch rank 2's trainer has not called its "
+                      "daemon for 27s") != std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named);
+  EXPECT_EQ(failure.find("rank 0's trainer"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("(5 more)"), std::string::npos) << failure;
+  EXPECT_EQ(table_->decisions().back().kind, DecisionKind::kJobFailed);
+}
+
+TEST_F(MembershipTableTest, ACommittedStepRestartsTheCountOfEpochsWithoutOne) {
+  JoinAllReady(kT0);
+  const auto fail_and_form = [&] {
+    ASSERT_TRUE(table_
+                    ->ReportFailure(0, "token-0", table_->epoch(), -1,
+                                    "timed out", ProbeResult::kNotProbed, kT0)
+                    .ok());
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(table_
+                      ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                  table_->committed_step(), MemberPhase::kReady,
+                                  kT0)
+                      .ok())
+          << table_->failure();
+    }
+    ASSERT_TRUE(table_->ready());
+  };
+  for (int i = 0; i < 9; ++i) fail_and_form();
+  table_->CommitStep(8);  // A step completes: progress.
+  for (int i = 0; i < 9; ++i) fail_and_form();
+  EXPECT_FALSE(table_->failed());
+  // A vote that only repeats the committed step is no progress.
+  table_->CommitStep(8);
+  ASSERT_TRUE(table_
+                  ->ReportFailure(0, "token-0", table_->epoch(), -1,
+                                  "timed out", ProbeResult::kNotProbed, kT0)
+                  .ok());
+  EXPECT_TRUE(table_->failed());
+  EXPECT_EQ(table_->failure().find("every trainer called"), std::string::npos);
+  EXPECT_NE(table_->failure().find("did not report their trainers"),
+            std::string::npos)
+      << table_->failure();
+}
+
+TEST_F(MembershipTableTest, RejectsANegativeTrainerQuietTime) {
+  JoinAllReady(kT0);
+  TrainerReport trainer;
+  trainer.attached = true;
+  trainer.quiet = absl::Milliseconds(-1);
+  const absl::Status s =
+      table_->Heartbeat(0, "token-0", table_->epoch(), 7, MemberPhase::kReady,
+                        kT0, {}, nullptr, &trainer);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("trainer.quiet_ms"), std::string::npos) << s;
+  EXPECT_FALSE(table_->slots()[0].trainer_reported);
+}
+
 TEST_F(MembershipTableTest, LostShardWaitsOneGraceForItsHoldersThenFails) {
   JoinAllReady(kT0);
   // Ranks 1 and 3 (both holders of shard 1) go silent.

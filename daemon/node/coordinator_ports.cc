@@ -24,6 +24,7 @@ void UseCoordinator(const std::string& address,
     mo.shard_status = join.shard_status;
     mo.checkpoints = join.checkpoints;
     mo.unreachable_peers = join.unreachable_peers;
+    mo.trainer = join.trainer;
     absl::StatusOr<std::unique_ptr<MemberClientMembership>> joined =
         MemberClientMembership::Join(mo);
     if (!joined.ok()) return joined.status();

@@ -83,6 +83,9 @@ struct MembershipJoin {
   std::function<v1::CheckpointInventory()> checkpoints;
   // Null: none reported.
   std::function<std::vector<v1::UnreachablePeer>()> unreachable_peers;
+  // What the member knows of its trainer, sent with every heartbeat. Null:
+  // not reported.
+  std::function<v1::TrainerPresence()> trainer;
 };
 
 // Joins the job (the daemon: the coordinator's gRPC protocol, from

@@ -39,7 +39,9 @@
 
 namespace shardd::node {
 
-NodeManager::NodeManager(NodeOptions options) : options_(std::move(options)) {}
+NodeManager::NodeManager(NodeOptions options)
+    : options_(std::move(options)),
+      trainer_presence_(std::make_unique<TrainerPresence>(options_.clock)) {}
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Start(
     NodeOptions options) {
@@ -111,6 +113,8 @@ MembershipJoin NodeManager::JoinOptions() {
   join.peer_address = options_.peer_address;
   join.initial_join_timeout = options_.initial_join_timeout;
   join.info["pid"] = absl::StrCat(getpid());
+  TrainerPresence* presence = trainer_presence_.get();
+  join.trainer = [presence] { return presence->Report(); };
   join.shard_status = [this] {
     coordinator::MemberShardStatus status;
     // Never blocks on a collective: mu_ is only held briefly.
@@ -201,7 +205,8 @@ void NodeManager::WireTrainerOps() {
                         .host = static_cast<TrainerOpsHost*>(this),
                         .observer = options_.observer,
                         .collective_timeout = options_.collective_timeout,
-                        .pci_bus_id = backend_->pci_bus_id()});
+                        .pci_bus_id = backend_->pci_bus_id(),
+                        .presence = trainer_presence_.get()});
   registration_ = std::make_unique<ModelRegistration>(ModelRegistrationOptions{
       .membership = client_.get(),
       .host = static_cast<ModelRegistrationHost*>(this),
@@ -460,8 +465,13 @@ bool NodeManager::ReadyLocked() const {
 }
 
 void NodeManager::NoteJobFailed(const absl::Status& why) {
-  std::printf("shardd rank %d: the job has failed: %s\n", client_->rank(),
-              std::string(why.message()).c_str());
+  // The membership's status already says "the job has failed: ...".
+  const std::string reason(why.message());
+  std::printf("shardd rank %d: %s%s\n", client_->rank(),
+              absl::StartsWith(reason, "the job has failed")
+                  ? ""
+                  : "the job has failed: ",
+              reason.c_str());
   std::fflush(stdout);
   int64_t step = -1;
   int64_t epoch = 0;

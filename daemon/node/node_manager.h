@@ -395,6 +395,9 @@ class NodeManager : private EpochActions,
   // Created before client_ (its report goes into the client's heartbeats)
   // and started after it (it probes the client's view); stopped first.
   std::unique_ptr<PeerReachability> reachability_;
+  // What the heartbeats report of the trainer. Declared before client_,
+  // whose heartbeat thread reads it: destroyed after it.
+  std::unique_ptr<TrainerPresence> trainer_presence_;
   // The membership port (MemberClientMembership in the daemon).
   std::unique_ptr<Membership> client_;
   // options_.backend, or the CPU one, and whether its memory is a device's.

@@ -77,6 +77,7 @@ uint64_t TrainerOps::NewAttachment() {
   absl::BitGen random;
   uint64_t id = 0;
   while (id == 0) id = absl::Uniform<uint64_t>(random);
+  if (options_.presence != nullptr) options_.presence->Registered();
   absl::MutexLock lock(&mu_);
   attachment_ = id;
   return id;
@@ -97,6 +98,7 @@ absl::Status TrainerOps::CheckAttachment(
 }
 
 void TrainerOps::NoteCall() {
+  if (options_.presence != nullptr) options_.presence->Called();
   if (options_.observer != nullptr)
     options_.observer->TrainerCalled(absl::Now());
 }

@@ -17,6 +17,7 @@
 #include "daemon/node/membership.h"
 #include "daemon/node/step_engine.h"
 #include "daemon/node/step_ledger.h"
+#include "daemon/node/trainer_presence.h"
 #include "shardd/v1/trainer.pb.h"
 
 namespace shardd::node {
@@ -65,6 +66,9 @@ struct TrainerOpsOptions {
   // The PCI bus id of the device a CUDA IPC reference names (empty on the
   // CPU backend).
   std::string pci_bus_id;
+  // Told of every registration and call (what the heartbeats report of the
+  // trainer). Optional; not owned.
+  TrainerPresence* presence = nullptr;
 };
 
 // The Trainer protocol's step operations: Gather, Release, ReduceGrad and
