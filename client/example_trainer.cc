@@ -139,7 +139,8 @@ ABSL_FLAG(std::string, init_values_dir, "",
           "empty: NormalInit");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 60000, "deadline of each call");
 ABSL_FLAG(int64_t, ready_timeout_ms, 120000,
-          "how long to wait for recovery after an aborted step");
+          "how long to wait for recovery after an aborted step, and at start "
+          "for the daemon to listen");
 ABSL_FLAG(std::string, params_out, "", "write the final parameters here");
 ABSL_FLAG(std::string, load_from, "",
           "RegisterModelRequest.load_from: start from this safetensors file "
@@ -618,6 +619,19 @@ int Run() {
   v1::RegisterModelRequest register_request =
       model->RegisterRequest(init_values.has_value() ? &*init_values : nullptr);
   register_request.set_load_from(absl::GetFlag(FLAGS_load_from));
+  // The daemon may not listen yet (a sidecar or a supervisor starting both
+  // at once, or restarting both after an eviction): wait for it as long as
+  // for a ready epoch, instead of failing at the first refused connection.
+  if (!(*client)->WaitConnected(MonoNow() + absl::Seconds(1)).ok()) {
+    std::printf("waiting for the shardd daemon at %s (up to %s)\n",
+                (*client)->target().c_str(),
+                absl::FormatDuration(ready_timeout).c_str());
+    std::fflush(stdout);
+    if (absl::Status up = (*client)->WaitConnected(MonoNow() + ready_timeout);
+        !up.ok()) {
+      return Fail(up);
+    }
+  }
   absl::StatusOr<v1::RegisterModelResponse> registered =
       (*client)->RegisterModel(register_request);
   if (!registered.ok()) return Fail(registered.status());

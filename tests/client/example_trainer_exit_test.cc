@@ -238,6 +238,42 @@ TEST_P(ExampleTrainerExitTest, ExitStatusSaysWhetherTheJobFailed) {
   EXPECT_EQ(*status, c.exit_status) << c;
 }
 
+// The trainer may start before its daemon listens (a sidecar or a
+// supervisor starting both at once): it waits for it, up to
+// --ready_timeout_ms, instead of exiting at the first refused connection.
+using ExampleTrainerStartTest = ExampleTrainerExitTest;
+
+TEST_F(ExampleTrainerStartTest, WaitsForADaemonThatStartsLater) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> trainer =
+      Subprocess::Spawn({g_trainer_binary, absl::StrCat("--socket=", socket()),
+                         "--widths=2,3,2", "--batch_per_rank=2", "--steps=1",
+                         "--rpc_timeout_ms=20000", "--ready_timeout_ms=60000"},
+                        "example_trainer");
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<std::string> waiting =
+      (*trainer)->WaitForLine("waiting for the shardd daemon at unix:",
+                              absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  StartDaemon(FailingCall::kNone, true);
+  absl::StatusOr<int> status =
+      (*trainer)->Wait(absl::Now() + absl::Seconds(60));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0);
+}
+
+TEST_F(ExampleTrainerStartTest, GivesUpOnADaemonThatNeverStarts) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> trainer =
+      Subprocess::Spawn({g_trainer_binary, absl::StrCat("--socket=", socket()),
+                         "--widths=2,3,2", "--batch_per_rank=2", "--steps=1",
+                         "--rpc_timeout_ms=2000", "--ready_timeout_ms=2000"},
+                        "example_trainer");
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<int> status =
+      (*trainer)->Wait(absl::Now() + absl::Seconds(60));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 1);
+}
+
 constexpr int kFailed = core::kExitJobFailed;
 
 INSTANTIATE_TEST_SUITE_P(
