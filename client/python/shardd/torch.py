@@ -425,6 +425,10 @@ class ShardedModule(nn.Module):
                     values.ref(i, tensor.init.shared_memory)
                     i += 1
         try:
+            # The daemon may not listen yet (a sidecar, or a supervisor,
+            # starting both at once): wait for it within the timeout rather
+            # than fail at the first refused connection.
+            self.client.wait_connected(timeout=timeout)
             request = trainer_pb2.RegisterModelRequest(
                 model=self._spec,
                 transport=common_pb2.TRANSPORT_SHARED_MEMORY,

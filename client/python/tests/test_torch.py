@@ -30,12 +30,15 @@ import os
 import re
 import signal
 import sys
+import threading
 
+import grpc
 import pytest
 import torch
 from torch import nn
 
 import shardd.torch as st
+from shardd.client import TrainerClient
 import torch_trainer as tt
 from test_daemon import COORDINATOR, SHARDD, START_SECONDS, Cluster, poll
 
@@ -302,6 +305,58 @@ def test_full_shard_w2_matches_torch_and_repeats_bit_for_bit(tmp_path):
     initial = dict(tt.make_model().named_parameters())
     for name, value in expected.items():
         assert (value - initial[name]).abs().max().item() > 1e-3, name
+
+
+def test_wrap_waits_for_a_daemon_that_starts_later(tmp_path):
+    """A sidecar or a supervisor may start the trainer before its daemon
+    listens: wrap() waits for it (within register_timeout) instead of
+    failing at the first refused connection."""
+    need_binaries()
+    c = Cluster(str(tmp_path))
+    try:
+        coord = c.start("coordinator", [
+            COORDINATOR, "--listen=127.0.0.1:0", "--world_size=1",
+            "--sharding_factor=1"
+        ])
+        match = poll(
+            lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
+                              c.log("coordinator")), START_SECONDS,
+            "coordinator port", [("coordinator", coord)])
+        socket = str(tmp_path / "s0.sock")
+        with TrainerClient(socket, default_timeout=60,
+                           register_timeout=60) as client:
+            states = []
+            # pylint: disable-next=protected-access
+            client._channel.subscribe(states.append, try_to_connect=False)
+            outcome = {}
+
+            def register():
+                try:
+                    outcome["model"] = st.wrap(tt.make_model(), client,
+                                               units=["0", "2"],
+                                               optimizer=st.AdamW(lr=tt.LR))
+                except Exception as e:  # pylint: disable=broad-except
+                    outcome["error"] = e
+
+            thread = threading.Thread(target=register)
+            thread.start()
+            # It tried to connect and found no daemon ...
+            poll(lambda: (grpc.ChannelConnectivity.TRANSIENT_FAILURE in states
+                          or outcome), START_SECONDS,
+                 "a refused connection", c.procs)
+            assert "error" not in outcome, outcome.get("error")
+            # ... and registers once the daemon listens.
+            c.start("shardd", [
+                SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
+                "--identity=node-0", "--rank=0", f"--listen_unix={socket}",
+                f"--shm_dir={tmp_path}"
+            ])
+            thread.join(timeout=120)
+            assert not thread.is_alive()
+            assert "error" not in outcome, outcome.get("error")
+            assert outcome["model"].committed_step == 0
+    finally:
+        c.stop()
 
 
 @pytest.mark.parametrize("strategy, sharding_factor, zero_copy",

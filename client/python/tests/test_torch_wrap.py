@@ -27,6 +27,9 @@ class FakeClient:
         self.init_files = {}
         self.steps = []
 
+    def wait_connected(self, timeout=None):  # pylint: disable=unused-argument
+        """Connected from the start (a daemon that listens)."""
+
     def register_model(self, request, timeout=None):
         assert timeout == self.register_timeout
         self.request = request
