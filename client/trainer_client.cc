@@ -133,6 +133,17 @@ absl::Status TrainerClient::Convert(const grpc::Status& status,
     }
     return converted;
   }
+  if (absl::IsCancelled(converted)) {
+    // This client never cancels a unary call: the daemon's server did,
+    // which it does to the calls it has not finished when it stops
+    // (SIGTERM's drain ran out, or the call came in as it began). The
+    // daemon is going away: re-attach, as when nothing answers.
+    absl::Status down = absl::UnavailableError(absl::StrCat(
+        "the shardd daemon at ", target_,
+        " cancelled the call (it is stopping): ", converted.message()));
+    down.SetPayload(kUnreachablePayload, absl::Cord("1"));
+    return down;
+  }
   if (!absl::IsUnavailable(converted)) return converted;
   const bool channel_failed =
       channel_->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;

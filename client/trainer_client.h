@@ -76,8 +76,11 @@ class PendingGather {
 // returns the daemon's gRPC status with the same code and message. When
 // nothing answers at the target (no socket file, connection refused, the
 // daemon exited), calls fail with UNAVAILABLE and the message "no shardd
-// daemon at <target> (<detail>)"; IsDaemonUnreachable(status) tells that
-// case apart from an UNAVAILABLE the daemon itself returned.
+// daemon at <target> (<detail>)"; a call the daemon's server cancelled
+// (it does so when it stops) fails with UNAVAILABLE too, "the shardd daemon
+// at <target> cancelled the call (it is stopping)". IsDaemonUnreachable
+// (status) tells both apart from an UNAVAILABLE the daemon itself returned:
+// the caller re-attaches.
 //
 // Data plane: Gather's replies name shared-memory segments; the client maps
 // each once (SegmentCache, by path and generation) and returns typed views,

@@ -68,6 +68,9 @@ class FakeTrainer final : public v1::Trainer::Service {
   grpc::Status RegisterModel(grpc::ServerContext* context,
                              const v1::RegisterModelRequest* request,
                              v1::RegisterModelResponse*) override {
+    if (request->load_from() == "cancel") {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "CANCELLED");
+    }
     if (request->load_from() == "job") {
       context->AddTrailingMetadata(rpc::kJobFailedTrailer, "1");
       return grpc::Status(grpc::StatusCode::DATA_LOSS,
@@ -181,6 +184,25 @@ TEST_F(TrainerClientTest, DaemonStatusKeepsItsCodeAndMessage) {
   EXPECT_EQ(step.status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(step.status().message(), "peer 3 failed");
   EXPECT_FALSE(TrainerClient::IsDaemonUnreachable(step.status()));
+}
+
+TEST_F(TrainerClientTest, ACallTheDaemonCancelledMeansItIsStopping) {
+  // A stopping daemon's server answers CANCELLED to the calls it will not
+  // run (seen from shardd under SIGTERM: "ReduceGrad(unit 1): CANCELLED",
+  // and the example trainer exited 1 instead of re-attaching).
+  auto client = Client(StartFakeDaemon());
+  v1::RegisterModelRequest request;
+  request.set_load_from("cancel");
+  auto cancelled = client->RegisterModel(request);
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kUnavailable)
+      << cancelled.status();
+  EXPECT_TRUE(TrainerClient::IsDaemonUnreachable(cancelled.status()))
+      << cancelled.status();
+  EXPECT_NE(cancelled.status().message().find(
+                "shardd daemon at unix:" + dir_ +
+                "/shardd.sock cancelled the call (it is stopping)"),
+            std::string::npos)
+      << cancelled.status();
 }
 
 TEST_F(TrainerClientTest, OnlyTheMarkedDataLossIsTheJobFailing) {

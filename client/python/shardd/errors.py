@@ -10,8 +10,11 @@ messages:
                      the step was applied. WaitReady, then redo the step.
   DaemonUnavailable  UNAVAILABLE: nothing answers at the socket (the daemon
                      died or is being replaced), or the daemon could not reach
-                     the coordinator. Re-attach (RegisterModel with the same
-                     model): it is idempotent, so it is right in both cases.
+                     the coordinator; and CANCELLED, which this client never
+                     causes: the daemon's server cancels the calls it will
+                     not run when it stops (SIGTERM). Re-attach
+                     (RegisterModel with the same model): it is idempotent,
+                     so it is right in every case.
   JobFailed          DATA_LOSS that the daemon marks as the job's (trailing
                      metadata "shardd-job-failed"): the job has failed for
                      good (terminal). Do not retry; exit non-zero with the
@@ -65,6 +68,7 @@ class SegmentError(ShardError):
 _CLASS_BY_CODE = {
     grpc.StatusCode.ABORTED: StepAborted,
     grpc.StatusCode.UNAVAILABLE: DaemonUnavailable,
+    grpc.StatusCode.CANCELLED: DaemonUnavailable,
 }
 
 # The trailing metadata key the daemon adds to the job's terminal DATA_LOSS

@@ -20,6 +20,8 @@ from shardd.v1 import trainer_pb2, trainer_pb2_grpc
 SPECIAL = {
     grpc.StatusCode.ABORTED: errors.StepAborted,
     grpc.StatusCode.UNAVAILABLE: errors.DaemonUnavailable,
+    # The client never cancels a call: the daemon's server did (stopping).
+    grpc.StatusCode.CANCELLED: errors.DaemonUnavailable,
 }
 
 
@@ -112,7 +114,7 @@ def test_a_server_status_reaches_the_caller_as_its_class(fake_daemon):
     with TrainerClient(socket, default_timeout=10) as client:
         assert client.get_status().rank == 7
         for code in [grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE,
-                     grpc.StatusCode.DATA_LOSS,
+                     grpc.StatusCode.CANCELLED, grpc.StatusCode.DATA_LOSS,
                      grpc.StatusCode.FAILED_PRECONDITION,
                      grpc.StatusCode.INVALID_ARGUMENT]:
             servicer.code = code
