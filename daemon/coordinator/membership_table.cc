@@ -655,9 +655,13 @@ absl::Status MembershipTable::Heartbeat(
   if (failed()) {
     return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
   }
-  if (trainer != nullptr && trainer->quiet < absl::ZeroDuration()) {
+  // A bound far beyond any job keeps time arithmetic finite.
+  constexpr absl::Duration kMaxQuiet = absl::Hours(24 * 365 * 10);
+  if (trainer != nullptr &&
+      (trainer->quiet < absl::ZeroDuration() || trainer->quiet > kMaxQuiet)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("trainer.quiet_ms must be >= 0, got ",
+        absl::StrCat("trainer.quiet_ms must be within [0, ",
+                     absl::ToInt64Milliseconds(kMaxQuiet), "], got ",
                      absl::ToInt64Milliseconds(trainer->quiet)));
   }
   if (state != MemberPhase::kJoining && state != MemberPhase::kRecovering &&

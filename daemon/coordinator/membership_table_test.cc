@@ -1,6 +1,7 @@
 #include "daemon/coordinator/membership_table.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -798,7 +799,7 @@ TEST_F(MembershipTableTest, ACommittedStepRestartsTheCountOfEpochsWithoutOne) {
       << table_->failure();
 }
 
-TEST_F(MembershipTableTest, RejectsANegativeTrainerQuietTime) {
+TEST_F(MembershipTableTest, RejectsATrainerQuietTimeOutOfRange) {
   JoinAllReady(kT0);
   TrainerReport trainer;
   trainer.attached = true;
@@ -808,6 +809,13 @@ TEST_F(MembershipTableTest, RejectsANegativeTrainerQuietTime) {
                         kT0, {}, nullptr, &trainer);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("trainer.quiet_ms"), std::string::npos) << s;
+  EXPECT_FALSE(table_->slots()[0].trainer_reported);
+  trainer.quiet = absl::Milliseconds(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(table_
+                ->Heartbeat(0, "token-0", table_->epoch(), 7,
+                            MemberPhase::kReady, kT0, {}, nullptr, &trainer)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(table_->slots()[0].trainer_reported);
 }
 
