@@ -92,7 +92,7 @@ ABSL_FLAG(int64_t, partition_quarantine_ms, 30000,
 ABSL_FLAG(int, max_failed_epochs, 5,
           "epochs in a row that may fail with the same members in every slot "
           "before the job is declared failed (EPOCH_STALLED)");
-ABSL_FLAG(int, max_epochs_without_commit, 10,
+ABSL_FLAG(int, max_epochs_without_commit, 20,
           "epochs in a row that may end without a step committed (ready or "
           "not) with the same members in every slot before the job is "
           "declared failed (EPOCH_STALLED; e.g. a trainer that exited for "

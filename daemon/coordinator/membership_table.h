@@ -156,7 +156,7 @@ struct MembershipOptions {
   // completes, e.g. a trainer that exited for good while its daemon lives.
   // The diagnosis names the ranks whose trainer did not call its daemon
   // during those epochs.
-  int max_epochs_without_commit = 10;
+  int max_epochs_without_commit = 20;
 };
 
 // A member's report of its trainer (TrainerPresence in the protocol).

@@ -21,6 +21,8 @@ class MembershipTableTest : public ::testing::Test {
     options.world_size = 4;
     options.sharding_factor = 2;
     options.detector.lease = kLease;
+    // Fewer than the default 20, for short tests of the rule.
+    options.max_epochs_without_commit = 10;
     auto table = MembershipTable::Create(options);
     ASSERT_TRUE(table.ok());
     table_.emplace(*std::move(table));

@@ -17,7 +17,7 @@ struct ProgressWatchOptions {
   // members are alive and form epochs, but no step completes (a trainer
   // that exited for good while its daemon lives, one that takes longer than
   // its peers' collective timeout every step).
-  int max_epochs_without_commit = 10;
+  int max_epochs_without_commit = 20;
 };
 
 // How one epoch ended, as MembershipTable sees it at the next epoch's start.
