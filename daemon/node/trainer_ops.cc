@@ -87,9 +87,20 @@ absl::Status TrainerOps::CheckAttachment(
     std::optional<uint64_t> attachment) const {
   if (!attachment.has_value()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  // Nothing registered here yet (a replacement daemon, before its trainer
-  // re-attaches): the call fails on its own, as "no model registered".
-  if (attachment_ == 0 || *attachment == attachment_) return absl::OkStatus();
+  if (*attachment == attachment_) return absl::OkStatus();
+  if (attachment_ == 0) {
+    // Nothing registered with this process: the attachment is an earlier
+    // daemon's, and this one replaced it on the same socket while the
+    // trainer was between two calls (the connection it had then broke
+    // unseen). Its shard may be here already (copied from a replica), but
+    // the trainer's buffers are the old daemon's: it must re-attach, as
+    // when nothing answered.
+    return absl::UnavailableError(absl::StrFormat(
+        "this daemon has no trainer registered: attachment %016x is an "
+        "earlier daemon's (this one replaced it since); RegisterModel again "
+        "to re-attach, then redo the step",
+        *attachment));
+  }
   return absl::FailedPreconditionError(absl::StrFormat(
       "this trainer's attachment %016x is superseded: another trainer process "
       "registered with this daemon since (attachment %016x), and only the "

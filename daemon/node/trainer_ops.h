@@ -105,8 +105,10 @@ class TrainerOps {
   uint64_t NewAttachment();
   // FAILED_PRECONDITION when `attachment` is a superseded one (another
   // trainer process registered since): two processes must not interleave
-  // their steps on one daemon. OK when it is the current one, or absent,
-  // or nothing is registered with this daemon yet.
+  // their steps on one daemon. UNAVAILABLE when nothing is registered with
+  // this daemon: the attachment is an earlier daemon process's, and the
+  // trainer must re-attach (RegisterModel) before it calls again. OK when
+  // it is the current one, or absent (an older client).
   absl::Status CheckAttachment(std::optional<uint64_t> attachment) const;
 
   // Serialises trainer operations; held by each of the above.

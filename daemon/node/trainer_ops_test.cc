@@ -491,9 +491,28 @@ TEST_F(TrainerOpsTest, EveryCallIsNotedWithItsTime) {
 
 // Two trainer processes on one daemon: the newest registration wins, and
 // the older one's calls are refused by name instead of interleaving.
+TEST_F(TrainerOpsTest, AnEarlierDaemonsAttachmentMustReattach) {
+  // A replacement daemon (nothing registered with it, its shard copied from
+  // a replica) called by a trainer that registered with the daemon before
+  // it: its buffers are the old daemon's.
+  const absl::Status earlier =
+      ops_->ReduceGrad(InlineGrad(0, 2.0f), Deadline(), 0x1234).status();
+  EXPECT_TRUE(absl::IsUnavailable(earlier)) << earlier;
+  EXPECT_NE(earlier.message().find("attachment 0000000000001234 is an "
+                                   "earlier daemon's"),
+            absl::string_view::npos)
+      << earlier;
+  EXPECT_TRUE(absl::IsUnavailable(
+      ops_->Gather(GatherOf(0), Deadline(), 0x1234).status()));
+  EXPECT_TRUE(
+      absl::IsUnavailable(ops_->Step(StepOf(1), Deadline(), 0x1234).status()));
+  EXPECT_TRUE(ops_->HeldUnits().empty());  // Nothing was done.
+  // Re-attached, it goes on.
+  const uint64_t attached = ops_->NewAttachment();
+  EXPECT_TRUE(ops_->Gather(GatherOf(0), Deadline(), attached).ok());
+}
+
 TEST_F(TrainerOpsTest, ASupersededAttachmentIsRefused) {
-  // Before any registration (a replacement daemon): not a superseded one.
-  EXPECT_TRUE(ops_->CheckAttachment(0x1234).ok());
   const uint64_t old_one = ops_->NewAttachment();
   ASSERT_NE(old_one, 0u);
   ASSERT_TRUE(ops_->Gather(GatherOf(0), Deadline(), old_one).ok());
