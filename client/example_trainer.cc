@@ -561,6 +561,40 @@ int RunComputeOnly(const client::ExampleModel& model,
   return 0;
 }
 
+// RegisterModel until the daemon answers it, or `deadline`. Retried: an
+// UNAVAILABLE (no daemon listens yet or any more: a sidecar starting, or a
+// replacement taking the socket; or the daemon's own, e.g. before it reached
+// its coordinator) and an ABORTED (the epoch changed while the ranks were
+// registering, e.g. a daemon replaced meanwhile), as trainer.proto says to;
+// anything else is the answer.
+absl::StatusOr<v1::RegisterModelResponse> RegisterUntilAnswered(
+    TrainerClient& client, const v1::RegisterModelRequest& request,
+    MonoTime deadline) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::StatusOr<v1::RegisterModelResponse> registered =
+        client.RegisterModel(request, deadline);
+    if (registered.ok()) return registered;
+    const absl::Status& why = registered.status();
+    if ((!absl::IsUnavailable(why) && !absl::IsAborted(why)) ||
+        TrainerClient::IsJobFailed(why) || MonoNow() >= deadline) {
+      return why;
+    }
+    if (absl::IsAborted(why)) {
+      std::printf("registration interrupted (%s); registering again\n",
+                  std::string(why.message()).c_str());
+      std::fflush(stdout);
+    }
+    // Wait for the channel to reconnect rather than sleep: a blocking wait
+    // polls the channel, so the new connection's HTTP/2 handshake completes
+    // at once. With only fail-fast calls and sleeps in between, nothing
+    // polls it but gRPC's 5 s backup poller, and re-attaching took 2-5 s
+    // after the replacement was listening.
+    (void)client.WaitConnected(std::min(deadline, MonoNow() + backoff));
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
 int Run() {
   absl::StatusOr<std::vector<int64_t>> widths = Widths();
   if (!widths.ok()) return Usage(widths.status());
@@ -632,8 +666,8 @@ int Run() {
       return Fail(up);
     }
   }
-  absl::StatusOr<v1::RegisterModelResponse> registered =
-      (*client)->RegisterModel(register_request);
+  absl::StatusOr<v1::RegisterModelResponse> registered = RegisterUntilAnswered(
+      **client, register_request, MonoNow() + client_options.register_timeout);
   if (!registered.ok()) return Fail(registered.status());
   int rank = absl::GetFlag(FLAGS_rank);
   int world_size = absl::GetFlag(FLAGS_world_size);
@@ -661,30 +695,15 @@ int Run() {
     std::printf("daemon unavailable (%s); re-attaching\n",
                 std::string(why.message()).c_str());
     std::fflush(stdout);
-    const MonoTime deadline = MonoNow() + ready_timeout;
-    absl::Duration backoff = absl::Milliseconds(50);
-    while (true) {
-      absl::StatusOr<v1::RegisterModelResponse> again =
-          (*client)->RegisterModel(register_request, deadline);
-      if (again.ok()) {
-        std::printf("re-attached: epoch %lld, committed step %lld\n",
-                    static_cast<long long>(again->epoch()),
-                    static_cast<long long>(again->committed_step()));
-        std::fflush(stdout);
-        committed = again->committed_step();
-        return absl::OkStatus();
-      }
-      if (!absl::IsUnavailable(again.status()) || MonoNow() >= deadline) {
-        return again.status();
-      }
-      // Wait for the channel to reconnect rather than sleep: a blocking
-      // wait polls the channel, so the new connection's HTTP/2 handshake
-      // completes at once. With only fail-fast calls and sleeps in between,
-      // nothing polls it but gRPC's 5 s backup poller, and re-attaching
-      // took 2-5 s after the replacement was listening.
-      (void)(*client)->WaitConnected(std::min(deadline, MonoNow() + backoff));
-      backoff = std::min(backoff * 2, absl::Milliseconds(500));
-    }
+    absl::StatusOr<v1::RegisterModelResponse> again = RegisterUntilAnswered(
+        **client, register_request, MonoNow() + ready_timeout);
+    if (!again.ok()) return again.status();
+    std::printf("re-attached: epoch %lld, committed step %lld\n",
+                static_cast<long long>(again->epoch()),
+                static_cast<long long>(again->committed_step()));
+    std::fflush(stdout);
+    committed = again->committed_step();
+    return absl::OkStatus();
   };
   while (committed < steps) {
     const int64_t step = committed + 1;

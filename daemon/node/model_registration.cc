@@ -25,6 +25,9 @@ namespace {
 // Prefixes a rank's model key after its exchange failed (a serialized
 // ModelAgreement never starts with it: 'f' is no field tag of it).
 constexpr char kFailedModel[] = "failed:";
+// How long one wait for another rank's model lasts before the daemon's
+// shutdown is checked again.
+constexpr absl::Duration kAgreementSlice = absl::Milliseconds(250);
 
 OptimizerSpec OptimizerOf(const core::ModelConfig& model) {
   OptimizerSpec optimizer;
@@ -277,8 +280,16 @@ absl::Status ModelRegistration::AwaitAgreement(comm::Store& store, int r,
   const std::string key = core::ModelKey(r);
   std::string seen = before;  // Waited past when failed.
   while (true) {
-    absl::Status waited = store.Wait(
-        {key}, std::max(deadline - MonoNow(), absl::Milliseconds(1)));
+    if (options_.host->Stopping()) {
+      return absl::UnavailableError(
+          absl::StrCat("the daemon is shutting down (waiting for rank ", r,
+                       " to register the model)"));
+    }
+    // In slices, so that a shutdown is seen within one.
+    const MonoTime slice = std::min(deadline, MonoNow() + kAgreementSlice);
+    absl::Status waited =
+        store.Wait({key}, std::max(slice - MonoNow(), absl::Milliseconds(1)));
+    if (absl::IsDeadlineExceeded(waited) && MonoNow() < deadline) continue;
     if (absl::IsDeadlineExceeded(waited)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "waiting for every rank to register the model: ", waited.message()));

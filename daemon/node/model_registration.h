@@ -52,6 +52,10 @@ class ModelRegistrationHost {
   // DEADLINE_EXCEEDED at the deadline, UNAVAILABLE when the daemon shuts
   // down or its membership ended, DATA_LOSS once the job failed.
   virtual absl::StatusOr<int64_t> AwaitReadyEpoch(MonoTime deadline) = 0;
+  // The daemon is shutting down (SIGTERM): a registration waiting for the
+  // other ranks ends with UNAVAILABLE instead of holding the shutdown until
+  // its deadline.
+  virtual bool Stopping() const = 0;
   // Serialises a registration with the trainer operations
   // (TrainerOps::op_mutex()).
   virtual absl::Mutex& TrainerOpMutex() = 0;

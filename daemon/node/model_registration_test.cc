@@ -94,6 +94,8 @@ class FakeNode : public ModelRegistrationHost, public TrainerOpsHost {
   }
 
   // ModelRegistrationHost.
+  bool Stopping() const override { return stopping_.load(); }
+  void Stop() { stopping_.store(true); }
   absl::StatusOr<int64_t> AwaitReadyEpoch(MonoTime) override {
     absl::MutexLock lock(&mu_);
     ++awaits_;
@@ -205,6 +207,7 @@ class FakeNode : public ModelRegistrationHost, public TrainerOpsHost {
   }
 
   comm::Store* const store_;
+  std::atomic<bool> stopping_{false};
   std::unique_ptr<TrainerOps> ops_;
   absl::Mutex mu_;
   const int world_;
@@ -345,6 +348,32 @@ TEST_F(ModelRegistrationTest,
   absl::StatusOr<std::string> now = store_.Get(core::ModelKey(1));
   ASSERT_TRUE(now.ok());
   EXPECT_FALSE(absl::StartsWith(*now, "failed:"));
+}
+
+TEST_F(ModelRegistrationTest, AStoppingDaemonEndsTheWaitForTheOtherRanks) {
+  std::unique_ptr<Rank> r1 = MakeRank(1, 2, 2);
+  absl::StatusOr<v1::RegisterModelResponse> waiting;
+  // Rank 0 never registers; rank 1 would wait until its deadline.
+  std::thread registering([&] {
+    waiting = r1->registration.RegisterModel(Request(Model(2)),
+                                             MonoNow() + absl::Seconds(60));
+  });
+  const MonoTime published_by = MonoNow() + absl::Seconds(30);
+  while (!store_.Get(core::ModelKey(1)).ok() && MonoNow() < published_by) {
+    absl::SleepFor(absl::Milliseconds(5));  // Poll for rank 1's key.
+  }
+  ASSERT_TRUE(store_.Get(core::ModelKey(1)).ok());
+  r1->node.Stop();  // SIGTERM.
+  registering.join();
+  EXPECT_TRUE(absl::IsUnavailable(waiting.status())) << waiting.status();
+  EXPECT_NE(waiting.status().message().find("the daemon is shutting down"),
+            std::string::npos)
+      << waiting.status();
+  EXPECT_EQ(r1->node.engine(), nullptr);
+  // Its key is marked failed, as after any failed attempt.
+  absl::StatusOr<std::string> marked = store_.Get(core::ModelKey(1));
+  ASSERT_TRUE(marked.ok());
+  EXPECT_TRUE(absl::StartsWith(*marked, "failed:"));
 }
 
 TEST_F(ModelRegistrationTest, AFailedKeyFromBeforeTheAttemptIsNeverAgreement) {

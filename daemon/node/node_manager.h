@@ -320,6 +320,7 @@ class NodeManager : private EpochActions,
   v1::MemoryReport MemoryReportLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ModelRegistrationHost: what a model registration asks of the node.
+  bool Stopping() const override { return stop_.load(); }
   absl::StatusOr<int64_t> AwaitReadyEpoch(MonoTime deadline) override;
   absl::Mutex& TrainerOpMutex() override;
   NodeModelState ModelState() override;

@@ -425,16 +425,12 @@ class ShardedModule(nn.Module):
                     values.ref(i, tensor.init.shared_memory)
                     i += 1
         try:
-            # The daemon may not listen yet (a sidecar, or a supervisor,
-            # starting both at once): wait for it within the timeout rather
-            # than fail at the first refused connection.
-            self.client.wait_connected(timeout=timeout)
             request = trainer_pb2.RegisterModelRequest(
                 model=self._spec,
                 transport=common_pb2.TRANSPORT_SHARED_MEMORY,
                 load_from=(os.path.abspath(os.fspath(load_from))
                            if load_from else ""))
-            response = self.client.register_model(request, timeout=timeout)
+            response = self._register_until_answered(request, timeout)
         finally:
             if values is not None:
                 values.close()
@@ -733,6 +729,25 @@ class ShardedModule(nn.Module):
                 if time.monotonic() >= deadline:
                     raise
                 self._reattach(deadline)
+
+    def _register_until_answered(self, request, timeout):
+        """RegisterModel until the daemon answers it, within `timeout` s.
+
+        The daemon may not listen yet (a sidecar, or a supervisor, starting
+        both at once) or be replaced meanwhile (DaemonUnavailable), and the
+        epoch may change while the ranks register (StepAborted): both are
+        retried, as trainer.proto says; any other error is raised.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.wait_connected(
+                    timeout=max(0.05, deadline - time.monotonic()))
+                return self.client.register_model(
+                    request, timeout=max(0.05, deadline - time.monotonic()))
+            except (errors.DaemonUnavailable, errors.StepAborted):
+                if time.monotonic() >= deadline:
+                    raise
 
     def _reattach(self, deadline):
         """RegisterModel again once a daemon listens (until `deadline`)."""

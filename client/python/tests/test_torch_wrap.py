@@ -31,7 +31,7 @@ class FakeClient:
         """Connected from the start (a daemon that listens)."""
 
     def register_model(self, request, timeout=None):
-        assert timeout == self.register_timeout
+        assert 0 < timeout <= self.register_timeout
         self.request = request
         for unit in request.model.units:
             for tensor in unit.tensors:
@@ -166,6 +166,47 @@ def test_one_unit_named_alone(shm_dir):
     st.wrap(nested_model(), client, units="1", optimizer=st.SGD(lr=0.1),
             shm_dir=shm_dir)
     assert [u.name for u in client.request.model.units] == ["root", "1"]
+
+
+class InterruptedClient(FakeClient):
+    """RegisterModel fails first as the daemon being replaced, then as the
+    epoch changing while the ranks register (both retryable), then works;
+    or fails for good with a code that is not retried."""
+
+    def __init__(self, failures):
+        super().__init__()
+        self.failures = list(failures)
+        self.attempts = 0
+
+    def register_model(self, request, timeout=None):
+        self.attempts += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return super().register_model(request, timeout)
+
+
+def test_registration_is_retried_while_the_daemon_or_epoch_changes(shm_dir):
+    client = InterruptedClient([
+        errors.DaemonUnavailable(grpc.StatusCode.UNAVAILABLE,
+                                 "no shardd daemon at unix:/s (Socket closed)"),
+        errors.StepAborted(grpc.StatusCode.ABORTED,
+                           "rendezvous wait in epoch 2: epoch 2 is stale"),
+    ])
+    sharded = st.wrap(nested_model(), client, units="1",
+                      optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    assert client.attempts == 3
+    assert sharded.committed_step == 3
+
+
+def test_registration_errors_that_are_answers_are_not_retried(shm_dir):
+    refused = errors.ShardError(grpc.StatusCode.FAILED_PRECONDITION,
+                                "model differs from rank 1's")
+    client = InterruptedClient([refused])
+    with pytest.raises(errors.ShardError) as raised:
+        st.wrap(nested_model(), client, units="1",
+                optimizer=st.SGD(lr=0.1), shm_dir=shm_dir)
+    assert raised.value is refused
+    assert client.attempts == 1
 
 
 def test_frozen_parameters_stay_out(shm_dir):

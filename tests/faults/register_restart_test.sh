@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Fault test: a daemon replaced while the ranks register the model (the job
+# starting: a sidecar crash-looping at start, an OOM kill during the
+# allocation, a restart).
+#
+# Trainers 0, 1 and 3 start and wait in RegisterModel for rank 2's model;
+# daemon 0 is stopped (SIGKILL, then SIGTERM in a second run) and a new
+# daemon takes its slot and socket; only then does trainer 2 start. The
+# membership change makes the others' registration wait ABORTED ("epoch 2
+# is stale"), and trainer 0's call fails with its daemon. Before the fix,
+# every trainer exited 1 on the first failed RegisterModel (trainer.proto
+# says ABORTED and UNAVAILABLE are to be retried), and a SIGTERMed daemon
+# did not exit until the pending RegisterModel's deadline (2 minutes here;
+# the registration waited for rank 2 without looking at the shutdown). Now
+# the example trainer registers again until answered, and a stopping
+# daemon ends the wait with UNAVAILABLE.
+#
+# Checks (each run): fault_lib.sh's common ones (bit-equal, consistent
+# commit logs), the trainers whose wait was interrupted said so and
+# registered again, the stopped daemon exited within 10 s.
+set -uo pipefail
+# shellcheck source=fault_lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/fault_lib.sh"
+fl_init "$@"
+fl_reference
+
+replace_while_registering() {
+  local run=$1 signal=$2 r
+  fl_start_coordinator "$run"
+  for r in 0 1 2 3; do fl_start_daemon "$run" "$r"; done
+  for r in 0 1 2 3; do
+    fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
+      "^shardd rank $r listening" 30 ||
+      fl_die "$run: daemon $r did not join within 30 s (or exited)"
+  done
+  for r in 0 1 3; do fl_start_trainer "$run" "$r"; done
+  for r in 0 1 3; do
+    fl_wait_line "$(fl_daemon_log "$run" "$r")" "RegisterModel admitted" 30 ||
+      fl_die "$run: trainer $r did not register within 30 s"
+  done
+  local t_stop
+  t_stop=$(fl_now)
+  kill "-$signal" "${FL_DAEMON_PID[0]}"
+  fl_wait_exit "${FL_DAEMON_PID[0]}" 60 ||
+    fl_die "$run: daemon 0 did not exit within 60 s of SIG$signal"
+  local took
+  took=$(fl_sub "$(fl_now)" "$t_stop")
+  fl_log "$run: daemon 0 stopped (SIG$signal) while the ranks registered; exited after $took s"
+  fl_expect "$run: daemon 0 exited within 10 s" \
+    "awk -v d=$took 'BEGIN { exit !(d < 10) }'"
+  fl_start_daemon "$run" 0
+  fl_start_trainer "$run" 2
+  fl_wait_trainers "$run"
+  fl_check_run "$run" "$FL_REF"
+  fl_expect "$run: a trainer's registration was interrupted and done again" \
+    "grep -q '^registration interrupted (.*stale' '$FL_ROOT/$run'/t[13]-1.log"
+  fl_expect "$run: trainer 0 registered with the new daemon" \
+    "grep -q '^registered rank 0 of 4' '$(fl_trainer_log "$run" 0)'"
+  fl_kill_all
+}
+
+replace_while_registering kill KILL
+replace_while_registering term TERM
+fl_finish
