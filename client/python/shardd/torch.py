@@ -811,6 +811,10 @@ class ShardedModule(nn.Module):
 
         Collective: every rank calls it between steps; rank 0's daemon
         writes the file. load_export(path, self) reads it back by fqn.
+        Only rank 0's result says whether the file was written: when a node
+        is lost during the export, ranks of the other shard groups may
+        return although rank 0 raised (docs/failure-model.md, "Not
+        covered"); run the export again on every rank after recover().
         """
         request = trainer_pb2.ExportStateRequest(
             path=os.path.abspath(path), layout=trainer_pb2.EXPORT_LAYOUT_FULL,
