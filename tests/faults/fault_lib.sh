@@ -145,6 +145,19 @@ fl_wait_exit() {
   return 0
 }
 
+# fl_expect_exit WHAT PID SECONDS STATUS: checks that WHAT (e.g. "trainer
+# 2") exits with STATUS within SECONDS. Returns 0 when it exited (whatever
+# its status; FL_EXIT_TIME is when it was seen gone), 1 when it still runs.
+fl_expect_exit() {
+  local what=$1 pid=$2 seconds=$3 status=$4
+  if fl_wait_exit "$pid" "$seconds"; then
+    fl_expect "$what exited $status" "[[ $FL_RC -eq $status ]]"
+    return 0
+  fi
+  fl_expect "$what exited within $seconds s" false
+  return 1
+}
+
 # fl_start_coordinator RUN [PORT]: FL_PORT, FL_COORD_PID; log coord-N.log
 # (N counts the coordinator's incarnations in this run). Without PORT, a
 # free port below the kernel's ephemeral range (32768-60999 by default), so

@@ -45,28 +45,17 @@ fl_expect "... once" "[[ \$(grep -c 'JOB_FAILED' '$coord') -eq 1 ]]"
 # Every process ends with the terminal status 3, within a few seconds.
 t_end=$t_kill
 for r in 0 1 2 3; do
-  if fl_wait_exit "${FL_TRAINER_PID[$r]}" 30; then
-    fl_expect "trainer $r exited 3 (job failed), not retrying" "[[ $FL_RC -eq 3 ]]"
+  fl_expect_exit "trainer $r (job failed, not retrying)" "${FL_TRAINER_PID[$r]}" 30 3 &&
     t_end=$FL_EXIT_TIME
-  else
-    fl_expect "trainer $r exited within 30 s of the failure" false
-  fi
   fl_expect "trainer $r printed the reason" \
     "grep -q 'stopping: the job has failed: shard 0 at step' '$(fl_trainer_log run $r)'"
 done
 for p in "${daemons[@]}"; do
-  if fl_wait_exit "$p" 30; then
-    fl_expect "daemon (pid $p) exited 3 (job failed) after draining" "[[ $FL_RC -eq 3 ]]"
+  fl_expect_exit "daemon (pid $p) (job failed, after draining)" "$p" 30 3 &&
     t_end=$FL_EXIT_TIME
-  else
-    fl_expect "daemon (pid $p) exited within 30 s of the failure" false
-  fi
 done
-if fl_wait_exit "$FL_COORD_PID" 40; then
-  fl_expect "the coordinator exited 3 (job failed)" "[[ $FL_RC -eq 3 ]]"
-else
-  fl_expect "the coordinator exited once every member left" false
-fi
+fl_expect_exit "the coordinator (job failed, every member left)" \
+  "$FL_COORD_PID" 40 3
 fl_expect "the coordinator said every member had left" \
   "grep -q 'every member has left, exiting with status 3' '$coord'"
 echo "timeline: kill -> job failed: $(fl_report_since run "$t_kill" x 'JOB_FAILED' | grep -Eo '\+[0-9.]+ s')"

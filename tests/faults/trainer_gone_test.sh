@@ -64,28 +64,17 @@ fl_expect "gone: EPOCH_STALLED and JOB_FAILED logged once each" \
 fl_expect "gone: nobody was removed" "! grep -q 'MEMBER_REMOVED' '$coord'"
 t_end=$t_kill
 for r in 0 1 3; do
-  if fl_wait_exit "${FL_TRAINER_PID[$r]}" 30; then
-    fl_expect "gone: trainer $r exited 3 (job failed)" "[[ $FL_RC -eq 3 ]]"
+  fl_expect_exit "gone: trainer $r (job failed)" "${FL_TRAINER_PID[$r]}" 30 3 &&
     t_end=$FL_EXIT_TIME
-  else
-    fl_expect "gone: trainer $r exited within 30 s of the failure" false
-  fi
   fl_expect "gone: trainer $r printed the reason" \
     "grep -q \"stopping: .*the job has failed: .*rank $RANK's trainer has not called\" '$(fl_trainer_log gone $r)'"
 done
 for r in 0 1 2 3; do
-  if fl_wait_exit "${FL_DAEMON_PID[$r]}" 30; then
-    fl_expect "gone: daemon $r exited 3 (job failed)" "[[ $FL_RC -eq 3 ]]"
+  fl_expect_exit "gone: daemon $r (job failed)" "${FL_DAEMON_PID[$r]}" 30 3 &&
     t_end=$FL_EXIT_TIME
-  else
-    fl_expect "gone: daemon $r exited within 30 s of the failure" false
-  fi
 done
-if fl_wait_exit "$FL_COORD_PID" 40; then
-  fl_expect "gone: the coordinator exited 3 (job failed)" "[[ $FL_RC -eq 3 ]]"
-else
-  fl_expect "gone: the coordinator exited once every member left" false
-fi
+fl_expect_exit "gone: the coordinator (job failed, every member left)" \
+  "$FL_COORD_PID" 40 3
 echo "timeline: trainer killed -> job failed: $(fl_report_since gone "$t_kill" x 'JOB_FAILED' | grep -Eo '\+[0-9.]+ s')"
 echo "timeline: trainer killed -> every process exited: +$(fl_sub "$t_end" "$t_kill") s"
 for r in 0 1 2 3; do

@@ -103,6 +103,26 @@ class Cluster:
             print(f"----- {name}.log\n{self.log(name)[-4000:]}")
 
 
+def start_single_rank_job(c, directory):
+    """Starts a W = 1 coordinator in Cluster `c`; the shardd argv for it
+    (rank 0, its socket and shm in `directory`) and the socket's path."""
+    coord = c.start("coordinator", [
+        COORDINATOR, "--listen=127.0.0.1:0", "--world_size=1",
+        "--sharding_factor=1"
+    ])
+    match = poll(
+        lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
+                          c.log("coordinator")), START_SECONDS,
+        "coordinator port", [("coordinator", coord)])
+    socket = os.path.join(directory, "s0.sock")
+    argv = [
+        SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
+        "--identity=node-0", "--rank=0", f"--listen_unix={socket}",
+        f"--shm_dir={directory}"
+    ]
+    return argv, socket
+
+
 @pytest.fixture
 def cluster(tmp_path):
     if not (os.access(COORDINATOR, os.X_OK) and os.access(SHARDD, os.X_OK)):
@@ -113,22 +133,10 @@ def cluster(tmp_path):
         pytest.skip(message)
     c = Cluster(str(tmp_path))
     try:
-        coord = c.start("coordinator", [
-            COORDINATOR, "--listen=127.0.0.1:0", "--world_size=1",
-            "--sharding_factor=1"
-        ])
-        match = poll(
-            lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
-                              c.log("coordinator")), START_SECONDS,
-            "coordinator port", [("coordinator", coord)])
-        socket = str(tmp_path / "s0.sock")
-        daemon = c.start("shardd", [
-            SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
-            "--identity=node-0", "--rank=0", f"--listen_unix={socket}",
-            f"--shm_dir={tmp_path}"
-        ])
+        argv, socket = start_single_rank_job(c, str(tmp_path))
+        c.start("shardd", argv)
         poll(lambda: os.path.exists(socket), START_SECONDS, "shardd socket",
-             [("shardd", daemon), ("coordinator", coord)])
+             c.procs)
         yield socket
     finally:
         c.stop()

@@ -40,7 +40,8 @@ from torch import nn
 import shardd.torch as st
 from shardd.client import TrainerClient
 import torch_trainer as tt
-from test_daemon import COORDINATOR, SHARDD, START_SECONDS, Cluster, poll
+from test_daemon import (COORDINATOR, SHARDD, START_SECONDS, Cluster, poll,
+                         start_single_rank_job)
 
 STEPS = 6
 TOLERANCE = 1e-5
@@ -314,15 +315,7 @@ def test_wrap_waits_for_a_daemon_that_starts_later(tmp_path):
     need_binaries()
     c = Cluster(str(tmp_path))
     try:
-        coord = c.start("coordinator", [
-            COORDINATOR, "--listen=127.0.0.1:0", "--world_size=1",
-            "--sharding_factor=1"
-        ])
-        match = poll(
-            lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)",
-                              c.log("coordinator")), START_SECONDS,
-            "coordinator port", [("coordinator", coord)])
-        socket = str(tmp_path / "s0.sock")
+        daemon_argv, socket = start_single_rank_job(c, str(tmp_path))
         with TrainerClient(socket, default_timeout=60,
                            register_timeout=60) as client:
             states = []
@@ -346,11 +339,7 @@ def test_wrap_waits_for_a_daemon_that_starts_later(tmp_path):
                  "a refused connection", c.procs)
             assert "error" not in outcome, outcome.get("error")
             # ... and registers once the daemon listens.
-            c.start("shardd", [
-                SHARDD, f"--coordinator=127.0.0.1:{match.group(1)}",
-                "--identity=node-0", "--rank=0", f"--listen_unix={socket}",
-                f"--shm_dir={tmp_path}"
-            ])
+            c.start("shardd", daemon_argv)
             thread.join(timeout=120)
             assert not thread.is_alive()
             assert "error" not in outcome, outcome.get("error")
