@@ -85,8 +85,8 @@ void FillMember(const ClusterSnapshot& snap, const SlotRecord& s,
   m->set_committed_step(s.committed_step);
   m->set_lease_expiry_unix_ms(UnixMs(snap, s.lease_expiry));
   m->set_joined_unix_ms(UnixMs(snap, s.joined));
-  if (s.trainer_attached) {
-    m->set_trainer_last_call_unix_ms(UnixMs(snap, s.trainer_last_call));
+  if (s.trainer.attached) {
+    m->set_trainer_last_call_unix_ms(UnixMs(snap, s.trainer.last_call));
   }
 }
 

@@ -148,26 +148,12 @@ std::string MembershipTable::MembershipKey() const {
   return key;
 }
 
-std::vector<std::string> MembershipTable::QuietTrainers(MonoTime since,
-                                                        MonoTime now) const {
-  std::vector<std::string> quiet;
+std::vector<RankSighting> MembershipTable::LiveSightings() const {
+  std::vector<RankSighting> live;
   for (const SlotRecord& s : slots_) {
-    // Only what a report made after `since` shows: a call after the last
-    // report is not known yet.
-    if (!s.live() || !s.trainer_reported || s.trainer_reported_at < since) {
-      continue;
-    }
-    if (!s.trainer_attached) {
-      quiet.push_back(
-          absl::StrCat("rank ", s.rank, " has no trainer attached"));
-    } else if (s.trainer_last_call < since) {
-      quiet.push_back(absl::StrCat(
-          "rank ", s.rank, "'s trainer has not called its daemon for ",
-          absl::FormatDuration(absl::Trunc(now - s.trainer_last_call,
-                                           absl::Milliseconds(100)))));
-    }
+    if (s.live()) live.push_back({s.rank, s.trainer});
   }
-  return quiet;
+  return live;
 }
 
 std::string MembershipTable::StallDiagnosis(const Stall& stall,
@@ -179,28 +165,12 @@ std::string MembershipTable::StallDiagnosis(const Stall& stall,
                         PlanKindName(plan_.kind), " at step ", plan_.step,
                         "): ", absl::StrJoin(stall.causes, "; "));
   }
-  // Whose trainer did not call its daemon since the first of these epochs
-  // ended: its peers wait for it in every epoch.
-  const std::vector<std::string> quiet = QuietTrainers(stall.since, now);
-  bool reported = false;
-  for (const SlotRecord& s : slots_) reported |= s.live() && s.trainer_reported;
-  std::string trainers;
-  if (!quiet.empty()) {
-    trainers = absl::StrCat(absl::StrJoin(quiet, ", "),
-                            " (since before the first of these epochs ended: "
-                            "a trainer that exited for good, or stopped?)");
-  } else if (reported) {
-    trainers =
-        "every trainer called its daemon during these epochs (a step slower "
-        "than the collective timeout?)";
-  } else {
-    trainers = "the members did not report their trainers";
-  }
   return absl::StrCat(stall.epochs,
                       " epochs in a row ended without a step committed "
                       "(the last committed step is ",
                       committed_step_,
-                      ") with the same members in every slot; ", trainers,
+                      ") with the same members in every slot; ",
+                      TrainersDuringStall(LiveSightings(), stall.since, now),
                       ". The epochs: ", absl::StrJoin(stall.causes, "; "));
 }
 
@@ -609,10 +579,7 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.pending_step = request.holds_shard ? request.pending_step : 0;
   slot.checkpoints = request.checkpoints;
   slot.unreachable.clear();
-  slot.trainer_reported = false;  // Until its first heartbeat says.
-  slot.trainer_reported_at = MonoTime::InfinitePast();
-  slot.trainer_attached = false;
-  slot.trainer_last_call = MonoTime::InfinitePast();
+  slot.trainer = TrainerSighting();  // Until its first heartbeat says.
   Log(now, DecisionKind::kMemberJoined, {rank},
       absl::StrCat("rank ", rank, " joined: '", request.identity, "' at ",
                    request.peer_address,
@@ -689,11 +656,7 @@ absl::Status MembershipTable::Heartbeat(
   slot.unreachable = std::move(unreachable);
   if (checkpoints != nullptr) slot.checkpoints = *checkpoints;
   if (trainer != nullptr) {
-    slot.trainer_reported = true;
-    slot.trainer_reported_at = now;
-    slot.trainer_attached = trainer->attached;
-    slot.trainer_last_call =
-        trainer->attached ? now - trainer->quiet : MonoTime::InfinitePast();
+    slot.trainer.Note(*trainer, now);
   }
   if (!slot.unreachable.empty() || !broken_links_.empty()) {
     DecidePartitions(now);
@@ -945,7 +908,8 @@ absl::StatusOr<ReportOutcome> MembershipTable::ReportFailure(
         detail, "]");
     // A peer whose trainer has not called in this epoch is the likeliest
     // reason (its daemon issues nothing while its trainer is away).
-    if (const std::vector<std::string> quiet = QuietTrainers(epoch_began_, now);
+    if (const std::vector<std::string> quiet =
+            QuietTrainers(LiveSightings(), epoch_began_, now);
         !quiet.empty()) {
       absl::StrAppend(&why, "; in this epoch ", absl::StrJoin(quiet, ", "));
     }

@@ -15,6 +15,7 @@
 #include "daemon/coordinator/epoch_plan.h"
 #include "daemon/coordinator/failure_detector.h"
 #include "daemon/coordinator/progress_watch.h"
+#include "daemon/coordinator/trainer_sighting.h"
 #include "daemon/core/mono_time.h"
 
 namespace shardd::coordinator {
@@ -112,13 +113,8 @@ struct SlotRecord {
   CheckpointInventory checkpoints;
   // The peers the member last reported unreachable (its latest heartbeat).
   std::vector<UnreachablePeer> unreachable;
-  // What the member last reported of its trainer: whether one registered
-  // with it, and when it last called (the heartbeat's time minus the quiet
-  // time it reported).
-  bool trainer_reported = false;
-  MonoTime trainer_reported_at = MonoTime::InfinitePast();
-  bool trainer_attached = false;
-  MonoTime trainer_last_call = MonoTime::InfinitePast();
+  // What the member last reported of its trainer.
+  TrainerSighting trainer;
 
   bool live() const {
     return phase == MemberPhase::kJoining ||
@@ -157,13 +153,6 @@ struct MembershipOptions {
   // The diagnosis names the ranks whose trainer did not call its daemon
   // during those epochs.
   int max_epochs_without_commit = 20;
-};
-
-// A member's report of its trainer (TrainerPresence in the protocol).
-struct TrainerReport {
-  bool attached = false;
-  // Since the trainer's last call (or registration), on the member's clock.
-  absl::Duration quiet = absl::ZeroDuration();
 };
 
 // A peer address whose member was removed as cut off from its peers.
@@ -428,10 +417,8 @@ class MembershipTable {
   // for a spell without a commit which members' trainers did not call
   // their daemon during it (when the members reported their trainers).
   std::string StallDiagnosis(const Stall& stall, MonoTime now) const;
-  // "rank R's trainer has not called its daemon for D" (or "rank R has no
-  // trainer attached") for each live member that reported its trainer and
-  // whose trainer did not call since `since`, as of a report made since.
-  std::vector<std::string> QuietTrainers(MonoTime since, MonoTime now) const;
+  // The live members' ranks and trainer sightings.
+  std::vector<RankSighting> LiveSightings() const;
 
   MembershipOptions options_;
   int64_t epoch_ = 0;

@@ -811,14 +811,14 @@ TEST_F(MembershipTableTest, RejectsATrainerQuietTimeOutOfRange) {
                         kT0, {}, nullptr, &trainer);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("trainer.quiet_ms"), std::string::npos) << s;
-  EXPECT_FALSE(table_->slots()[0].trainer_reported);
+  EXPECT_FALSE(table_->slots()[0].trainer.reported);
   trainer.quiet = absl::Milliseconds(std::numeric_limits<int64_t>::max());
   EXPECT_EQ(table_
                 ->Heartbeat(0, "token-0", table_->epoch(), 7,
                             MemberPhase::kReady, kT0, {}, nullptr, &trainer)
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(table_->slots()[0].trainer_reported);
+  EXPECT_FALSE(table_->slots()[0].trainer.reported);
 }
 
 TEST_F(MembershipTableTest, LostShardWaitsOneGraceForItsHoldersThenFails) {
