@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "daemon/core/model_config.h"
 #include "daemon/node/epoch_communicators.h"
@@ -28,12 +29,19 @@ class EngineHolder {
     return model_;
   }
   uint64_t fingerprint() const { return fingerprint_; }
+  // The serialized ModelAgreement (peer.proto) the ranks registered the
+  // model with; empty when the node does not know it (a checkpoint
+  // restore). The node publishes it in every epoch it becomes ready in, so
+  // that a rank registering the model later (its daemon died before it
+  // installed the model others did) agrees with this one.
+  const std::string& agreement() const { return agreement_; }
 
-  // Makes `engine` (built for `model`) the node's. It runs on `comms`'
-  // groups when the node has any, and on each later epoch's as they are
-  // installed (EpochCommunicators).
+  // Makes `engine` (built for `model`, registered with `agreement`) the
+  // node's. It runs on `comms`' groups when the node has any, and on each
+  // later epoch's as they are installed (EpochCommunicators).
   void Install(std::shared_ptr<StepEngine> engine, core::ModelConfig model,
-               uint64_t fingerprint, const EpochCommunicators& comms);
+               uint64_t fingerprint, std::string agreement,
+               const EpochCommunicators& comms);
   // Drops the engine (the owner's destruction).
   void Reset();
 
@@ -41,6 +49,7 @@ class EngineHolder {
   std::shared_ptr<StepEngine> engine_;
   std::optional<core::ModelConfig> model_;
   uint64_t fingerprint_ = 0;
+  std::string agreement_;
 };
 
 }  // namespace shardd::node

@@ -46,25 +46,31 @@ TEST_F(EngineHolderTest, HoldsNothingUntilAnEngineIsInstalled) {
   EXPECT_EQ(holder.engine(), nullptr);
   EXPECT_FALSE(holder.model_if_any().has_value());
   EXPECT_EQ(holder.fingerprint(), 0u);
+  EXPECT_TRUE(holder.agreement().empty());
 }
 
-TEST_F(EngineHolderTest, InstallReplacesEngineModelAndFingerprintTogether) {
+TEST_F(EngineHolderTest,
+       InstallReplacesEngineModelFingerprintAndAgreementTogether) {
   EngineHolder holder;
   EpochCommunicators none;
   core::ModelConfig first;
   first.units.emplace_back().name = "a";
   std::shared_ptr<StepEngine> one = NewEngine();
-  holder.Install(one, first, 11, none);
+  holder.Install(one, first, 11, "agreed-a", none);
   EXPECT_EQ(holder.engine(), one);
   EXPECT_EQ(holder.model().units[0].name, "a");
   EXPECT_EQ(holder.fingerprint(), 11u);
+  EXPECT_EQ(holder.agreement(), "agreed-a");
   core::ModelConfig second;
   second.units.emplace_back().name = "b";
   std::shared_ptr<StepEngine> two = NewEngine();
-  holder.Install(two, second, 22, none);
+  holder.Install(two, second, 22, "", none);
   EXPECT_EQ(holder.engine(), two);
   EXPECT_EQ(holder.model().units[0].name, "b");
   EXPECT_EQ(holder.fingerprint(), 22u);
+  // An engine whose agreement is unknown (restored) does not keep the old
+  // engine's: it would be published for a model it may not be.
+  EXPECT_TRUE(holder.agreement().empty());
   EXPECT_EQ(one.use_count(), 1);  // The old engine is no longer shared.
   holder.Reset();
   EXPECT_EQ(holder.engine(), nullptr);

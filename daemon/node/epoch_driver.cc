@@ -29,6 +29,11 @@ bool EpochDriver::stopped() const {
 
 void EpochDriver::Run() {
   while (!stopped()) RunOnce();
+  // The daemon stops when the job failed (it exits 3), and it may have
+  // been busy with an epoch (building its communicators, copying) when the
+  // failure came: the failure is still noted, once, so that its commit log
+  // ends with the final record and its trainer hears why.
+  HandleError(membership_->view().error);
 }
 
 void EpochDriver::RunOnce() {
@@ -185,6 +190,9 @@ bool EpochDriver::Copy(const coordinator::MembershipView& view,
 
 void EpochDriver::Ready(const coordinator::MembershipView& view) {
   const int64_t step = actions_->CommittedStep();
+  // Before READY: a rank registering the model in this epoch waits for the
+  // epoch to be ready, and then finds this rank's agreement there.
+  actions_->PublishHeldModel(view.epoch);
   // A failed READY heartbeat is retried by the next epoch.
   const bool reported = membership_->SetReady(view.epoch, step).ok();
   actions_->NoteReady(view.epoch, step, reported);

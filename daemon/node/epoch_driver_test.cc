@@ -122,6 +122,9 @@ class RecordingActions : public EpochActions {
     log_->Log("recovery_error");
     recovery_error_ = error;
   }
+  void PublishHeldModel(int64_t epoch) override {
+    log_->Log(absl::StrCat("publish(", epoch, ")"));
+  }
   void NoteReady(int64_t epoch, int64_t step, bool reported) override {
     log_->Log(
         absl::StrCat("note_ready(", epoch, ",", step, ",", reported, ")"));
@@ -197,7 +200,7 @@ TEST_F(EpochDriverTest, NewJobBuildsCommunicatorsThenReportsReady) {
   driver_.HandleView(view);
   EXPECT_EQ(Calls(),
             "epoch_changed(0->1) supersede(1) topology(4,2) settle "
-            "build(1,4,2) ready(1,0) note_ready(1,0,1)");
+            "build(1,4,2) publish(1) ready(1,0) note_ready(1,0,1)");
   EXPECT_EQ(driver_.cursor(), (EpochCursor{1, 1}));
 }
 
@@ -209,7 +212,7 @@ TEST_F(EpochDriverTest, ReattachReportsTheStepItHolds) {
   driver_.HandleView(view);
   EXPECT_EQ(Calls(),
             "epoch_changed(3->4) supersede(4) topology(4,2) settle "
-            "build(4,4,2) ready(4,12) note_ready(4,12,1)");
+            "build(4,4,2) publish(4) ready(4,12) note_ready(4,12,1)");
 }
 
 TEST_F(EpochDriverTest, FailedRendezvousIsReportedWithoutASuspect) {
@@ -244,7 +247,7 @@ TEST_F(EpochDriverTest, ReplicaCopyPreparesTheEngineWhileBuildingThenCopies) {
   driver_.HandleView(view);
   EXPECT_EQ(Calls(),
             "epoch_changed(0->8) supersede(8) topology(4,2) settle "
-            "build(8,4,2) copy(8) ready(8,30) note_ready(8,30,1)");
+            "build(8,4,2) copy(8) publish(8) ready(8,30) note_ready(8,30,1)");
   EXPECT_EQ(actions_.prepared_from(), 3);
   EXPECT_NE(actions_.prepare_thread(), std::this_thread::get_id());
 }
@@ -270,7 +273,8 @@ TEST_F(EpochDriverTest, CheckpointRestoreBeforeCommunicatorsThenReady) {
   EXPECT_EQ(Calls(),
             "epoch_changed(0->11) supersede(11) topology(4,2) "
             "settle(rollback 40) abandon_above(40) restore(40,11) "
-            "recovery_done build(11,4,2) ready(11,40) note_ready(11,40,1)");
+            "recovery_done build(11,4,2) publish(11) ready(11,40) "
+            "note_ready(11,40,1)");
 }
 
 TEST_F(EpochDriverTest, FailedRestoreMarksItBadHeartbeatsThenReports) {
@@ -302,7 +306,7 @@ TEST_F(EpochDriverTest, InDoubtRollbackToAHeldStepPassesTheStep) {
   EXPECT_EQ(Calls(),
             "epoch_changed(10->11) supersede(11) topology(4,2) "
             "settle(rollback 40) abandon_above(40) build(11,4,2) "
-            "ready(11,40) note_ready(11,40,1)");
+            "publish(11) ready(11,40) note_ready(11,40,1)");
 }
 
 TEST_F(EpochDriverTest, RemovedMemberAbortsItsEpochAndBuildsNothing) {
@@ -320,7 +324,8 @@ TEST_F(EpochDriverTest, RemovedMemberAbortsItsEpochAndBuildsNothing) {
 TEST_F(EpochDriverTest, UnreportedReadyIsNotedAsSuch) {
   membership_.SetReadyStatus(absl::UnavailableError("coordinator restarting"));
   driver_.HandleView(Planned(1, v1::EPOCH_PLAN_KIND_NEW, 0));
-  EXPECT_NE(Calls().find("ready(1,0) note_ready(1,0,0)"), std::string::npos)
+  EXPECT_NE(Calls().find("publish(1) ready(1,0) note_ready(1,0,0)"),
+            std::string::npos)
       << Calls();
 }
 
@@ -340,7 +345,7 @@ TEST_F(EpochDriverTest, RunOnceSkipsViewsItHasNoUseFor) {
   driver_.RunOnce();
   EXPECT_EQ(Calls(),
             "epoch_changed(0->2) supersede(2) topology(4,2) settle "
-            "build(2,4,2) ready(2,0) note_ready(2,0,1)");
+            "build(2,4,2) publish(2) ready(2,0) note_ready(2,0,1)");
 }
 
 TEST_F(EpochDriverTest, JobFailureIsToldOnce) {
@@ -351,6 +356,35 @@ TEST_F(EpochDriverTest, JobFailureIsToldOnce) {
   driver_.RunOnce();
   driver_.RunOnce();
   EXPECT_EQ(Calls(), "job_failed(job failed: shard 1 lost)");
+}
+
+// The daemon stopped (SIGTERM after the job failed) while its epoch thread
+// was busy: the failure it never waited for is noted as Run ends.
+TEST_F(EpochDriverTest, AJobFailureNotYetNotedIsNotedWhenRunStops) {
+  coordinator::MembershipView failed = View(5);
+  failed.error = absl::DataLossError("job failed: no progress");
+  membership_.SetView(failed);
+  driver_.Stop();
+  driver_.Run();
+  EXPECT_EQ(Calls(), "job_failed(job failed: no progress)");
+}
+
+TEST_F(EpochDriverTest, AJobFailureAlreadyNotedIsNotNotedAgainWhenRunStops) {
+  membership_.Script(absl::DataLossError("job failed: shard 1 lost"));
+  driver_.RunOnce();
+  coordinator::MembershipView failed = View(5);
+  failed.error = absl::DataLossError("job failed: shard 1 lost");
+  membership_.SetView(failed);
+  driver_.Stop();
+  driver_.Run();
+  EXPECT_EQ(Calls(), "job_failed(job failed: shard 1 lost)");
+}
+
+TEST_F(EpochDriverTest, StoppingWithoutAJobFailureNotesNone) {
+  membership_.SetView(View(5));
+  driver_.Stop();
+  driver_.Run();
+  EXPECT_EQ(Calls(), "");
 }
 
 TEST_F(EpochDriverTest, StopEndsRunFromAnotherThread) {

@@ -18,6 +18,7 @@
 #include "daemon/node/model_digest.h"
 #include "daemon/node/proto_convert.h"
 #include "daemon/node/shared_memory_init_reader.h"
+#include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
 namespace {
@@ -176,8 +177,9 @@ absl::StatusOr<v1::RegisterModelResponse> ModelRegistration::RegisterNew(
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<Installed> installed =
-      BuildAndInstall(model, world, factor, *import);
+  SHARDD_FAILPOINT("register.agreed");
+  absl::StatusOr<Installed> installed = BuildAndInstall(
+      model, world, factor, *import, agreement->SerializeAsString());
   if (!installed.ok()) return installed.status();
   const int64_t step = installed->step;
   options_.host->LogCommit(
@@ -203,7 +205,7 @@ absl::StatusOr<v1::RegisterModelResponse> ModelRegistration::RegisterNew(
 
 absl::StatusOr<ModelRegistration::Installed> ModelRegistration::BuildAndInstall(
     const core::ModelConfig& model, int world, int factor,
-    const state::StateImport& import) {
+    const state::StateImport& import, std::string agreement) {
   absl::StatusOr<std::vector<core::UnitLayout>> layouts =
       core::BuildLayouts(model, factor);
   if (!layouts.ok()) return layouts.status();
@@ -226,7 +228,8 @@ absl::StatusOr<ModelRegistration::Installed> ModelRegistration::BuildAndInstall(
   installed.step = *imported_step;
   installed.epoch = options_.host->InstallRegistered(
       installed.engine, model,
-      core::Fingerprint(model, core::InitScope::kExclude));
+      core::Fingerprint(model, core::InitScope::kExclude),
+      std::move(agreement));
   return installed;
 }
 
@@ -318,6 +321,18 @@ absl::Status ModelRegistration::AwaitAgreement(comm::Store& store, int r,
           "'s last registration failed and it has not registered again"));
     }
     SleepUntil(MonoNow() + absl::Milliseconds(5));
+  }
+}
+
+void ModelRegistration::PublishHeld(comm::Store& store, int rank,
+                                    const std::string& agreement,
+                                    int64_t epoch) {
+  if (agreement.empty()) return;
+  if (absl::Status s = store.Set(core::ModelKey(rank), agreement); !s.ok()) {
+    std::fprintf(stderr,
+                 "shardd rank %d: publishing the model it holds in epoch "
+                 "%lld: %s\n",
+                 rank, static_cast<long long>(epoch), s.ToString().c_str());
   }
 }
 

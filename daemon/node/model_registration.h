@@ -73,11 +73,14 @@ class ModelRegistrationHost {
   // A rendezvous store client for `epoch`, with this rank's lease token.
   virtual std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch) = 0;
   // Installs a newly registered engine (the node's one install path: the
-  // trainer protocol starts over). Returns the communicators' epoch, read
+  // trainer protocol starts over) with the agreement the ranks registered
+  // it with (a serialized v1::ModelAgreement), which the node publishes in
+  // each later epoch (PublishHeld). Returns the communicators' epoch, read
   // under the same lock.
   virtual int64_t InstallRegistered(std::shared_ptr<StepEngine> engine,
                                     core::ModelConfig model,
-                                    uint64_t fingerprint) = 0;
+                                    uint64_t fingerprint,
+                                    std::string agreement) = 0;
   // Appends to the commit log, if configured.
   virtual void LogCommit(recovery::CommitRecord::Kind kind, int64_t step,
                          int64_t epoch) = 0;
@@ -127,6 +130,17 @@ class ModelRegistration {
   absl::StatusOr<v1::RegisterModelResponse> RegisterModel(
       const v1::RegisterModelRequest& request, MonoTime deadline);
 
+  // Publishes `agreement` (the serialized v1::ModelAgreement of the model
+  // the node holds; nothing when empty) as `rank`'s model in `store`,
+  // `epoch`'s. Ranks agree on a new model in one epoch, and an epoch can
+  // end while some have installed it and others have not (a daemon killed
+  // during the exchange): the ones that did never register again, so the
+  // others, registering in a later epoch, would wait for them for good.
+  // Holders publish in every epoch before they report READY. A failure is
+  // logged: the next epoch publishes again.
+  static void PublishHeld(comm::Store& store, int rank,
+                          const std::string& agreement, int64_t epoch);
+
   // A StepEngine for `model` on this rank (layouts for F = `factor`,
   // optimizer, admission), its shard filled by `init`.
   absl::StatusOr<std::unique_ptr<StepEngine>> CreateEngine(
@@ -170,10 +184,11 @@ class ModelRegistration {
     int64_t epoch = 0;
   };
   // Creates the engine, fills it (initial values, then the saved state)
-  // and installs it through the host.
+  // and installs it through the host with `agreement` (serialized).
   absl::StatusOr<Installed> BuildAndInstall(const core::ModelConfig& model,
                                             int world, int factor,
-                                            const state::StateImport& import);
+                                            const state::StateImport& import,
+                                            std::string agreement);
 
   const ModelRegistrationOptions options_;
   // Whether the backend's buffers are a device's (CUDA IPC transport).

@@ -127,10 +127,11 @@ class FakeNode : public ModelRegistrationHost, public TrainerOpsHost {
     return std::make_unique<BorrowedStore>(store_);
   }
   int64_t InstallRegistered(std::shared_ptr<StepEngine> engine,
-                            core::ModelConfig model,
-                            uint64_t fingerprint) override {
+                            core::ModelConfig model, uint64_t fingerprint,
+                            std::string agreement) override {
     {
       absl::MutexLock lock(&mu_);
+      agreement_ = std::move(agreement);
       engine_ = std::move(engine);
       model_ = std::move(model);
       fingerprint_ = fingerprint;
@@ -182,6 +183,10 @@ class FakeNode : public ModelRegistrationHost, public TrainerOpsHost {
     absl::MutexLock lock(&mu_);
     return engine_;
   }
+  std::string agreement() {
+    absl::MutexLock lock(&mu_);
+    return agreement_;
+  }
   int awaits() {
     absl::MutexLock lock(&mu_);
     return awaits_;
@@ -217,6 +222,7 @@ class FakeNode : public ModelRegistrationHost, public TrainerOpsHost {
   std::shared_ptr<StepEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::optional<core::ModelConfig> model_ ABSL_GUARDED_BY(mu_);
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string agreement_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -247,10 +253,11 @@ struct Rank {
 
 class ModelRegistrationTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Rank> MakeRank(int rank, int world, int factor) {
+  std::unique_ptr<Rank> MakeRank(int rank, int world, int factor,
+                                 comm::Store* store = nullptr) {
     static std::atomic<int> made{0};
     return std::make_unique<Rank>(
-        rank, world, factor, &store_,
+        rank, world, factor, store != nullptr ? store : &store_,
         absl::StrCat("reg-", getpid(), "-", made.fetch_add(1)));
   }
   static MonoTime Deadline() { return MonoNow() + absl::Seconds(10); }
@@ -393,6 +400,56 @@ TEST_F(ModelRegistrationTest, AFailedKeyFromBeforeTheAttemptIsNeverAgreement) {
       "rank 1's last registration failed and it has not registered again"))
       << waited.status();
   EXPECT_EQ(r0->node.engine(), nullptr);
+}
+
+// Rank 0's daemon died after the ranks agreed and before it installed the
+// model (an OOM kill during the allocation); rank 1 installed it and never
+// registers again. Rank 0's replacement registers in a later epoch (a
+// store of its own): it agrees with what rank 1 publishes there, and
+// without that it would wait for rank 1 until its deadline.
+TEST_F(ModelRegistrationTest,
+       ARankRegisteringInALaterEpochAgreesWithWhatAHolderPublished) {
+  std::unique_ptr<Rank> r0 = MakeRank(0, 2, 2);
+  std::unique_ptr<Rank> r1 = MakeRank(1, 2, 2);
+  auto [a, b] = RegisterBoth(*r0, Model(2), *r1, Model(2));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  // The installed agreement is the one rank 1 published when it agreed.
+  absl::StatusOr<std::string> published = store_.Get(core::ModelKey(1));
+  ASSERT_TRUE(published.ok()) << published.status();
+  EXPECT_EQ(r1->node.agreement(), *published);
+
+  comm::InMemoryStore unpublished;  // A later epoch's, rank 1 silent.
+  std::unique_ptr<Rank> waits = MakeRank(0, 2, 2, &unpublished);
+  absl::StatusOr<v1::RegisterModelResponse> alone =
+      waits->registration.RegisterModel(Request(Model(2)),
+                                        MonoNow() + absl::Milliseconds(300));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(alone.status())) << alone.status();
+  // Nothing to publish publishes nothing.
+  ModelRegistration::PublishHeld(unpublished, 1, "", 8);
+  EXPECT_TRUE(absl::IsNotFound(unpublished.Get(core::ModelKey(1)).status()));
+
+  comm::InMemoryStore later;
+  ModelRegistration::PublishHeld(later, 1, r1->node.agreement(), 8);
+  std::unique_ptr<Rank> replacement = MakeRank(0, 2, 2, &later);
+  absl::StatusOr<v1::RegisterModelResponse> registered =
+      replacement->registration.RegisterModel(Request(Model(2)), Deadline());
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->model_fingerprint(), b->model_fingerprint());
+  EXPECT_NE(replacement->node.engine(), nullptr);
+
+  // A replacement registering another model is told whose it differs from.
+  comm::InMemoryStore other;
+  ModelRegistration::PublishHeld(other, 1, r1->node.agreement(), 9);
+  std::unique_ptr<Rank> wrong = MakeRank(0, 2, 2, &other);
+  absl::StatusOr<v1::RegisterModelResponse> refused =
+      wrong->registration.RegisterModel(Request(Model(2, /*rows=*/6)),
+                                        Deadline());
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "model differs from rank 1's"))
+      << refused.status();
+  EXPECT_EQ(wrong->node.engine(), nullptr);
 }
 
 TEST_F(ModelRegistrationTest, ReattachWithTheSameModelReleasesWhatTheOldHeld) {

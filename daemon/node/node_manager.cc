@@ -245,9 +245,9 @@ void NodeManager::WireShardCopy() {
   };
   copy.install = [this](std::shared_ptr<StepEngine> engine,
                         core::ModelConfig model, uint64_t fingerprint,
-                        int64_t step, int64_t epoch) {
-    InstallCopiedEngine(std::move(engine), std::move(model), fingerprint, step,
-                        epoch);
+                        std::string agreement, int64_t step, int64_t epoch) {
+    InstallCopiedEngine(std::move(engine), std::move(model), fingerprint,
+                        std::move(agreement), step, epoch);
   };
   shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
 }
@@ -385,6 +385,16 @@ void NodeManager::NoteRecoveryDone() {
 void NodeManager::NoteRecoveryError(const std::string& error) {
   absl::MutexLock lock(&mu_);
   recovery_error_ = error;
+}
+
+void NodeManager::PublishHeldModel(int64_t epoch) {
+  std::string agreement;
+  {
+    absl::MutexLock lock(&mu_);
+    agreement = holder_.agreement();
+  }
+  std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
+  ModelRegistration::PublishHeld(*store, client_->rank(), agreement, epoch);
 }
 
 void NodeManager::NoteReady(int64_t epoch, int64_t step, bool reported) {
@@ -734,9 +744,11 @@ bool NodeManager::DetachTrainer(StepEngine& engine) {
 
 int64_t NodeManager::InstallRegistered(std::shared_ptr<StepEngine> engine,
                                        core::ModelConfig model,
-                                       uint64_t fingerprint) {
+                                       uint64_t fingerprint,
+                                       std::string agreement) {
   absl::MutexLock lock(&mu_);
-  InstallEngineLocked(std::move(engine), std::move(model), fingerprint);
+  InstallEngineLocked(std::move(engine), std::move(model), fingerprint,
+                      std::move(agreement));
   return comms_.epoch();
 }
 
@@ -927,6 +939,13 @@ ShardSource::Snapshot NodeManager::ShardSnapshot() const {
   snapshot.engine = holder_.engine();
   DescribeShard(*holder_.engine(), holder_.model(), holder_.fingerprint(),
                 &snapshot.header, &snapshot.sources);
+  // A copy carries the agreement on, so that the replacement publishes it
+  // as this node does.
+  if (!holder_.agreement().empty() &&
+      !snapshot.header.mutable_agreement()->ParseFromString(
+          holder_.agreement())) {
+    snapshot.header.clear_agreement();
+  }
   return snapshot;
 }
 
@@ -980,8 +999,9 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
   {
     absl::MutexLock lock(&mu_);
     if (restore->fresh) {
-      InstallEngineLocked(restore->engine, restore->model,
-                          restore->fingerprint);
+      // A checkpoint does not say what the model was registered with.
+      InstallEngineLocked(restore->engine, restore->model, restore->fingerprint,
+                          /*agreement=*/"");
     } else {
       trainer_ops_->EngineInstalled();
     }
@@ -1034,11 +1054,13 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
 
 void NodeManager::InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                                       core::ModelConfig model,
-                                      uint64_t fingerprint, int64_t step,
+                                      uint64_t fingerprint,
+                                      std::string agreement, int64_t step,
                                       int64_t epoch) {
   {
     absl::MutexLock lock(&mu_);
-    InstallEngineLocked(engine, std::move(model), fingerprint);
+    InstallEngineLocked(engine, std::move(model), fingerprint,
+                        std::move(agreement));
   }
   ReportMemory(*engine);
   LogCommit(recovery::CommitRecord::Kind::kRecovered, step, epoch);
@@ -1046,8 +1068,10 @@ void NodeManager::InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
 
 void NodeManager::InstallEngineLocked(std::shared_ptr<StepEngine> engine,
                                       core::ModelConfig model,
-                                      uint64_t fingerprint) {
-  holder_.Install(std::move(engine), std::move(model), fingerprint, comms_);
+                                      uint64_t fingerprint,
+                                      std::string agreement) {
+  holder_.Install(std::move(engine), std::move(model), fingerprint,
+                  std::move(agreement), comms_);
   trainer_ops_->EngineInstalled();
 }
 

@@ -283,6 +283,7 @@ class NodeManager : private EpochActions,
   absl::Status CopyShard(int64_t epoch, const v1::ShardTransfer& copy) override;
   void NoteRecoveryDone() override;
   void NoteRecoveryError(const std::string& error) override;
+  void PublishHeldModel(int64_t epoch) override;
   void NoteReady(int64_t epoch, int64_t step, bool reported) override;
   void NoteJobFailed(const absl::Status& why) override;
   // True when communicators of the newest known epoch are up and healthy.
@@ -328,8 +329,8 @@ class NodeManager : private EpochActions,
   // A rendezvous store client for `epoch`, with this rank's lease token.
   std::unique_ptr<comm::Store> StoreOfEpoch(int64_t epoch) override;
   int64_t InstallRegistered(std::shared_ptr<StepEngine> engine,
-                            core::ModelConfig model,
-                            uint64_t fingerprint) override;
+                            core::ModelConfig model, uint64_t fingerprint,
+                            std::string agreement) override;
   v1::RegisterModelResponse RegisteredModel() override;
   // A StepEngine on this rank whose shard starts at zero (a shard copy's
   // or a checkpoint restore's, filled afterwards).
@@ -344,12 +345,13 @@ class NodeManager : private EpochActions,
   // The one install path of a new engine (registered, restored, copied):
   // the holder's, and the trainer protocol's state starts over.
   void InstallEngineLocked(std::shared_ptr<StepEngine> engine,
-                           core::ModelConfig model, uint64_t fingerprint)
+                           core::ModelConfig model, uint64_t fingerprint,
+                           std::string agreement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes a replica's copy of this rank's shard the node's (ShardCopy).
   void InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                            core::ModelConfig model, uint64_t fingerprint,
-                           int64_t step, int64_t epoch);
+                           std::string agreement, int64_t step, int64_t epoch);
   // A step this daemon prepared and voted on without hearing the decision:
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).

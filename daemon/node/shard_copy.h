@@ -69,10 +69,12 @@ class ShardCopy {
     // healthy; null otherwise.
     std::function<std::shared_ptr<comm::Collective>(int64_t epoch)>
         replica_group_of;
-    // Makes a verified copy (its engine at `step`) the node's, in `epoch`.
+    // Makes a verified copy (its engine at `step`) the node's, in `epoch`;
+    // `agreement` is the source's (ShardHeader.agreement serialized; empty
+    // when it sent none).
     std::function<void(std::shared_ptr<StepEngine> engine,
                        core::ModelConfig model, uint64_t fingerprint,
-                       int64_t step, int64_t epoch)>
+                       std::string agreement, int64_t step, int64_t epoch)>
         install;
   };
   explicit ShardCopy(Options options);

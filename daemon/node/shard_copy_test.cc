@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,9 @@ class ShardCopyTest : public ::testing::Test {
     header.set_epoch(request.epoch());
     header.set_step(source_->committed_step());
     header.set_optimizer_step(source_->committed_step());
+    if (source_agreement_.has_value()) {
+      *header.mutable_agreement() = *source_agreement_;
+    }
     std::vector<recovery::SectionSource> sources;
     for (const StepEngine::StateSection& s : source_->StateSections()) {
       recovery::SectionSource src;
@@ -185,8 +189,10 @@ class ShardCopyTest : public ::testing::Test {
     };
     o.replica_group_of = [](int64_t) { return nullptr; };
     o.install = [this](std::shared_ptr<StepEngine> engine, core::ModelConfig,
-                       uint64_t fingerprint, int64_t step, int64_t epoch) {
+                       uint64_t fingerprint, std::string agreement,
+                       int64_t step, int64_t epoch) {
       installed_ = std::move(engine);
+      installed_agreement_ = std::move(agreement);
       installed_fingerprint_ = fingerprint;
       installed_step_ = step;
       installed_epoch_ = epoch;
@@ -252,6 +258,9 @@ class ShardCopyTest : public ::testing::Test {
   std::vector<std::string> addresses_;
   std::shared_ptr<StepEngine> installed_;
   uint64_t installed_fingerprint_ = 0;
+  // What the source registered its model with (none: restored).
+  std::optional<v1::ModelAgreement> source_agreement_;
+  std::string installed_agreement_;
   int64_t installed_step_ = -1;
   int64_t installed_epoch_ = -1;
 };
@@ -280,6 +289,8 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
   EXPECT_EQ(installed_fingerprint_,
             core::Fingerprint(Model(), core::InitScope::kExclude));
   ExpectSameState(*installed_, *source_);
+  // The source sent no agreement (its engine came from a checkpoint).
+  EXPECT_TRUE(installed_agreement_.empty());
   EXPECT_EQ(addresses_, std::vector<std::string>{"peer-3"});
   // The attempt's start, its bytes at 0 when the header arrived (the
   // clock stood still: no more), the end.
@@ -293,6 +304,24 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
   EXPECT_EQ(ready[0].source_rank(), 3);
   EXPECT_FALSE(ready[0].prepared_during_rendezvous());
   EXPECT_GE(ready[0].build_seconds(), 0);
+}
+
+// The replacement is handed the agreement the source's model was
+// registered with, to publish in later epochs as the source does.
+TEST_F(ShardCopyTest, TheSourcesAgreementIsInstalledWithTheCopy) {
+  v1::ModelAgreement agreement;
+  *agreement.mutable_model() = ProtoConvert::ModelToProto(Model());
+  agreement.add_tensor_digests(0x1234);
+  source_agreement_ = agreement;
+  ShardCopy copy(Options());
+  absl::StatusOr<bool> copied = copy.Run(kEpoch, Plan({3}), 1, 1);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  ASSERT_NE(installed_, nullptr);
+  v1::ModelAgreement installed;
+  ASSERT_TRUE(installed.ParseFromString(installed_agreement_));
+  EXPECT_EQ(installed.tensor_digests_size(), 1);
+  EXPECT_EQ(installed.tensor_digests(0), 0x1234u);
+  EXPECT_EQ(installed.model().units_size(), Model().units.size());
 }
 
 // The source's total: the COMPLETE event's (its shard's state bytes).

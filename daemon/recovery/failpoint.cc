@@ -165,6 +165,7 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "checkpoint.write.mid",
           "recovery.before_install",
           "recovery.before_ready",
+          "register.agreed",
           "commit.decided",
       };
   return *names;

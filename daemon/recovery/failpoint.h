@@ -44,6 +44,8 @@
 //                           from replicas
 //   recovery.before_ready   in a replacement, after its shard is installed
 //                           and before it reports ready
+//   register.agreed         in RegisterModel, after every rank's model
+//                           agreed, before this rank allocates its engine
 //   commit.decided          in the COORDINATOR (armed by SHARDD_FAILPOINT),
 //                           after a commit decision is recorded and before
 //                           any voter is answered

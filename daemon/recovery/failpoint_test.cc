@@ -43,7 +43,7 @@ TEST_F(FailpointTest, AcceptsEveryKnownNameAndAction) {
                   "commit.decided:kill@5")
                   .ok());
   EXPECT_TRUE(Failpoints::armed());
-  EXPECT_EQ(Failpoints::KnownNames().size(), 13u);
+  EXPECT_EQ(Failpoints::KnownNames().size(), 14u);
 }
 
 TEST_F(FailpointTest, FailActionIsReportedToItsSiteOnTheArmedHitOnly) {
