@@ -190,9 +190,9 @@ bool EpochDriver::Copy(const coordinator::MembershipView& view,
 
 void EpochDriver::Ready(const coordinator::MembershipView& view) {
   const int64_t step = actions_->CommittedStep();
-  // Before READY: a rank registering the model in this epoch waits for the
-  // epoch to be ready, and then finds this rank's agreement there.
-  actions_->PublishHeldModel(view.epoch);
+  // Before READY: a rank registering the model (or retrying an export) in
+  // this epoch waits for the epoch to be ready, and then finds it there.
+  actions_->PublishHeld(view.epoch);
   // A failed READY heartbeat is retried by the next epoch.
   const bool reported = membership_->SetReady(view.epoch, step).ok();
   actions_->NoteReady(view.epoch, step, reported);

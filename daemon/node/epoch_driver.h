@@ -50,10 +50,12 @@ class EpochActions {
   // A restore or copy of this epoch finished (done) or failed (`error`).
   virtual void NoteRecoveryDone() = 0;
   virtual void NoteRecoveryError(const std::string& error) = 0;
-  // Before READY is reported in `epoch`: the node publishes the agreement
-  // of the model it holds in the epoch's store (ModelRegistration::
-  // PublishHeld), for the ranks that register the model in this epoch.
-  virtual void PublishHeldModel(int64_t epoch) = 0;
+  // Before READY is reported in `epoch`: the node publishes in the epoch's
+  // store what ranks may look for there that an earlier epoch's store held:
+  // the agreement of the model it holds (ModelRegistration::PublishHeld),
+  // for ranks registering the model in this epoch; as rank 0, its last
+  // FULL export's outcome (ExportRendezvous::PublishOutcome).
+  virtual void PublishHeld(int64_t epoch) = 0;
   // READY was reported (`reported`: the coordinator heard it) at `step`.
   virtual void NoteReady(int64_t epoch, int64_t step, bool reported) = 0;
   // The job failed (terminal); called once.

@@ -122,7 +122,7 @@ class RecordingActions : public EpochActions {
     log_->Log("recovery_error");
     recovery_error_ = error;
   }
-  void PublishHeldModel(int64_t epoch) override {
+  void PublishHeld(int64_t epoch) override {
     log_->Log(absl::StrCat("publish(", epoch, ")"));
   }
   void NoteReady(int64_t epoch, int64_t step, bool reported) override {

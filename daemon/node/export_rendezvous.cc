@@ -1,5 +1,7 @@
 #include "daemon/node/export_rendezvous.h"
 
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -42,19 +44,62 @@ Offer ParseOffer(const std::string& value) {
   return offer;
 }
 
+// Rank 0's outcome of one attempt (export/0/outcome).
+struct Outcome {
+  int64_t step = -1;
+  std::string attempt;
+  absl::Status status;
+};
+
+// How much of rank 0's error message the outcome carries.
+constexpr size_t kMaxOutcomeMessage = 1024;
+// A follower's wait for the outcome polls at first as the rendezvous does,
+// then less often: rank 0 may write for minutes.
+constexpr absl::Duration kMaxOutcomePoll = absl::Milliseconds(200);
+
+std::string FormatOutcome(int64_t step, const std::string& attempt,
+                          const absl::Status& status) {
+  if (status.ok()) return absl::StrCat(step, ":", attempt, ":ok");
+  return absl::StrCat(step, ":", attempt,
+                      ":failed:", static_cast<int>(status.code()), ":",
+                      status.message().substr(0, kMaxOutcomeMessage));
+}
+
+std::optional<Outcome> ParseOutcome(const std::string& value) {
+  std::vector<std::string> parts =
+      absl::StrSplit(value, absl::MaxSplits(':', 4));
+  Outcome outcome;
+  if (parts.size() < 3 || !absl::SimpleAtoi(parts[0], &outcome.step)) {
+    return std::nullopt;
+  }
+  outcome.attempt = parts[1];
+  if (parts.size() == 3 && parts[2] == "ok") return outcome;
+  int code = 0;
+  if (parts.size() == 5 && parts[2] == "failed" &&
+      absl::SimpleAtoi(parts[3], &code) && code > 0 && code <= 16) {
+    outcome.status =
+        absl::Status(static_cast<absl::StatusCode>(code), parts[4]);
+    return outcome;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ExportRendezvous::ExportRendezvous(comm::Store& store, Options options)
     : store_(store), options_(std::move(options)) {}
 
-absl::Status ExportRendezvous::Agree(int64_t step) {
-  if (options_.world_size <= 1) return absl::OkStatus();
+absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Agree(
+    int64_t step) {
+  if (options_.world_size <= 1) return Agreement::kGo;
   return options_.rank == 0 ? Lead(step) : Follow(step);
 }
 
-absl::Status ExportRendezvous::Lead(int64_t step) {
+absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Lead(
+    int64_t step) {
   const std::string attempt = absl::StrCat(
       absl::Hex(options_.attempt_id ? options_.attempt_id() : RandomAttempt()));
+  attempt_ = attempt;
   const std::string offer_key = core::ExportKey(0, "offer");
   if (absl::Status s =
           store_.Set(offer_key, absl::StrCat(step, ":", attempt, ":open"));
@@ -88,7 +133,7 @@ absl::Status ExportRendezvous::Lead(int64_t step) {
       !s.ok()) {
     return s;
   }
-  if (missing.empty()) return absl::OkStatus();
+  if (missing.empty()) return Agreement::kGo;
   return absl::FailedPreconditionError(absl::StrCat(
       "a FULL export is collective: rank", missing.size() == 1 ? " " : "s ",
       absl::StrJoin(missing, ", "), " did not call ExportState at step ", step,
@@ -98,12 +143,16 @@ absl::Status ExportRendezvous::Lead(int64_t step) {
       "on every node)"));
 }
 
-absl::Status ExportRendezvous::Follow(int64_t step) {
+absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Follow(
+    int64_t step) {
   const MonoTime offer_until = MonoNow() + options_.window;
   const MonoTime decision_until = offer_until + kDecisionGrace;
   const std::string join_key = core::ExportKey(options_.rank, "join");
   std::string joined;  // The attempt this rank joined.
   Offer last;
+  // An earlier attempt at this step whose outcome this rank did not learn.
+  std::optional<ExportRecord::Attempt> unresolved =
+      options_.record->Unresolved(step);
   while (true) {
     absl::StatusOr<std::string> offer_value =
         GetOrEmpty(store_, core::ExportKey(0, "offer"));
@@ -114,6 +163,27 @@ absl::Status ExportRendezvous::Follow(int64_t step) {
         return s;
       }
       joined = last.attempt;
+      attempt_ = joined;
+      // Rank 0 exports again: whatever the earlier attempt did, this one
+      // decides.
+      if (unresolved.has_value()) options_.record->ClearUnresolved();
+      unresolved.reset();
+    }
+    if (joined.empty() && unresolved.has_value()) {
+      absl::StatusOr<std::string> value =
+          GetOrEmpty(store_, core::ExportKey(0, "outcome"));
+      if (!value.ok()) return value.status();
+      const std::optional<Outcome> outcome = ParseOutcome(*value);
+      if (outcome.has_value() && outcome->attempt == unresolved->attempt) {
+        options_.record->ClearUnresolved();
+        if (outcome->status.ok()) {
+          attempt_ = outcome->attempt;
+          return Agreement::kWrittenBefore;
+        }
+        // Rank 0 did not write it, and its trainer exports again: wait for
+        // its offer.
+        unresolved.reset();
+      }
     }
     if (!joined.empty()) {
       absl::StatusOr<std::string> decision =
@@ -121,7 +191,7 @@ absl::Status ExportRendezvous::Follow(int64_t step) {
       if (!decision.ok()) return decision.status();
       std::vector<std::string> parts = absl::StrSplit(*decision, ':');
       if (parts.size() >= 2 && parts[0] == joined) {
-        if (parts[1] == "go") return absl::OkStatus();
+        if (parts[1] == "go") return Agreement::kGo;
         return absl::FailedPreconditionError(absl::StrCat(
             "a FULL export is collective: rank 0 gave up waiting for rank",
             parts.size() > 2 && parts[2].find(',') != std::string::npos ? "s "
@@ -151,6 +221,70 @@ absl::Status ExportRendezvous::Follow(int64_t step) {
     }
     SleepUntil(now + kPollInterval);
   }
+}
+
+absl::Status ExportRendezvous::Conclude(int64_t step, const absl::Status& mine,
+                                        MonoTime deadline) {
+  if (options_.world_size <= 1) return mine;
+  if (options_.rank == 0) {
+    const std::string outcome = FormatOutcome(step, attempt_, mine);
+    options_.record->NoteOutcome(outcome);
+    // Not published (the epoch ended): published again in the next one.
+    (void)store_.Set(core::ExportKey(0, "outcome"), outcome);
+    return mine;
+  }
+  if (!mine.ok()) return mine;
+  return AwaitOutcome(step, deadline);
+}
+
+absl::Status ExportRendezvous::AwaitOutcome(int64_t step, MonoTime deadline) {
+  const std::string key = core::ExportKey(0, "outcome");
+  absl::Duration poll = kPollInterval;
+  while (true) {
+    absl::StatusOr<std::string> value = GetOrEmpty(store_, key);
+    if (!value.ok()) {
+      options_.record->NoteUnresolved({step, attempt_});
+      return absl::Status(
+          value.status().code(),
+          absl::StrCat("a FULL export of step ", step, " (attempt ", attempt_,
+                       "): this rank's part is done but it could not learn "
+                       "whether rank 0 wrote the file (",
+                       value.status().message(),
+                       "); after recovery export again: if rank 0 wrote it, "
+                       "this rank is told so without a new export"));
+    }
+    const std::optional<Outcome> outcome = ParseOutcome(*value);
+    if (outcome.has_value() && outcome->attempt == attempt_) {
+      if (outcome->status.ok()) return absl::OkStatus();
+      // Rank 0's caller gave up (CANCELLED): not this rank's cancellation,
+      // and not to be retried (rank 0's trainer will not offer again).
+      const absl::StatusCode code =
+          outcome->status.code() == absl::StatusCode::kCancelled
+              ? absl::StatusCode::kFailedPrecondition
+              : outcome->status.code();
+      return absl::Status(code,
+                          absl::StrCat("a FULL export of step ", step,
+                                       ": rank 0 did not write the file: ",
+                                       outcome->status.message()));
+    }
+    const MonoTime now = MonoNow();
+    if (now >= deadline) {
+      options_.record->NoteUnresolved({step, attempt_});
+      return absl::DeadlineExceededError(absl::StrCat(
+          "a FULL export of step ", step, " (attempt ", attempt_,
+          "): this rank's part is done; rank 0 had not said whether it wrote "
+          "the file by the deadline"));
+    }
+    SleepUntil(std::min(deadline, now + poll));
+    poll = std::min(poll * 2, kMaxOutcomePoll);
+  }
+}
+
+void ExportRendezvous::PublishOutcome(comm::Store& store,
+                                      const ExportRecord& record) {
+  const std::string outcome = record.outcome();
+  if (outcome.empty()) return;
+  (void)store.Set(core::ExportKey(0, "outcome"), outcome);
 }
 
 }  // namespace shardd::node

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "daemon/comm/store.h"
 #include "daemon/core/mono_time.h"
+#include "daemon/node/export_record.h"
 
 namespace shardd::node {
 
@@ -36,6 +37,18 @@ namespace shardd::node {
 // failure changes the epoch, which ends the wait with ABORTED). The keys
 // are replaceable (core::ExportKey), one per role however many exports.
 //
+// And every rank ends with rank 0's outcome (Conclude): only rank 0 writes
+// the file, and the ranks outside its shard group finish their gathers
+// whether or not it does (a peer of rank 0 dying mid-export fails rank 0's
+// gathers only). Rank 0 publishes export/0/outcome =
+// "<step>:<attempt>:ok" or "<step>:<attempt>:failed:<code>:<message>"; the
+// others wait for it and return it. The store is the epoch's: when the
+// epoch ends first, a rank that did not read the outcome returns ABORTED
+// and remembers the attempt (ExportRecord); rank 0 publishes its last
+// outcome again in every later epoch (PublishOutcome), so that the rank's
+// retry at the same step returns "written" if rank 0 wrote the file then,
+// instead of waiting for an offer rank 0 (told OK) never makes.
+//
 // Polls the store (every kPollInterval): the store's Wait says only that a
 // key exists, and these keys are rewritten by each export.
 //
@@ -48,6 +61,15 @@ class ExportRendezvous {
   // which starts when it offers; this covers a rank 0 that offered late).
   static constexpr absl::Duration kDecisionGrace = absl::Seconds(30);
 
+  // What Agree decided.
+  enum class Agreement {
+    // Every rank joined: gather.
+    kGo,
+    // This rank's earlier attempt at this step, whose outcome it did not
+    // learn, was concluded by rank 0 with the file written: nothing to do.
+    kWrittenBefore,
+  };
+
   struct Options {
     int rank = 0;
     int world_size = 1;
@@ -56,23 +78,44 @@ class ExportRendezvous {
     absl::Duration window = absl::Seconds(30);
     // A fresh attempt id (rank 0 only); tests may fix it.
     std::function<uint64_t()> attempt_id;
+    // This daemon's memory of earlier exports; not owned, never null, must
+    // outlive the rendezvous.
+    ExportRecord* record = nullptr;
   };
 
   ExportRendezvous(comm::Store& store, Options options);
 
-  // Agrees on the export of committed step `step`. OK: every rank joined,
-  // gather. FAILED_PRECONDITION naming the ranks that did not join (rank
-  // 0's decision), DEADLINE_EXCEEDED (no offer for this step came: rank 0
-  // did not export, or is at another step, which the message names), or
-  // the store's status (ABORTED when the epoch changed).
-  absl::Status Agree(int64_t step);
+  // Agrees on the export of committed step `step` (see Agreement).
+  // FAILED_PRECONDITION naming the ranks that did not join (rank 0's
+  // decision), DEADLINE_EXCEEDED (no offer for this step came: rank 0 did
+  // not export, or is at another step, which the message names), or the
+  // store's status (ABORTED when the epoch changed).
+  absl::StatusOr<Agreement> Agree(int64_t step);
+
+  // After this rank's part of the agreed export ended with `mine`: rank 0
+  // publishes it and returns it; another rank returns its own failure, or
+  // waits (until `deadline`) for rank 0's outcome and returns it: OK when
+  // the file was written, rank 0's code otherwise ("rank 0 did not write
+  // the file: ..."), ABORTED when the epoch ended first, DEADLINE_EXCEEDED
+  // at the deadline (both remembered in the record, see the class comment).
+  absl::Status Conclude(int64_t step, const absl::Status& mine,
+                        MonoTime deadline);
+
+  // Rank 0's last outcome (`record`'s) published in `store` (a new epoch's)
+  // for a rank that retries an export whose outcome it did not learn. A
+  // failure is left to the next epoch.
+  static void PublishOutcome(comm::Store& store, const ExportRecord& record);
 
  private:
-  absl::Status Lead(int64_t step);
-  absl::Status Follow(int64_t step);
+  absl::StatusOr<Agreement> Lead(int64_t step);
+  absl::StatusOr<Agreement> Follow(int64_t step);
+  // A follower's wait for rank 0's outcome of attempt_.
+  absl::Status AwaitOutcome(int64_t step, MonoTime deadline);
 
   comm::Store& store_;
   const Options options_;
+  // The attempt this rank offered (rank 0) or joined; set by Agree.
+  std::string attempt_;
 };
 
 }  // namespace shardd::node

@@ -1,5 +1,6 @@
 #include "daemon/node/export_rendezvous.h"
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,18 +26,57 @@ class ExportRendezvousTest : public ::testing::Test {
     std::vector<std::thread> threads;
     for (int r : ranks) {
       threads.emplace_back([&, r] {
-        ExportRendezvous rendezvous(store_, {.rank = r,
-                                             .world_size = world,
-                                             .window = window,
-                                             .attempt_id = nullptr});
-        statuses[r] = rendezvous.Agree(steps[r]);
+        ExportRendezvous rendezvous(store_, Options(r, world, window));
+        absl::StatusOr<ExportRendezvous::Agreement> agreed =
+            rendezvous.Agree(steps[r]);
+        statuses[r] = agreed.status();
+        if (agreed.ok() && *agreed != ExportRendezvous::Agreement::kGo) {
+          statuses[r] = absl::InternalError("not kGo");
+        }
       });
     }
     for (std::thread& t : threads) t.join();
     return statuses;
   }
 
+  ExportRendezvous::Options Options(int rank, int world,
+                                    absl::Duration window) {
+    return {.rank = rank,
+            .world_size = world,
+            .window = window,
+            .attempt_id = nullptr,
+            .record = &records_[rank]};
+  }
+
+  // Agree on `step` in `store` on ranks 0 .. world-1 at once, each with its
+  // own rendezvous (kept for Conclude).
+  std::vector<std::unique_ptr<ExportRendezvous>> AgreeAll(comm::Store& store,
+                                                          int world,
+                                                          int64_t step) {
+    std::vector<std::unique_ptr<ExportRendezvous>> rendezvous;
+    for (int r = 0; r < world; ++r) {
+      rendezvous.push_back(std::make_unique<ExportRendezvous>(
+          store, Options(r, world, absl::Seconds(30))));
+    }
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        absl::StatusOr<ExportRendezvous::Agreement> agreed =
+            rendezvous[r]->Agree(step);
+        EXPECT_TRUE(agreed.ok()) << r << ": " << agreed.status();
+        if (agreed.ok()) {
+          EXPECT_EQ(*agreed, ExportRendezvous::Agreement::kGo) << r;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return rendezvous;
+  }
+
+  static MonoTime Soon() { return MonoNow() + absl::Seconds(10); }
+
   comm::InMemoryStore store_;
+  ExportRecord records_[4];
 };
 
 TEST_F(ExportRendezvousTest, EveryRankJoinedGoesAhead) {
@@ -103,6 +143,79 @@ TEST_F(ExportRendezvousTest, OneRankIsAlwaysAgreed) {
   const std::vector<absl::Status> s =
       AgreeOn(1, {0}, {3}, absl::Milliseconds(1));
   EXPECT_TRUE(s[0].ok()) << s[0];
+}
+
+// Rank 0 could not write the file (disk full); rank 2 (another shard
+// group) finished its gathers: both end with rank 0's outcome, and an
+// export that rank 0 wrote is OK everywhere.
+TEST_F(ExportRendezvousTest, EveryRankEndsWithRankZerosOutcome) {
+  std::vector<std::unique_ptr<ExportRendezvous>> failed =
+      AgreeAll(store_, 3, 7);
+  absl::Status follower_one, follower_two;
+  std::thread one(
+      [&] { follower_one = failed[1]->Conclude(7, absl::OkStatus(), Soon()); });
+  std::thread two(
+      [&] { follower_two = failed[2]->Conclude(7, absl::OkStatus(), Soon()); });
+  const absl::Status writer = failed[0]->Conclude(
+      7, absl::ResourceExhaustedError("disk full: /out"), Soon());
+  one.join();
+  two.join();
+  EXPECT_TRUE(absl::IsResourceExhausted(writer)) << writer;
+  for (const absl::Status& s : {follower_one, follower_two}) {
+    EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), "rank 0 did not write the file: disk full: /out"))
+        << s;
+  }
+
+  std::vector<std::unique_ptr<ExportRendezvous>> written =
+      AgreeAll(store_, 3, 8);
+  EXPECT_TRUE(written[0]->Conclude(8, absl::OkStatus(), Soon()).ok());
+  EXPECT_TRUE(written[1]->Conclude(8, absl::OkStatus(), Soon()).ok());
+  // A rank's own failure is its answer (rank 0's gathers with it failed).
+  EXPECT_TRUE(absl::IsAborted(
+      written[2]->Conclude(8, absl::AbortedError("gather failed"), Soon())));
+}
+
+// Rank 1 did not learn the outcome (the epoch ended: here its deadline
+// passed first) and is told ABORTED or DEADLINE_EXCEEDED; rank 0 wrote
+// the file and was told OK, so only rank 1's trainer exports again. In the
+// next epoch's store (rank 0 publishes its last outcome there) rank 1's
+// retry is told the file was written, without an offer from rank 0.
+TEST_F(ExportRendezvousTest, ARetryLearnsThatRankZeroWroteTheFileBefore) {
+  std::vector<std::unique_ptr<ExportRendezvous>> first = AgreeAll(store_, 2, 7);
+  const absl::Status unknown =
+      first[1]->Conclude(7, absl::OkStatus(), MonoNow());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(unknown)) << unknown;
+  ASSERT_TRUE(records_[1].Unresolved(7).has_value());
+  EXPECT_TRUE(first[0]->Conclude(7, absl::OkStatus(), Soon()).ok());
+
+  comm::InMemoryStore next_epoch;
+  // Without rank 0's outcome there, the retry waits for an offer.
+  ExportRendezvous waits(next_epoch, Options(1, 2, absl::Milliseconds(100)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(waits.Agree(7).status()));
+  ExportRendezvous::PublishOutcome(next_epoch, records_[0]);
+  ExportRendezvous retry(next_epoch, Options(1, 2, absl::Seconds(30)));
+  absl::StatusOr<ExportRendezvous::Agreement> agreed = retry.Agree(7);
+  ASSERT_TRUE(agreed.ok()) << agreed.status();
+  EXPECT_EQ(*agreed, ExportRendezvous::Agreement::kWrittenBefore);
+  EXPECT_FALSE(records_[1].Unresolved(7).has_value());
+}
+
+// The unresolved attempt failed on rank 0 too: both trainers export again
+// and the retry joins rank 0's new offer.
+TEST_F(ExportRendezvousTest, ARetryOfAnAttemptRankZeroFailedJoinsItsNewOne) {
+  std::vector<std::unique_ptr<ExportRendezvous>> first = AgreeAll(store_, 2, 7);
+  EXPECT_FALSE(first[1]->Conclude(7, absl::OkStatus(), MonoNow()).ok());
+  EXPECT_TRUE(absl::IsAborted(
+      first[0]->Conclude(7, absl::AbortedError("gather failed"), Soon())));
+  comm::InMemoryStore next_epoch;
+  ExportRendezvous::PublishOutcome(next_epoch, records_[0]);
+  std::vector<std::unique_ptr<ExportRendezvous>> again =
+      AgreeAll(next_epoch, 2, 7);  // Both kGo.
+  EXPECT_FALSE(records_[1].Unresolved(7).has_value());
+  EXPECT_TRUE(again[0]->Conclude(7, absl::OkStatus(), Soon()).ok());
+  EXPECT_TRUE(again[1]->Conclude(7, absl::OkStatus(), Soon()).ok());
 }
 
 }  // namespace

@@ -387,7 +387,7 @@ void NodeManager::NoteRecoveryError(const std::string& error) {
   recovery_error_ = error;
 }
 
-void NodeManager::PublishHeldModel(int64_t epoch) {
+void NodeManager::PublishHeld(int64_t epoch) {
   std::string agreement;
   {
     absl::MutexLock lock(&mu_);
@@ -395,6 +395,7 @@ void NodeManager::PublishHeldModel(int64_t epoch) {
   }
   std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   ModelRegistration::PublishHeld(*store, client_->rank(), agreement, epoch);
+  ExportRendezvous::PublishOutcome(*store, export_record_);
 }
 
 void NodeManager::NoteReady(int64_t epoch, int64_t step, bool reported) {
@@ -840,8 +841,12 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::ExportState(
   // the gathers.
   absl::StatusOr<ExportAdmission> admitted = state_export.Admit(request);
   if (!admitted.ok()) return admitted.status();
-  if (absl::Status s = AgreeOnExport(request, **engine, epoch); !s.ok()) {
-    return s;
+  // Only a FULL export with F > 1 gathers: with F = 1 rank 0 writes from
+  // its own buffers and the others have nothing to do.
+  if (request.layout() == v1::EXPORT_LAYOUT_FULL &&
+      (*engine)->config().plan.sharding_factor() > 1) {
+    return CollectiveExport(request, deadline, **engine, epoch, state_export,
+                            *admitted);
   }
   return state_export.Run(request, deadline, *admitted);
 }
@@ -887,24 +892,39 @@ StateExport::Options NodeManager::ExportOptions(
   return options;
 }
 
-// Every rank agrees before the first gather that all take part: a rank
-// that never calls ExportState fails the export on every rank cleanly,
-// instead of a gather timeout that reads as a failed peer. Only a FULL
-// export with F > 1 gathers.
-absl::Status NodeManager::AgreeOnExport(const v1::ExportStateRequest& request,
-                                        StepEngine& engine, int64_t epoch) {
+// A collective export: every rank agrees before the first gather that all
+// take part (a rank that never calls ExportState fails it on every rank
+// cleanly, instead of a gather timeout that reads as a failed peer), and
+// every rank ends with rank 0's outcome, the writer's (ExportRendezvous).
+absl::StatusOr<v1::ExportStateResponse> NodeManager::CollectiveExport(
+    const v1::ExportStateRequest& request, MonoTime deadline,
+    StepEngine& engine, int64_t epoch, StateExport& state_export,
+    const ExportAdmission& admitted) {
   const EngineConfig& config = engine.config();
-  if (request.layout() != v1::EXPORT_LAYOUT_FULL ||
-      config.plan.sharding_factor() <= 1) {
-    return absl::OkStatus();
-  }
+  const int64_t step = engine.committed_step();
   std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   ExportRendezvous rendezvous(
       *store, {.rank = config.rank,
                .world_size = static_cast<int>(config.plan.world_size()),
                .window = options_.collective_timeout,
-               .attempt_id = nullptr});
-  return rendezvous.Agree(engine.committed_step());
+               .attempt_id = nullptr,
+               .record = &export_record_});
+  absl::StatusOr<ExportRendezvous::Agreement> agreed = rendezvous.Agree(step);
+  if (!agreed.ok()) return agreed.status();
+  if (*agreed == ExportRendezvous::Agreement::kWrittenBefore) {
+    // This rank's earlier attempt ended without its outcome, and rank 0
+    // wrote the file in it.
+    v1::ExportStateResponse response;
+    response.set_step(step);
+    return response;
+  }
+  absl::StatusOr<v1::ExportStateResponse> ran =
+      state_export.Run(request, deadline, admitted);
+  if (absl::Status s = rendezvous.Conclude(step, ran.status(), deadline);
+      !s.ok()) {
+    return s;
+  }
+  return ran;
 }
 
 absl::Status NodeManager::ServeShard(

@@ -31,6 +31,7 @@
 #include "daemon/node/epoch_communicators.h"
 #include "daemon/node/epoch_driver.h"
 #include "daemon/node/event_log.h"
+#include "daemon/node/export_record.h"
 #include "daemon/node/membership.h"
 #include "daemon/node/model_registration.h"
 #include "daemon/node/peer_reachability.h"
@@ -283,7 +284,7 @@ class NodeManager : private EpochActions,
   absl::Status CopyShard(int64_t epoch, const v1::ShardTransfer& copy) override;
   void NoteRecoveryDone() override;
   void NoteRecoveryError(const std::string& error) override;
-  void PublishHeldModel(int64_t epoch) override;
+  void PublishHeld(int64_t epoch) override;
   void NoteReady(int64_t epoch, int64_t step, bool reported) override;
   void NoteJobFailed(const absl::Status& why) override;
   // True when communicators of the newest known epoch are up and healthy.
@@ -312,8 +313,10 @@ class NodeManager : private EpochActions,
       ABSL_LOCKS_EXCLUDED(mu_);
   StateExport::Options ExportOptions(int64_t epoch, MonoTime deadline,
                                      std::function<bool()> cancelled);
-  absl::Status AgreeOnExport(const v1::ExportStateRequest& request,
-                             StepEngine& engine, int64_t epoch);
+  absl::StatusOr<v1::ExportStateResponse> CollectiveExport(
+      const v1::ExportStateRequest& request, MonoTime deadline,
+      StepEngine& engine, int64_t epoch, StateExport& state_export,
+      const ExportAdmission& admitted);
   // GetStatus's pieces.
   void AddPeerReachability(v1::GetStatusResponse* status) const;
   void AddCollectiveStatsLocked(v1::GetStatusResponse* status) const
@@ -432,6 +435,8 @@ class NodeManager : private EpochActions,
   EpochCommunicators comms_ ABSL_GUARDED_BY(mu_);
   // The engine and its model; InstallEngineLocked changes them.
   EngineHolder holder_ ABSL_GUARDED_BY(mu_);
+  // FULL exports' outcomes across epochs (thread-safe on its own).
+  ExportRecord export_record_;
   // The epoch of the communicators the current trainer operation uses (set
   // before it issues a collective; operations are serialised by TrainerOps).
   int64_t op_epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
 namespace {
@@ -350,6 +351,7 @@ absl::StatusOr<v1::ExportStateResponse> StateExport::RunFull(
       }
     }
     Report(file.path, file.done, file.total, false, absl::OkStatus());
+    SHARDD_FAILPOINT("export.mid");
   }
   return FinishFull(file, step);
 }

@@ -268,7 +268,8 @@ TEST_F(StateExportTest, FullExportReportsProgressOnEveryRank) {
 
 // A write that fails (here the process's file size limit, EFBIG, as a full
 // disk's ENOSPC) on rank 0: RESOURCE_EXHAUSTED naming the file, no partial
-// file; rank 1 finishes its gathers instead of timing out.
+// file; rank 1 finishes its gathers instead of timing out, and ends with
+// rank 0's outcome.
 TEST_F(StateExportTest, FailedWriteLeavesNoFileAndPeersFinish) {
   StartAndRegister(Model(8, 256));  // 1 MiB a unit.
   signal(SIGXFSZ, SIG_IGN);
@@ -286,7 +287,11 @@ TEST_F(StateExportTest, FailedWriteLeavesNoFileAndPeersFinish) {
       << exported[0].status();
   EXPECT_TRUE(absl::StrContains(exported[0].status().message(), request.path()))
       << exported[0].status();
-  EXPECT_TRUE(exported[1].ok()) << exported[1].status();
+  EXPECT_EQ(exported[1].status().code(), absl::StatusCode::kResourceExhausted)
+      << exported[1].status();
+  EXPECT_TRUE(absl::StrContains(exported[1].status().message(),
+                                "rank 0 did not write the file: "))
+      << exported[1].status();
   EXPECT_LT(took, absl::Seconds(10)) << "a peer waited for its timeout";
   for (const std::string& e : Entries(dir_)) {
     EXPECT_FALSE(absl::StartsWith(e, "big.safetensors")) << e;
@@ -298,7 +303,9 @@ TEST_F(StateExportTest, FailedWriteLeavesNoFileAndPeersFinish) {
 }
 
 // The caller of rank 0 went away (shardctl interrupted): the writing
-// stops, no file is left, and rank 1 still finishes its gathers.
+// stops, no file is left, and rank 1 still finishes its gathers and is
+// told that nothing was written (not CANCELLED: its caller did not cancel,
+// and must not retry an export rank 0's caller gave up).
 TEST_F(StateExportTest, CancelledExportLeavesNoFileAndPeersFinish) {
   StartAndRegister(Model(4, 64));
   const pb::ExportStateRequest request = FullRequest("cancelled.safetensors");
@@ -315,7 +322,11 @@ TEST_F(StateExportTest, CancelledExportLeavesNoFileAndPeersFinish) {
   EXPECT_EQ(out[0].status().code(), absl::StatusCode::kCancelled)
       << out[0].status();
   EXPECT_TRUE(absl::StrContains(out[0].status().message(), request.path()));
-  EXPECT_TRUE(out[1].ok()) << out[1].status();
+  EXPECT_EQ(out[1].status().code(), absl::StatusCode::kFailedPrecondition)
+      << out[1].status();
+  EXPECT_TRUE(absl::StrContains(out[1].status().message(),
+                                "rank 0 did not write the file: "))
+      << out[1].status();
   for (const std::string& e : Entries(dir_)) {
     EXPECT_FALSE(absl::StartsWith(e, "cancelled.safetensors")) << e;
   }

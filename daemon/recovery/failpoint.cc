@@ -166,6 +166,7 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "recovery.before_install",
           "recovery.before_ready",
           "register.agreed",
+          "export.mid",
           "commit.decided",
       };
   return *names;

@@ -46,6 +46,8 @@
 //                           and before it reports ready
 //   register.agreed         in RegisterModel, after every rank's model
 //                           agreed, before this rank allocates its engine
+//   export.mid              in a FULL export, after each unit was gathered
+//                           (and, on rank 0, written)
 //   commit.decided          in the COORDINATOR (armed by SHARDD_FAILPOINT),
 //                           after a commit decision is recorded and before
 //                           any voter is answered

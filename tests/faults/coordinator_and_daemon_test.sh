@@ -3,8 +3,8 @@
 # moment, and daemon 1's replacement reaches the restarted coordinator
 # before anyone else.
 #
-# When trainer 2 prints "step 5", the coordinator and daemon 1 get SIGKILL
-# together. Daemons 0, 2 and 3 are SIGSTOPped, so that they cannot re-join
+# When trainer 1 has stopped itself in step 6 (every shard at step 5), the
+# coordinator and daemon 1 get SIGKILL together. Daemons 0, 2 and 3 are SIGSTOPped, so that they cannot re-join
 # first; a new coordinator starts on the same port with no state, daemon
 # 1's replacement (no shard) starts and joins it, and only then are the
 # others SIGCONTed: they re-join holding their shards. The coordinator must
@@ -22,9 +22,19 @@ source "$(dirname "$0")/fault_lib.sh"
 fl_init "$@"
 fl_reference
 
+# Trainer 1 stops itself in step 6 after its first ReduceGrad: no member
+# can vote on step 6 before the kill, so every shard is at step 5. (Killed
+# on trainer 2's "step 5" line alone, under load the kill sometimes came
+# after the coordinator had answered daemon 1's vote on step 6 and before
+# the others heard it: daemon 1 committed step 6, died with the only
+# record of the decision, and the survivors rightly dropped the step they
+# held in doubt, so step 6 was committed twice in rank 1's commit logs.
+# That double fault is in docs/failure-model.md, "Not covered".)
+FL_TRAINER_FLAGS_RANK=1 FL_TRAINER_FLAGS=(--stop_in_step=6)
 fl_start_cluster run
-fl_wait_line "$(fl_trainer_log run 2)" "^step 5 " 60 ||
-  fl_die "trainer 2 did not commit step 5 within 60 s"
+FL_TRAINER_FLAGS_RANK=-1 FL_TRAINER_FLAGS=()
+fl_wait_line "$(fl_trainer_log run 1)" "^stopping in step 6" 60 ||
+  fl_die "trainer 1 did not reach step 6 within 60 s"
 t_kill=$(fl_now)
 kill -9 "$FL_COORD_PID" "${FL_DAEMON_PID[1]}"
 for r in 0 2 3; do kill -STOP "${FL_DAEMON_PID[$r]}"; done
@@ -37,7 +47,8 @@ fl_start_daemon run 1
 fl_wait_line "$new" 'MEMBER_JOINED: rank 1 joined' 30 ||
   fl_die "the replacement of rank 1 did not join the new coordinator"
 for r in 0 2 3; do kill -CONT "${FL_DAEMON_PID[$r]}"; done
-fl_log "run: replacement joined first; daemons 0, 2, 3 continued"
+kill -CONT "${FL_TRAINER_PID[1]}"
+fl_log "run: replacement joined first; daemons 0, 2, 3 and trainer 1 continued"
 fl_wait_trainers run
 fl_check_run run "$FL_REF"
 

@@ -48,7 +48,7 @@ for r in 0 1 2 3; do
   fl_expect_exit "trainer $r (job failed, not retrying)" "${FL_TRAINER_PID[$r]}" 30 3 &&
     t_end=$FL_EXIT_TIME
   fl_expect "trainer $r printed the reason" \
-    "grep -q 'stopping: the job has failed: shard 0 at step' '$(fl_trainer_log run $r)'"
+    "grep -Eq 'stopping: ([A-Za-z]+: )?the job has failed: shard 0 at step' '$(fl_trainer_log run $r)'"
 done
 for p in "${daemons[@]}"; do
   fl_expect_exit "daemon (pid $p) (job failed, after draining)" "$p" 30 3 &&

@@ -369,8 +369,10 @@ class ShardedModule(nn.Module):
         self._deferred_releases = []
         self._release_queued = False
         # zero_copy: saved tensors kept as views of a unit, and the units
-        # gathered again for backward because of them (cumulative).
-        self.stats = {"saved_views": 0, "backward_regathers": 0}
+        # gathered again for backward because of them (cumulative); exports
+        # done again after a node was lost during one.
+        self.stats = {"saved_views": 0, "backward_regathers": 0,
+                      "export_retries": 0}
         self._hooks = []
         self.registered = self._register(register_timeout, shm_dir, init,
                                          load_from)
@@ -806,22 +808,32 @@ class ShardedModule(nn.Module):
             "wrap(load_from=...)")
 
     def export(self, path, include_optimizer_state=False, overwrite=True,
-               timeout=None):
+               timeout=None, attempts=3):
         """FULL export (ExportState) to the safetensors file `path`.
 
         Collective: every rank calls it between steps; rank 0's daemon
-        writes the file. load_export(path, self) reads it back by fqn.
-        Only rank 0's result says whether the file was written: when a node
-        is lost during the export, ranks of the other shard groups may
-        return although rank 0 raised (docs/failure-model.md, "Not
-        covered"); run the export again on every rank after recover().
+        writes the file, and every rank returns or raises what rank 0's
+        export ended with. load_export(path, self) reads it back by fqn.
+        A node lost during the export aborts it on every rank (StepAborted
+        or DaemonUnavailable): export() then recover()s and exports again,
+        `attempts` times in all before it raises; a rank that did not learn
+        how an attempt ended is told at once when rank 0 wrote the file in
+        it. `timeout`: seconds per attempt and per recovery.
         """
-        request = trainer_pb2.ExportStateRequest(
-            path=os.path.abspath(path), layout=trainer_pb2.EXPORT_LAYOUT_FULL,
-            include_optimizer_state=include_optimizer_state,
-            overwrite=overwrite, step=self.committed_step)
-        self._flush_releases()
-        return self.client.export_state(request, timeout=timeout)
+        for attempt in range(1, attempts + 1):
+            request = trainer_pb2.ExportStateRequest(
+                path=os.path.abspath(path),
+                layout=trainer_pb2.EXPORT_LAYOUT_FULL,
+                include_optimizer_state=include_optimizer_state,
+                overwrite=overwrite, step=self.committed_step)
+            self._flush_releases()
+            try:
+                return self.client.export_state(request, timeout=timeout)
+            except (errors.StepAborted, errors.DaemonUnavailable):
+                if attempt == attempts:
+                    raise
+                self.stats["export_retries"] += 1
+                self.recover(timeout=timeout)
 
     def export_names(self):
         """{name in a FULL export: fqn} of every sharded parameter."""

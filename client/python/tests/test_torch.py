@@ -534,6 +534,33 @@ def test_full_export_loads_into_a_fresh_module(hybrid_run):
         assert torch.equal(value, results[0]["params"][name]), name
 
 
+def test_a_node_lost_during_a_full_export_every_rank_exports_again(
+        tmp_path, hybrid_run):
+    """SIGKILL rank 1's daemon after the first unit of the FULL export.
+
+    W = 4, F = 2: only rank 0's shard group (ranks 0, 1) gathers for the
+    file; ranks 2 and 3 finish their own gathers. Every rank ends with rank
+    0's outcome (the export aborted), so every trainer's export() recovers
+    (trainer 1 re-attaches to the replacement, which copies shard 1 from
+    rank 3) and exports again; the file equals the no-fault run's. Before,
+    ranks 2 and 3 returned from export() although no file was written.
+    """
+    clean, clean_export = hybrid_run
+    faulty, export_path = train(str(tmp_path / "fault"), export=True,
+                                kill_rank=1, failpoint="export.mid:kill",
+                                **HYBRID)
+    for rank, result in enumerate(faulty):
+        assert result["stats"]["export_retries"] >= 1, rank
+        for name, value in clean[rank]["params"].items():
+            assert torch.equal(value, result["params"][name]), name
+    want, want_metadata = st.read_safetensors(clean_export)
+    got, got_metadata = st.read_safetensors(export_path)
+    assert got_metadata == want_metadata
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert torch.equal(value, got[name]), name
+
+
 @pytest.mark.parametrize("zero_copy", [False, True],
                          ids=["copy", "zero_copy"])
 def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
@@ -621,4 +648,5 @@ def test_zero_copy_trainers_equal_the_copying_ones_bit_for_bit(
         # again for it; the first Linear's input needs no gradient, so it
         # saves no weight.
         assert result["stats"] == {"saved_views": STEPS,
-                                   "backward_regathers": STEPS}
+                                   "backward_regathers": STEPS,
+                                   "export_retries": 0}

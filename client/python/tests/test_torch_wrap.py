@@ -537,7 +537,8 @@ def test_zero_copy_computes_on_gathered_views_and_regathers_saved_ones(
     x = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
     model.backward(model(x).square().sum())
     # Layers 1 and 2 saved their weights (layer 0's input needs no grad).
-    assert model.stats == {"saved_views": 2, "backward_regathers": 2}
+    assert model.stats == {"saved_views": 2, "backward_regathers": 2,
+                           "export_retries": 0}
     assert [unit for unit, _, _ in client.reduced] == [2, 1, 0]
     expected = expected_grads(x)
     names = ["0", "2", "4"]

@@ -1,0 +1,36 @@
+#include "daemon/node/export_record.h"
+
+#include <utility>
+
+namespace shardd::node {
+
+void ExportRecord::NoteOutcome(std::string outcome) {
+  absl::MutexLock lock(&mu_);
+  outcome_ = std::move(outcome);
+}
+
+std::string ExportRecord::outcome() const {
+  absl::MutexLock lock(&mu_);
+  return outcome_;
+}
+
+void ExportRecord::NoteUnresolved(Attempt attempt) {
+  absl::MutexLock lock(&mu_);
+  unresolved_ = std::move(attempt);
+}
+
+std::optional<ExportRecord::Attempt> ExportRecord::Unresolved(
+    int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  if (!unresolved_.has_value() || unresolved_->step != step) {
+    return std::nullopt;
+  }
+  return unresolved_;
+}
+
+void ExportRecord::ClearUnresolved() {
+  absl::MutexLock lock(&mu_);
+  unresolved_.reset();
+}
+
+}  // namespace shardd::node

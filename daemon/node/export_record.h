@@ -1,0 +1,52 @@
+#ifndef SHARDD_DAEMON_NODE_EXPORT_RECORD_H_
+#define SHARDD_DAEMON_NODE_EXPORT_RECORD_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace shardd::node {
+
+// What a daemon remembers of its FULL exports from one epoch to the next,
+// so that every rank of an export ends with rank 0's outcome even when the
+// epoch (and its rendezvous store) ends between rank 0 publishing that
+// outcome and another rank reading it:
+//  - as rank 0 (the writer), the outcome of its last export, which it
+//    publishes again in every epoch it becomes ready in;
+//  - as any other rank, the attempt whose outcome it did not learn, looked
+//    up when its trainer exports the same step again (told ABORTED, it
+//    recovers and retries; rank 0, told OK, does not).
+// Values are ExportRendezvous's (it reads and writes them).
+//
+// Thread-safe. Owns what it holds.
+class ExportRecord {
+ public:
+  struct Attempt {
+    int64_t step = 0;
+    std::string attempt;
+  };
+
+  // Rank 0: the outcome of its latest export (ExportRendezvous's format).
+  void NoteOutcome(std::string outcome);
+  // "" until an outcome was noted.
+  std::string outcome() const;
+
+  // Another rank: the attempt of `step` whose outcome it did not learn.
+  void NoteUnresolved(Attempt attempt);
+  // The unresolved attempt when it is of `step` (an export of another step
+  // means the trainer moved on: that one is forgotten).
+  std::optional<Attempt> Unresolved(int64_t step) const;
+  void ClearUnresolved();
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string outcome_ ABSL_GUARDED_BY(mu_);
+  std::optional<Attempt> unresolved_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardd::node
+
+#endif  // SHARDD_DAEMON_NODE_EXPORT_RECORD_H_

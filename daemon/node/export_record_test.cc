@@ -1,0 +1,29 @@
+#include "daemon/node/export_record.h"
+
+#include "gtest/gtest.h"
+
+namespace shardd::node {
+namespace {
+
+TEST(ExportRecordTest, RemembersRankZerosLatestOutcome) {
+  ExportRecord record;
+  EXPECT_EQ(record.outcome(), "");
+  record.NoteOutcome("5:a1:ok");
+  record.NoteOutcome("6:b2:failed:10:gather failed");
+  EXPECT_EQ(record.outcome(), "6:b2:failed:10:gather failed");
+}
+
+TEST(ExportRecordTest, AnUnresolvedAttemptIsOnlyTheStepsItWasOf) {
+  ExportRecord record;
+  EXPECT_FALSE(record.Unresolved(5).has_value());
+  record.NoteUnresolved({5, "a1"});
+  ASSERT_TRUE(record.Unresolved(5).has_value());
+  EXPECT_EQ(record.Unresolved(5)->attempt, "a1");
+  // An export of another step: the trainer moved on.
+  EXPECT_FALSE(record.Unresolved(6).has_value());
+  record.ClearUnresolved();
+  EXPECT_FALSE(record.Unresolved(5).has_value());
+}
+
+}  // namespace
+}  // namespace shardd::node
