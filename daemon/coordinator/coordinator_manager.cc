@@ -362,7 +362,7 @@ absl::Status CoordinatorManager::Heartbeat(
     int64_t committed_step, MemberPhase state,
     std::vector<UnreachablePeer> unreachable,
     const CheckpointInventory* checkpoints, LeaseView* lease_out,
-    const TrainerReport* trainer) {
+    const TrainerReport* trainer, bool registration_state) {
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
@@ -374,9 +374,9 @@ absl::Status CoordinatorManager::Heartbeat(
   const MemberPhase phase_before =
       known ? table_.slots()[rank].phase : MemberPhase::kEmpty;
   const MonoTime now = clock_->MonotonicNow();
-  absl::Status s =
-      table_.Heartbeat(rank, lease_token, epoch, committed_step, state, now,
-                       std::move(unreachable), checkpoints, trainer);
+  absl::Status s = table_.Heartbeat(rank, lease_token, epoch, committed_step,
+                                    state, now, std::move(unreachable),
+                                    checkpoints, trainer, registration_state);
   NoteRendezvous(now);  // Before Changed reports a recovery's ready epoch.
   // The only removals a heartbeat makes are of members cut off from their
   // peers.

@@ -124,7 +124,8 @@ class CoordinatorManager {
                          std::vector<UnreachablePeer> unreachable = {},
                          const CheckpointInventory* checkpoints = nullptr,
                          LeaseView* lease_out = nullptr,
-                         const TrainerReport* trainer = nullptr);
+                         const TrainerReport* trainer = nullptr,
+                         bool registration_state = false);
   absl::Status Leave(int rank, const std::string& lease_token,
                      const std::string& reason);
   absl::StatusOr<ReportOutcome> ReportFailure(int reporter,

@@ -66,6 +66,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   info.incarnation = request->incarnation();
   info.last_epoch = request->last_epoch();
   info.holds_shard = request->holds_shard();
+  info.registration_state = request->registration_state();
   info.last_committed_step = request->last_committed_step();
   info.model_fingerprint = request->model_fingerprint();
   info.pending_step = request->pending_step();
@@ -133,7 +134,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
       request->rank(), request->lease_token(), request->epoch(),
       request->committed_step(), *state, std::move(unreachable),
       checkpoints.has_value() ? &*checkpoints : nullptr, &lease,
-      trainer.has_value() ? &*trainer : nullptr);
+      trainer.has_value() ? &*trainer : nullptr, request->registration_state());
   if (!s.ok()) return rpc::ToGrpc(s);
   response->set_lease_expiry_unix_ms(UnixMs(lease.lease_expiry_wall));
   response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));

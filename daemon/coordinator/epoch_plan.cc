@@ -167,11 +167,37 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
   // Before any step is committed a shard is its model's initial values:
   // registering the model makes them again, nothing is lost.
   if (target == 0 && in.committed_step == 0) lost.clear();
+  // Likewise a saved state the ranks registered at `target` (imported, and
+  // nothing trained since: each holder says so): the ranks without it, a
+  // replica group slower to import or killed while registering, make it
+  // again by registering the same state. Without this a resumed job failed
+  // for good when one replica group took longer to import than a
+  // collective timeout.
+  if (!lost.empty() && in.committed_step <= target) {
+    bool all_registered = true;
+    bool any = false;
+    for (const PlanSlot& s : in.slots) {
+      if (!reaches(s)) continue;
+      any = true;
+      // At the target itself: a holder one step behind with the target in
+      // doubt holds a trained step.
+      all_registered =
+          all_registered && s.registration_state && s.step == target;
+    }
+    if (any && all_registered) {
+      plan.remade_shards = lost;
+      lost.clear();
+    }
+  }
 
   if (lost.empty()) {
     if (!all_live) {
-      plan.reason = absl::StrCat("every shard has a holder at step ", target,
-                                 "; waiting for ", Ranks(unclaimed));
+      plan.reason = absl::StrCat(
+          plan.remade_shards.empty()
+              ? "every shard has a holder at step "
+              : "every shard has a holder or is made again by registering "
+                "the model at step ",
+          target, "; waiting for ", Ranks(unclaimed));
       return plan;
     }
     plan.kind = PlanKind::kResume;
@@ -187,6 +213,13 @@ EpochPlan DecideEpochPlan(const PlanInput& in) {
           copy.source_ranks.end());
       copies.push_back(CopyReason(copy, target));
       plan.copies.push_back(std::move(copy));
+    }
+    if (!plan.remade_shards.empty()) {
+      copies.push_back(absl::StrCat(
+          "shard", plan.remade_shards.size() == 1 ? " " : "s ",
+          absl::StrJoin(plan.remade_shards, ", "),
+          " made again by registering the model (every holder holds the "
+          "state it registered)"));
     }
     plan.reason = absl::StrCat(
         "resume at step ", target, ": ",

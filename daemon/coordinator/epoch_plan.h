@@ -34,6 +34,12 @@ struct PlanSlot {
   bool keeps_checkpoints = false;
   std::vector<int64_t> checkpoints;
   std::string checkpoint_problem;
+  // The live holder's shard is exactly what registering the model made at
+  // `step` (the initial values, or a saved state RegisterModel imported)
+  // and no step was committed on it since: the ranks of a shard without a
+  // holder at that step make it again by registering the same model and
+  // state (their agreement with the holders checks both).
+  bool registration_state = false;
 };
 
 struct PlanInput {
@@ -87,6 +93,11 @@ struct EpochPlan {
   int lost_shard = -1;
   int64_t lost_step = 0;
   std::vector<int> lost_holders;
+  // kResume: shard indices no member holds at `step` that the ranks make
+  // again by registering the model (every holder at `step` holds the
+  // registration's state): their members report READY without a shard
+  // (at step 0) and reach `step` when their trainers register.
+  std::vector<int> remade_shards;
   // For the decisions log and, with kFailed, for every client.
   std::string reason;
 };

@@ -242,6 +242,49 @@ TEST(EpochPlanTest, NothingCommittedLosesNothing) {
   EXPECT_EQ(p.step, 0);
 }
 
+// A resumed job: every rank imported step 6 when registering, nothing was
+// trained since. Ranks 0 and 2 (both replicas of shard 0) have not
+// installed it yet (a slow import) or were replaced: registering makes it
+// again, nothing is lost.
+PlanInput ResumedAt6WithShard0Unregistered() {
+  PlanInput in = Hybrid(/*committed=*/6);
+  for (PlanSlot& s : in.slots) s.registration_state = true;
+  for (int r : {0, 2}) {
+    in.slots[r].registration_state = false;
+    in.slots[r].step = 0;  // READY without a shard (or fresh).
+  }
+  Fresh(in, 2);
+  return in;
+}
+
+TEST(EpochPlanTest, AShardNobodyHoldsAtARegisteredStepIsMadeAgain) {
+  const EpochPlan p = DecideEpochPlan(ResumedAt6WithShard0Unregistered());
+  ASSERT_EQ(p.kind, PlanKind::kResume);
+  EXPECT_EQ(p.step, 6);
+  EXPECT_THAT(p.remade_shards, ElementsAre(0));
+  EXPECT_THAT(p.copies, IsEmpty());
+  EXPECT_THAT(p.reason,
+              HasSubstr("shard 0 made again by registering the model"));
+}
+
+TEST(EpochPlanTest, AHolderThatTrainedSinceMakesTheShardLost) {
+  PlanInput in = ResumedAt6WithShard0Unregistered();
+  in.slots[3].registration_state = false;  // Rank 3 committed a step since.
+  const EpochPlan p = DecideEpochPlan(in);
+  EXPECT_EQ(p.kind, PlanKind::kFailed);
+  EXPECT_THAT(p.remade_shards, IsEmpty());
+  EXPECT_THAT(p.reason, HasSubstr("shard 0 at step 6 is lost"));
+}
+
+TEST(EpochPlanTest, AStepCommittedBeyondTheRegisteredOneMakesTheShardLost) {
+  // The coordinator decided step 7 (its vote) though the holders report 6.
+  PlanInput in = ResumedAt6WithShard0Unregistered();
+  in.committed_step = 7;
+  const EpochPlan p = DecideEpochPlan(in);
+  EXPECT_NE(p.kind, PlanKind::kResume);
+  EXPECT_THAT(p.remade_shards, IsEmpty());
+}
+
 TEST(EpochPlanTest, CheckpointsOnDiskAreNeverTakenForANewJob) {
   // Every daemon and the coordinator restarted: nobody holds a shard, but
   // every rank's folder holds step 2. The job resumes there; it does not

@@ -152,6 +152,7 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   request.set_last_committed_step(shard.committed_step);
   request.set_model_fingerprint(shard.model_fingerprint);
   request.set_pending_step(shard.holds_shard ? shard.pending_step : 0);
+  request.set_registration_state(shard.holds_shard && shard.registration_state);
   if (options_.checkpoints)
     *request.mutable_checkpoints() = options_.checkpoints();
 
@@ -201,8 +202,12 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
 }
 
 absl::Status MemberClient::HeartbeatOnce() {
+  // Asked without any lock held: the provider takes the daemon's own.
+  const MemberShardStatus shard =
+      options_.shard_status ? options_.shard_status() : MemberShardStatus{};
   absl::MutexLock session(&session_mu_);
   pb::HeartbeatRequest request;
+  request.set_registration_state(shard.holds_shard && shard.registration_state);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::CancelledError("the member client is stopping");

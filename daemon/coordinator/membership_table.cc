@@ -1,6 +1,7 @@
 #include "daemon/coordinator/membership_table.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -203,6 +204,7 @@ void MembershipTable::Replan(MonoTime now) {
     p.pending_step = s.pending_step;
     p.keeps_checkpoints = s.checkpoints.keeps;
     p.checkpoints = s.checkpoints.steps;
+    p.registration_state = s.live() && s.registration_state;
     p.checkpoint_problem = s.checkpoints.problem;
   }
   const bool same_epoch = plan_epoch_ == epoch_;
@@ -328,8 +330,15 @@ void MembershipTable::NoteReadiness(MonoTime now) {
     // even when the loss landed right after the checkpoint's step (nothing
     // to redo): shards came back from disk, not from a replica, and
     // operators count those.
-    int64_t step = slots_.front().committed_step;
-    for (const SlotRecord& s : slots_) step = std::min(step, s.committed_step);
+    // Members whose shard the plan makes again by registration are READY
+    // without it (at step 0) until their trainers register: not a step the
+    // cluster went back to.
+    int64_t step = std::numeric_limits<int64_t>::max();
+    for (const SlotRecord& s : slots_) {
+      if (s.committed_step == 0 && PlanRemakes(s.rank)) continue;
+      step = std::min(step, s.committed_step);
+    }
+    if (step == std::numeric_limits<int64_t>::max()) step = 0;
     std::string rolled_back;
     progress_.Ready();
     if (step < committed_step_) {
@@ -343,11 +352,23 @@ void MembershipTable::NoteReadiness(MonoTime now) {
                                  ", the step the cluster had committed; no "
                                  "step is lost)");
     }
+    if (!plan_.remade_shards.empty() && step > 0) {
+      rolled_back = absl::StrCat(rolled_back, " (shard",
+                                 plan_.remade_shards.size() == 1 ? " " : "s ",
+                                 absl::StrJoin(plan_.remade_shards, ", "),
+                                 " to be made again by registering the model)");
+    }
     committed_step_ = step;
     Log(now, DecisionKind::kEpochReady, {},
         absl::StrCat("epoch ", epoch_, " ready: all ", options_.world_size,
                      " members READY at step ", committed_step_, rolled_back));
   }
+}
+
+bool MembershipTable::PlanRemakes(int rank) const {
+  const int index = rank % options_.sharding_factor;
+  return std::find(plan_.remade_shards.begin(), plan_.remade_shards.end(),
+                   index) != plan_.remade_shards.end();
 }
 
 std::vector<MemberLiveness> MembershipTable::Liveness() const {
@@ -577,6 +598,7 @@ absl::StatusOr<JoinOutcome> MembershipTable::Join(
   slot.holds_shard = request.holds_shard;
   slot.model_fingerprint = request.model_fingerprint;
   slot.pending_step = request.holds_shard ? request.pending_step : 0;
+  slot.registration_state = request.holds_shard && request.registration_state;
   slot.checkpoints = request.checkpoints;
   slot.unreachable.clear();
   slot.trainer = TrainerSighting();  // Until its first heartbeat says.
@@ -618,7 +640,8 @@ absl::Status MembershipTable::Heartbeat(
     int rank, absl::string_view lease_token, int64_t epoch,
     int64_t committed_step, MemberPhase state, MonoTime now,
     std::vector<UnreachablePeer> unreachable,
-    const CheckpointInventory* checkpoints, const TrainerReport* trainer) {
+    const CheckpointInventory* checkpoints, const TrainerReport* trainer,
+    bool registration_state) {
   if (failed()) {
     return absl::DataLossError(absl::StrCat("the job has failed: ", failure_));
   }
@@ -658,6 +681,7 @@ absl::Status MembershipTable::Heartbeat(
   if (trainer != nullptr) {
     slot.trainer.Note(*trainer, now);
   }
+  slot.registration_state = registration_state;
   if (!slot.unreachable.empty() || !broken_links_.empty()) {
     DecidePartitions(now);
     if (!slot.live()) {
@@ -678,7 +702,11 @@ absl::Status MembershipTable::Heartbeat(
       slot.phase = MemberPhase::kJoining;
       return absl::OkStatus();
     }
-    if (committed_step != expected) {
+    // A member whose shard the plan makes again by registration reports
+    // READY without it (at step 0); its trainer's registration brings it
+    // to the plan's step.
+    const bool remade = committed_step == 0 && PlanRemakes(rank);
+    if (committed_step != expected && !remade) {
       // The member holds its shard at another step than the plan meant:
       // plan again from what it actually holds.
       slot.committed_step = committed_step;

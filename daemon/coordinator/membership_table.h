@@ -115,6 +115,9 @@ struct SlotRecord {
   std::vector<UnreachablePeer> unreachable;
   // What the member last reported of its trainer.
   TrainerSighting trainer;
+  // Its shard is what registering the model made, nothing trained since
+  // (PlanSlot::registration_state), as its join or last heartbeat said.
+  bool registration_state = false;
 
   bool live() const {
     return phase == MemberPhase::kJoining ||
@@ -180,6 +183,9 @@ struct JoinRequestInfo {
   uint64_t model_fingerprint = 0;
   // An in-doubt step it holds prepared (0: none).
   int64_t pending_step = 0;
+  // With holds_shard: the shard is what registering the model made, nothing
+  // trained since (PlanSlot::registration_state).
+  bool registration_state = false;
   CheckpointInventory checkpoints;
 };
 
@@ -288,7 +294,11 @@ class MembershipTable {
   //
   // `checkpoints`, when given, replaces the member's checkpoint inventory;
   // `trainer`, when given, what is known of its trainer (a negative quiet
-  // time is INVALID_ARGUMENT).
+  // time is INVALID_ARGUMENT); `registration_state`, whether its shard is
+  // what registering the model made (PlanSlot::registration_state).
+  // A READY at step 0 from a member whose shard the epoch's plan makes
+  // again by registration (EpochPlan::remade_shards) is what the plan
+  // means.
   // A READY for the current epoch at another step than the epoch's plan is
   // refused (FAILED_PRECONDITION naming both steps) and starts a new epoch,
   // planned from the step the member reported.
@@ -299,7 +309,8 @@ class MembershipTable {
                          MonoTime now,
                          std::vector<UnreachablePeer> unreachable = {},
                          const CheckpointInventory* checkpoints = nullptr,
-                         const TrainerReport* trainer = nullptr);
+                         const TrainerReport* trainer = nullptr,
+                         bool registration_state = false);
 
   // The member leaves; NOT_FOUND when the token does not match a live
   // member of the slot.
@@ -393,6 +404,9 @@ class MembershipTable {
   void Remove(int rank, MemberPhase phase, MonoTime now,
               const std::string& reason);
   void NoteReadiness(MonoTime now);
+  // The current plan makes `rank`'s shard again by registration
+  // (EpochPlan::remade_shards).
+  bool PlanRemakes(int rank) const;
   // Whether `slot` counts towards ready(): READY for the current epoch.
   bool CountsReady(const SlotRecord& slot) const {
     return slot.phase == MemberPhase::kReady && slot.ready_epoch == epoch_;

@@ -57,6 +57,21 @@ class MembershipTableTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) ReadyHeartbeat(r, now);
   }
 
+  // Both replicas of shard 0 (ranks 0 and 2) leave and fresh members take
+  // their slots (tokens "t0b", "t2b").
+  void ReplaceShardZero(MonoTime now) {
+    for (int r : {0, 2}) {
+      ASSERT_TRUE(
+          table_->Leave(r, absl::StrCat("token-", r), "test", now).ok());
+    }
+    for (int r : {0, 2}) {
+      ASSERT_TRUE(table_
+                      ->Join(Request(r, absl::StrCat("pod-", r, "b")), now,
+                             absl::StrCat("t", r, "b"))
+                      .ok());
+    }
+  }
+
   void ReadyHeartbeat(int r, MonoTime now) {
     ASSERT_TRUE(table_
                     ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
@@ -649,6 +664,69 @@ TEST_F(MembershipTableTest, RollbackWithNoStepLostIsStillACheckpointFallback) {
             std::string::npos)
       << reason;
   EXPECT_NE(reason.find("no step is lost"), std::string::npos) << reason;
+}
+
+// A resumed job (every holder registered step 7 from saved state, nothing
+// trained since): both replicas of shard 0 are replaced while registering.
+// The plan makes shard 0 again by registration: the replacements are READY
+// without it (step 0), the epoch is ready at step 7, not a fallback, and
+// their registration then reports step 7 in the same epoch.
+TEST_F(MembershipTableTest, AShardMadeAgainByRegistrationIsReadyWithoutIt) {
+  const MonoTime t0 = MonoTime::FromOrigin(absl::Seconds(1000));
+  JoinAllReady(t0);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("token-", r), table_->epoch(),
+                                7, MemberPhase::kReady, t0, {}, nullptr,
+                                nullptr, /*registration_state=*/true)
+                    .ok());
+  }
+  ReplaceShardZero(t0);
+  ASSERT_EQ(table_->plan().kind, PlanKind::kResume);
+  EXPECT_EQ(table_->plan().step, 7);
+  EXPECT_EQ(table_->plan().remade_shards, std::vector<int>{0});
+  const int64_t epoch = table_->epoch();
+  const MonoTime t1 = t0 + absl::Milliseconds(20);
+  for (int r = 0; r < 4; ++r) {
+    const bool replaced = r % 2 == 0;
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r,
+                                replaced ? absl::StrCat("t", r, "b")
+                                         : absl::StrCat("token-", r),
+                                epoch, replaced ? 0 : 7, MemberPhase::kReady,
+                                t1, {}, nullptr, nullptr, !replaced)
+                    .ok())
+        << r;
+  }
+  ASSERT_TRUE(table_->ready());
+  EXPECT_EQ(table_->epoch(), epoch);
+  EXPECT_EQ(table_->committed_step(), 7);
+  EXPECT_EQ(table_->checkpoint_fallbacks(), 0);
+  const std::string& reason = table_->decisions().back().reason;
+  EXPECT_NE(reason.find("READY at step 7 (shard 0 to be made again by "
+                        "registering the model)"),
+            std::string::npos)
+      << reason;
+  // The replacements registered: step 7 in the same epoch.
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(table_
+                    ->Heartbeat(r, absl::StrCat("t", r, "b"), epoch, 7,
+                                MemberPhase::kReady, t1, {}, nullptr, nullptr,
+                                true)
+                    .ok());
+  }
+  EXPECT_EQ(table_->epoch(), epoch);
+  EXPECT_EQ(table_->committed_step(), 7);
+}
+
+// Without the holders' word that they hold what they registered, a READY
+// at step 0 from a replacement of a lost shard is not what a plan means.
+TEST_F(MembershipTableTest, ATrainedShardWithoutHoldersIsNotMadeAgain) {
+  const MonoTime t0 = MonoTime::FromOrigin(absl::Seconds(1000));
+  JoinAllReady(t0);  // Registration state never reported.
+  ReplaceShardZero(t0);
+  EXPECT_EQ(table_->plan().kind, PlanKind::kFailed);
+  EXPECT_TRUE(table_->plan().remade_shards.empty());
 }
 
 TEST_F(MembershipTableTest, ReadyAtAnotherStepThanThePlanStartsANewEpoch) {

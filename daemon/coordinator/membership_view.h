@@ -23,6 +23,9 @@ struct MemberShardStatus {
   uint64_t model_fingerprint = 0;
   // An in-doubt step held prepared (0: none).
   int64_t pending_step = 0;
+  // The shard is what registering the model made, nothing committed since
+  // (JoinRequest.registration_state).
+  bool registration_state = false;
 };
 
 // The member's picture of the cluster, from the WatchMembership stream.

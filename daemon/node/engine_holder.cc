@@ -15,6 +15,18 @@ void EngineHolder::Install(std::shared_ptr<StepEngine> engine,
   model_ = std::move(model);
   fingerprint_ = fingerprint;
   agreement_ = std::move(agreement);
+  registered_step_.reset();
+}
+
+void EngineHolder::NoteRegistered() {
+  if (engine_ != nullptr) registered_step_ = engine_->committed_step();
+}
+
+void EngineHolder::ForgetRegistration() { registered_step_.reset(); }
+
+bool EngineHolder::registration_state() const {
+  return engine_ != nullptr && registered_step_.has_value() &&
+         engine_->committed_step() == *registered_step_;
 }
 
 void EngineHolder::Reset() {
@@ -22,6 +34,7 @@ void EngineHolder::Reset() {
   model_.reset();
   fingerprint_ = 0;
   agreement_.clear();
+  registered_step_.reset();
 }
 
 }  // namespace shardd::node

@@ -42,6 +42,15 @@ class EngineHolder {
   void Install(std::shared_ptr<StepEngine> engine, core::ModelConfig model,
                uint64_t fingerprint, std::string agreement,
                const EpochCommunicators& comms);
+  // The engine was just installed by a registration, at its committed
+  // step (0, or the step of the saved state it imported).
+  void NoteRegistered();
+  // A restore into the installed engine: its state is a checkpoint's now.
+  void ForgetRegistration();
+  // The engine holds exactly what registering the model made: installed by
+  // a registration, no step committed since (the coordinator's
+  // PlanSlot::registration_state).
+  bool registration_state() const;
   // Drops the engine (the owner's destruction).
   void Reset();
 
@@ -50,6 +59,9 @@ class EngineHolder {
   std::optional<core::ModelConfig> model_;
   uint64_t fingerprint_ = 0;
   std::string agreement_;
+  // The step a registration installed the engine at (none: copied,
+  // restored, or nothing installed).
+  std::optional<int64_t> registered_step_;
 };
 
 }  // namespace shardd::node

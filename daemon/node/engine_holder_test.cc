@@ -78,5 +78,27 @@ TEST_F(EngineHolderTest,
   EXPECT_EQ(two.use_count(), 1);
 }
 
+// The coordinator is told whether the shard is still what registering the
+// model made: true from the registration until a step is committed on it;
+// never for an engine copied or restored, nor after a restore into it.
+TEST_F(EngineHolderTest, RegistrationStateLastsUntilAStepIsCommitted) {
+  EngineHolder holder;
+  EpochCommunicators none;
+  EXPECT_FALSE(holder.registration_state());
+  std::shared_ptr<StepEngine> engine = NewEngine();
+  ASSERT_TRUE(engine->InstallState(6).ok());  // An imported step 6.
+  holder.Install(engine, core::ModelConfig(), 1, "", none);
+  EXPECT_FALSE(holder.registration_state());  // Copied or restored.
+  holder.NoteRegistered();
+  EXPECT_TRUE(holder.registration_state());
+  ASSERT_TRUE(engine->InstallState(7).ok());  // As a commit moves it on.
+  EXPECT_FALSE(holder.registration_state());
+  holder.Install(NewEngine(), core::ModelConfig(), 1, "", none);
+  holder.NoteRegistered();
+  EXPECT_TRUE(holder.registration_state());
+  holder.ForgetRegistration();  // A checkpoint restored into it.
+  EXPECT_FALSE(holder.registration_state());
+}
+
 }  // namespace
 }  // namespace shardd::node

@@ -124,6 +124,7 @@ MembershipJoin NodeManager::JoinOptions() {
       status.committed_step = holder_.engine()->committed_step();
       status.model_fingerprint = holder_.fingerprint();
       status.pending_step = holder_.engine()->pending_step().value_or(0);
+      status.registration_state = holder_.registration_state();
     }
     return status;
   };
@@ -750,6 +751,7 @@ int64_t NodeManager::InstallRegistered(std::shared_ptr<StepEngine> engine,
   absl::MutexLock lock(&mu_);
   InstallEngineLocked(std::move(engine), std::move(model), fingerprint,
                       std::move(agreement));
+  holder_.NoteRegistered();
   return comms_.epoch();
 }
 
@@ -1023,6 +1025,7 @@ absl::StatusOr<int64_t> NodeManager::RestoreCheckpointOf(int64_t step,
       InstallEngineLocked(restore->engine, restore->model, restore->fingerprint,
                           /*agreement=*/"");
     } else {
+      holder_.ForgetRegistration();
       trainer_ops_->EngineInstalled();
     }
   }

@@ -307,6 +307,44 @@ fl_start_cluster() {
   fl_log "$run: cluster up (coordinator port $FL_PORT)"
 }
 
+# fl_checkpointed_job RUN DIR: a job of 7 steps that keeps checkpoints of
+# steps 3 and 6 in DIR, then every process is killed (a job stopped, to be
+# resumed from DIR). FL_STEPS is 12 again afterwards.
+fl_checkpointed_job() {
+  local run=$1 dir=$2 r
+  FL_STEPS=7
+  FL_DAEMON_FLAGS=(--checkpoint_dir="$dir" --checkpoint_interval_steps=3)
+  fl_start_cluster "$run"
+  fl_wait_trainers "$run"
+  for ((r = 0; r < FL_W; r++)); do
+    fl_expect "$run: trainer $r stopped after step 7" \
+      "[[ ${FL_TRAINER_RC[$r]} -eq 0 ]]"
+  done
+  fl_kill_all
+  FL_STEPS=12
+  FL_DAEMON_FLAGS=()
+}
+
+# fl_start_shard0_armed RUN FAILPOINT: the coordinator and every daemon,
+# those holding shard 0 (rank % F == 0) with --failpoint=FAILPOINT; waits
+# until each listens (joined). Trainers are the caller's.
+fl_start_shard0_armed() {
+  local run=$1 failpoint=$2 r
+  fl_start_coordinator "$run"
+  for ((r = 0; r < FL_W; r++)); do
+    if ((r % FL_F == 0)); then
+      fl_start_daemon "$run" "$r" --failpoint="$failpoint"
+    else
+      fl_start_daemon "$run" "$r"
+    fi
+  done
+  for ((r = 0; r < FL_W; r++)); do
+    fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
+      "^shardd rank $r listening" 30 ||
+      fl_die "$run: daemon $r did not join within 30 s (or exited)"
+  done
+}
+
 # fl_wait_trainers RUN: waits (deadline FL_DEADLINE s in all) for the latest
 # trainer of every rank; FL_TRAINER_RC[RANK] is its exit status (124: still
 # running at the deadline, then killed).

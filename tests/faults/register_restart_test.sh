@@ -84,19 +84,7 @@ replace_while_registering() {
 # agreement in every epoch before it reports READY.
 die_after_agreeing() {
   local run=$1 r
-  fl_start_coordinator "$run"
-  for r in 0 1 2 3; do
-    if ((r % FL_F == 0)); then
-      fl_start_daemon "$run" "$r" --failpoint=register.agreed:kill
-    else
-      fl_start_daemon "$run" "$r"
-    fi
-  done
-  for r in 0 1 2 3; do
-    fl_wait_started "${FL_DAEMON_PID[$r]}" "$(fl_daemon_log "$run" "$r")" \
-      "^shardd rank $r listening" 30 ||
-      fl_die "$run: daemon $r did not join within 30 s (or exited)"
-  done
+  fl_start_shard0_armed "$run" register.agreed:kill
   for r in 0 1 2 3; do fl_start_trainer "$run" "$r"; done
   for r in 0 2; do
     fl_wait_exit "${FL_DAEMON_PID[$r]}" 60 ||

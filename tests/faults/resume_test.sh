@@ -35,15 +35,7 @@ FL_DEADLINE=90
 fl_reference
 
 CKPT="$FL_ROOT/ckpt"
-FL_STEPS=7
-FL_DAEMON_FLAGS=(--checkpoint_dir="$CKPT" --checkpoint_interval_steps=3)
-fl_start_cluster first
-fl_wait_trainers first
-for ((r = 0; r < FL_W; r++)); do
-  fl_expect "first: trainer $r stopped after step 7" \
-    "[[ ${FL_TRAINER_RC[$r]} -eq 0 ]]"
-done
-fl_kill_all
+fl_checkpointed_job first "$CKPT"
 fl_expect "first: rank 3 holds checkpoints of steps 3 and 6" \
   "[[ -s '$CKPT/rank-3/step-6.shardckpt' && -s '$CKPT/rank-3/step-3.shardckpt' ]]"
 
