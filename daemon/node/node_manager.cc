@@ -246,9 +246,9 @@ void NodeManager::WireShardCopy() {
   };
   copy.install = [this](std::shared_ptr<StepEngine> engine,
                         core::ModelConfig model, uint64_t fingerprint,
-                        std::string agreement, int64_t step, int64_t epoch) {
+                        const v1::ShardHeader& header, int64_t epoch) {
     InstallCopiedEngine(std::move(engine), std::move(model), fingerprint,
-                        std::move(agreement), step, epoch);
+                        header, epoch);
   };
   shard_copy_ = std::make_unique<ShardCopy>(std::move(copy));
 }
@@ -389,10 +389,14 @@ void NodeManager::NoteRecoveryError(const std::string& error) {
 }
 
 void NodeManager::PublishHeld(int64_t epoch) {
+  // Only while the shard is what registering made: ranks register anew
+  // only then (a shard lost later is copied, restored or the job fails),
+  // and the agreement (the model spec, 8 bytes a tensor) need not travel
+  // through the coordinator at every epoch of a long job.
   std::string agreement;
   {
     absl::MutexLock lock(&mu_);
-    agreement = holder_.agreement();
+    if (holder_.registration_state()) agreement = holder_.agreement();
   }
   std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   ModelRegistration::PublishHeld(*store, client_->rank(), agreement, epoch);
@@ -968,6 +972,7 @@ ShardSource::Snapshot NodeManager::ShardSnapshot() const {
           holder_.agreement())) {
     snapshot.header.clear_agreement();
   }
+  snapshot.header.set_registration_state(holder_.registration_state());
   return snapshot;
 }
 
@@ -1078,15 +1083,19 @@ absl::Status NodeManager::RecoverFromReplicas(int64_t epoch,
 void NodeManager::InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                                       core::ModelConfig model,
                                       uint64_t fingerprint,
-                                      std::string agreement, int64_t step,
+                                      const v1::ShardHeader& header,
                                       int64_t epoch) {
   {
     absl::MutexLock lock(&mu_);
     InstallEngineLocked(engine, std::move(model), fingerprint,
-                        std::move(agreement));
+                        header.has_agreement()
+                            ? header.agreement().SerializeAsString()
+                            : std::string());
+    // A copy of what the source registered is what registering makes.
+    if (header.registration_state()) holder_.NoteRegistered();
   }
   ReportMemory(*engine);
-  LogCommit(recovery::CommitRecord::Kind::kRecovered, step, epoch);
+  LogCommit(recovery::CommitRecord::Kind::kRecovered, header.step(), epoch);
 }
 
 void NodeManager::InstallEngineLocked(std::shared_ptr<StepEngine> engine,

@@ -351,10 +351,12 @@ class NodeManager : private EpochActions,
                            core::ModelConfig model, uint64_t fingerprint,
                            std::string agreement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes a replica's copy of this rank's shard the node's (ShardCopy).
+  // Makes a replica's copy of this rank's shard the node's (ShardCopy),
+  // with what the source's header says it registered (agreement,
+  // registration_state).
   void InstallCopiedEngine(std::shared_ptr<StepEngine> engine,
                            core::ModelConfig model, uint64_t fingerprint,
-                           std::string agreement, int64_t step, int64_t epoch);
+                           const v1::ShardHeader& header, int64_t epoch);
   // A step this daemon prepared and voted on without hearing the decision:
   // applied if another member of `view` (all W live) holds it committed,
   // else dropped (recovery::InDoubtStepWasCommitted).

@@ -432,10 +432,7 @@ absl::Status ShardCopy::InstallCopy(Attempt& attempt,
                      " but the source announced ", header.model_fingerprint()));
   }
   options_.install(attempt.engine, *std::move(attempt.model), fingerprint,
-                   header.has_agreement()
-                       ? header.agreement().SerializeAsString()
-                       : std::string(),
-                   header.step(), attempt.epoch);
+                   header, attempt.epoch);
   return absl::OkStatus();
 }
 

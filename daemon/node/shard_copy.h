@@ -69,12 +69,12 @@ class ShardCopy {
     // healthy; null otherwise.
     std::function<std::shared_ptr<comm::Collective>(int64_t epoch)>
         replica_group_of;
-    // Makes a verified copy (its engine at `step`) the node's, in `epoch`;
-    // `agreement` is the source's (ShardHeader.agreement serialized; empty
-    // when it sent none).
+    // Makes a verified copy (its engine at header.step()) the node's, in
+    // `epoch`; the source's header also says what it registered the model
+    // with (agreement, registration_state).
     std::function<void(std::shared_ptr<StepEngine> engine,
                        core::ModelConfig model, uint64_t fingerprint,
-                       std::string agreement, int64_t step, int64_t epoch)>
+                       const v1::ShardHeader& header, int64_t epoch)>
         install;
   };
   explicit ShardCopy(Options options);

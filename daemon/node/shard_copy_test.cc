@@ -128,6 +128,7 @@ class ShardCopyTest : public ::testing::Test {
     header.set_optimizer_step(source_->committed_step());
     if (source_agreement_.has_value()) {
       *header.mutable_agreement() = *source_agreement_;
+      header.set_registration_state(true);
     }
     std::vector<recovery::SectionSource> sources;
     for (const StepEngine::StateSection& s : source_->StateSections()) {
@@ -189,10 +190,14 @@ class ShardCopyTest : public ::testing::Test {
     };
     o.replica_group_of = [](int64_t) { return nullptr; };
     o.install = [this](std::shared_ptr<StepEngine> engine, core::ModelConfig,
-                       uint64_t fingerprint, std::string agreement,
-                       int64_t step, int64_t epoch) {
+                       uint64_t fingerprint, const v1::ShardHeader& header,
+                       int64_t epoch) {
+      const int64_t step = header.step();
       installed_ = std::move(engine);
-      installed_agreement_ = std::move(agreement);
+      installed_agreement_ = header.has_agreement()
+                                 ? header.agreement().SerializeAsString()
+                                 : std::string();
+      installed_registration_state_ = header.registration_state();
       installed_fingerprint_ = fingerprint;
       installed_step_ = step;
       installed_epoch_ = epoch;
@@ -261,6 +266,7 @@ class ShardCopyTest : public ::testing::Test {
   // What the source registered its model with (none: restored).
   std::optional<v1::ModelAgreement> source_agreement_;
   std::string installed_agreement_;
+  bool installed_registration_state_ = false;
   int64_t installed_step_ = -1;
   int64_t installed_epoch_ = -1;
 };
@@ -291,6 +297,7 @@ TEST_F(ShardCopyTest, CopiesTheSourcesStateBitForBitAndInstallsIt) {
   ExpectSameState(*installed_, *source_);
   // The source sent no agreement (its engine came from a checkpoint).
   EXPECT_TRUE(installed_agreement_.empty());
+  EXPECT_FALSE(installed_registration_state_);
   EXPECT_EQ(addresses_, std::vector<std::string>{"peer-3"});
   // The attempt's start, its bytes at 0 when the header arrived (the
   // clock stood still: no more), the end.
@@ -322,6 +329,9 @@ TEST_F(ShardCopyTest, TheSourcesAgreementIsInstalledWithTheCopy) {
   EXPECT_EQ(installed.tensor_digests_size(), 1);
   EXPECT_EQ(installed.tensor_digests(0), 0x1234u);
   EXPECT_EQ(installed.model().units_size(), Model().units.size());
+  // A copy of a registered state is one (the coordinator's plan relies on
+  // it; PublishHeld publishes only then).
+  EXPECT_TRUE(installed_registration_state_);
 }
 
 // The source's total: the COMPLETE event's (its shard's state bytes).
