@@ -110,7 +110,38 @@ die_after_agreeing() {
   fl_kill_all
 }
 
+# As die_after_agreeing, and daemon 3 is killed too once its trainer has
+# registered; its replacement copies shard 1 from rank 1 at step 0 before
+# the replacements of 0 and 2 register, so they must agree with a copy.
+# The copy carries the source's registration state (ShardHeader.
+# registration_state): without it the copy's daemon published nothing and
+# the trainers hung (all four still running after 60 s).
+agree_with_a_copy() {
+  local run=$1 r
+  fl_start_shard0_armed "$run" register.agreed:kill
+  for r in 0 1 2 3; do fl_start_trainer "$run" "$r"; done
+  for r in 0 2; do
+    fl_wait_exit "${FL_DAEMON_PID[$r]}" 60 ||
+      fl_die "$run: daemon $r (register.agreed:kill) still alive after 60 s"
+  done
+  fl_wait_line "$(fl_trainer_log "$run" 3)" "^registered rank 3 of 4" 30 ||
+    fl_die "$run: trainer 3 did not register within 30 s"
+  kill -9 "${FL_DAEMON_PID[3]}"
+  fl_wait_exit "${FL_DAEMON_PID[3]}" 10 || fl_die "$run: daemon 3 survived SIGKILL"
+  fl_start_daemon "$run" 3
+  fl_wait_started "${FL_DAEMON_PID[3]}" "$(fl_daemon_log "$run" 3)" \
+    "^shardd rank 3 listening" 30 ||
+    fl_die "$run: the replacement of daemon 3 did not join within 30 s"
+  for r in 0 2; do fl_start_daemon "$run" "$r"; done
+  fl_wait_trainers "$run"
+  fl_check_run "$run" "$FL_REF"
+  fl_expect "$run: the replacement of daemon 3 copied shard 1 at step 0" \
+    "grep -q '^shardd rank 3 recovered shard 1 at step 0 from rank 1' '$(fl_daemon_log "$run" 3)'"
+  fl_kill_all
+}
+
 replace_while_registering kill KILL
 replace_while_registering term TERM
 die_after_agreeing agreed
+agree_with_a_copy copied
 fl_finish
