@@ -19,11 +19,10 @@ void ExportRecord::NoteUnresolved(Attempt attempt) {
   unresolved_ = std::move(attempt);
 }
 
-std::optional<ExportRecord::Attempt> ExportRecord::Unresolved(
-    int64_t step) const {
+std::optional<ExportRecord::Attempt> ExportRecord::Unresolved(int64_t step) {
   absl::MutexLock lock(&mu_);
-  if (!unresolved_.has_value() || unresolved_->step != step) {
-    return std::nullopt;
+  if (unresolved_.has_value() && unresolved_->step != step) {
+    unresolved_.reset();
   }
   return unresolved_;
 }

@@ -36,9 +36,12 @@ class ExportRecord {
 
   // Another rank: the attempt of `step` whose outcome it did not learn.
   void NoteUnresolved(Attempt attempt);
-  // The unresolved attempt when it is of `step` (an export of another step
-  // means the trainer moved on: that one is forgotten).
-  std::optional<Attempt> Unresolved(int64_t step) const;
+  // The unresolved attempt when it is of `step`; an export of another step
+  // means the trainer moved on, and the attempt is forgotten.
+  std::optional<Attempt> Unresolved(int64_t step);
+  // Forgets the unresolved attempt: resolved, or a step was committed since
+  // (the trainer moved on; a later export at the same step, after a
+  // rollback, is a new one).
   void ClearUnresolved();
 
  private:

@@ -19,9 +19,12 @@ TEST(ExportRecordTest, AnUnresolvedAttemptIsOnlyTheStepsItWasOf) {
   record.NoteUnresolved({5, "a1"});
   ASSERT_TRUE(record.Unresolved(5).has_value());
   EXPECT_EQ(record.Unresolved(5)->attempt, "a1");
-  // An export of another step: the trainer moved on.
+  record.ClearUnresolved();  // Resolved, or a step committed since.
+  EXPECT_FALSE(record.Unresolved(5).has_value());
+  // An export of another step: the trainer moved on, the attempt is
+  // forgotten (a rollback to step 5 exports anew).
+  record.NoteUnresolved({5, "a2"});
   EXPECT_FALSE(record.Unresolved(6).has_value());
-  record.ClearUnresolved();
   EXPECT_FALSE(record.Unresolved(5).has_value());
 }
 

@@ -588,6 +588,9 @@ void NodeManager::Committed(StepEngine& engine, const StepResult& result,
     ReportMemory(engine);
   }
   commits_->Committed(engine, result.step, result.grad_norm, epoch);
+  // The trainer moved on: an export attempt it left unresolved is no
+  // longer the one a later export at that step number retries.
+  export_record_.ClearUnresolved();
 }
 
 absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
