@@ -84,7 +84,8 @@ StateExport::StateExport(StepEngine& engine, const core::ModelConfig& model,
     : engine_(engine),
       model_(model),
       admission_(admission),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      generation_(engine.communicator_generation()) {}
 
 absl::Status StateExport::CheckRequest(const v1::ExportStateRequest& request) {
   if (request.path().empty() || request.path()[0] != '/') {
@@ -416,8 +417,8 @@ absl::Status StateExport::ExportUnitKind(
   }
   // One gathered unit (of one kind) in memory at a time, in one buffer
   // reused for every unit.
-  if (absl::Status s =
-          engine_.GatherStateInto(u, kind, options_.gather_timeout, gathered);
+  if (absl::Status s = engine_.GatherStateInto(u, kind, options_.gather_timeout,
+                                               gathered, generation_);
       !s.ok()) {
     return s;
   }

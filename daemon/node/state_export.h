@@ -54,6 +54,9 @@ class StateExport {
     std::function<bool()> cancelled;
   };
 
+  // Make it once the export's epoch is known (NodeManager: right after it
+  // checked that the epoch is ready): the engine's communicators then are
+  // the only ones its gathers use.
   StateExport(StepEngine& engine, const core::ModelConfig& model,
               EngineAdmission& admission, Options options);
 
@@ -141,6 +144,10 @@ class StateExport {
   const core::ModelConfig& model_;
   EngineAdmission& admission_;
   const Options options_;
+  // The engine's communicators when the export was made (in its epoch,
+  // between steps): a gather never runs on a later epoch's, where the
+  // peers are not in this export (ABORTED instead).
+  const uint64_t generation_;
   int64_t last_reported_ = -1;
 };
 

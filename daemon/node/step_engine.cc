@@ -318,6 +318,7 @@ void StepEngine::SetCommunicators(
   // Prefetches of the old epoch still write into slots (its communicators
   // are aborted by now, so they end at once).
   DrainAllLocked();
+  ++communicator_generation_;
   shard_group_ = std::move(shard_group);
   replica_group_ = std::move(replica_group);
   // Before any operation of this engine: the communicators' scratch for
@@ -400,9 +401,15 @@ absl::StatusOr<std::vector<float>> StepEngine::GatherState(
   return out;
 }
 
+uint64_t StepEngine::communicator_generation() const {
+  absl::MutexLock lock(&mu_);
+  return communicator_generation_;
+}
+
 absl::Status StepEngine::GatherStateInto(int unit, StateKind kind,
                                          absl::Duration timeout,
-                                         std::vector<float>& out) {
+                                         std::vector<float>& out,
+                                         std::optional<uint64_t> generation) {
   if (absl::Status s = CheckUnit(unit); !s.ok()) return s;
   // The shard's section, where StateSections says it is (the pointers stay
   // valid for the engine's life).
@@ -418,6 +425,11 @@ absl::Status StepEngine::GatherStateInto(int unit, StateKind kind,
     return absl::FailedPreconditionError("this optimizer keeps no such state");
   }
   absl::MutexLock lock(&mu_);
+  if (generation.has_value() && *generation != communicator_generation_) {
+    return absl::AbortedError(
+        "the communicators were replaced (a new epoch) since the export "
+        "began: its gathers would not meet its peers' there");
+  }
   const int64_t f = config_.plan.sharding_factor();
   const std::vector<int64_t> counts = StoredCounts(unit);
   const int64_t total =

@@ -165,6 +165,10 @@ class StepEngine {
   // the trainer can redo it.
   void SetCommunicators(std::shared_ptr<comm::Collective> shard_group,
                         std::shared_ptr<comm::Collective> replica_group);
+  // Counts SetCommunicators calls: an operation of several collectives (an
+  // export) takes it at its start and passes it to each, so that none of
+  // them runs on a later epoch's communicators, where its peers are not.
+  uint64_t communicator_generation() const;
 
   // NOT_FOUND (unit out of range), RESOURCE_EXHAUSTED (all K slots hold
   // unreleased units), FAILED_PRECONDITION (no communicators), and the
@@ -299,9 +303,12 @@ class StepEngine {
                                                  absl::Duration timeout);
   // The same into `out`, resized to the unit: an export gathering unit
   // after unit reuses one buffer (fresh memory for every unit costs page
-  // faults and zeroing that the write itself does not).
-  absl::Status GatherStateInto(int unit, StateKind kind, absl::Duration timeout,
-                               std::vector<float>& out);
+  // faults and zeroing that the write itself does not). With `generation`
+  // (communicator_generation() when the export began): ABORTED, nothing
+  // issued, once the communicators were replaced since.
+  absl::Status GatherStateInto(
+      int unit, StateKind kind, absl::Duration timeout, std::vector<float>& out,
+      std::optional<uint64_t> generation = std::nullopt);
 
   // After the sections were overwritten with another rank's or a
   // checkpoint's state at `committed_step`: adopts that step, refreshes the
@@ -464,6 +471,7 @@ class StepEngine {
   std::vector<std::unique_ptr<memory::ByteBuffer>> accumulation_
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<comm::Collective> shard_group_ ABSL_GUARDED_BY(mu_);
+  uint64_t communicator_generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<comm::Collective> replica_group_ ABSL_GUARDED_BY(mu_);
   GrowthAdmission admit_growth_ ABSL_GUARDED_BY(mu_);
   std::optional<core::AdamW> adamw_;

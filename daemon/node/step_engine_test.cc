@@ -1117,6 +1117,31 @@ TEST_F(StepEngineSingleRankTest, NewCommunicatorsAbandonTheStepInProgress) {
   EXPECT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
 }
 
+// An export that outlived its epoch (its peers' gathers failed, its own
+// rank was busy writing) must not run its next gather on the next epoch's
+// communicators: the peers there are not in it, and the mismatched
+// collective broke the new epoch (export_outcome_test).
+TEST_F(StepEngineSingleRankTest, AnExportsGatherNeverRunsOnLaterCommunicators) {
+  const uint64_t generation = engine_->communicator_generation();
+  std::vector<float> out;
+  ASSERT_TRUE(engine_
+                  ->GatherStateInto(0, StepEngine::StateKind::kParameters,
+                                    absl::Seconds(1), out, generation)
+                  .ok());
+  engine_->SetCommunicators(nullptr, nullptr);  // The next epoch's.
+  EXPECT_NE(engine_->communicator_generation(), generation);
+  EXPECT_EQ(engine_
+                ->GatherStateInto(0, StepEngine::StateKind::kParameters,
+                                  absl::Seconds(1), out, generation)
+                .code(),
+            absl::StatusCode::kAborted);
+  EXPECT_TRUE(engine_
+                  ->GatherStateInto(0, StepEngine::StateKind::kParameters,
+                                    absl::Seconds(1), out,
+                                    engine_->communicator_generation())
+                  .ok());
+}
+
 TEST_F(StepEngineSingleRankTest, HoldsExactlyThePlannedBytes) {
   EXPECT_EQ(engine_->held_bytes(), engine_->planned_memory().total_bytes);
 }
