@@ -53,9 +53,16 @@ struct Outcome {
 
 // How much of rank 0's error message the outcome carries.
 constexpr size_t kMaxOutcomeMessage = 1024;
-// A follower's wait for the outcome polls at first as the rendezvous does,
-// then less often: rank 0 may write for minutes.
-constexpr absl::Duration kMaxOutcomePoll = absl::Milliseconds(200);
+// A follower waits for the outcome in the store (the coordinator answers
+// when the key is set), one call per slice: rank 0 may write for minutes,
+// and W - 1 ranks polling it would load the coordinator.
+constexpr absl::Duration kOutcomeWaitSlice = absl::Seconds(1);
+
+// The outcome's key names its attempt: set once per attempt, so that the
+// store's Wait (which says only that a key exists) is the whole wait.
+std::string OutcomeKey(const std::string& attempt) {
+  return core::ExportKey(0, absl::StrCat("outcome.", attempt));
+}
 
 std::string FormatOutcome(int64_t step, const std::string& attempt,
                           const absl::Status& status) {
@@ -171,7 +178,7 @@ absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Follow(
     }
     if (joined.empty() && unresolved.has_value()) {
       absl::StatusOr<std::string> value =
-          GetOrEmpty(store_, core::ExportKey(0, "outcome"));
+          GetOrEmpty(store_, OutcomeKey(unresolved->attempt));
       if (!value.ok()) return value.status();
       const std::optional<Outcome> outcome = ParseOutcome(*value);
       if (outcome.has_value() && outcome->attempt == unresolved->attempt) {
@@ -230,7 +237,7 @@ absl::Status ExportRendezvous::Conclude(int64_t step, const absl::Status& mine,
     const std::string outcome = FormatOutcome(step, attempt_, mine);
     options_.record->NoteOutcome(outcome);
     // Not published (the epoch ended): published again in the next one.
-    (void)store_.Set(core::ExportKey(0, "outcome"), outcome);
+    (void)store_.Set(OutcomeKey(attempt_), outcome);
     return mine;
   }
   if (!mine.ok()) return mine;
@@ -238,10 +245,15 @@ absl::Status ExportRendezvous::Conclude(int64_t step, const absl::Status& mine,
 }
 
 absl::Status ExportRendezvous::AwaitOutcome(int64_t step, MonoTime deadline) {
-  const std::string key = core::ExportKey(0, "outcome");
-  absl::Duration poll = kPollInterval;
+  const std::string key = OutcomeKey(attempt_);
   while (true) {
-    absl::StatusOr<std::string> value = GetOrEmpty(store_, key);
+    const MonoTime slice = std::min(deadline, MonoNow() + kOutcomeWaitSlice);
+    absl::Status waited =
+        store_.Wait({key}, std::max(slice - MonoNow(), absl::Milliseconds(1)));
+    absl::StatusOr<std::string> value =
+        absl::IsDeadlineExceeded(waited) ? std::string()
+        : waited.ok()                    ? GetOrEmpty(store_, key)
+                                         : absl::StatusOr<std::string>(waited);
     if (!value.ok()) {
       options_.record->NoteUnresolved({step, attempt_});
       return absl::Status(
@@ -275,16 +287,15 @@ absl::Status ExportRendezvous::AwaitOutcome(int64_t step, MonoTime deadline) {
           "): this rank's part is done; rank 0 had not said whether it wrote "
           "the file by the deadline"));
     }
-    SleepUntil(std::min(deadline, now + poll));
-    poll = std::min(poll * 2, kMaxOutcomePoll);
   }
 }
 
 void ExportRendezvous::PublishOutcome(comm::Store& store,
                                       const ExportRecord& record) {
   const std::string outcome = record.outcome();
-  if (outcome.empty()) return;
-  (void)store.Set(core::ExportKey(0, "outcome"), outcome);
+  const std::optional<Outcome> parsed = ParseOutcome(outcome);
+  if (!parsed.has_value()) return;  // None yet.
+  (void)store.Set(OutcomeKey(parsed->attempt), outcome);
 }
 
 }  // namespace shardd::node

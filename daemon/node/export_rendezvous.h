@@ -40,9 +40,10 @@ namespace shardd::node {
 // And every rank ends with rank 0's outcome (Conclude): only rank 0 writes
 // the file, and the ranks outside its shard group finish their gathers
 // whether or not it does (a peer of rank 0 dying mid-export fails rank 0's
-// gathers only). Rank 0 publishes export/0/outcome =
+// gathers only). Rank 0 publishes export/0/outcome.<attempt> =
 // "<step>:<attempt>:ok" or "<step>:<attempt>:failed:<code>:<message>"; the
-// others wait for it and return it. The store is the epoch's: when the
+// others wait for it (the store's Wait, not polling: rank 0 may write for
+// minutes) and return it. The store is the epoch's: when the
 // epoch ends first, a rank that did not read the outcome returns ABORTED
 // and remembers the attempt (ExportRecord); rank 0 publishes its last
 // outcome again in every later epoch (PublishOutcome), so that the rank's
