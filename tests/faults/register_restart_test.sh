@@ -82,7 +82,10 @@ replace_while_registering() {
 # in their collectives (all four still running 60 s after the kill; here
 # the run takes about 2 s). Now a daemon that holds a model publishes its
 # agreement in every epoch before it reports READY.
-die_after_agreeing() {
+# lose_shard0_after_agreeing RUN: the cluster with daemons 0 and 2 armed
+# to die at register.agreed, every trainer started; returns once both died
+# there and trainers 1 and 3 registered.
+lose_shard0_after_agreeing() {
   local run=$1 r
   fl_start_shard0_armed "$run" register.agreed:kill
   for r in 0 1 2 3; do fl_start_trainer "$run" "$r"; done
@@ -98,6 +101,11 @@ die_after_agreeing() {
       fl_die "$run: trainer $r did not register within 30 s"
   done
   fl_log "$run: daemons 0 and 2 died after agreeing; ranks 1 and 3 registered"
+}
+
+die_after_agreeing() {
+  local run=$1 r
+  lose_shard0_after_agreeing "$run"
   for r in 0 2; do fl_start_daemon "$run" "$r"; done
   fl_wait_trainers "$run"
   fl_check_run "$run" "$FL_REF"
@@ -118,14 +126,7 @@ die_after_agreeing() {
 # the trainers hung (all four still running after 60 s).
 agree_with_a_copy() {
   local run=$1 r
-  fl_start_shard0_armed "$run" register.agreed:kill
-  for r in 0 1 2 3; do fl_start_trainer "$run" "$r"; done
-  for r in 0 2; do
-    fl_wait_exit "${FL_DAEMON_PID[$r]}" 60 ||
-      fl_die "$run: daemon $r (register.agreed:kill) still alive after 60 s"
-  done
-  fl_wait_line "$(fl_trainer_log "$run" 3)" "^registered rank 3 of 4" 30 ||
-    fl_die "$run: trainer 3 did not register within 30 s"
+  lose_shard0_after_agreeing "$run"
   kill -9 "${FL_DAEMON_PID[3]}"
   fl_wait_exit "${FL_DAEMON_PID[3]}" 10 || fl_die "$run: daemon 3 survived SIGKILL"
   fl_start_daemon "$run" 3
