@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "daemon/coordinator/common_checkpoint.h"
 #include "daemon/core/deadline_waker.h"
 #include "daemon/core/rendezvous_key.h"
 #include "daemon/recovery/failpoint.h"
@@ -396,6 +397,7 @@ absl::Status CoordinatorManager::Heartbeat(
     lease_out->lease = table_.options().detector.lease;
     lease_out->epoch = table_.epoch();
     lease_out->ready = table_.ready();
+    lease_out->common_checkpoint_step = NewestCommonCheckpoint(table_.slots());
   }
   return s;
 }
@@ -645,6 +647,7 @@ LeaseView CoordinatorManager::Lease(int rank) const {
   v.lease = table_.options().detector.lease;
   v.epoch = table_.epoch();
   v.ready = table_.ready();
+  v.common_checkpoint_step = NewestCommonCheckpoint(table_.slots());
   return v;
 }
 

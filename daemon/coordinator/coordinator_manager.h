@@ -85,6 +85,8 @@ struct LeaseView {
   absl::Duration lease;
   int64_t epoch = 0;
   bool ready = false;
+  // NewestCommonCheckpoint of the members now (-1: not known).
+  int64_t common_checkpoint_step = -1;
 };
 
 struct CoordinatorOptions {

@@ -238,6 +238,32 @@ TEST_F(CoordinatorManagerTest, LeaseReportsTheRenewedExpiryAndTheEpoch) {
   EXPECT_FALSE(lease.ready);
 }
 
+TEST_F(CoordinatorManagerTest,
+       TheHeartbeatReplyNamesTheNewestStepEveryRankHolds) {
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  // Rank 2's disk is slow: it holds step 3 only; the others 3 and 6.
+  LeaseView lease;
+  for (int r = 0; r < 4; ++r) {
+    CheckpointInventory held;
+    held.keeps = true;
+    held.steps = r == 2 ? std::vector<int64_t>{3} : std::vector<int64_t>{3, 6};
+    ASSERT_TRUE(manager_
+                    ->Heartbeat(r, tokens[r], epoch, 6, MemberPhase::kReady, {},
+                                &held, &lease)
+                    .ok());
+    EXPECT_EQ(lease.common_checkpoint_step, r < 3 ? -1 : 3) << r;
+  }
+  EXPECT_EQ(manager_->Lease(1).common_checkpoint_step, 3);
+  CheckpointInventory caught_up{.keeps = true, .steps = {3, 6}, .problem = ""};
+  ASSERT_TRUE(manager_
+                  ->Heartbeat(2, tokens[2], epoch, 6, MemberPhase::kReady, {},
+                              &caught_up, &lease)
+                  .ok());
+  EXPECT_EQ(lease.common_checkpoint_step, 6);
+}
+
 TEST_F(CoordinatorManagerTest, DecisionWithoutNewEpochStillWakesWatchers) {
   Make();
   const ClusterSnapshot before = manager_->Snapshot();

@@ -140,6 +140,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
   response->set_lease_ms(absl::ToInt64Milliseconds(lease.lease));
   response->set_epoch(lease.epoch);
   response->set_ready(lease.ready);
+  response->set_common_checkpoint_step(lease.common_checkpoint_step);
   return grpc::Status::OK;
 }
 

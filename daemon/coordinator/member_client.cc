@@ -242,6 +242,12 @@ absl::Status MemberClient::HeartbeatOnce() {
     absl::MutexLock lock(&mu_);
     known_epoch_ = std::max(known_epoch_, response.epoch());
     view_.last_contact = MonoNow();
+    // Unknown (a member gone, a coordinator that restarted and has not
+    // heard everyone yet) keeps the last step heard: its files are still
+    // on every rank's disk.
+    if (response.common_checkpoint_step() >= 0) {
+      common_checkpoint_step_ = response.common_checkpoint_step();
+    }
     return absl::OkStatus();
   }
   const absl::Status s = rpc::FromGrpc(status);
@@ -258,6 +264,11 @@ absl::Status MemberClient::HeartbeatOnce() {
     view_.error = joined;
   }
   return joined;
+}
+
+int64_t MemberClient::common_checkpoint_step() const {
+  absl::MutexLock lock(&mu_);
+  return common_checkpoint_step_;
 }
 
 void MemberClient::HeartbeatLoop() {

@@ -133,6 +133,10 @@ class MemberClient {
   std::string SettledLeaseToken(MonoTime deadline) const;
 
   MembershipView view() const;
+  // The newest checkpoint step every rank holds, as the coordinator's
+  // latest heartbeat reply said (the last known one while it does not
+  // know); -1 before any.
+  int64_t common_checkpoint_step() const;
 
   // Blocks until `predicate(view)` holds, returning that view. The
   // predicate runs under the client's lock on any thread: it must be cheap
@@ -226,6 +230,7 @@ class MemberClient {
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1500);
   // Newest epoch heard of (join, heartbeat replies, watch).
   int64_t known_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t common_checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;

@@ -42,6 +42,7 @@ inline constexpr char kAdmitEngine[] = "engine";
 inline constexpr char kAdmitInitValues[] = "init_values";
 inline constexpr char kAdmitAccumulation[] = "accumulation";
 inline constexpr char kAdmitExport[] = "export";
+inline constexpr char kAdmitCheckpointStaging[] = "checkpoint_staging";
 // MemoryLimit scope.
 inline constexpr char kLimitHost[] = "host";
 inline constexpr char kLimitShm[] = "shm";
@@ -109,6 +110,9 @@ class NodeObserver {
   // Writing a sharded checkpoint failed (full disk, I/O error): training
   // goes on, but a later rollback can reach only older checkpoints.
   virtual void CheckpointWriteFailed() {}
+  // An asynchronous checkpoint (--async_checkpoints) was skipped: the
+  // previous one was still being written (a disk slower than the interval).
+  virtual void CheckpointSkipped() {}
   // A shard was restored from a checkpoint (no replica could give it).
   virtual void CheckpointRestored() {}
   // A Gather's prefetch hint was handled; result: kStarted (its AllGather
@@ -127,7 +131,8 @@ class NodeObserver {
   // A sweep removed a dead daemon's files: how many and their bytes.
   virtual void ShmSwept(int64_t /*files*/, int64_t /*bytes*/) {}
   // A memory admission decided; request: kAdmitRegisterModel, kAdmitEngine,
-  // kAdmitInitValues, kAdmitAccumulation or kAdmitExport.
+  // kAdmitInitValues, kAdmitAccumulation, kAdmitExport or
+  // kAdmitCheckpointStaging.
   virtual void MemoryAdmission(absl::string_view /*request*/,
                                bool /*admitted*/) {}
   // What a plan may use of `scope` (kLimitHost, kLimitShm, kLimitDevice,

@@ -203,6 +203,11 @@ PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
       registry, "shardd_checkpoint_write_failures_total",
       "Sharded checkpoints whose write failed (the daemon's log says why); "
       "training goes on without them.");
+  checkpoints_skipped_ = NewCounter(
+      registry, "shardd_checkpoints_skipped_total",
+      "Asynchronous checkpoints (--async_checkpoints) skipped because the "
+      "previous one was still being written: a disk slower than the "
+      "checkpoint interval.");
   checkpoint_restores_ =
       NewCounter(registry, "shardd_checkpoint_restores_total",
                  "Shards restored from a checkpoint (no replica had them).");
@@ -340,6 +345,10 @@ void PrometheusNodeObserver::TrainerCalled(absl::Time when) {
 
 void PrometheusNodeObserver::CheckpointWriteFailed() {
   checkpoint_write_failures_->Increment();
+}
+
+void PrometheusNodeObserver::CheckpointSkipped() {
+  checkpoints_skipped_->Increment();
 }
 
 void PrometheusNodeObserver::CheckpointRestored() {

@@ -52,6 +52,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void CheckpointWritten(absl::Time when) override;
   void TrainerCalled(absl::Time when) override;
   void CheckpointWriteFailed() override;
+  void CheckpointSkipped() override;
   void CheckpointRestored() override;
   void PrefetchHint(absl::string_view result) override;
   void PrefetchUsed() override;
@@ -85,6 +86,7 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* checkpoints_written_;
   prometheus::Counter* checkpoint_restores_;
   prometheus::Counter* checkpoint_write_failures_;
+  prometheus::Counter* checkpoints_skipped_;
   prometheus::Gauge* shm_leftover_bytes_;
   prometheus::Gauge* insecure_endpoints_;
   prometheus::Counter* shm_swept_files_;

@@ -219,9 +219,12 @@ TEST_F(PrometheusNodeObserverTest, CheckpointTimestampIsTheNewestCheckpoint) {
   observer_.CheckpointWritten(now_ - absl::Seconds(30));
   observer_.CheckpointRestored();
   observer_.CheckpointWriteFailed();
+  observer_.CheckpointSkipped();
+  observer_.CheckpointSkipped();
   auto s = Samples();
   EXPECT_EQ(s.at("shardd_checkpoints_written_total"), 2);
   EXPECT_EQ(s.at("shardd_checkpoint_write_failures_total"), 1);
+  EXPECT_EQ(s.at("shardd_checkpoints_skipped_total"), 2);
   EXPECT_EQ(s.at("shardd_checkpoint_restores_total"), 1);
   EXPECT_EQ(s.at("shardd_checkpoint_last_written_timestamp_seconds"),
             1'700'000'000 - 30);

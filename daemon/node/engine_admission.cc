@@ -157,8 +157,10 @@ absl::Status EngineAdmission::Decide(absl::string_view what,
                                      const core::AdmissionPlan& plan,
                                      int64_t held_bytes, bool log_admitted) {
   memory::LimitReading reading = ReadLimits();
-  // Besides the engine's buffers, its plan counted scratch and staging.
+  // Besides the engine's buffers, its plan counted scratch and staging;
+  // an asynchronous checkpoint's staging is held beside them.
   if (held_bytes > 0) held_bytes += beside_engine_bytes_.load();
+  held_bytes += checkpoint_staging_bytes_.load();
   for (core::MemoryLimit& limit : reading.limits) {
     if (limit.scope != core::LimitScope::kTotal || held_bytes <= 0) continue;
     limit.available_bytes =
@@ -186,6 +188,21 @@ absl::Status EngineAdmission::AdmitAccumulation(absl::string_view what,
       held_bytes, /*log_admitted=*/false);
   Note(labels::kAdmitAccumulation, status);
   return status;
+}
+
+absl::Status EngineAdmission::AdmitCheckpointStaging(int64_t bytes,
+                                                     int64_t held_bytes) {
+  const absl::Status status =
+      Decide("an asynchronous checkpoint's staging",
+             core::AdmissionPlan::ForGrowth("checkpoint staging", bytes,
+                                            core::MemoryPlacement::kHost),
+             held_bytes, /*log_admitted=*/true);
+  Note(labels::kAdmitCheckpointStaging, status);
+  return status;
+}
+
+void EngineAdmission::NoteCheckpointStagingHeld(int64_t bytes) {
+  checkpoint_staging_bytes_.store(bytes);
 }
 
 absl::Status EngineAdmission::AdmitInitCopy(const core::ModelConfig& model) {

@@ -76,7 +76,8 @@ struct ExportAdmission {
 //    a registration's engine is allocated);
 //  * a copy of a trainer's shared-memory init values into the daemon;
 //  * growth after registration: gradient accumulation buffers (a
-//    StepEngine's GrowthAdmission) and ExportState's staging.
+//    StepEngine's GrowthAdmission), ExportState's staging and an
+//    asynchronous checkpoint's staging.
 // Measured limits already see what the daemon holds; the operator's
 // explicit limit (kTotal) is for everything planned, so growth is checked
 // against it less the engine's held bytes and the scratch and staging its
@@ -118,6 +119,13 @@ class EngineAdmission {
                                  core::MemoryPlacement placement,
                                  int64_t held_bytes);
 
+  // An asynchronous checkpoint's host staging of `bytes` (the shard's
+  // checkpointed sections) while the daemon's engine holds `held_bytes`.
+  absl::Status AdmitCheckpointStaging(int64_t bytes, int64_t held_bytes);
+  // The asynchronous checkpoint staging held now: counted as held by every
+  // later decision against an explicit limit.
+  void NoteCheckpointStagingHeld(int64_t bytes);
+
   // The window of kSharedMemory (or kCudaIpc) init values RegisterModel
   // maps (or stages) at a time (at most SharedMemoryInitReader::kWindowBytes,
   // equal to DeviceInitReader::kWindowBytes), before it reads them.
@@ -150,6 +158,7 @@ class EngineAdmission {
   // buffers (communicator scratch, staging): growth is checked against the
   // explicit limit less these and the held bytes.
   std::atomic<int64_t> beside_engine_bytes_{0};
+  std::atomic<int64_t> checkpoint_staging_bytes_{0};
 };
 
 }  // namespace shardd::node

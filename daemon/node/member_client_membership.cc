@@ -26,6 +26,10 @@ coordinator::MembershipView MemberClientMembership::view() const {
   return client_->view();
 }
 
+int64_t MemberClientMembership::common_checkpoint_step() const {
+  return client_->common_checkpoint_step();
+}
+
 absl::StatusOr<coordinator::MembershipView> MemberClientMembership::WaitFor(
     std::function<bool(const coordinator::MembershipView&)> predicate,
     MonoTime deadline) const {

@@ -40,6 +40,7 @@ class MemberClientMembership final : public Membership {
       uint64_t step_fingerprint, MonoTime deadline) override;
   std::string SettledLeaseToken(MonoTime deadline) const override;
   absl::Status Leave(absl::string_view reason) override;
+  int64_t common_checkpoint_step() const override;
 
  private:
   const std::unique_ptr<coordinator::MemberClient> client_;

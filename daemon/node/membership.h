@@ -65,6 +65,9 @@ class Membership {
   virtual std::string SettledLeaseToken(MonoTime deadline) const = 0;
   // Leaves the job for good.
   virtual absl::Status Leave(absl::string_view reason) = 0;
+  // The newest checkpoint step every rank holds, as the coordinator last
+  // said (v1::HeartbeatResponse.common_checkpoint_step); -1: not known.
+  virtual int64_t common_checkpoint_step() const { return -1; }
 };
 
 // What a member joins with: who it is, and what it tells the coordinator at

@@ -28,6 +28,7 @@ absl::Status ApplyNodeFlags(const NodeFlagValues& flags, NodeOptions& options) {
   options.resume_from = flags.resume_from;
   options.checkpoint_interval_steps = flags.checkpoint_interval_steps;
   options.checkpoint_keep_last = flags.checkpoint_keep_last;
+  options.async_checkpoints = flags.async_checkpoints;
   if (options.checkpoint_interval_steps < 0 ||
       options.checkpoint_keep_last < 1) {
     return absl::InvalidArgumentError(
@@ -37,6 +38,10 @@ absl::Status ApplyNodeFlags(const NodeFlagValues& flags, NodeOptions& options) {
   if (options.checkpoint_interval_steps > 0 && options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--checkpoint_interval_steps needs --checkpoint_dir");
+  }
+  if (options.async_checkpoints && options.checkpoint_interval_steps == 0) {
+    return absl::InvalidArgumentError(
+        "--async_checkpoints needs --checkpoint_interval_steps");
   }
   if (!options.checkpoint_dir.empty() && flags.rank < 0) {
     // The rank's checkpoints are verified and reported before the join, so

@@ -23,6 +23,7 @@ struct NodeFlagValues {
   std::string checkpoint_dir;
   int64_t checkpoint_interval_steps = 0;
   int checkpoint_keep_last = 2;
+  bool async_checkpoints = false;
   std::string resume_from;
   int64_t recovery_timeout_ms = 120000;
   std::string recovery_transport = "replica_group";

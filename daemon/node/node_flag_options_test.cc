@@ -106,6 +106,10 @@ TEST(ApplyNodeFlagsTest, RefusesBadCheckpointSettings) {
             "--checkpoint_interval_steps needs --checkpoint_dir");
   flags.checkpoint_dir = "/tmp/ckpt";
   EXPECT_EQ(RefusalOf(flags), "--checkpoint_dir needs --rank");
+  flags = NodeFlagValues();
+  flags.async_checkpoints = true;
+  EXPECT_EQ(RefusalOf(flags),
+            "--async_checkpoints needs --checkpoint_interval_steps");
 }
 
 TEST(ApplyNodeFlagsTest, RefusesAnUnknownRecoveryTransport) {

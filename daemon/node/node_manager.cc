@@ -217,13 +217,27 @@ void NodeManager::WireTrainerOps() {
 }
 
 void NodeManager::WireCheckpoints() {
-  checkpoints_ = std::make_unique<ShardCheckpoints>(
-      ShardCheckpoints::Options{.dir = options_.checkpoint_dir,
-                                .keep_last = options_.checkpoint_keep_last,
-                                .shard_memory = shard_memory_.get(),
-                                .catalog = catalog_.get(),
-                                .membership = client_.get(),
-                                .observer = options_.observer});
+  checkpoints_ = std::make_unique<ShardCheckpoints>(ShardCheckpoints::Options{
+      .dir = options_.checkpoint_dir,
+      .keep_last = options_.checkpoint_keep_last,
+      .shard_memory = shard_memory_.get(),
+      .catalog = catalog_.get(),
+      .membership = client_.get(),
+      .observer = options_.observer,
+      .async = options_.async_checkpoints,
+      .admit_staging =
+          [this](int64_t bytes) {
+            const std::shared_ptr<StepEngine> e =
+                EngineOrError().value_or(nullptr);
+            return options_.admission->AdmitCheckpointStaging(
+                bytes, e ? e->held_bytes() : 0);
+          },
+      .staging_held =
+          [this](int64_t bytes) {
+            options_.admission->NoteCheckpointStagingHeld(bytes);
+          },
+      .common_step = [this] { return client_->common_checkpoint_step(); },
+      .quiesce_timeout = options_.collective_timeout});
 }
 
 void NodeManager::WireShardCopy() {
@@ -279,6 +293,9 @@ NodeManager::~NodeManager() {
   // Probe (the only place that starts a CRC computation) no longer runs:
   // the peer server is shut down before the manager goes.
   shard_source_.reset();
+  // A checkpoint write in flight ends first: it tells the catalog and the
+  // coordinator client when it is done.
+  checkpoints_.reset();
   client_.reset();
   absl::MutexLock lock(&mu_);
   holder_.Reset();
@@ -298,6 +315,13 @@ absl::Status NodeManager::Shutdown(absl::string_view reason) {
   {
     absl::MutexLock lock(&mu_);
     comms_.AbortAll("node shutting down");
+  }
+  // A checkpoint being written is of a committed step: finish it (bounded
+  // by the collective timeout) and let the coordinator hear of it first.
+  if (absl::Status quiet =
+          checkpoints_ != nullptr ? checkpoints_->Quiesce() : absl::OkStatus();
+      !quiet.ok()) {
+    std::fprintf(stderr, "shardd: shutdown: %s\n", quiet.ToString().c_str());
   }
   return client_->Leave(reason);
 }
@@ -357,7 +381,7 @@ void NodeManager::SettleInDoubtStep(const coordinator::MembershipView& view,
 }
 
 void NodeManager::AbandonCheckpointsAbove(int64_t step) {
-  catalog_->AbandonAbove(client_->rank(), step);
+  checkpoints_->AbandonAbove(client_->rank(), step);
 }
 
 absl::Status NodeManager::RestoreCheckpoint(int64_t step, int64_t epoch) {

@@ -129,6 +129,9 @@ struct NodeOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_interval_steps = 0;
   int checkpoint_keep_last = 2;
+  // Stage each checkpoint in host memory and write it in the background
+  // (CheckpointStager), so that the disk never holds a step.
+  bool async_checkpoints = false;
   // A stopped job's checkpoint directory (that layout): every registration
   // that names no source of its own resumes from the latest step all of its
   // ranks hold intact (RegisterModelRequest.resume_from). Empty: none.

@@ -12,7 +12,19 @@
 namespace shardd::node {
 
 ShardCheckpoints::ShardCheckpoints(Options options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)) {
+  if (options_.async && enabled()) {
+    stager_ = std::make_unique<CheckpointStager>(CheckpointStager::Options{
+        .admit = options_.admit_staging,
+        .held = options_.staging_held,
+        .write = [this](const CheckpointStager::Job& job) {
+          WriteStaged(job);
+        }});
+  }
+}
+
+// The stager's thread calls back into this object: it goes first.
+ShardCheckpoints::~ShardCheckpoints() { stager_.reset(); }
 
 void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
                              int64_t epoch) {
@@ -22,17 +34,68 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
   header.set_epoch(epoch);
   header.set_step(step);
   header.set_optimizer_step(step);
+  if (stager_ == nullptr) {
+    (void)WriteNow(std::move(header), shard.sources, *options_.shard_memory,
+                   rank, step);
+    return;
+  }
+  const absl::Status staged = stager_->Stage(
+      header, shard.sources, *options_.shard_memory, rank, step, epoch);
+  if (staged.ok()) return;
+  switch (staged.code()) {
+    case absl::StatusCode::kUnavailable:
+      // A disk slower than the interval: skipping keeps the staging at one
+      // copy and the step unblocked; the next interval tries again.
+      std::fprintf(stderr, "shardd: checkpoint of step %lld skipped: %s\n",
+                   static_cast<long long>(step), staged.ToString().c_str());
+      if (options_.observer != nullptr) options_.observer->CheckpointSkipped();
+      return;
+    case absl::StatusCode::kResourceExhausted:
+      std::fprintf(stderr,
+                   "shardd: checkpoint of step %lld written synchronously: "
+                   "no memory for its staging: %s\n",
+                   static_cast<long long>(step), staged.ToString().c_str());
+      (void)WriteNow(std::move(header), shard.sources, *options_.shard_memory,
+                     rank, step);
+      return;
+    default:
+      std::fprintf(stderr, "shardd: checkpoint of step %lld: staging: %s\n",
+                   static_cast<long long>(step), staged.ToString().c_str());
+      if (options_.observer != nullptr)
+        options_.observer->CheckpointWriteFailed();
+  }
+}
+
+bool ShardCheckpoints::WriteNow(
+    v1::ShardHeader header, const std::vector<recovery::SectionSource>& sources,
+    const recovery::ShardMemory& memory, int rank, int64_t step) {
+  if (!WriteFile(std::move(header), sources, memory, rank, step)) return false;
+  NoteWritten(rank, step);
+  return true;
+}
+
+bool ShardCheckpoints::WriteFile(
+    v1::ShardHeader header, const std::vector<recovery::SectionSource>& sources,
+    const recovery::ShardMemory& memory, int rank, int64_t step) {
+  // Never prune the newest step every rank holds: it is what a rollback
+  // would need, however far this rank has got ahead of a slower one.
+  const int64_t keep_step =
+      options_.common_step ? options_.common_step() : int64_t{-1};
   absl::StatusOr<std::string> path = recovery::WriteShardCheckpoint(
-      options_.dir, rank, header, shard.sources, options_.keep_last,
-      *options_.shard_memory);
+      options_.dir, rank, std::move(header), sources, options_.keep_last,
+      memory, keep_step);
   if (!path.ok()) {
     std::fprintf(stderr, "shardd: checkpoint of step %lld: %s\n",
                  static_cast<long long>(step),
                  path.status().ToString().c_str());
     if (options_.observer != nullptr)
       options_.observer->CheckpointWriteFailed();
-    return;
+    return false;
   }
+  return true;
+}
+
+void ShardCheckpoints::NoteWritten(int rank, int64_t step) {
   options_.catalog->NoteWritten(rank, step);
   // The coordinator plans rollbacks from the members' inventories: tell it
   // now, not at the next heartbeat, so that a failure right after this step
@@ -41,6 +104,48 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
   if (options_.observer != nullptr) {
     options_.observer->CheckpointWritten(absl::Now());
   }
+}
+
+void ShardCheckpoints::WriteStaged(const CheckpointStager::Job& job) {
+  if (job.discarded()) return;  // Abandoned before its write began.
+  if (!WriteFile(job.header, job.sources, recovery::ShardMemory::Host(),
+                 job.rank, job.step)) {
+    return;
+  }
+  if (job.discarded()) {
+    // A rollback abandoned the step while it was written: its file goes
+    // (AbandonAbove removes files above the rollback's step, but this one
+    // may have been renamed after it looked) and nobody hears of it.
+    options_.catalog->AbandonAbove(job.rank, job.step - 1);
+    return;
+  }
+  // A rollback that discards the step from now on waits for this call to
+  // return (Quiesce), then removes the file.
+  NoteWritten(job.rank, job.step);
+}
+
+void ShardCheckpoints::AbandonAbove(int rank, int64_t step) {
+  if (stager_ != nullptr) {
+    if (std::optional<int64_t> discarded = stager_->DiscardAbove(step)) {
+      std::printf(
+          "shardd rank %d: the rollback to step %lld discards the checkpoint "
+          "of step %lld being written\n",
+          rank, static_cast<long long>(step),
+          static_cast<long long>(*discarded));
+      std::fflush(stdout);
+    }
+    if (absl::Status quiet = Quiesce(); !quiet.ok()) {
+      // The write removes its file itself once it ends (discarded).
+      std::fprintf(stderr, "shardd: rollback to step %lld: %s\n",
+                   static_cast<long long>(step), quiet.ToString().c_str());
+    }
+  }
+  options_.catalog->AbandonAbove(rank, step);
+}
+
+absl::Status ShardCheckpoints::Quiesce() {
+  if (stager_ == nullptr) return absl::OkStatus();
+  return stager_->Quiesce(options_.quiesce_timeout);
 }
 
 absl::StatusOr<ShardCheckpoints::Restore> ShardCheckpoints::Prepare(
@@ -52,6 +157,8 @@ absl::StatusOr<ShardCheckpoints::Restore> ShardCheckpoints::Prepare(
     return absl::FailedPreconditionError(
         "no --checkpoint_dir: this daemon keeps no checkpoints");
   }
+  // A write in flight may still prune or add the rank's files.
+  if (absl::Status quiet = Quiesce(); !quiet.ok()) return quiet;
   Restore restore;
   if (step < 0) {
     absl::StatusOr<std::string> latest =

@@ -8,9 +8,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/core/model_config.h"
 #include "daemon/metrics/node_observer.h"
 #include "daemon/node/checkpoint_catalog.h"
+#include "daemon/node/checkpoint_stager.h"
 #include "daemon/node/membership.h"
 #include "daemon/node/shard_transfer.h"
 #include "daemon/node/step_engine.h"
@@ -27,10 +29,17 @@ namespace shardd::node {
 // engine when the node has none; Read fills the engine and installs the
 // checkpoint's step.
 //
+// With `async` (--async_checkpoints) a write is staged: the shard is copied
+// into host staging on the step path and written by a CheckpointStager's
+// thread, and the catalog and the coordinator hear of the checkpoint only
+// once it is on disk. A rollback first discards and waits for a write in
+// flight (AbandonAbove), a restore waits for it (Prepare), so that no
+// checkpoint of an abandoned timeline lands after its timeline was removed.
+//
 // Thread-compatible for a rank's one writer and one restorer (the node
 // calls them from the trainer's Step and the epoch thread, which a restore
-// keeps apart by the caller's trainer-op lock). Not owned: the pointers in
-// Options outlive it.
+// keeps apart by the caller's trainer-op lock); the staged writes run on
+// the stager's thread. Not owned: the pointers in Options outlive it.
 class ShardCheckpoints {
  public:
   struct Options {
@@ -40,15 +49,41 @@ class ShardCheckpoints {
     CheckpointCatalog* catalog = nullptr;
     Membership* membership = nullptr;
     metrics::NodeObserver* observer = nullptr;  // Optional.
+    // Stage writes and write them in the background.
+    bool async = false;
+    // With `async`: admits the staging buffer's host bytes
+    // (EngineAdmission::AdmitCheckpointStaging); null admits everything.
+    std::function<absl::Status(int64_t bytes)> admit_staging = nullptr;
+    // With `async`: told the staging bytes held whenever they change.
+    std::function<void(int64_t bytes)> staging_held = nullptr;
+    // The newest checkpoint step every rank holds, as the coordinator last
+    // said (-1: not known); a write never prunes that step's file.
+    // Optional.
+    std::function<int64_t()> common_step = nullptr;
+    // How long a rollback or a restore waits for a write in flight.
+    absl::Duration quiesce_timeout = absl::Seconds(30);
   };
   explicit ShardCheckpoints(Options options);
+  ~ShardCheckpoints();
 
   bool enabled() const { return !options_.dir.empty(); }
 
-  // Writes `shard` (DescribeShard's) as this rank's checkpoint of `step`.
-  // A failure is logged, not returned: training goes on, the next interval
-  // tries again, and a fallback meanwhile uses an older checkpoint.
+  // Writes `shard` (DescribeShard's) as this rank's checkpoint of `step`;
+  // with `async`, stages it and returns (a checkpoint offered while the
+  // previous one is still being written is skipped; one whose staging the
+  // admission refuses is written at once). A failure is logged, not
+  // returned: training goes on, the next interval tries again, and a
+  // fallback meanwhile uses an older checkpoint.
   void Write(const ShardDescription& shard, int64_t step, int64_t epoch);
+
+  // A rollback to `step`: a staged write of a later step is discarded (its
+  // file removed once written) and waited for, then the rank's files above
+  // `step` are removed (CheckpointCatalog::AbandonAbove).
+  void AbandonAbove(int rank, int64_t step);
+
+  // Waits for a staged write in flight (none without `async`): OK, or
+  // DEADLINE_EXCEEDED after Options::quiesce_timeout.
+  absl::Status Quiesce();
 
   // A restore under way: the file and the engine it fills.
   struct Restore {
@@ -74,7 +109,23 @@ class ShardCheckpoints {
   absl::StatusOr<int64_t> Read(const Restore& restore);
 
  private:
+  // Writes the checkpoint now, from `sources` in `memory`; false when the
+  // write failed (logged and counted).
+  bool WriteNow(v1::ShardHeader header,
+                const std::vector<recovery::SectionSource>& sources,
+                const recovery::ShardMemory& memory, int rank, int64_t step);
+  // WriteNow's halves: the file (false when it failed: logged and
+  // counted), then the catalog, the coordinator and the observer.
+  bool WriteFile(v1::ShardHeader header,
+                 const std::vector<recovery::SectionSource>& sources,
+                 const recovery::ShardMemory& memory, int rank, int64_t step);
+  void NoteWritten(int rank, int64_t step);
+  // The stager's write callback.
+  void WriteStaged(const CheckpointStager::Job& job);
+
   const Options options_;
+  // With `async`.
+  std::unique_ptr<CheckpointStager> stager_;
 };
 
 }  // namespace shardd::node

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
 #include "daemon/node/testing/fake_membership.h"
+#include "daemon/recovery/failpoint.h"
 #include "daemon/recovery/shard_checkpoint.h"
 #include "gtest/gtest.h"
 
@@ -86,6 +88,31 @@ class ShardCheckpointsTest : public ::testing::Test {
                              .observer = observer});
   }
 
+  // --async_checkpoints; admissions recorded in admitted_.
+  std::unique_ptr<ShardCheckpoints> AsyncCheckpoints(
+      metrics::NodeObserver* observer = nullptr, int keep_last = 2) {
+    return std::make_unique<ShardCheckpoints>(ShardCheckpoints::Options{
+        .dir = dir_,
+        .keep_last = keep_last,
+        .shard_memory = &recovery::ShardMemory::Host(),
+        .catalog = catalog_.get(),
+        .membership = &members_,
+        .observer = observer,
+        .async = true,
+        .admit_staging =
+            [this](int64_t bytes) {
+              admitted_.push_back(bytes);
+              return absl::OkStatus();
+            },
+        .quiesce_timeout = absl::Seconds(30)});
+  }
+
+  std::vector<int64_t> StepsOnDisk() {
+    absl::StatusOr<std::vector<int64_t>> steps =
+        recovery::ListShardCheckpoints(dir_, 0);
+    return steps.ok() ? *steps : std::vector<int64_t>();
+  }
+
   ShardDescription Describe() {
     ShardDescription d;
     d.engine = engine_;
@@ -108,6 +135,7 @@ class ShardCheckpointsTest : public ::testing::Test {
   // Counts the heartbeats a written checkpoint sends.
   testing::FakeMembership members_;
   std::shared_ptr<StepEngine> engine_;
+  std::vector<int64_t> admitted_;
 };
 
 void ExpectSameState(StepEngine& a, StepEngine& b) {
@@ -147,8 +175,10 @@ class CheckpointCounter : public metrics::NodeObserver {
  public:
   void CheckpointWritten(absl::Time) override { ++written; }
   void CheckpointWriteFailed() override { ++failed; }
+  void CheckpointSkipped() override { ++skipped; }
   int written = 0;
   int failed = 0;
+  int skipped = 0;
 };
 
 TEST_F(ShardCheckpointsTest, AFailedWriteIsCountedAndChangesNothing) {
@@ -238,6 +268,87 @@ TEST_F(ShardCheckpointsTest, WithoutADirectoryNothingIsKept) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ShardCheckpointsTest, AnAsynchronousCheckpointIsVouchedForOnceOnDisk) {
+  CheckpointCounter counter;
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
+  // The write holds 1 s halfway: what the test looks at before Quiesce
+  // happens while it is in flight.
+  ASSERT_TRUE(
+      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
+  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  checkpoints->Write(Describe(), 1, 3);
+  // Written behind the caller: not yet on disk, in the inventory, nor told.
+  EXPECT_EQ(catalog_->Inventory().steps_size(), 0);
+  EXPECT_EQ(members_.Count("heartbeat"), 0);
+  ASSERT_TRUE(checkpoints->Quiesce().ok());
+  ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
+  EXPECT_EQ(catalog_->Inventory().steps(0), 1);
+  EXPECT_EQ(members_.Count("heartbeat"), 1);
+  EXPECT_EQ(counter.written, 1);
+  ASSERT_EQ(admitted_.size(), 1u);
+  EXPECT_GT(admitted_[0], 0);
+  // The file restores the state as it was at Write.
+  int created = 0;
+  absl::StatusOr<ShardCheckpoints::Restore> restore =
+      checkpoints->Prepare(0, 1, nullptr, std::nullopt, Creator(&created));
+  ASSERT_TRUE(restore.ok()) << restore.status();
+  ASSERT_TRUE(checkpoints->Read(*restore).ok());
+  ExpectSameState(*restore->engine, *engine_);
+}
+
+TEST_F(ShardCheckpointsTest, ARollbackDiscardsTheCheckpointBeingWritten) {
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints();
+  checkpoints->Write(Describe(), 3, 1);
+  ASSERT_TRUE(checkpoints->Quiesce().ok());
+  ASSERT_TRUE(
+      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=300").ok());
+  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  checkpoints->Write(Describe(), 6, 1);
+  // Without the discard and the wait, step 6 would land after the rollback
+  // removed the abandoned timeline's files.
+  checkpoints->AbandonAbove(0, 3);
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{3}));
+  ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
+  EXPECT_EQ(catalog_->Inventory().steps(0), 3);
+  EXPECT_EQ(members_.Count("heartbeat"), 1);  // Step 3's only.
+}
+
+TEST_F(ShardCheckpointsTest, ACheckpointDueWhileOneIsWrittenIsSkipped) {
+  CheckpointCounter counter;
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
+  // The write holds 1 s halfway: what the test looks at before Quiesce
+  // happens while it is in flight.
+  ASSERT_TRUE(
+      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
+  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  checkpoints->Write(Describe(), 3, 1);
+  checkpoints->Write(Describe(), 6, 1);
+  ASSERT_TRUE(checkpoints->Quiesce().ok());
+  EXPECT_EQ(counter.skipped, 1);
+  EXPECT_EQ(counter.written, 1);
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{3}));
+}
+
+TEST_F(ShardCheckpointsTest, AWriteNeverPrunesTheNewestStepEveryRankHolds) {
+  int64_t common = 2;
+  ShardCheckpoints checkpoints({.dir = dir_,
+                                .keep_last = 1,
+                                .shard_memory = &recovery::ShardMemory::Host(),
+                                .catalog = catalog_.get(),
+                                .membership = &members_,
+                                .observer = nullptr,
+                                .common_step = [&] { return common; }});
+  for (int64_t step : {2, 4, 6}) checkpoints.Write(Describe(), step, 1);
+  // A slower rank holds only step 2: a rollback now needs it.
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{2, 6}));
+  common = 6;
+  checkpoints.Write(Describe(), 8, 1);
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{6, 8}));
+  common = -1;  // Not known: keep_last alone.
+  checkpoints.Write(Describe(), 10, 1);
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{10}));
 }
 
 }  // namespace

@@ -128,7 +128,15 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "a shard has no live replica); empty: none");
 ABSL_FLAG(int64_t, checkpoint_interval_steps, 0,
           "write a checkpoint every N committed steps (0: never)");
-ABSL_FLAG(int, checkpoint_keep_last, 2, "checkpoints kept per rank");
+ABSL_FLAG(int, checkpoint_keep_last, 2,
+          "checkpoints kept per rank (besides the newest step every rank "
+          "holds, which is never removed)");
+ABSL_FLAG(bool, async_checkpoints, false,
+          "write checkpoints in the background: the shard is copied into "
+          "host staging (admitted memory: one more copy of the shard's "
+          "parameters and optimizer state) and written while training goes "
+          "on; a checkpoint due while the previous one is still being "
+          "written is skipped");
 ABSL_FLAG(std::string, resume_from, "",
           "resume a stopped job: its checkpoint directory (--checkpoint_dir "
           "of the old job, at any W and F); the model registered starts "
@@ -515,6 +523,7 @@ absl::StatusOr<NodeOptions> BuildNodeOptions(const DaemonFlags& flags,
        .checkpoint_interval_steps =
            absl::GetFlag(FLAGS_checkpoint_interval_steps),
        .checkpoint_keep_last = absl::GetFlag(FLAGS_checkpoint_keep_last),
+       .async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints),
        .resume_from = absl::GetFlag(FLAGS_resume_from),
        .recovery_timeout_ms = absl::GetFlag(FLAGS_recovery_timeout_ms),
        .recovery_transport = absl::GetFlag(FLAGS_recovery_transport),

@@ -189,7 +189,8 @@ bool RemoveIfWriterDead(const std::string& path) {
   return ::unlink(path.c_str()) == 0;
 }
 
-void Prune(const std::string& rank_dir, int64_t written_step, int keep_last) {
+void Prune(const std::string& rank_dir, int64_t written_step, int keep_last,
+           int64_t keep_step) {
   absl::StatusOr<std::vector<std::string>> names = ListDir(rank_dir);
   if (!names.ok()) return;
   std::vector<int64_t> older;
@@ -207,6 +208,7 @@ void Prune(const std::string& rank_dir, int64_t written_step, int keep_last) {
   }
   std::sort(older.begin(), older.end(), std::greater<>());
   for (size_t i = static_cast<size_t>(keep_last - 1); i < older.size(); ++i) {
+    if (older[i] == keep_step) continue;
     ::unlink(absl::StrCat(rank_dir, "/step-", older[i], ".shardckpt").c_str());
   }
 }
@@ -316,7 +318,7 @@ std::string ShardCheckpointPath(const std::string& dir, int rank,
 absl::StatusOr<std::string> WriteShardCheckpoint(
     const std::string& dir, int rank, v1::ShardHeader header,
     const std::vector<SectionSource>& sources, int keep_last,
-    const ShardMemory& memory) {
+    const ShardMemory& memory, int64_t keep_step) {
   if (rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " < 0"));
   }
@@ -426,7 +428,7 @@ absl::StatusOr<std::string> WriteShardCheckpoint(
   }
   status = FsyncDir(rank_dir);
   if (!status.ok()) return status;
-  if (keep_last >= 1) Prune(rank_dir, full.step(), keep_last);
+  if (keep_last >= 1) Prune(rank_dir, full.step(), keep_last, keep_step);
   return path;
 }
 

@@ -51,9 +51,10 @@ std::string ShardCheckpointPath(const std::string& dir, int rank, int64_t step);
 // payload is in the temporary file. With keep_last >= 1, after a successful
 // write the new file is the rank's latest: files of the rank with a higher
 // step (an abandoned timeline after a rollback) are deleted, of the lower
-// ones the newest keep_last - 1 kept, and temporary files of other
-// processes (killed writers) removed; deletion is best effort. keep_last
-// <= 0 deletes nothing.
+// ones the newest keep_last - 1 kept, and the one of `keep_step` (the
+// newest step every rank holds: what a rollback would need), and temporary
+// files of other processes (killed writers) removed; deletion is best
+// effort. keep_last <= 0 deletes nothing.
 // INVALID_ARGUMENT for rank < 0, step < 0 or bad sources; otherwise the
 // errno's code with a message naming the path (nothing is left behind but
 // possibly the temporary file of a failed write).
@@ -61,7 +62,7 @@ std::string ShardCheckpointPath(const std::string& dir, int rank, int64_t step);
 absl::StatusOr<std::string> WriteShardCheckpoint(
     const std::string& dir, int rank, v1::ShardHeader header,
     const std::vector<SectionSource>& sources, int keep_last,
-    const ShardMemory& memory = ShardMemory::Host());
+    const ShardMemory& memory = ShardMemory::Host(), int64_t keep_step = -1);
 
 // The steps of the rank's checkpoint files, ascending (temporary and other
 // files ignored). NOT_FOUND "no checkpoint for rank R in DIR/rank-R" when
