@@ -47,6 +47,16 @@
 //     backward starts and are answered from there (Gather's was_ready), so
 //     6 unit AllGathers per step: (6 + 4) / 8 = 1.25. The cache is a real
 //     saving, not a measuring error.
+// Two more FULL_SHARD clusters run the default trainer with every daemon
+// writing a checkpoint of every step (--checkpoint_interval_steps=1 into
+// the cluster's directory under /tmp, a real disk, fsynced): "sync" (the
+// write inside the Step that commits it) and "async" (--async_checkpoints:
+// a copy into host staging, written in the background; one due while the
+// previous is still being written is skipped). Figures:
+// step_ms_full_shard_ckpt_{sync,async}_w4, their ratios to the cluster
+// without checkpoints (ckpt_{sync,async}_step_ratio_to_no_ckpt) and the
+// share of rank 0's checkpoints the async run skipped
+// (ckpt_async_skipped_share, from its log).
 // step_ms_full_shard_w4 is the default trainer's;
 // step_ms_full_shard_reshard_w4 the resharding one's. Peak parameter memory
 // is the daemon's planned figure against sum(psi_i)/F + K * max(psi_i) (fp32
@@ -185,6 +195,10 @@ struct Options {
 struct Config {
   std::string name;  // FULL_SHARD, ...
   int f = 1;
+  // "" none, "sync" or "async" (--async_checkpoints): every daemon writes a
+  // checkpoint of every step into the cluster's directory (on the disk of
+  // /tmp, fsynced).
+  std::string checkpoints = "";
 };
 
 struct ConfigResult {
@@ -206,6 +220,9 @@ struct ConfigResult {
   // total_ms = compute_ms + gather_ms + reduce_grad_ms + step_call_ms +
   // other_ms (release_ms is part of other_ms).
   KeyValues breakdown;
+  // With checkpoints: the share of the checkpoints due on rank 0 that were
+  // skipped (async: the previous one was still being written).
+  double checkpoints_skipped_share = 0;
 };
 
 // A trainer run: rank 0's "step N" line times, and every rank's profile
@@ -376,14 +393,23 @@ class Cluster {
     if (words.size() < 4) return absl::InternalError(*line);
     const std::string address = words[3];
     for (int r = 0; r < kWorld; ++r) {
-      absl::StatusOr<std::unique_ptr<Subprocess>> daemon = bench::Start(
-          bin_ + "/daemon/node/shardd",
-          {absl::StrCat("--coordinator=", address),
-           absl::StrCat("--identity=node-", r), absl::StrCat("--rank=", r),
-           absl::StrCat("--listen_unix=", Socket(r)),
-           absl::StrCat("--shm_dir=", dir_), "--device=cpu"},
-          absl::StrCat(dir_, "/shardd-", r, ".log"),
-          absl::StrCat("shardd-", r));
+      std::vector<std::string> flags = {
+          absl::StrCat("--coordinator=", address),
+          absl::StrCat("--identity=node-", r),
+          absl::StrCat("--rank=", r),
+          absl::StrCat("--listen_unix=", Socket(r)),
+          absl::StrCat("--shm_dir=", dir_),
+          "--device=cpu"};
+      if (!config.checkpoints.empty()) {
+        flags.push_back(absl::StrCat("--checkpoint_dir=", dir_, "/ckpt"));
+        flags.push_back("--checkpoint_interval_steps=1");
+        if (config.checkpoints == "async") {
+          flags.push_back("--async_checkpoints");
+        }
+      }
+      absl::StatusOr<std::unique_ptr<Subprocess>> daemon =
+          bench::Start(bin_ + "/daemon/node/shardd", flags, DaemonLog(r),
+                       absl::StrCat("shardd-", r));
       if (!daemon.ok()) return daemon.status();
       daemons_.push_back(std::move(*daemon));
     }
@@ -403,6 +429,9 @@ class Cluster {
 
   std::string Socket(int r) const {
     return absl::StrCat(dir_, "/shardd-", r, ".sock");
+  }
+  std::string DaemonLog(int r) const {
+    return absl::StrCat(dir_, "/shardd-", r, ".log");
   }
   TrainerClient& client(int r) { return *clients_[r]; }
   pid_t daemon_pid(int r) const { return daemons_[r]->pid(); }
@@ -746,11 +775,15 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
     std::optional<GatherResult>* gather) {
   const int warmup = options.quick ? 1 : 2;
   const int measured = options.quick ? 4 : 10;
-  const bool full = config.f == kWorld;
+  // The FULL_SHARD cluster without checkpoints also runs the other trainers.
+  const bool full = config.f == kWorld && config.checkpoints.empty();
   Cluster cluster;
   if (absl::Status s = cluster.Start(options, config); !s.ok()) return s;
-  std::cerr << "step: " << config.name << " F=" << config.f << ": " << warmup
-            << " warm-up + " << measured << " measured steps"
+  std::cerr << "step: " << config.name << " F=" << config.f
+            << (config.checkpoints.empty()
+                    ? ""
+                    : absl::StrCat(" checkpoints=", config.checkpoints))
+            << ": " << warmup << " warm-up + " << measured << " measured steps"
             << (full ? absl::StrCat(" + ", measured,
                                     " each with --reshard_after_forward and "
                                     "--daemon_prefetch")
@@ -790,6 +823,16 @@ absl::StatusOr<std::vector<ConfigResult>> RunConfig(
     result.planned_peak_param =
         status->memory().planned().peak_parameter_bytes();
     result.planned_total = status->memory().planned().total_bytes();
+  }
+  if (!config.checkpoints.empty()) {
+    // One checkpoint was due per committed step.
+    std::ifstream log(cluster.DaemonLog(0));
+    int skipped = 0;
+    for (std::string line; std::getline(log, line);) {
+      if (absl::StrContains(line, "skipped: UNAVAILABLE")) ++skipped;
+    }
+    results[0].checkpoints_skipped_share =
+        static_cast<double>(skipped) / (warmup + measured);
   }
 
   if (gather != nullptr) {
@@ -1001,13 +1044,16 @@ int Run(const Options& options) {
   std::vector<Config> configs = {{"NO_SHARD", 1}};
   if (!options.quick) configs.push_back({"HYBRID_SHARD", 2});
   configs.push_back({"FULL_SHARD", kWorld});
+  configs.push_back({"FULL_SHARD", kWorld, "sync"});
+  configs.push_back({"FULL_SHARD", kWorld, "async"});
 
   BenchReport report("step");
   std::optional<GatherResult> gather;
   std::vector<ConfigResult> results;
   for (const Config& config : configs) {
-    absl::StatusOr<std::vector<ConfigResult>> rs =
-        RunConfig(options, config, config.f == kWorld ? &gather : nullptr);
+    absl::StatusOr<std::vector<ConfigResult>> rs = RunConfig(
+        options, config,
+        config.f == kWorld && config.checkpoints.empty() ? &gather : nullptr);
     if (!rs.ok()) {
       std::cerr << "step: " << config.name << ": " << rs.status() << "\n";
       return 1;
@@ -1019,6 +1065,10 @@ int Run(const Options& options) {
            {"strategy", config.name},
            {"F", static_cast<double>(config.f)},
            {"trainer", r.trainer},
+           {"checkpoints",
+            config.checkpoints.empty()
+                ? std::string("none")
+                : absl::StrCat(config.checkpoints, " every step")},
            {"step_ms_median", r.step_ms_median},
            {"step_ms_min", r.step_ms_min},
            {"MB_sent_per_step_rank", r.bytes_sent_per_step / 1e6},
@@ -1037,7 +1087,13 @@ int Run(const Options& options) {
   const ConfigResult* full_reshard = nullptr;   // --reshard_after_forward.
   const ConfigResult* full_prefetch = nullptr;  // --daemon_prefetch.
   const ConfigResult* none = nullptr;
+  const ConfigResult* ckpt_sync = nullptr;
+  const ConfigResult* ckpt_async = nullptr;
   for (const ConfigResult& r : results) {
+    if (!r.config.checkpoints.empty()) {
+      (r.config.checkpoints == "sync" ? ckpt_sync : ckpt_async) = &r;
+      continue;
+    }
     if (r.config.name == "FULL_SHARD") {
       (r.trainer == "reshard_fwd"       ? full_reshard
        : r.trainer == "daemon_prefetch" ? full_prefetch
@@ -1058,6 +1114,18 @@ int Run(const Options& options) {
   report.SetFigure("step_ms_full_shard_daemon_prefetch_w4",
                    full_prefetch->step_ms_median);
   report.SetFigure("step_ms_no_shard_w4", none->step_ms_median);
+  // Checkpoints of every step, written inside the Step or in the
+  // background, against the same cluster without checkpoints.
+  report.SetFigure("step_ms_full_shard_ckpt_sync_w4",
+                   ckpt_sync->step_ms_median);
+  report.SetFigure("step_ms_full_shard_ckpt_async_w4",
+                   ckpt_async->step_ms_median);
+  report.SetFigure("ckpt_sync_step_ratio_to_no_ckpt",
+                   ckpt_sync->step_ms_median / full->step_ms_median);
+  report.SetFigure("ckpt_async_step_ratio_to_no_ckpt",
+                   ckpt_async->step_ms_median / full->step_ms_median);
+  report.SetFigure("ckpt_async_skipped_share",
+                   ckpt_async->checkpoints_skipped_share);
   // The algorithm's figure (every unit gathered again for backward) and
   // the default trainer's (the last K units answered from the cache).
   report.SetFigure("bytes_ratio_full_to_noshard", bytes_ratio(full_reshard));
@@ -1120,12 +1188,15 @@ int Run(const Options& options) {
   for (const ConfigResult& r : results) {
     std::string key = absl::AsciiStrToLower(r.config.name);
     if (r.trainer != "default") absl::StrAppend(&key, "_", r.trainer);
+    if (!r.config.checkpoints.empty()) {
+      absl::StrAppend(&key, "_ckpt_", r.config.checkpoints);
+    }
     add_breakdown(key,
                   r.trainer == "default"
                       ? std::string("example_trainer")
                       : absl::StrCat("example_trainer ", r.trainer),
                   r.step_ms_median, floor->step_ms, r.breakdown);
-    if (r.trainer == "default") {
+    if (r.trainer == "default" && r.config.checkpoints.empty()) {
       exposed_rows[key] = {r.step_ms_median, floor->step_ms};
     }
   }

@@ -185,6 +185,27 @@ TEST_F(EngineAdmissionTest, AccumulationAlsoLeavesRoomForTheEnginesStaging) {
   EXPECT_FALSE(admit("layer0.accumulation", 1001, engine).ok());
 }
 
+TEST_F(EngineAdmissionTest, CheckpointStagingIsAdmittedThenCountedAsHeld) {
+  EngineAdmission& admission = Admission({Explicit(100 * kMiB)});
+  // The engine holds 60 MiB: 40 MiB of staging fit, one byte more does not.
+  const absl::Status over =
+      admission.AdmitCheckpointStaging(40 * kMiB + 1, 60 * kMiB);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      absl::StrContains(over.message(), "an asynchronous checkpoint's staging"))
+      << over.message();
+  EXPECT_EQ(observer_.refused_["checkpoint_staging"], 1);
+  ASSERT_TRUE(admission.AdmitCheckpointStaging(30 * kMiB, 60 * kMiB).ok());
+  EXPECT_EQ(observer_.admitted_["checkpoint_staging"], 1);
+  admission.NoteCheckpointStagingHeld(30 * kMiB);
+  // Later growth sees the staging as held: 10 MiB are left, not 40.
+  StepEngine::GrowthAdmission admit = admission.ForEngineGrowth();
+  EXPECT_TRUE(admit("layer0.accumulation", 10 * kMiB, 60 * kMiB).ok());
+  EXPECT_FALSE(admit("layer0.accumulation", 10 * kMiB + 1, 60 * kMiB).ok());
+  admission.NoteCheckpointStagingHeld(0);  // Freed.
+  EXPECT_TRUE(admit("layer0.accumulation", 40 * kMiB, 60 * kMiB).ok());
+}
+
 TEST_F(EngineAdmissionTest, SharedMemoryInitsAdmitOnlyTheReadWindow) {
   core::ModelConfig model = Model(1, 4, 4);
   model.units[0].tensors[0].init.kind = core::InitKind::kSharedMemory;
