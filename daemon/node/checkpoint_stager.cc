@@ -5,6 +5,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/core/deadline_waker.h"
+#include "daemon/core/mono_time.h"
 
 namespace shardd::node {
 
@@ -143,7 +145,9 @@ absl::Status CheckpointStager::Quiesce(absl::Duration timeout) {
   const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !busy_.has_value();
   };
-  if (mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+  // On the monotonic clock: a wall-clock step neither stretches nor cuts
+  // a rollback's or a shutdown's wait (AwaitUntil says why).
+  if (AwaitUntil(&mu_, absl::Condition(&idle), MonoNow() + timeout)) {
     return absl::OkStatus();
   }
   return absl::DeadlineExceededError(absl::StrCat(

@@ -351,5 +351,26 @@ TEST_F(ShardCheckpointsTest, AWriteNeverPrunesTheNewestStepEveryRankHolds) {
   EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{10}));
 }
 
+TEST_F(ShardCheckpointsTest, ACheckpointWhoseStagingIsRefusedIsWrittenAtOnce) {
+  CheckpointCounter counter;
+  ShardCheckpoints checkpoints({.dir = dir_,
+                                .keep_last = 2,
+                                .shard_memory = &recovery::ShardMemory::Host(),
+                                .catalog = catalog_.get(),
+                                .membership = &members_,
+                                .observer = &counter,
+                                .async = true,
+                                .admit_staging = [](int64_t) {
+                                  return absl::ResourceExhaustedError(
+                                      "no memory for staging");
+                                }});
+  checkpoints.Write(Describe(), 3, 1);
+  // Written before Write returned, without the stager.
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{3}));
+  ASSERT_EQ(catalog_->Inventory().steps_size(), 1);
+  EXPECT_EQ(counter.written, 1);
+  EXPECT_EQ(counter.failed, 0);
+}
+
 }  // namespace
 }  // namespace shardd::node
