@@ -113,6 +113,8 @@ class NodeObserver {
   // An asynchronous checkpoint (--async_checkpoints) was skipped: the
   // previous one was still being written (a disk slower than the interval).
   virtual void CheckpointSkipped() {}
+  // The host bytes held as asynchronous checkpoint staging (0: none).
+  virtual void CheckpointStagingBytes(int64_t /*bytes*/) {}
   // A shard was restored from a checkpoint (no replica could give it).
   virtual void CheckpointRestored() {}
   // A Gather's prefetch hint was handled; result: kStarted (its AllGather

@@ -208,6 +208,11 @@ PrometheusNodeObserver::PrometheusNodeObserver(prometheus::Registry& registry,
       "Asynchronous checkpoints (--async_checkpoints) skipped because the "
       "previous one was still being written: a disk slower than the "
       "checkpoint interval.");
+  checkpoint_staging_bytes_ = NewGauge(
+      registry, "shardd_checkpoint_staging_bytes",
+      "Host bytes held as the staging of asynchronous checkpoints "
+      "(--async_checkpoints: one copy of the shard's checkpointed state); "
+      "0 without.");
   checkpoint_restores_ =
       NewCounter(registry, "shardd_checkpoint_restores_total",
                  "Shards restored from a checkpoint (no replica had them).");
@@ -349,6 +354,10 @@ void PrometheusNodeObserver::CheckpointWriteFailed() {
 
 void PrometheusNodeObserver::CheckpointSkipped() {
   checkpoints_skipped_->Increment();
+}
+
+void PrometheusNodeObserver::CheckpointStagingBytes(int64_t bytes) {
+  checkpoint_staging_bytes_->Set(static_cast<double>(bytes));
 }
 
 void PrometheusNodeObserver::CheckpointRestored() {

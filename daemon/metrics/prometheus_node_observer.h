@@ -53,6 +53,7 @@ class PrometheusNodeObserver : public NodeObserver {
   void TrainerCalled(absl::Time when) override;
   void CheckpointWriteFailed() override;
   void CheckpointSkipped() override;
+  void CheckpointStagingBytes(int64_t bytes) override;
   void CheckpointRestored() override;
   void PrefetchHint(absl::string_view result) override;
   void PrefetchUsed() override;
@@ -87,6 +88,7 @@ class PrometheusNodeObserver : public NodeObserver {
   prometheus::Counter* checkpoint_restores_;
   prometheus::Counter* checkpoint_write_failures_;
   prometheus::Counter* checkpoints_skipped_;
+  prometheus::Gauge* checkpoint_staging_bytes_;
   prometheus::Gauge* shm_leftover_bytes_;
   prometheus::Gauge* insecure_endpoints_;
   prometheus::Counter* shm_swept_files_;

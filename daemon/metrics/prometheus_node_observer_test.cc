@@ -221,10 +221,12 @@ TEST_F(PrometheusNodeObserverTest, CheckpointTimestampIsTheNewestCheckpoint) {
   observer_.CheckpointWriteFailed();
   observer_.CheckpointSkipped();
   observer_.CheckpointSkipped();
+  observer_.CheckpointStagingBytes(12345);
   auto s = Samples();
   EXPECT_EQ(s.at("shardd_checkpoints_written_total"), 2);
   EXPECT_EQ(s.at("shardd_checkpoint_write_failures_total"), 1);
   EXPECT_EQ(s.at("shardd_checkpoints_skipped_total"), 2);
+  EXPECT_EQ(s.at("shardd_checkpoint_staging_bytes"), 12345);
   EXPECT_EQ(s.at("shardd_checkpoint_restores_total"), 1);
   EXPECT_EQ(s.at("shardd_checkpoint_last_written_timestamp_seconds"),
             1'700'000'000 - 30);

@@ -16,10 +16,15 @@ ShardCheckpoints::ShardCheckpoints(Options options)
   if (options_.async && enabled()) {
     stager_ = std::make_unique<CheckpointStager>(CheckpointStager::Options{
         .admit = options_.admit_staging,
-        .held = options_.staging_held,
-        .write = [this](const CheckpointStager::Job& job) {
-          WriteStaged(job);
-        }});
+        .held =
+            [this](int64_t bytes) {
+              if (options_.staging_held) options_.staging_held(bytes);
+              if (options_.observer != nullptr) {
+                options_.observer->CheckpointStagingBytes(bytes);
+              }
+            },
+        .write =
+            [this](const CheckpointStager::Job& job) { WriteStaged(job); }});
   }
 }
 

@@ -176,9 +176,11 @@ class CheckpointCounter : public metrics::NodeObserver {
   void CheckpointWritten(absl::Time) override { ++written; }
   void CheckpointWriteFailed() override { ++failed; }
   void CheckpointSkipped() override { ++skipped; }
+  void CheckpointStagingBytes(int64_t bytes) override { staging = bytes; }
   int written = 0;
   int failed = 0;
   int skipped = 0;
+  int64_t staging = -1;
 };
 
 TEST_F(ShardCheckpointsTest, AFailedWriteIsCountedAndChangesNothing) {
@@ -289,6 +291,7 @@ TEST_F(ShardCheckpointsTest, AnAsynchronousCheckpointIsVouchedForOnceOnDisk) {
   EXPECT_EQ(counter.written, 1);
   ASSERT_EQ(admitted_.size(), 1u);
   EXPECT_GT(admitted_[0], 0);
+  EXPECT_EQ(counter.staging, admitted_[0]);  // Held, shown.
   // The file restores the state as it was at Write.
   int created = 0;
   absl::StatusOr<ShardCheckpoints::Restore> restore =
