@@ -317,11 +317,15 @@ absl::Status NodeManager::Shutdown(absl::string_view reason) {
     comms_.AbortAll("node shutting down");
   }
   // A checkpoint being written is of a committed step: finish it (bounded
-  // by the collective timeout) and let the coordinator hear of it first.
-  if (absl::Status quiet =
-          checkpoints_ != nullptr ? checkpoints_->Quiesce() : absl::OkStatus();
-      !quiet.ok()) {
-    std::fprintf(stderr, "shardd: shutdown: %s\n", quiet.ToString().c_str());
+  // by the collective timeout), and write the last one if it was skipped
+  // behind it; the coordinator hears of them before the member leaves.
+  if (checkpoints_ != nullptr) {
+    if (absl::Status flushed =
+            checkpoints_->Flush(ShardSnapshot(), CurrentEpoch());
+        !flushed.ok()) {
+      std::fprintf(stderr, "shardd: shutdown: %s\n",
+                   flushed.ToString().c_str());
+    }
   }
   return client_->Leave(reason);
 }

@@ -35,10 +35,7 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
                              int64_t epoch) {
   if (!enabled() || shard.engine == nullptr) return;
   const int rank = shard.engine->config().rank;
-  v1::ShardHeader header = shard.header;
-  header.set_epoch(epoch);
-  header.set_step(step);
-  header.set_optimizer_step(step);
+  v1::ShardHeader header = HeaderOf(shard, step, epoch);
   if (stager_ == nullptr) {
     (void)WriteNow(std::move(header), shard.sources, *options_.shard_memory,
                    rank, step);
@@ -54,6 +51,7 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
       std::fprintf(stderr, "shardd: checkpoint of step %lld skipped: %s\n",
                    static_cast<long long>(step), staged.ToString().c_str());
       if (options_.observer != nullptr) options_.observer->CheckpointSkipped();
+      last_skipped_.store(step);
       return;
     case absl::StatusCode::kResourceExhausted:
       std::fprintf(stderr,
@@ -146,6 +144,40 @@ void ShardCheckpoints::AbandonAbove(int rank, int64_t step) {
     }
   }
   options_.catalog->AbandonAbove(rank, step);
+}
+
+absl::Status ShardCheckpoints::Flush(const ShardDescription& shard,
+                                     int64_t epoch) {
+  if (stager_ == nullptr) return absl::OkStatus();
+  // Longer than a rollback's wait: the daemon is stopping anyway, and it
+  // would wait for the write as it is destroyed; the caller's deadline is
+  // the orchestrator's grace period.
+  if (absl::Status quiet = stager_->Quiesce(kStopWait); !quiet.ok()) {
+    return quiet;
+  }
+  if (shard.engine == nullptr) return absl::OkStatus();
+  const int64_t step = shard.engine->committed_step();
+  if (last_skipped_.load() != step) return absl::OkStatus();
+  const int rank = shard.engine->config().rank;
+  std::printf(
+      "shardd rank %d: writing the checkpoint of step %lld, skipped while "
+      "the previous one was written, before stopping\n",
+      rank, static_cast<long long>(step));
+  std::fflush(stdout);
+  if (WriteNow(HeaderOf(shard, step, epoch), shard.sources,
+               *options_.shard_memory, rank, step)) {
+    last_skipped_.store(-1);
+  }
+  return absl::OkStatus();
+}
+
+v1::ShardHeader ShardCheckpoints::HeaderOf(const ShardDescription& shard,
+                                           int64_t step, int64_t epoch) {
+  v1::ShardHeader header = shard.header;
+  header.set_epoch(epoch);
+  header.set_step(step);
+  header.set_optimizer_step(step);
+  return header;
 }
 
 absl::Status ShardCheckpoints::Quiesce() {

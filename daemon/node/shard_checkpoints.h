@@ -1,6 +1,7 @@
 #ifndef SHARDD_DAEMON_NODE_SHARD_CHECKPOINTS_H_
 #define SHARDD_DAEMON_NODE_SHARD_CHECKPOINTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,6 +86,14 @@ class ShardCheckpoints {
   // DEADLINE_EXCEEDED after Options::quiesce_timeout.
   absl::Status Quiesce();
 
+  // At a graceful stop (trainer calls drained): waits for a write in flight
+  // (up to kStopWait; DEADLINE_EXCEEDED then), then writes `shard` at once when its committed
+  // step's checkpoint was due and skipped (the previous write was still
+  // running), so that a job ending on a slow disk keeps its last
+  // checkpoint. Nothing without `async`.
+  absl::Status Flush(const ShardDescription& shard, int64_t epoch);
+  static constexpr absl::Duration kStopWait = absl::Minutes(10);
+
   // A restore under way: the file and the engine it fills.
   struct Restore {
     std::string path;
@@ -109,6 +118,9 @@ class ShardCheckpoints {
   absl::StatusOr<int64_t> Read(const Restore& restore);
 
  private:
+  // `shard`'s header as the checkpoint of (step, epoch).
+  static v1::ShardHeader HeaderOf(const ShardDescription& shard, int64_t step,
+                                  int64_t epoch);
   // Writes the checkpoint now, from `sources` in `memory`; false when the
   // write failed (logged and counted).
   bool WriteNow(v1::ShardHeader header,
@@ -126,6 +138,8 @@ class ShardCheckpoints {
   const Options options_;
   // With `async`.
   std::unique_ptr<CheckpointStager> stager_;
+  // The step of the latest checkpoint skipped (-1: none).
+  std::atomic<int64_t> last_skipped_{-1};
 };
 
 }  // namespace shardd::node

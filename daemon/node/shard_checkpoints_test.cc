@@ -375,5 +375,36 @@ TEST_F(ShardCheckpointsTest, ACheckpointWhoseStagingIsRefusedIsWrittenAtOnce) {
   EXPECT_EQ(counter.failed, 0);
 }
 
+TEST_F(ShardCheckpointsTest, AStopWritesTheLastCheckpointIfItWasSkipped) {
+  CheckpointCounter counter;
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
+  ASSERT_TRUE(
+      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
+  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  checkpoints->Write(Describe(), 0, 1);  // Still being written ...
+  checkpoints->Write(Describe(), 1, 1);  // ... so step 1's is skipped.
+  ASSERT_EQ(counter.skipped, 1);
+  // The engine is at step 1 when the daemon stops: written now.
+  ASSERT_TRUE(checkpoints->Flush(Describe(), 1).ok());
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(counter.written, 2);
+  // Nothing more at the next stop: step 1's is on disk.
+  ASSERT_TRUE(checkpoints->Flush(Describe(), 1).ok());
+  EXPECT_EQ(counter.written, 2);
+}
+
+TEST_F(ShardCheckpointsTest, AStopWritesNothingWhenTheSkippedStepIsNotTheLast) {
+  CheckpointCounter counter;
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
+  ASSERT_TRUE(
+      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
+  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  checkpoints->Write(Describe(), 0, 1);
+  checkpoints->Write(Describe(), 2, 1);  // Skipped; the engine is at 1.
+  ASSERT_TRUE(checkpoints->Flush(Describe(), 1).ok());
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(counter.written, 1);
+}
+
 }  // namespace
 }  // namespace shardd::node
