@@ -87,9 +87,9 @@ class ShardCheckpoints {
   absl::Status Quiesce();
 
   // At a graceful stop (trainer calls drained): waits for a write in flight
-  // (up to kStopWait; DEADLINE_EXCEEDED then), then writes `shard` at once when its committed
-  // step's checkpoint was due and skipped (the previous write was still
-  // running), so that a job ending on a slow disk keeps its last
+  // (up to kStopWait; DEADLINE_EXCEEDED then), then writes `shard` at once when
+  // its committed step's checkpoint was due and skipped (the previous write was
+  // still running), so that a job ending on a slow disk keeps its last
   // checkpoint. Nothing without `async`.
   absl::Status Flush(const ShardDescription& shard, int64_t epoch);
   static constexpr absl::Duration kStopWait = absl::Minutes(10);
