@@ -406,5 +406,26 @@ TEST_F(ShardCheckpointsTest, AStopWritesNothingWhenTheSkippedStepIsNotTheLast) {
   EXPECT_EQ(counter.written, 1);
 }
 
+TEST_F(ShardCheckpointsTest,
+       AFailedAsynchronousWriteIsCountedAndTheNextOneRuns) {
+  // rank-0 is a file: the checkpoint's folder cannot be made (as a full or
+  // read-only disk would fail it).
+  std::ofstream(dir_ + "/rank-0") << "not a folder";
+  CheckpointCounter counter;
+  std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
+  checkpoints->Write(Describe(), 1, 3);
+  ASSERT_TRUE(checkpoints->Quiesce().ok());
+  EXPECT_EQ(counter.failed, 1);
+  EXPECT_EQ(counter.written, 0);
+  EXPECT_EQ(catalog_->Inventory().steps_size(), 0);
+  EXPECT_EQ(members_.Count("heartbeat"), 0);
+  std::filesystem::remove(dir_ + "/rank-0");
+  checkpoints->Write(Describe(), 2, 3);  // Not refused as busy.
+  ASSERT_TRUE(checkpoints->Quiesce().ok());
+  EXPECT_EQ(counter.skipped, 0);
+  EXPECT_EQ(counter.written, 1);
+  EXPECT_EQ(StepsOnDisk(), (std::vector<int64_t>{2}));
+}
+
 }  // namespace
 }  // namespace shardd::node
