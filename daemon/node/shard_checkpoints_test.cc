@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/core/model_config.h"
 #include "daemon/core/shard_plan.h"
 #include "daemon/memory/byte_buffer.h"
@@ -52,7 +52,22 @@ class ShardCheckpointsTest : public ::testing::Test {
     ASSERT_TRUE(engine_->ReduceGrad(0, absl::Seconds(1)).ok());
     ASSERT_TRUE(engine_->Step(1, absl::Seconds(1)).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    recovery::Failpoints::ResetForTest();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Every checkpoint write sleeps `d` halfway (fail point
+  // checkpoint.write.mid), so that what a test looks at before Quiesce
+  // happens while the write is in flight.
+  void HoldWritesHalfway(absl::Duration d) {
+    std::string spec;
+    for (int hit = 1; hit <= 4; ++hit) {
+      absl::StrAppend(&spec, hit > 1 ? "," : "", "checkpoint.write.mid:sleep=",
+                      absl::ToInt64Milliseconds(d), "@", hit);
+    }
+    ASSERT_TRUE(recovery::Failpoints::Configure(spec).ok());
+  }
 
   absl::StatusOr<std::unique_ptr<StepEngine>> NewEngine(
       const core::ModelConfig& model, float init) {
@@ -275,11 +290,7 @@ TEST_F(ShardCheckpointsTest, WithoutADirectoryNothingIsKept) {
 TEST_F(ShardCheckpointsTest, AnAsynchronousCheckpointIsVouchedForOnceOnDisk) {
   CheckpointCounter counter;
   std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
-  // The write holds 1 s halfway: what the test looks at before Quiesce
-  // happens while it is in flight.
-  ASSERT_TRUE(
-      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
-  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  HoldWritesHalfway(absl::Milliseconds(1000));
   checkpoints->Write(Describe(), 1, 3);
   // Written behind the caller: not yet on disk, in the inventory, nor told.
   EXPECT_EQ(catalog_->Inventory().steps_size(), 0);
@@ -305,9 +316,7 @@ TEST_F(ShardCheckpointsTest, ARollbackDiscardsTheCheckpointBeingWritten) {
   std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints();
   checkpoints->Write(Describe(), 3, 1);
   ASSERT_TRUE(checkpoints->Quiesce().ok());
-  ASSERT_TRUE(
-      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=300").ok());
-  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  HoldWritesHalfway(absl::Milliseconds(300));
   checkpoints->Write(Describe(), 6, 1);
   // Without the discard and the wait, step 6 would land after the rollback
   // removed the abandoned timeline's files.
@@ -321,11 +330,7 @@ TEST_F(ShardCheckpointsTest, ARollbackDiscardsTheCheckpointBeingWritten) {
 TEST_F(ShardCheckpointsTest, ACheckpointDueWhileOneIsWrittenIsSkipped) {
   CheckpointCounter counter;
   std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
-  // The write holds 1 s halfway: what the test looks at before Quiesce
-  // happens while it is in flight.
-  ASSERT_TRUE(
-      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
-  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  HoldWritesHalfway(absl::Milliseconds(1000));
   checkpoints->Write(Describe(), 3, 1);
   checkpoints->Write(Describe(), 6, 1);
   ASSERT_TRUE(checkpoints->Quiesce().ok());
@@ -378,9 +383,7 @@ TEST_F(ShardCheckpointsTest, ACheckpointWhoseStagingIsRefusedIsWrittenAtOnce) {
 TEST_F(ShardCheckpointsTest, AStopWritesTheLastCheckpointIfItWasSkipped) {
   CheckpointCounter counter;
   std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
-  ASSERT_TRUE(
-      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
-  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  HoldWritesHalfway(absl::Milliseconds(1000));
   checkpoints->Write(Describe(), 0, 1);  // Still being written ...
   checkpoints->Write(Describe(), 1, 1);  // ... so step 1's is skipped.
   ASSERT_EQ(counter.skipped, 1);
@@ -396,9 +399,7 @@ TEST_F(ShardCheckpointsTest, AStopWritesTheLastCheckpointIfItWasSkipped) {
 TEST_F(ShardCheckpointsTest, AStopWritesNothingWhenTheSkippedStepIsNotTheLast) {
   CheckpointCounter counter;
   std::unique_ptr<ShardCheckpoints> checkpoints = AsyncCheckpoints(&counter);
-  ASSERT_TRUE(
-      recovery::Failpoints::Configure("checkpoint.write.mid:sleep=1000").ok());
-  absl::Cleanup disarm = [] { recovery::Failpoints::ResetForTest(); };
+  HoldWritesHalfway(absl::Milliseconds(1000));
   checkpoints->Write(Describe(), 0, 1);
   checkpoints->Write(Describe(), 2, 1);  // Skipped; the engine is at 1.
   ASSERT_TRUE(checkpoints->Flush(Describe(), 1).ok());
