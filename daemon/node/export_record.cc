@@ -32,4 +32,20 @@ void ExportRecord::ClearUnresolved() {
   unresolved_.reset();
 }
 
+void ExportRecord::NoteLearned(std::string outcome) {
+  absl::MutexLock lock(&mu_);
+  learned_ = std::move(outcome);
+}
+
+std::string ExportRecord::learned() const {
+  absl::MutexLock lock(&mu_);
+  return learned_;
+}
+
+void ExportRecord::NoteCommitted() {
+  absl::MutexLock lock(&mu_);
+  unresolved_.reset();
+  learned_.clear();
+}
+
 }  // namespace shardd::node

@@ -18,7 +18,12 @@ namespace shardd::node {
 //    publishes again in every epoch it becomes ready in;
 //  - as any other rank, the attempt whose outcome it did not learn, looked
 //    up when its trainer exports the same step again (told ABORTED, it
-//    recovers and retries; rank 0, told OK, does not).
+//    recovers and retries; rank 0, told OK, does not);
+//  - as any rank, the outcome of an attempt it took part in that wrote the
+//    file ("learned"), until a step is committed: published in every epoch
+//    it becomes ready in, so that rank 0's retry at that step (its daemon
+//    died after writing the file and before answering; its replacement
+//    remembers nothing) finds the file was written.
 // Values are ExportRendezvous's (it reads and writes them).
 //
 // Thread-safe. Owns what it holds.
@@ -44,10 +49,20 @@ class ExportRecord {
   // rollback, is a new one).
   void ClearUnresolved();
 
+  // Rank 0's outcome (ExportRendezvous's format) of an attempt that wrote
+  // the file; "" when none since the last commit.
+  void NoteLearned(std::string outcome);
+  std::string learned() const;
+
+  // A step was committed: the unresolved attempt and the learned outcome
+  // no longer answer an export at the same step number.
+  void NoteCommitted();
+
  private:
   mutable absl::Mutex mu_;
   std::string outcome_ ABSL_GUARDED_BY(mu_);
   std::optional<Attempt> unresolved_ ABSL_GUARDED_BY(mu_);
+  std::string learned_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardd::node

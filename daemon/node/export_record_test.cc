@@ -28,5 +28,18 @@ TEST(ExportRecordTest, AnUnresolvedAttemptIsOnlyTheStepsItWasOf) {
   EXPECT_FALSE(record.Unresolved(5).has_value());
 }
 
+TEST(ExportRecordTest, ACommitForgetsWhatWasLearnedAndUnresolved) {
+  ExportRecord record;
+  record.NoteLearned("5:a1:ok");
+  record.NoteUnresolved({6, "b2"});
+  record.NoteOutcome("5:a1:ok");
+  EXPECT_EQ(record.learned(), "5:a1:ok");
+  record.NoteCommitted();
+  EXPECT_EQ(record.learned(), "");
+  EXPECT_FALSE(record.Unresolved(6).has_value());
+  // Rank 0's own last outcome stays: a rank's retry by attempt id is safe.
+  EXPECT_EQ(record.outcome(), "5:a1:ok");
+}
+
 }  // namespace
 }  // namespace shardd::node

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/core/deadline_waker.h"
 #include "daemon/core/rendezvous_key.h"
+#include "daemon/recovery/failpoint.h"
 
 namespace shardd::node {
 namespace {
@@ -102,8 +103,33 @@ absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Agree(
   return options_.rank == 0 ? Lead(step) : Follow(step);
 }
 
+absl::StatusOr<std::string> ExportRendezvous::WrittenBefore(int64_t step) {
+  if (!options_.written) return std::string();
+  std::vector<std::string> learned = {options_.record->learned()};
+  for (int r = 1; r < options_.world_size; ++r) {
+    absl::StatusOr<std::string> value =
+        GetOrEmpty(store_, core::ExportKey(r, "learned"));
+    if (!value.ok()) return value.status();
+    learned.push_back(*std::move(value));
+  }
+  for (const std::string& value : learned) {
+    const std::optional<Outcome> outcome = ParseOutcome(value);
+    if (outcome.has_value() && outcome->step == step && outcome->status.ok() &&
+        options_.written(step)) {
+      return outcome->attempt;
+    }
+  }
+  return std::string();
+}
+
 absl::StatusOr<ExportRendezvous::Agreement> ExportRendezvous::Lead(
     int64_t step) {
+  absl::StatusOr<std::string> before = WrittenBefore(step);
+  if (!before.ok()) return before.status();
+  if (!before->empty()) {
+    attempt_ = *before;
+    return Agreement::kWrittenBefore;
+  }
   const std::string attempt = absl::StrCat(
       absl::Hex(options_.attempt_id ? options_.attempt_id() : RandomAttempt()));
   attempt_ = attempt;
@@ -236,8 +262,11 @@ absl::Status ExportRendezvous::Conclude(int64_t step, const absl::Status& mine,
   if (options_.rank == 0) {
     const std::string outcome = FormatOutcome(step, attempt_, mine);
     options_.record->NoteOutcome(outcome);
+    if (mine.ok()) options_.record->NoteLearned(outcome);
     // Not published (the epoch ended): published again in the next one.
     (void)store_.Set(OutcomeKey(attempt_), outcome);
+    // Published; this rank's trainer not yet answered.
+    SHARDD_FAILPOINT("export.concluded");
     return mine;
   }
   if (!mine.ok()) return mine;
@@ -267,7 +296,10 @@ absl::Status ExportRendezvous::AwaitOutcome(int64_t step, MonoTime deadline) {
     }
     const std::optional<Outcome> outcome = ParseOutcome(*value);
     if (outcome.has_value() && outcome->attempt == attempt_) {
-      if (outcome->status.ok()) return absl::OkStatus();
+      if (outcome->status.ok()) {
+        options_.record->NoteLearned(*value);
+        return absl::OkStatus();
+      }
       // Rank 0's caller gave up (CANCELLED): not this rank's cancellation,
       // and not to be retried (rank 0's trainer will not offer again).
       const absl::StatusCode code =
@@ -291,11 +323,15 @@ absl::Status ExportRendezvous::AwaitOutcome(int64_t step, MonoTime deadline) {
 }
 
 void ExportRendezvous::PublishOutcome(comm::Store& store,
-                                      const ExportRecord& record) {
+                                      const ExportRecord& record, int rank) {
   const std::string outcome = record.outcome();
-  const std::optional<Outcome> parsed = ParseOutcome(outcome);
-  if (!parsed.has_value()) return;  // None yet.
-  (void)store.Set(OutcomeKey(parsed->attempt), outcome);
+  if (const std::optional<Outcome> parsed = ParseOutcome(outcome)) {
+    (void)store.Set(OutcomeKey(parsed->attempt), outcome);
+  }
+  const std::string learned = record.learned();
+  if (rank > 0 && !learned.empty()) {
+    (void)store.Set(core::ExportKey(rank, "learned"), learned);
+  }
 }
 
 }  // namespace shardd::node

@@ -48,7 +48,13 @@ namespace shardd::node {
 // and remembers the attempt (ExportRecord); rank 0 publishes its last
 // outcome again in every later epoch (PublishOutcome), so that the rank's
 // retry at the same step returns "written" if rank 0 wrote the file then,
-// instead of waiting for an offer rank 0 (told OK) never makes.
+// instead of waiting for an offer rank 0 (told OK) never makes. Every rank
+// that learned rank 0 wrote the file publishes that too (its own key,
+// export/<rank>/learned, until a step is committed), and rank 0 looks
+// before it offers: if its daemon died after writing the file and before
+// answering, its trainer's retry through the replacement finds the file
+// written (Options::written checks the file itself) instead of offering an
+// attempt the others, told OK, never join.
 //
 // Polls the store (every kPollInterval): the store's Wait says only that a
 // key exists, and these keys are rewritten by each export.
@@ -67,7 +73,9 @@ class ExportRendezvous {
     // Every rank joined: gather.
     kGo,
     // This rank's earlier attempt at this step, whose outcome it did not
-    // learn, was concluded by rank 0 with the file written: nothing to do.
+    // learn, was concluded by rank 0 with the file written; or (rank 0) a
+    // rank learned that an attempt at this step wrote the file, and it is
+    // there: nothing to do.
     kWrittenBefore,
   };
 
@@ -82,6 +90,10 @@ class ExportRendezvous {
     // This daemon's memory of earlier exports; not owned, never null, must
     // outlive the rendezvous.
     ExportRecord* record = nullptr;
+    // Rank 0: whether the file this export would write already holds a
+    // FULL export of `step` (FileHoldsFullExport of the request).
+    // Null: never (every export is offered).
+    std::function<bool(int64_t step)> written = nullptr;
   };
 
   ExportRendezvous(comm::Store& store, Options options);
@@ -102,13 +114,18 @@ class ExportRendezvous {
   absl::Status Conclude(int64_t step, const absl::Status& mine,
                         MonoTime deadline);
 
-  // Rank 0's last outcome (`record`'s) published in `store` (a new epoch's)
-  // for a rank that retries an export whose outcome it did not learn. A
-  // failure is left to the next epoch.
-  static void PublishOutcome(comm::Store& store, const ExportRecord& record);
+  // What `record` knows published in `store` (a new epoch's) by `rank`:
+  // rank 0's last outcome, for a rank that retries an export whose outcome
+  // it did not learn; the learned outcome of an attempt that wrote the
+  // file, for rank 0's retry. A failure is left to the next epoch.
+  static void PublishOutcome(comm::Store& store, const ExportRecord& record,
+                             int rank);
 
  private:
   absl::StatusOr<Agreement> Lead(int64_t step);
+  // Rank 0, before it offers: the attempt at `step` that some rank learned
+  // wrote the file, when the file is there (Options::written); "" if none.
+  absl::StatusOr<std::string> WrittenBefore(int64_t step);
   absl::StatusOr<Agreement> Follow(int64_t step);
   // A follower's wait for rank 0's outcome of attempt_.
   absl::Status AwaitOutcome(int64_t step, MonoTime deadline);

@@ -194,7 +194,7 @@ TEST_F(ExportRendezvousTest, ARetryLearnsThatRankZeroWroteTheFileBefore) {
   // Without rank 0's outcome there, the retry waits for an offer.
   ExportRendezvous waits(next_epoch, Options(1, 2, absl::Milliseconds(100)));
   EXPECT_TRUE(absl::IsDeadlineExceeded(waits.Agree(7).status()));
-  ExportRendezvous::PublishOutcome(next_epoch, records_[0]);
+  ExportRendezvous::PublishOutcome(next_epoch, records_[0], 0);
   ExportRendezvous retry(next_epoch, Options(1, 2, absl::Seconds(30)));
   absl::StatusOr<ExportRendezvous::Agreement> agreed = retry.Agree(7);
   ASSERT_TRUE(agreed.ok()) << agreed.status();
@@ -210,12 +210,60 @@ TEST_F(ExportRendezvousTest, ARetryOfAnAttemptRankZeroFailedJoinsItsNewOne) {
   EXPECT_TRUE(absl::IsAborted(
       first[0]->Conclude(7, absl::AbortedError("gather failed"), Soon())));
   comm::InMemoryStore next_epoch;
-  ExportRendezvous::PublishOutcome(next_epoch, records_[0]);
+  ExportRendezvous::PublishOutcome(next_epoch, records_[0], 0);
   std::vector<std::unique_ptr<ExportRendezvous>> again =
       AgreeAll(next_epoch, 2, 7);  // Both kGo.
   EXPECT_FALSE(records_[1].Unresolved(7).has_value());
   EXPECT_TRUE(again[0]->Conclude(7, absl::OkStatus(), Soon()).ok());
   EXPECT_TRUE(again[1]->Conclude(7, absl::OkStatus(), Soon()).ok());
+}
+
+// Rank 0's daemon wrote the file, published "ok" and died before it
+// answered its trainer; rank 1 learned the outcome and returned OK. In the
+// next epoch rank 1 publishes what it learned, and rank 0's retry (its
+// replacement remembers nothing) finds the file written instead of
+// offering an attempt rank 1 never joins.
+TEST_F(ExportRendezvousTest, RankZerosRetryFindsTheFileItsPredecessorWrote) {
+  std::vector<std::unique_ptr<ExportRendezvous>> first = AgreeAll(store_, 2, 7);
+  EXPECT_TRUE(first[0]->Conclude(7, absl::OkStatus(), Soon()).ok());
+  EXPECT_TRUE(first[1]->Conclude(7, absl::OkStatus(), Soon()).ok());
+  EXPECT_EQ(records_[1].learned(), records_[0].outcome());
+
+  comm::InMemoryStore next_epoch;
+  ExportRendezvous::PublishOutcome(next_epoch, records_[1], 1);
+  ExportRecord replacement;  // Rank 0's new daemon.
+  bool file_there = false;
+  ExportRendezvous::Options options = Options(0, 2, absl::Milliseconds(100));
+  options.record = &replacement;
+  options.written = [&](int64_t step) { return step == 7 && file_there; };
+  // The file is not (or no longer) there: offered as usual, and nobody
+  // joins.
+  ExportRendezvous offers(next_epoch, options);
+  EXPECT_TRUE(absl::IsFailedPrecondition(offers.Agree(7).status()));
+  file_there = true;
+  ExportRendezvous retry(next_epoch, options);
+  absl::StatusOr<ExportRendezvous::Agreement> agreed = retry.Agree(7);
+  ASSERT_TRUE(agreed.ok()) << agreed.status();
+  EXPECT_EQ(*agreed, ExportRendezvous::Agreement::kWrittenBefore);
+  // Another step is a new export.
+  EXPECT_TRUE(absl::IsFailedPrecondition(retry.Agree(8).status()));
+}
+
+// What ranks learned lasts until a step is committed: a later export at
+// the same step number (after a rollback) is a new one.
+TEST_F(ExportRendezvousTest, WhatRanksLearnedIsForgottenAtTheNextCommit) {
+  std::vector<std::unique_ptr<ExportRendezvous>> first = AgreeAll(store_, 2, 7);
+  EXPECT_TRUE(first[0]->Conclude(7, absl::OkStatus(), Soon()).ok());
+  EXPECT_TRUE(first[1]->Conclude(7, absl::OkStatus(), Soon()).ok());
+  records_[1].NoteCommitted();
+  comm::InMemoryStore next_epoch;
+  ExportRendezvous::PublishOutcome(next_epoch, records_[1], 1);
+  ExportRecord replacement;
+  ExportRendezvous::Options options = Options(0, 2, absl::Milliseconds(100));
+  options.record = &replacement;
+  options.written = [](int64_t) { return true; };
+  ExportRendezvous retry(next_epoch, options);
+  EXPECT_TRUE(absl::IsFailedPrecondition(retry.Agree(7).status()));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "daemon/node/cpu_engine_backend.h"
 #include "daemon/node/engine_shard_memory.h"
 #include "daemon/node/export_rendezvous.h"
+#include "daemon/node/full_export_file.h"
 #include "daemon/node/group_spec.h"
 #include "daemon/node/observed_collective.h"
 #include "daemon/node/proto_convert.h"
@@ -428,7 +429,7 @@ void NodeManager::PublishHeld(int64_t epoch) {
   }
   std::unique_ptr<comm::Store> store = StoreOfEpoch(epoch);
   ModelRegistration::PublishHeld(*store, client_->rank(), agreement, epoch);
-  ExportRendezvous::PublishOutcome(*store, export_record_);
+  ExportRendezvous::PublishOutcome(*store, export_record_, client_->rank());
 }
 
 void NodeManager::NoteReady(int64_t epoch, int64_t step, bool reported) {
@@ -618,7 +619,7 @@ void NodeManager::Committed(StepEngine& engine, const StepResult& result,
   commits_->Committed(engine, result.step, result.grad_norm, epoch);
   // The trainer moved on: an export attempt it left unresolved is no
   // longer the one a later export at that step number retries.
-  export_record_.ClearUnresolved();
+  export_record_.NoteCommitted();
 }
 
 absl::Duration NodeManager::OpTimeout(MonoTime deadline) const {
@@ -945,7 +946,10 @@ absl::StatusOr<v1::ExportStateResponse> NodeManager::CollectiveExport(
                .world_size = static_cast<int>(config.plan.world_size()),
                .window = options_.collective_timeout,
                .attempt_id = nullptr,
-               .record = &export_record_});
+               .record = &export_record_,
+               .written = [&request](int64_t s) {
+                 return FileHoldsFullExport(request, s);
+               }});
   absl::StatusOr<ExportRendezvous::Agreement> agreed = rendezvous.Agree(step);
   if (!agreed.ok()) return agreed.status();
   if (*agreed == ExportRendezvous::Agreement::kWrittenBefore) {
@@ -1195,6 +1199,7 @@ void NodeManager::ResolvePendingStep(const coordinator::MembershipView& view) {
       static_cast<long long>(view.epoch));
   std::fflush(stdout);
   commits_->Committed(*engine, applied->step, applied->grad_norm, view.epoch);
+  export_record_.NoteCommitted();
   absl::MutexLock lock(&mu_);
   v1::StepResponse response;
   response.set_committed_step(applied->step);

@@ -167,6 +167,7 @@ const std::vector<absl::string_view>& Failpoints::KnownNames() {
           "recovery.before_ready",
           "register.agreed",
           "export.mid",
+          "export.concluded",
           "commit.decided",
       };
   return *names;

@@ -46,6 +46,8 @@
 //                           and before it reports ready
 //   register.agreed         in RegisterModel, after every rank's model
 //                           agreed, before this rank allocates its engine
+//   export.concluded        in a FULL export, on rank 0, after it published
+//                           its outcome and before it answers its trainer
 //   export.mid              in a FULL export, after each unit was gathered
 //                           (and, on rank 0, written)
 //   commit.decided          in the COORDINATOR (armed by SHARDD_FAILPOINT),

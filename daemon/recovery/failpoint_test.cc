@@ -43,7 +43,7 @@ TEST_F(FailpointTest, AcceptsEveryKnownNameAndAction) {
                   "commit.decided:kill@5")
                   .ok());
   EXPECT_TRUE(Failpoints::armed());
-  EXPECT_EQ(Failpoints::KnownNames().size(), 15u);
+  EXPECT_EQ(Failpoints::KnownNames().size(), 16u);
 }
 
 TEST_F(FailpointTest, FailActionIsReportedToItsSiteOnTheArmedHitOnly) {

@@ -561,6 +561,39 @@ def test_a_node_lost_during_a_full_export_every_rank_exports_again(
         assert torch.equal(value, got[name]), name
 
 
+def test_rank_zeros_daemon_lost_after_writing_the_export_its_retry_finds_it(
+        tmp_path, hybrid_run):
+    """SIGKILL rank 0's daemon after it wrote the FULL export and published
+    its outcome, before it answered its trainer (fail point
+    export.concluded).
+
+    Ranks 1, 2 and 3 learned the file was written and return OK; trainer 0
+    sees its daemon gone, recovers (re-attaching to the replacement, which
+    copies shard 0 from rank 2) and exports again. The replacement
+    remembers nothing, but the others publish what they learned, and the
+    file is there: the retry returns at once instead of offering an export
+    nobody joins (before: FAILED_PRECONDITION "ranks 1, 2, 3 did not call
+    ExportState" after the collective timeout). The file is the no-fault
+    run's, tensor for tensor.
+    """
+    clean, clean_export = hybrid_run
+    faulty, export_path = train(str(tmp_path / "fault"), export=True,
+                                kill_rank=0, failpoint="export.concluded:kill",
+                                **HYBRID)
+    assert faulty[0]["stats"]["export_retries"] == 1
+    for rank in (1, 2, 3):
+        assert faulty[rank]["stats"]["export_retries"] == 0, rank
+    for rank, result in enumerate(faulty):
+        for name, value in clean[rank]["params"].items():
+            assert torch.equal(value, result["params"][name]), name
+    want, want_metadata = st.read_safetensors(clean_export)
+    got, got_metadata = st.read_safetensors(export_path)
+    assert got_metadata == want_metadata
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert torch.equal(value, got[name]), name
+
+
 @pytest.mark.parametrize("zero_copy", [False, True],
                          ids=["copy", "zero_copy"])
 def test_daemon_killed_mid_training_trainers_redo_and_end_bit_equal(
