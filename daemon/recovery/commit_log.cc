@@ -296,12 +296,17 @@ std::string Logs(const std::set<int>& logs) {
 
 absl::Status CheckCommitLogs(
     const std::vector<std::vector<CommitRecord>>& per_process_logs,
-    int world_size, int sharding_factor, int64_t expected_final_step) {
+    int world_size, int sharding_factor, int64_t expected_final_step,
+    int64_t first_step) {
   if (world_size < 1 || sharding_factor < 1 ||
       world_size % sharding_factor != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("world_size (", world_size, ") and sharding_factor (",
                      sharding_factor, ") must be >= 1 with F dividing W"));
+  }
+  if (first_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("first_step (", first_step, ") must be >= 0"));
   }
   std::vector<std::string> violations;
 
@@ -401,7 +406,7 @@ absl::Status CheckCommitLogs(
     }
     std::set<int> rank_logs;
     for (const Located& r : view.records) rank_logs.insert(r.log);
-    int64_t expected = 0;
+    int64_t expected = first_step;
     for (int64_t step : covered) {
       if (step > expected + 1) {
         violations.push_back(absl::StrCat(

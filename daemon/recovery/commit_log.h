@@ -120,7 +120,8 @@ class CommitLog {
 //     them may appear again later in the log and restarts the sequence);
 //     epochs never decrease within a log.
 //  2. Per rank, over all its logs, no step is committed twice, and the
-//     committed, recovered and restored steps cover 1..max without a gap (a
+//     committed, recovered and restored steps cover first_step+1..max (a
+//     resumed job: first_step is the step it resumed from) without a gap (a
 //     replacement that recovers at N may follow an old log that stopped at
 //     N or N-1). Commits rolled back by a checkpoint_restored (a later epoch,
 //     a lower step) do not count.
@@ -134,7 +135,7 @@ class CommitLog {
 absl::Status CheckCommitLogs(
     const std::vector<std::vector<CommitRecord>>& per_process_logs,
     int world_size, int sharding_factor,
-    int64_t expected_final_step /* -1: don't check */);
+    int64_t expected_final_step /* -1: don't check */, int64_t first_step = 0);
 
 // What commit_log_check prints on success.
 struct CommitLogSummary {

@@ -215,6 +215,32 @@ TEST_F(CommitLogTest, FinalRecordRepeatsTheLastStepWithItsState) {
   EXPECT_EQ(parsed->kind, Kind::kFinal);
 }
 
+// A job resumed from its checkpoints of step 6: each log starts with
+// checkpoint_restored at 6, then 7, 8, ...
+TEST_F(CommitLogTest, AResumedRunIsCheckedFromItsFirstStep) {
+  Logs logs;
+  for (int r = 0; r < kWorld; ++r) {
+    logs.push_back({Rec(Kind::kCheckpointRestored, r, 6)});
+    for (int64_t s = 7; s <= 9; ++s)
+      logs[r].push_back(Rec(Kind::kCommit, r, s));
+  }
+  // Counted from step 0, steps 1..5 are missing.
+  ExpectViolation(CheckCommitLogs(logs, kWorld, kShards, 9),
+                  "rank 0 step 1..5: never committed");
+  EXPECT_TRUE(CheckCommitLogs(logs, kWorld, kShards, 9, 6).ok())
+      << CheckCommitLogs(logs, kWorld, kShards, 9, 6);
+  // The other rules hold as for any run: a gap, replicas that disagree.
+  Logs gap = logs;
+  gap[1].erase(gap[1].begin() + 2);  // Step 8.
+  ExpectViolation(CheckCommitLogs(gap, kWorld, kShards, 9, 6),
+                  "rank 1 step 9 (log #1, commit): expected step 8");
+  logs[2][0].shard_crc32c ^= 1;
+  ExpectViolation(CheckCommitLogs(logs, kWorld, kShards, 9, 6),
+                  "step 6: crc32c");
+  EXPECT_EQ(CheckCommitLogs(logs, kWorld, kShards, 9, -1).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CommitLogTest, CheckRejectsBadWorld) {
   EXPECT_EQ(CheckCommitLogs(GoodRun(1), 4, 3, -1).code(),
             absl::StatusCode::kInvalidArgument);

@@ -21,8 +21,9 @@
 # Checks (each run): every trainer ends all 12 steps, the parameters equal
 # the uninterrupted run's bit for bit, the job never failed, the
 # coordinator said shard 0 is made again by registering, and each rank's
-# latest commit log is "checkpoint_restored step=6" then steps 7..12 once
-# (commit_log_check's rules start at step 1, so not it).
+# latest commit log is "checkpoint_restored step=6" then steps 7..12 once,
+# and commit_log_check --first_step=6 finds every incarnation's logs
+# consistent (replicas agree at every step).
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
@@ -64,6 +65,13 @@ check_resumed() {
     fl_expect "$run: rank $r restored step 6 and committed 7..12 once" \
       "[[ \"\$(awk '\$1 != \"final\" { print \$1, \$2 }' '$log' | paste -sd' ')\" == '$want' ]]"
   done
+  local out rc
+  out=$("$FL_CHECK" --world_size=4 --sharding_factor=2 --first_step=6 \
+    --final_step=12 "$FL_ROOT/$run"/commit-*.log 2>&1)
+  rc=$?
+  echo "$out" | head -5
+  fl_expect "$run: commit logs of every incarnation are consistent from step 6" \
+    "[[ $rc -eq 0 ]]"
   fl_kill_all
 }
 

@@ -9,7 +9,7 @@
 # 3. resumed: a new cluster (new coordinator, new daemons) with
 #    --resume_from=the checkpoint folder: the trainers register at step 6
 #    and train to 12; the final parameters equal the reference's bit for
-#    bit.
+#    bit, and commit_log_check --first_step=6 finds the logs consistent.
 # 4. At W = 4, F = 2, at W = 2, F = 2 and at W = 8, F = 4, a new cluster
 #    resumes from the same folder without stepping and exports its state
 #    (FULL, with AdamW state): every tensor, parameters and moments, equals
@@ -65,6 +65,12 @@ for ((r = 0; r < FL_W; r++)); do
   fl_expect "resumed: rank $r restored step 6 with the first job's $saved and committed 7..12 once" \
     "[[ -n '$saved' && '$saved' == '$restored' && '$got' == '$want' ]]"
 done
+out=$("$FL_CHECK" --world_size="$FL_W" --sharding_factor="$FL_F" \
+  --first_step=6 --final_step=12 "$FL_ROOT"/resumed/commit-*.log 2>&1)
+rc=$?
+echo "$out" | head -5
+fl_expect "resumed: commit logs consistent from step 6 (replicas agree)" \
+  "[[ $rc -eq 0 ]]"
 fl_kill_all
 
 # resume_export RUN W F STRATEGY: a cluster resumed from $CKPT that does not
