@@ -2145,7 +2145,7 @@ export function checkRules(objects) {
     }
   }
   errors.push(...checkRunbooks(groups));
-  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers", "SharddTrainingStalled", "SharddCheckpointWriteFailing", "SharddOutOfFileDescriptors"]) {
+  for (const a of ["SharddRecoverySlow", "SharddShardWithoutReplica", "SharddMemberMissing", "SharddPeersPartitioned", "SharddJobFailed", "SharddShmLeftovers", "SharddTrainingStalled", "SharddCheckpointWriteFailing", "SharddCheckpointsSkipped", "SharddOutOfFileDescriptors"]) {
     if (!alerts.has(a)) errors.push(`alerts.yml: alert ${a} is missing`);
   }
   return errors;

@@ -655,6 +655,7 @@ describe("alert rules", () => {
     assert.deepEqual([...new Set(names)], [
       "shardd_accept_shortages_open",
       "shardd_checkpoint_write_failures_total",
+      "shardd_checkpoints_skipped_total",
       "shardd_coordinator_broken_peer_links",
       "shardd_coordinator_job_failed",
       "shardd_coordinator_last_step_timestamp_seconds",
@@ -1155,8 +1156,9 @@ describe("runbooks", () => {
   test("every alert's runbook_url is a heading of deploy/README.md", () => {
     assert.deepEqual(v.checkRunbooks(), []);
     const urls = v.alertRuleGroups().flatMap((g) => g.rules).map((r) => r.annotations.runbook_url);
-    assert.equal(urls.length, 9);
+    assert.equal(urls.length, 10);
     assert.ok(urls.includes("deploy/README.md#sharddcheckpointwritefailing"));
+    assert.ok(urls.includes("deploy/README.md#sharddcheckpointsskipped"));
     assert.ok(urls.includes("deploy/README.md#sharddoutoffiledescriptors"));
     assert.ok(urls.includes("deploy/README.md#sharddtrainingstalled"));
   });
