@@ -43,7 +43,12 @@ void ShardCheckpoints::Write(const ShardDescription& shard, int64_t step,
   }
   const absl::Status staged = stager_->Stage(
       header, shard.sources, *options_.shard_memory, rank, step, epoch);
-  if (staged.ok()) return;
+  if (staged.ok()) {
+    // A skipped step written since (after a rollback, say) needs no flush.
+    // Write has one caller at a time; Flush runs once it is done.
+    if (last_skipped_.load() <= step) last_skipped_.store(-1);
+    return;
+  }
   switch (staged.code()) {
     case absl::StatusCode::kUnavailable:
       // A disk slower than the interval: skipping keeps the staging at one
