@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "daemon/coordinator/coordinator_manager.h"
 #include "daemon/coordinator/coordinator_service.h"
+#include "daemon/coordinator/decision_log.h"
 #include "daemon/coordinator/peer_prober.h"
 #include "daemon/coordinator/shutdown_decision.h"
 #include "daemon/core/clock.h"
@@ -136,6 +137,13 @@ ABSL_FLAG(absl::Duration, max_expiry_deferral, absl::Seconds(15),
           "the longest expired leases are held back while the coordinator is "
           "behind (then the members are removed: a real failure of that "
           "many); 0: never held");
+ABSL_FLAG(std::string, decision_log, "",
+          "record every commit decision in this file (appended and synced "
+          "before any member is answered), and at start settle the step its "
+          "last one decided for members in doubt about it: a coordinator "
+          "that dies with the only member that applied a commit then loses "
+          "nothing. Keep it where a restarted coordinator finds it (a "
+          "volume that outlives the container); empty: none");
 ABSL_FLAG(std::string, health_listen, "",
           "also serve grpc.health.v1, and nothing else, in plaintext on this "
           "host:port (port 0: any), for probes that cannot present a "
@@ -249,6 +257,23 @@ absl::StatusOr<CoordinatorOptions> BuildOptions(
       absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_grace_ms));
   if (options.membership.rejoin_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--rejoin_grace_ms must not be negative");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_decision_log);
+      !path.empty()) {
+    absl::StatusOr<std::unique_ptr<DecisionLog>> log = DecisionLog::Open(path);
+    if (!log.ok()) {
+      return absl::Status(
+          log.status().code(),
+          absl::StrCat("--decision_log: ", log.status().message()));
+    }
+    if ((*log)->last().has_value()) {
+      std::fprintf(stderr,
+                   "coordinator: --decision_log %s: the last decision "
+                   "recorded commits step %lld (epoch %lld)\n",
+                   path.c_str(), static_cast<long long>((*log)->last()->step),
+                   static_cast<long long>((*log)->last()->epoch));
+    }
+    options.decision_log = std::move(*log);
   }
   return options;
 }

@@ -70,6 +70,9 @@ CoordinatorManager::CoordinatorManager(const CoordinatorOptions& options,
       started_wall_(clock_->WallNow()),
       table_(std::move(table)),
       votes_(options.membership.world_size) {
+  if (options_.decision_log != nullptr) {
+    recorded_ = options_.decision_log->last();
+  }
   std::random_device seed;
   token_salt_ = (static_cast<uint64_t>(seed()) << 32) ^ seed();
   if (options_.observer != nullptr) {
@@ -349,6 +352,7 @@ absl::StatusOr<JoinOutcome> CoordinatorManager::Join(
   for (const SlotRecord& s : table_.slots()) {
     heartbeats.push_back(s.last_heartbeat);
   }
+  SettleRecordedCommit(request);
   absl::StatusOr<JoinOutcome> out =
       table_.Join(request, clock_->MonotonicNow(), NewLeaseToken(), holder);
   // A removal here is a live member replaced by a new incarnation of the
@@ -543,6 +547,7 @@ absl::StatusOr<CommitDecision> CoordinatorManager::ShouldCommit(
     }
     if (d->commit) {
       table_.CommitStep(step);
+      RecordCommit(epoch, step, vote.fingerprint);
       // Decided and recorded, no voter answered yet: a coordinator that dies
       // here leaves every member in doubt.
       SHARDD_FAILPOINT("commit.decided");
@@ -636,6 +641,38 @@ ClusterSnapshot CoordinatorManager::Snapshot(int max_decisions) const {
   }
   if (!log.empty()) s.last_reason = log.back().reason;
   return s;
+}
+
+void CoordinatorManager::RecordCommit(int64_t epoch, int64_t step,
+                                      uint64_t fingerprint) {
+  recorded_.reset();  // This coordinator decides from now on.
+  if (options_.decision_log == nullptr) return;
+  if (absl::Status s = options_.decision_log->Record(
+          {.step = step, .epoch = epoch, .fingerprint = fingerprint});
+      !s.ok()) {
+    // The decision stands; it is only not durable.
+    std::fprintf(stderr,
+                 "coordinator: the decision to commit step %lld is not "
+                 "recorded: %s\n",
+                 static_cast<long long>(step), s.ToString().c_str());
+  }
+}
+
+void CoordinatorManager::SettleRecordedCommit(const JoinRequestInfo& request) {
+  if (!recorded_.has_value() || !request.holds_shard ||
+      !RecordedCommitSettles(*recorded_, request.last_committed_step,
+                             request.pending_step,
+                             request.pending_step_fingerprint)) {
+    return;
+  }
+  std::fprintf(stderr,
+               "coordinator: step %lld was committed by the previous "
+               "coordinator in epoch %lld (--decision_log): rank %d and every "
+               "member in doubt about it apply it\n",
+               static_cast<long long>(recorded_->step),
+               static_cast<long long>(recorded_->epoch), request.rank);
+  table_.CommitStep(recorded_->step);
+  recorded_.reset();
 }
 
 LeaseView CoordinatorManager::Lease(int rank) const {

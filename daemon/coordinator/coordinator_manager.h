@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "daemon/coordinator/change_signal.h"
 #include "daemon/coordinator/commit_vote_table.h"
+#include "daemon/coordinator/decision_log.h"
 #include "daemon/coordinator/membership_table.h"
 #include "daemon/coordinator/rendezvous_policy.h"
 #include "daemon/coordinator/rendezvous_store.h"
@@ -98,6 +99,11 @@ struct CoordinatorOptions {
   // results, the committed step and the lease, under the manager's lock.
   // Optional (null: nothing reported); not owned, must outlive the manager.
   metrics::CoordinatorObserver* observer = nullptr;
+  // --decision_log: every commit decision is recorded (and synced) before
+  // any voter is answered, and the predecessor's last one settles its
+  // in-doubt members' step at their re-join. Null: none (a coordinator that
+  // dies with the only member that applied a commit loses it).
+  std::shared_ptr<DecisionLog> decision_log;
 };
 
 // Owns the coordinator's state: the membership table, the rendezvous store
@@ -226,6 +232,14 @@ class CoordinatorManager {
   MonoTime Now() { return clock_->MonotonicNow(); }
 
  private:
+  // A commit decided: recorded in options_.decision_log (a failure is
+  // logged; the decision stands).
+  void RecordCommit(int64_t epoch, int64_t step, uint64_t fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A re-joining member in doubt about the step recorded_ says the
+  // predecessor committed (RecordedCommitSettles): the step is committed.
+  void SettleRecordedCommit(const JoinRequestInfo& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   CoordinatorManager(const CoordinatorOptions& options, MembershipTable table,
                      std::unique_ptr<Clock> clock, Prober prober);
 
@@ -307,6 +321,9 @@ class CoordinatorManager {
 
   mutable absl::Mutex mu_;
   MembershipTable table_ ABSL_GUARDED_BY(mu_);
+  // The predecessor's last commit (options_.decision_log), until it settled
+  // an in-doubt member or this coordinator decided a step.
+  std::optional<DecisionLog::Commit> recorded_ ABSL_GUARDED_BY(mu_);
   CommitVoteTable votes_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t decisions_logged_ ABSL_GUARDED_BY(mu_) = 0;

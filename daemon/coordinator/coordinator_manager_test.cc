@@ -1,7 +1,10 @@
 #include "daemon/coordinator/coordinator_manager.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -19,6 +22,7 @@ class CoordinatorManagerTest : public ::testing::Test {
  protected:
   void Make(Prober prober = nullptr) {
     CoordinatorOptions options;
+    options.decision_log = decision_log_;
     options.membership.world_size = 4;
     options.membership.sharding_factor = 2;
     options.membership.detector.lease = absl::Milliseconds(1500);
@@ -63,6 +67,7 @@ class CoordinatorManagerTest : public ::testing::Test {
 
   ManualClock* clock_ = nullptr;
   metrics::CoordinatorObserver* observer_ = nullptr;  // Set before Make().
+  std::shared_ptr<DecisionLog> decision_log_;         // Set before Make().
   // The lease timer's period, or zero: Tick only when a test calls it.
   absl::Duration check_period_ = absl::ZeroDuration();  // Set before Make().
   std::unique_ptr<CoordinatorManager> manager_;
@@ -98,6 +103,59 @@ TEST_F(CoordinatorManagerTest, CommitVoteReturnsTheSameDecisionToAll) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// The coordinator decides to commit step 1 and dies with every voter in
+// doubt (none heard the answer). Its successor reads the decision log: the
+// first member that re-joins in doubt about step 1, voted with the same
+// fingerprint, settles it as committed; one voted on another job's step
+// (another fingerprint) does not.
+TEST_F(CoordinatorManagerTest,
+       ARecordedCommitSettlesTheInDoubtStepAfterARestart) {
+  char dir[] = "/tmp/coordinator_manager_test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/decisions.log";
+  auto opened = DecisionLog::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  decision_log_ = std::move(*opened);
+  Make();
+  const std::vector<std::string> tokens = ReadyCluster();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  std::vector<std::thread> voters;
+  for (int r = 0; r < 4; ++r) {
+    voters.emplace_back([&, r] {
+      EXPECT_TRUE(manager_
+                      ->ShouldCommit(epoch, 1, CommitVote{r, true, "", 42},
+                                     tokens[r], MonoNow() + absl::Seconds(30))
+                      .ok());
+    });
+  }
+  for (std::thread& t : voters) t.join();
+  ASSERT_TRUE(decision_log_->last().has_value());
+  EXPECT_EQ(decision_log_->last()->step, 1);
+  EXPECT_EQ(decision_log_->last()->fingerprint, 42u);
+
+  const auto rejoin = [&](uint64_t fingerprint) {
+    auto log = DecisionLog::Open(path);
+    ASSERT_TRUE(log.ok()) << log.status();
+    decision_log_ = std::move(*log);
+    Make();  // The successor, on the same file.
+    JoinRequestInfo req;
+    req.rank = 2;
+    req.identity = "pod-2";
+    req.peer_address = "127.0.0.1:9002";
+    req.incarnation = "i1";
+    req.holds_shard = true;
+    req.last_committed_step = 0;
+    req.pending_step = 1;
+    req.pending_step_fingerprint = fingerprint;
+    ASSERT_TRUE(manager_->Join(req).ok());
+  };
+  rejoin(7);  // Another job's step 1.
+  EXPECT_EQ(manager_->Snapshot().committed_step, 0);
+  rejoin(42);
+  EXPECT_EQ(manager_->Snapshot().committed_step, 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(CoordinatorManagerTest, CommitVoteIsAbortedWhenAMemberDiesWaiting) {

@@ -70,6 +70,7 @@ grpc::Status CoordinatorService::Join(grpc::ServerContext*,
   info.last_committed_step = request->last_committed_step();
   info.model_fingerprint = request->model_fingerprint();
   info.pending_step = request->pending_step();
+  info.pending_step_fingerprint = request->pending_step_fingerprint();
   info.checkpoints = FromProto(request->checkpoints());
   info.join_secret = request->join_secret();
   absl::StatusOr<JoinOutcome> out = manager_->Join(info);

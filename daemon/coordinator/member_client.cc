@@ -152,6 +152,13 @@ absl::Status MemberClient::DoJoin(bool rejoin) {
   request.set_last_committed_step(shard.committed_step);
   request.set_model_fingerprint(shard.model_fingerprint);
   request.set_pending_step(shard.holds_shard ? shard.pending_step : 0);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shard.holds_shard && shard.pending_step > 0 &&
+        voted_.step == shard.pending_step) {
+      request.set_pending_step_fingerprint(voted_.fingerprint);
+    }
+  }
   request.set_registration_state(shard.holds_shard && shard.registration_state);
   if (options_.checkpoints)
     *request.mutable_checkpoints() = options_.checkpoints();
@@ -503,6 +510,8 @@ absl::StatusOr<pb::ShouldCommitResponse> MemberClient::ShouldCommit(
       absl::MutexLock lock(&mu_);
       request.set_rank(rank_);
       request.set_lease_token(lease_token_);
+      // Reported with the step if it stays in doubt (the re-join).
+      if (vote) voted_ = {step, step_fingerprint};
     }
     request.set_epoch(epoch);
     request.set_step(step);

@@ -231,6 +231,13 @@ class MemberClient {
   // Newest epoch heard of (join, heartbeat replies, watch).
   int64_t known_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t common_checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // The last step this member voted yes on, and the step fingerprint it
+  // sent: a re-join in doubt about that step reports the fingerprint.
+  struct Voted {
+    int64_t step = 0;
+    uint64_t fingerprint = 0;
+  };
+  Voted voted_ ABSL_GUARDED_BY(mu_);
   int64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;

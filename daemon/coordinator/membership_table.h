@@ -183,6 +183,8 @@ struct JoinRequestInfo {
   uint64_t model_fingerprint = 0;
   // An in-doubt step it holds prepared (0: none).
   int64_t pending_step = 0;
+  // The step fingerprint the member voted on pending_step with.
+  uint64_t pending_step_fingerprint = 0;
   // With holds_shard: the shard is what registering the model made, nothing
   // trained since (PlanSlot::registration_state).
   bool registration_state = false;

@@ -4,7 +4,7 @@
 # A member that voted yes on step N and did not hear the decision keeps the
 # prepared step (gradients reduced, norm and clip scale known) and, when the
 # next epoch forms, applies it if the coordinator or another member holds
-# step N committed, else drops it (recovery::InDoubtStepWasCommitted). Three
+# step N committed, else drops it (recovery::InDoubtStepWasCommitted). The
 # runs, each checked with fault_lib.sh's common ones (bit-equal parameters;
 # commit logs: step 5 committed exactly once per rank, replicas agree):
 #   one_lost   rank 2 loses the answer to its step-5 vote
@@ -21,7 +21,13 @@
 #              before answering anyone (SHARDD_FAILPOINT=commit.decided:
 #              kill@5); a new one starts on the same port with no state, the
 #              members re-join at step 4, nobody applied step 5: all drop it
-#              and redo it.
+#              and redo it;
+#   decision_logged  the same with --decision_log on both coordinators:
+#              the first recorded (and synced) its decision before it died,
+#              the second reads it and settles step 5 at the members'
+#              re-join: every member applies its in-doubt step 5, nobody
+#              redoes it. Had one member applied it and died with the
+#              coordinator, its trainer's "committed" would stand.
 set -uo pipefail
 # shellcheck source=fault_lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/fault_lib.sh"
@@ -100,4 +106,24 @@ for r in 0 1 2 3; do
   fl_expect "coordinator_died: rank $r dropped its in-doubt step $STEP" \
     "grep -q '^shardd rank $r: in-doubt step $STEP dropped' '$(fl_daemon_log coordinator_died $r)'"
 done
+fl_kill_all
+
+# decision_logged
+FL_COORD_FLAGS=(--decision_log="$FL_ROOT/decisions.log")
+SHARDD_FAILPOINT="commit.decided:kill@$STEP" fl_start_cluster decision_logged
+fl_wait_exit "$FL_COORD_PID" 60 ||
+  fl_die "decision_logged: the coordinator (commit.decided:kill@$STEP) still alive after 60 s"
+fl_expect "decision_logged: the coordinator died right after recording step $STEP" \
+  "[[ $FL_RC -eq 137 ]] && tail -1 '$FL_ROOT/decisions.log' | grep -q '^commit step=$STEP '"
+fl_start_coordinator decision_logged "$FL_PORT"
+fl_log "decision_logged: coordinator restarted on port $FL_PORT with the log"
+fl_wait_trainers decision_logged
+fl_check_run decision_logged "$FL_REF"
+fl_expect "decision_logged: the new coordinator settled step $STEP from the log" \
+  "grep -q 'step $STEP was committed by the previous coordinator' '$FL_ROOT/decision_logged/coord-2.log'"
+for r in 0 1 2 3; do
+  fl_expect "decision_logged: rank $r applied its in-doubt step $STEP" \
+    "grep -q '^shardd rank $r: in-doubt step $STEP applied' '$(fl_daemon_log decision_logged $r)'"
+done
+FL_COORD_FLAGS=()
 fl_finish
