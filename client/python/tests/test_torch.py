@@ -534,6 +534,16 @@ def test_full_export_loads_into_a_fresh_module(hybrid_run):
         assert torch.equal(value, results[0]["params"][name]), name
 
 
+def assert_same_export(want_path, got_path):
+    """The two safetensors files hold the same metadata and tensors."""
+    want, want_metadata = st.read_safetensors(want_path)
+    got, got_metadata = st.read_safetensors(got_path)
+    assert got_metadata == want_metadata
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert torch.equal(value, got[name]), name
+
+
 def test_a_node_lost_during_a_full_export_every_rank_exports_again(
         tmp_path, hybrid_run):
     """SIGKILL rank 1's daemon after the first unit of the FULL export.
@@ -553,12 +563,7 @@ def test_a_node_lost_during_a_full_export_every_rank_exports_again(
         assert result["stats"]["export_retries"] >= 1, rank
         for name, value in clean[rank]["params"].items():
             assert torch.equal(value, result["params"][name]), name
-    want, want_metadata = st.read_safetensors(clean_export)
-    got, got_metadata = st.read_safetensors(export_path)
-    assert got_metadata == want_metadata
-    assert sorted(got) == sorted(want)
-    for name, value in want.items():
-        assert torch.equal(value, got[name]), name
+    assert_same_export(clean_export, export_path)
 
 
 def test_rank_zeros_daemon_lost_after_writing_the_export_its_retry_finds_it(
@@ -586,12 +591,7 @@ def test_rank_zeros_daemon_lost_after_writing_the_export_its_retry_finds_it(
     for rank, result in enumerate(faulty):
         for name, value in clean[rank]["params"].items():
             assert torch.equal(value, result["params"][name]), name
-    want, want_metadata = st.read_safetensors(clean_export)
-    got, got_metadata = st.read_safetensors(export_path)
-    assert got_metadata == want_metadata
-    assert sorted(got) == sorted(want)
-    for name, value in want.items():
-        assert torch.equal(value, got[name]), name
+    assert_same_export(clean_export, export_path)
 
 
 @pytest.mark.parametrize("zero_copy", [False, True],
