@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/core/write_all.h"
 
 namespace shardd::coordinator {
 namespace {
@@ -41,20 +42,6 @@ std::optional<DecisionLog::Commit> ParseCommit(absl::string_view line) {
     return std::nullopt;
   }
   return c;
-}
-
-absl::Status WriteAll(int fd, const std::string& data,
-                      const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(path, "write", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -102,7 +89,8 @@ absl::Status DecisionLog::Record(const Commit& commit) {
   if (lines_ >= compact_lines_) {
     if (absl::Status s = Compact(); !s.ok()) return s;
   }
-  if (absl::Status s = WriteAll(fd_, FormatCommit(commit), path_); !s.ok()) {
+  if (absl::Status s = core::WriteAll(fd_, FormatCommit(commit), path_);
+      !s.ok()) {
     return s;
   }
   if (::fdatasync(fd_) != 0) return ErrnoError(path_, "fdatasync", errno);
@@ -117,7 +105,7 @@ absl::Status DecisionLog::Compact() {
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(temp, "open", errno);
   const std::string kept = last_.has_value() ? FormatCommit(*last_) : "";
-  absl::Status s = WriteAll(fd, kept, temp);
+  absl::Status s = core::WriteAll(fd, kept, temp);
   if (s.ok() && ::fsync(fd) != 0) s = ErrnoError(temp, "fsync", errno);
   ::close(fd);
   if (s.ok() && ::rename(temp.c_str(), path_.c_str()) != 0) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/core/write_all.h"
 
 namespace shardd::recovery {
 namespace {
@@ -193,15 +194,7 @@ absl::Status CommitLog::Append(const CommitRecord& record) {
   }
   const std::string line = absl::StrCat(FormatCommitRecord(record), "\n");
   absl::MutexLock lock(&mu_);
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(path_, "write", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
+  if (absl::Status s = core::WriteAll(fd_, line, path_); !s.ok()) return s;
   if (::fdatasync(fd_) != 0) return ErrnoError(path_, "fdatasync", errno);
   return absl::OkStatus();
 }
