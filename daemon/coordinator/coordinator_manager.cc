@@ -371,6 +371,16 @@ absl::Status CoordinatorManager::Heartbeat(
   absl::MutexLock lock(&mu_);
   if (shutdown_)
     return absl::UnavailableError("the coordinator is shutting down");
+  // After a stall the first thing to run checks the leases, not only the
+  // timer: a heartbeat served first would renew its own lease, and the
+  // stall (its decision, its count) would depend on which thread ran first.
+  if (table_.LeaseCheckOverdue(clock_->MonotonicNow())) {
+    const int64_t before_check = table_.epoch();
+    const int64_t logged_check = table_.decisions_total();
+    table_.ExpireLeases(clock_->MonotonicNow());
+    Changed(before_check, logged_check,
+            metrics::coordinator_labels::kLeaseExpired);
+  }
   const int64_t before = table_.epoch();
   const int64_t logged = table_.decisions_total();
   const bool was_ready = table_.ready();

@@ -842,5 +842,29 @@ TEST_F(CoordinatorManagerObserverTest, StalledCoordinatorRemovesNobody) {
   EXPECT_EQ(recorder_.stalls, 1);
 }
 
+// The same stall, but the queued heartbeats are served before the lease
+// timer runs again (the threads race as the process resumes): the first
+// heartbeat checks the leases itself, so the stall is seen and counted
+// whichever runs first, and nobody is removed at the next tick either.
+TEST_F(CoordinatorManagerObserverTest, AStallIsSeenWhenAHeartbeatRunsFirst) {
+  check_period_ = absl::Milliseconds(375);
+  Make();
+  const std::vector<JoinOutcome> joined = ReadyCluster();
+  manager_->Tick();
+  const int64_t epoch = manager_->Snapshot().epoch;
+  clock_->Advance(absl::Seconds(5));
+  ReportReady(joined, {0, 1, 2, 3});  // Before any Tick.
+  {
+    absl::MutexLock lock(&recorder_.mu_);
+    EXPECT_EQ(recorder_.stalls, 1);
+  }
+  manager_->Tick();
+  EXPECT_EQ(manager_->Snapshot().epoch, epoch);
+  EXPECT_TRUE(manager_->Snapshot().ready);
+  absl::MutexLock lock(&recorder_.mu_);
+  EXPECT_EQ(recorder_.stalls, 1);
+  EXPECT_TRUE(recorder_.failures.empty());
+}
+
 }  // namespace
 }  // namespace shardd::coordinator

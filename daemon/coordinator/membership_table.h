@@ -324,6 +324,14 @@ class MembershipTable {
   // for up to max_expiry_deferral; each such spell is logged as
   // LEASE_EXPIRY_DEFERRED when it first holds a lease back and when it ends.
   std::vector<int> ExpireLeases(MonoTime now);
+  // The lease timer has not run for more than two of its periods: the
+  // coordinator stalled, and ExpireLeases must run before anything renews a
+  // lease, or the stall goes unseen.
+  bool LeaseCheckOverdue(MonoTime now) const {
+    return options_.detector.check_period > absl::ZeroDuration() &&
+           last_expiry_check_ != MonoTime::InfinitePast() &&
+           now - last_expiry_check_ > 2 * options_.detector.check_period;
+  }
   // Spells in which expired leases were held back (see ExpireLeases).
   int64_t expiry_deferrals() const { return expiry_deferrals_; }
   // Stalls of the coordinator that renewed leases (kCoordinatorStalled).
